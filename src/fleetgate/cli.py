@@ -1,0 +1,108 @@
+"""The `fleetgate` command: serve, demo, explain, check."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from fleetgate.config import ConfigError, check_config_text, load_config_file
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from fleetgate.server.run import serve
+
+    serve(args.config, args.host, args.port, args.workers)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from fleetgate.demo import run_demo
+
+    return run_demo(args.host, args.port)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    path = Path(args.config)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        print(f"{path}: cannot read: {exc.strerror}", file=sys.stderr)
+        return 2
+    problems = check_config_text(text, str(path))
+    errors = [p for p in problems if p.severity == "error"]
+    for p in problems:
+        print(f"{path}:{p.line or '?'}: {p.severity}: {p.path}: {p.message}")
+    if errors:
+        print(f"{path}: {len(errors)} error(s)", file=sys.stderr)
+        return 1
+    from fleetgate.diagnose import describe_fleet
+
+    print(describe_fleet(load_config_file(path)))
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from fleetgate.errors import GatewayError
+    from fleetgate.fleet import build_fleet
+    from fleetgate.ingress.openai import parse_json_object
+    from fleetgate.server.app import explain_request
+    from fleetgate.state.runtime import MemoryState
+
+    fleet = build_fleet(load_config_file(args.config))
+    raw = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
+    headers = {}
+    for item in args.header or []:
+        name, _, value = item.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    try:
+        result = explain_request(parse_json_object(raw), fleet, MemoryState(), headers)
+    except GatewayError as exc:
+        print(json.dumps(exc.body(), indent=2))
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0 if not result.get("error") else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fleetgate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run the gateway")
+    p.add_argument("--config", required=True, help="fleet config file (YAML)")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--workers", type=int, default=1)
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("demo", help="a simulated fleet with the gateway in front of it")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("explain", help="print the plan a request would follow")
+    p.add_argument("--config", required=True)
+    p.add_argument("request", help="request body (JSON file, or - for stdin)")
+    p.add_argument("-H", "--header", action="append", help="a request header, 'Name: value'")
+    p.set_defaults(func=_cmd_explain)
+
+    p = sub.add_parser("check", help="validate a config and print every problem")
+    p.add_argument("--config", required=True)
+    p.set_defaults(func=_cmd_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

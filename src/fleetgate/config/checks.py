@@ -1,0 +1,71 @@
+"""Whole-tree checks that a per-field schema cannot express (references, uniqueness)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+
+from fleetgate.config.loader import Loc, semantic_check
+from fleetgate.config.schema import DeploymentConfig, FleetConfig
+
+ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
+def deployment_id(dep: DeploymentConfig) -> str:
+    return dep.id or f"{dep.provider}/{dep.upstream_model or dep.model}"
+
+
+@semantic_check
+def unique_provider_ids(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
+    seen: set[str] = set()
+    for i, provider in enumerate(config.providers):
+        if provider.id in seen:
+            yield ("providers", i, "id"), f"duplicate provider id {provider.id!r}"
+        seen.add(provider.id)
+
+
+@semantic_check
+def provider_credentials(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
+    for i, provider in enumerate(config.providers):
+        key = provider.api_key
+        if key is None or "${" not in key:
+            continue
+        match = ENV_REF.match(key)
+        if match is None:
+            yield ("providers", i, "api_key"), "an env reference must be exactly ${NAME}"
+        elif match.group(1) not in os.environ:
+            yield (
+                ("providers", i, "api_key"),
+                f"warning: env var {match.group(1)} is not set; the provider's deployments "
+                "are unavailable until it is",
+            )
+
+
+@semantic_check
+def deployment_references(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
+    providers = {p.id for p in config.providers}
+    seen: set[str] = set()
+    for i, dep in enumerate(config.deployments):
+        if dep.provider not in providers:
+            known = ", ".join(sorted(providers)) or "none"
+            yield (
+                ("deployments", i, "provider"),
+                f"unknown provider {dep.provider!r} (known: {known})",
+            )
+        dep_id = deployment_id(dep)
+        if dep_id in seen:
+            yield ("deployments", i, "id"), f"duplicate deployment id {dep_id!r}"
+        seen.add(dep_id)
+
+
+@semantic_check
+def model_references(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
+    served = {d.model for d in config.deployments}
+    seen: set[str] = set()
+    for i, model in enumerate(config.models):
+        if model.id in seen:
+            yield ("models", i, "id"), f"duplicate model id {model.id!r}"
+        seen.add(model.id)
+        if model.id not in served:
+            yield ("models", i, "id"), f"warning: model {model.id!r} has no deployment"

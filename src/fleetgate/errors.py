@@ -1,0 +1,106 @@
+"""Every error a client can get from fleetgate: a stable code, an HTTP status, a message.
+
+The catalogue below is the single source of truth; `docs/errors.md` documents each entry
+and a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    code: str
+    status: int
+    type: str
+    hint: str  # what the caller should do; documented in docs/errors.md
+
+
+def _kinds(*kinds: ErrorKind) -> dict[str, ErrorKind]:
+    return {k.code: k for k in kinds}
+
+
+ERROR_KINDS: dict[str, ErrorKind] = _kinds(
+    ErrorKind("invalid_json", 400, "invalid_request_error",
+              "Send a body that is one valid JSON object."),
+    ErrorKind("invalid_request", 400, "invalid_request_error",
+              "Fix the field named in `param` and send the request again."),
+    ErrorKind("not_found", 404, "invalid_request_error",
+              "Check the path; `GET /v1/models` and the README list the endpoints."),
+    ErrorKind("method_not_allowed", 405, "invalid_request_error",
+              "Use the HTTP method the endpoint documents."),
+    ErrorKind("payload_too_large", 413, "invalid_request_error",
+              "Send a smaller body, or raise `server.max_body_bytes`."),
+    ErrorKind("model_not_found", 404, "invalid_request_error",
+              "Use a model id from `GET /v1/models`."),
+    ErrorKind("no_route", 503, "service_unavailable_error",
+              "No deployment can serve this request now; the message says which filter "
+              "removed the last candidate. Retry later or change the request."),
+    ErrorKind("upstream_error", 502, "upstream_error",
+              "Every candidate failed; the message carries the last upstream error. "
+              "Retry later."),
+    ErrorKind("upstream_rejected", 400, "invalid_request_error",
+              "The backend refused the request as invalid (the status is the backend's "
+              "own 4xx); fix the request as the message says."),
+    ErrorKind("upstream_timeout", 504, "upstream_error",
+              "Every candidate timed out. Retry later or raise the provider's timeouts."),
+    ErrorKind("upstream_unreachable", 502, "upstream_error",
+              "No candidate could be connected to. Check that the backends are up."),
+    ErrorKind("all_routes_rate_limited", 429, "rate_limit_error",
+              "Every eligible backend is rate limited; retry after `Retry-After` seconds."),
+    ErrorKind("stream_interrupted", 502, "upstream_error",
+              "The upstream stream broke after output had started; retry the request."),
+    ErrorKind("context_too_large", 400, "invalid_request_error",
+              "The request needs more context than any deployment offers; shorten the "
+              "input or lower the output budget."),
+    ErrorKind("unsupported_endpoint", 400, "invalid_request_error",
+              "The chosen model's deployments do not serve this endpoint; pick another "
+              "model."),
+    ErrorKind("internal_error", 500, "internal_error",
+              "A bug in fleetgate; report it with the X-Request-Id header."),
+)
+
+
+class GatewayError(Exception):
+    """An error answered to the client in its protocol's error shape."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        param: str | None = None,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+        upstream_body: bytes | None = None,
+    ) -> None:
+        super().__init__(message)
+        kind = ERROR_KINDS[code]
+        self.code = code
+        self.message = message
+        self.param = param
+        self.status = status if status is not None else kind.status
+        self.type = kind.type
+        self.headers = headers or {}
+        self.upstream_body = upstream_body
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "code": self.code,
+                "param": self.param,
+            }
+        }
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.body())
+
+
+def invalid(message: str, param: str | None = None) -> GatewayError:
+    return GatewayError("invalid_request", message, param=param)

@@ -1,0 +1,1 @@
+"""Execute: send the plan's candidates upstream in order, with fallback."""

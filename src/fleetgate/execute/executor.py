@@ -1,0 +1,379 @@
+"""Tries the plan's candidates in order; falls back on retryable failures.
+
+Connect errors, timeouts, 429 and 5xx move on to the next candidate; any other 4xx is
+returned at once. A stream falls back only before its first event has been handed to the
+client: the first event is read (and checked for an in-stream error) before the response
+starts. A stream that breaks later ends with an error event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import aiohttp
+import orjson
+
+from fleetgate.config.schema import CircuitConfig
+from fleetgate.errors import GatewayError
+from fleetgate.execute.outcome import (
+    CONNECT,
+    RATE_LIMITED,
+    SKIPPED,
+    STREAM_BROKEN,
+    TIMEOUT,
+    Attempt,
+    classify_status,
+    error_message,
+    parse_retry_after,
+)
+from fleetgate.execute.rewrite import ModelRewriter
+from fleetgate.execute.sse import DONE, event_data, is_error_event
+from fleetgate.execute.upstream import UpstreamPool
+from fleetgate.fleet import Fleet
+from fleetgate.ingress.profile import RequestProfile
+from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
+from fleetgate.state.runtime import RuntimeState
+
+# endpoint -> path under the provider's base URL
+UPSTREAM_PATHS: dict[str, str] = {
+    "chat.completions": "/chat/completions",
+    "completions": "/completions",
+    "embeddings": "/embeddings",
+}
+
+_EVENT_STREAM = "text/event-stream"
+
+
+@dataclass(slots=True)
+class Outcome:
+    """The answer to send back: a whole body, or a stream whose first event is in hand."""
+
+    attempts: list[Attempt]
+    candidate: Candidate
+    status: int
+    content_type: str
+    body: bytes | None = None
+    stream: AsyncIterator[bytes] | None = None
+    upstream_seconds: float = 0.0  # time spent waiting on upstreams before answering
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+
+class ChainExhausted(GatewayError):
+    """Every candidate failed; carries the attempts for the log."""
+
+    def __init__(self, error: GatewayError, attempts: list[Attempt]) -> None:
+        super().__init__(
+            error.code, error.message, param=error.param, status=error.status,
+            headers=error.headers, upstream_body=error.upstream_body,
+        )
+        self.attempts = attempts
+
+
+def upstream_body(profile: RequestProfile, candidate: Candidate) -> bytes:
+    body = profile.body
+    if candidate.params:
+        body = {**body, **candidate.params}
+    return orjson.dumps({**body, "model": candidate.deployment.upstream_model})
+
+
+def stream_error_event(code: str, message: str) -> bytes:
+    err = {"error": {"message": message, "type": "upstream_error", "code": code, "param": None}}
+    return b"data: " + orjson.dumps(err) + b"\n\n"
+
+
+class Executor:
+    def __init__(self, pool: UpstreamPool, state: RuntimeState) -> None:
+        self.pool = pool
+        self.state = state
+
+    async def run(self, plan: RoutePlan, profile: RequestProfile, fleet: Fleet) -> Outcome:
+        attempts: list[Attempt] = []
+        upstream_seconds = 0.0
+        path = UPSTREAM_PATHS[profile.endpoint]
+        for candidate in plan.candidates:
+            dep = candidate.deployment
+            now = time.time()
+            if not self.state.try_begin(dep.id, now):
+                plan.dropped.append(Dropped(dep.id, "execute", "half-open probe in flight"))
+                continue
+            attempt = Attempt(
+                index=len(attempts),
+                deployment_id=dep.id,
+                provider_id=dep.provider.id,
+                upstream_model=dep.upstream_model,
+                scope=candidate.scope,
+                params=candidate.params,
+            )
+            attempts.append(attempt)
+            started = time.perf_counter()
+            outcome = await self._attempt(
+                profile, candidate, path, attempt, started, fleet.circuit
+            )
+            upstream_seconds += time.perf_counter() - started
+            if outcome is not None:
+                outcome.attempts = attempts
+                outcome.upstream_seconds = upstream_seconds
+                return outcome
+            self._record_failure(attempt, fleet, now)
+            if not attempt.retryable:
+                raise ChainExhausted(self._client_error(attempt), attempts)
+        raise ChainExhausted(self._exhausted(plan, attempts), attempts)
+
+    async def _attempt(
+        self,
+        profile: RequestProfile,
+        candidate: Candidate,
+        path: str,
+        attempt: Attempt,
+        started: float,
+        circuit: CircuitConfig,
+    ) -> Outcome | None:
+        dep = candidate.deployment
+        client = self.pool.client(dep.provider)
+        payload = upstream_body(profile, candidate)
+        resp: aiohttp.ClientResponse | None = None
+        handed_over = False
+        try:
+            resp = await client.session.post(
+                client.base_url + path, data=payload, headers=client.headers,
+                timeout=client.timeout,
+            )
+            attempt.status = resp.status
+            if resp.status >= 400:
+                body = await resp.read()
+                attempt.error_class = classify_status(resp.status)
+                attempt.retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                attempt.message = error_message(body)
+                attempt.upstream_body = body
+                attempt.latency = time.perf_counter() - started
+                return None
+            rewriter = ModelRewriter(dep.upstream_model, profile.model)
+            content_type = resp.headers.get("Content-Type", "application/json")
+            if profile.stream and content_type.startswith(_EVENT_STREAM):
+                first = await self._first_events(resp, rewriter, attempt, started)
+                if first is None:
+                    return None
+                handed_over = True
+                return Outcome(
+                    attempts=[], candidate=candidate, status=resp.status,
+                    content_type=content_type,
+                    stream=self._rest_of_stream(
+                        resp, rewriter, first, attempt, started, circuit
+                    ),
+                )
+            body = await resp.read()
+            attempt.latency = time.perf_counter() - started
+            attempt.ttft = attempt.latency
+            self._usage(attempt, body)
+            self.state.record_success(
+                dep.id, attempt.ttft, attempt.latency, attempt.completion_tokens
+            )
+            return Outcome(
+                attempts=[], candidate=candidate, status=resp.status,
+                content_type=content_type, body=rewriter.json(body),
+            )
+        except aiohttp.ConnectionTimeoutError as exc:
+            self._fail(attempt, CONNECT, f"connect timeout: {exc}", started)
+        except TimeoutError:
+            self._fail(attempt, TIMEOUT, "timed out waiting for the upstream", started)
+        except aiohttp.ClientError as exc:
+            self._fail(attempt, CONNECT, f"{type(exc).__name__}: {exc}", started)
+        finally:
+            if not handed_over:
+                if resp is not None:
+                    resp.close()
+                self.state.end(dep.id)
+        return None
+
+    async def _first_events(
+        self,
+        resp: aiohttp.ClientResponse,
+        rewriter: ModelRewriter,
+        attempt: Attempt,
+        started: float,
+    ) -> bytes | None:
+        """Read until the first whole data event; None when it is an error event."""
+        buffer = b""
+        async for chunk in resp.content.iter_any():
+            buffer += chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
+            cut = buffer.rfind(b"\n\n")
+            if cut < 0:
+                continue
+            for event in buffer[:cut].split(b"\n\n"):
+                data = event_data(event)
+                if data is None or data == DONE:
+                    continue
+                if is_error_event(data):
+                    attempt.status = _status_in(data)
+                    attempt.error_class = classify_status(attempt.status)
+                    attempt.message = error_message(data)
+                    attempt.upstream_body = data
+                    attempt.latency = time.perf_counter() - started
+                    return None
+                attempt.ttft = time.perf_counter() - started
+                return _rewrite_block(rewriter, buffer)
+        # the stream ended before any data event
+        attempt.ttft = time.perf_counter() - started
+        return _rewrite_block(rewriter, buffer) if buffer else b""
+
+    async def _rest_of_stream(
+        self,
+        resp: aiohttp.ClientResponse,
+        rewriter: ModelRewriter,
+        first: bytes,
+        attempt: Attempt,
+        started: float,
+        circuit: CircuitConfig,
+    ) -> AsyncIterator[bytes]:
+        dep_id = attempt.deployment_id
+        completed = False
+        carry = b""
+        try:
+            yield first
+            async for chunk in resp.content.iter_any():
+                if rewriter.identity:
+                    yield chunk
+                    continue
+                block = carry + chunk
+                cut = block.rfind(b"\n\n")
+                if cut < 0:
+                    carry = block
+                    continue
+                carry = block[cut + 2 :]
+                yield _rewrite_block(rewriter, block[: cut + 2])
+            if carry:
+                yield _rewrite_block(rewriter, carry)
+            completed = True
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            attempt.error_class = STREAM_BROKEN
+            attempt.message = f"upstream stream broke: {type(exc).__name__}"
+            yield stream_error_event(
+                "stream_interrupted",
+                "The upstream stream broke after output had started "
+                f"({type(exc).__name__}); retry the request.",
+            )
+        finally:
+            attempt.latency = time.perf_counter() - started
+            if completed:
+                resp.release()
+                self.state.record_success(dep_id, attempt.ttft, attempt.latency, None)
+            else:
+                resp.close()
+                if attempt.error_class == STREAM_BROKEN:
+                    self.state.end(dep_id)
+                    self.state.record_failure(dep_id, time.time(), circuit)
+                    return
+            self.state.end(dep_id)
+
+    def _fail(self, attempt: Attempt, error_class: str, message: str, started: float) -> None:
+        attempt.error_class = error_class
+        attempt.message = message
+        attempt.latency = time.perf_counter() - started
+
+    @staticmethod
+    def _usage(attempt: Attempt, body: bytes) -> None:
+        if b'"usage"' not in body:
+            return
+        try:
+            usage = orjson.loads(body).get("usage")
+        except (orjson.JSONDecodeError, AttributeError):
+            return
+        if isinstance(usage, dict):
+            attempt.prompt_tokens = usage.get("prompt_tokens")
+            attempt.completion_tokens = usage.get("completion_tokens")
+
+    def _record_failure(self, attempt: Attempt, fleet: Fleet, now: float) -> None:
+        if attempt.error_class == RATE_LIMITED:
+            self.state.record_rate_limit(
+                attempt.deployment_id, now, attempt.retry_after, fleet.circuit
+            )
+        elif attempt.retryable:
+            if attempt.retry_after is not None:
+                self.state.record_rate_limit(
+                    attempt.deployment_id, now, attempt.retry_after, fleet.circuit
+                )
+            self.state.record_failure(attempt.deployment_id, now, fleet.circuit)
+
+    @staticmethod
+    def _client_error(attempt: Attempt) -> GatewayError:
+        """A non-retryable upstream 4xx, returned with the upstream's status and message."""
+        return GatewayError(
+            "upstream_rejected",
+            f"{attempt.deployment_id} rejected the request: {attempt.message}",
+            status=attempt.status or 400,
+            upstream_body=attempt.upstream_body,
+        )
+
+    def _exhausted(self, plan: RoutePlan, attempts: list[Attempt]) -> GatewayError:
+        tried = [a for a in attempts if a.error_class != SKIPPED]
+        if not tried:
+            raise GatewayError(
+                "no_route",
+                f"No deployment of {plan.requested_model!r} could take the request: every "
+                "candidate is being probed after failures. Retry shortly.",
+                headers={"Retry-After": "1"},
+            )
+        summary = "; ".join(
+            f"{a.deployment_id}: {a.status or a.error_class} {a.message}".rstrip()
+            for a in tried
+        )
+        classes = {a.error_class for a in tried}
+        if classes == {RATE_LIMITED}:
+            soonest = min(
+                (self.state.health(a.deployment_id).open_until for a in tried),
+                default=time.time() + 1,
+            )
+            wait = max(1, round(soonest - time.time() + 0.5))
+            return GatewayError(
+                "all_routes_rate_limited",
+                f"Every eligible deployment of {plan.requested_model!r} is rate limited; "
+                f"retry in {wait}s. ({summary})",
+                headers={"Retry-After": str(wait)},
+            )
+        if classes == {TIMEOUT}:
+            code = "upstream_timeout"
+        elif classes == {CONNECT}:
+            code = "upstream_unreachable"
+        else:
+            code = "upstream_error"
+        return GatewayError(
+            code,
+            f"All {len(tried)} attempt(s) for {plan.requested_model!r} failed: {summary}",
+        )
+
+
+def _rewrite_block(rewriter: ModelRewriter, block: bytes) -> bytes:
+    """Rewrite every event in a block of whole SSE events."""
+    if rewriter.identity:
+        return block
+    rewritten = rewriter.json(block)
+    if rewritten is not block or b'"model"' not in block:
+        return rewritten
+    # providers that answer with a different name: rewrite event by event
+    out = []
+    for event in block.split(b"\n\n"):
+        data = event_data(event)
+        if data is not None and data != DONE and data.startswith(b"{"):
+            event = b"data: " + rewriter.json(data)
+        out.append(event)
+    return b"\n\n".join(out)
+
+
+def _status_in(data: bytes) -> int:
+    """The HTTP-like status an in-stream error event carries (500 when it says none)."""
+    try:
+        err = orjson.loads(data).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return 500
+    if isinstance(err, dict):
+        for key in ("code", "status"):
+            value = err.get(key)
+            if isinstance(value, int) and 400 <= value < 600:
+                return value
+        if "context" in str(err.get("message", "")).lower():
+            return 400
+    return 500
+
+

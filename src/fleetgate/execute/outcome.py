@@ -1,0 +1,97 @@
+"""What one upstream attempt came to, and how the chain reacts to it."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+# error classes, recorded per attempt
+CONNECT = "connect"
+TIMEOUT = "timeout"
+RATE_LIMITED = "rate_limited"
+SERVER_ERROR = "server_error"
+CLIENT_ERROR = "client_error"
+STREAM_BROKEN = "stream_broken"
+SKIPPED = "skipped"
+
+RETRYABLE = frozenset({CONNECT, TIMEOUT, RATE_LIMITED, SERVER_ERROR})
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One row of the request log: what happened when one candidate was tried."""
+
+    index: int
+    deployment_id: str
+    provider_id: str
+    upstream_model: str
+    scope: str
+    status: int | None = None
+    error_class: str | None = None
+    latency: float = 0.0  # seconds until the response (or the stream) ended
+    ttft: float | None = None  # seconds until the first byte of the answer
+    retry_after: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    params: dict[str, Any] | None = None
+    # kept for the client's error message only; never logged
+    message: str = field(default="", repr=False)
+    upstream_body: bytes | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_class is None
+
+    @property
+    def retryable(self) -> bool:
+        return self.error_class in RETRYABLE
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait, from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def classify_status(status: int) -> str | None:
+    if status < 400:
+        return None
+    if status == 429:
+        return RATE_LIMITED
+    if status >= 500 or status == 408:
+        return SERVER_ERROR
+    return CLIENT_ERROR
+
+
+def error_message(body: bytes, limit: int = 500) -> str:
+    """The human message of an upstream error body, whatever its shape."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:limit].decode("utf-8", "replace").strip()
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("detail") or err.get("msg")
+            if isinstance(msg, str):
+                return msg[:limit]
+        elif isinstance(err, str):
+            return err[:limit]
+        detail = data.get("detail")
+        if isinstance(detail, str):
+            return detail[:limit]
+    return body[:limit].decode("utf-8", "replace").strip()

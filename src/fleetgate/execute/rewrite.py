@@ -1,0 +1,42 @@
+"""Rewrites the `model` field of upstream JSON and SSE bodies to the client's name."""
+
+from __future__ import annotations
+
+import orjson
+
+
+class ModelRewriter:
+    """Sets `model` to the client's name in response bodies, cheaply.
+
+    JSON escapes every quote inside a string, so the byte pattern `"model":"NAME"` can only
+    be the key itself; replacing it is exact. Bodies whose `model` differs from the name sent
+    upstream (providers that answer with a dated name) are parsed and rewritten.
+    """
+
+    __slots__ = ("_client", "_patterns", "_replacements", "identity")
+
+    def __init__(self, upstream: str, client: str) -> None:
+        self.identity = upstream == client
+        self._client = client
+        up = orjson.dumps(upstream)
+        cl = orjson.dumps(client)
+        self._patterns = (b'"model":' + up, b'"model": ' + up)
+        self._replacements = (b'"model":' + cl, b'"model": ' + cl)
+
+    def json(self, body: bytes) -> bytes:
+        """Rewrite one JSON document (a whole body or one SSE `data:` payload)."""
+        if self.identity and b'"model"' not in body:
+            return body
+        for pattern, replacement in zip(self._patterns, self._replacements, strict=True):
+            if pattern in body:
+                return body.replace(pattern, replacement)
+        if b'"model"' not in body:
+            return body
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body
+        if isinstance(data, dict) and "model" in data and data["model"] != self._client:
+            data["model"] = self._client
+            return orjson.dumps(data)
+        return body

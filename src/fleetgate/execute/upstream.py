@@ -1,0 +1,89 @@
+"""Pooled keep-alive HTTP sessions to providers, one per provider, with its timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+
+from fleetgate.fleet import Provider
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderClient:
+    session: aiohttp.ClientSession
+    timeout: aiohttp.ClientTimeout
+    headers: dict[str, str]
+    base_url: str
+
+
+def _headers(provider: Provider) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"}
+    if provider.api_key:
+        if provider.kind == "anthropic":
+            headers["x-api-key"] = provider.api_key
+        else:
+            headers["Authorization"] = f"Bearer {provider.api_key}"
+    headers.update(provider.headers)
+    return headers
+
+
+class UpstreamPool:
+    """One aiohttp session (connection pool) per provider, created on first use."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, tuple[Provider, ProviderClient]] = {}
+        self._retired: list[aiohttp.ClientSession] = []
+
+    def client(self, provider: Provider) -> ProviderClient:
+        entry = self._clients.get(provider.id)
+        if entry is not None and entry[0] is provider:
+            return entry[1]
+        return self._create(provider, entry)
+
+    def _create(
+        self, provider: Provider, old: tuple[Provider, ProviderClient] | None
+    ) -> ProviderClient:
+        if old is not None:
+            # The provider changed (a new fleet snapshot): keep the pool if its connection
+            # settings are the same; otherwise retire it (closed at shutdown, so requests
+            # still using it finish).
+            prev, client = old
+            same = (prev.base_url, prev.max_concurrency)
+            if same == (provider.base_url, provider.max_concurrency):
+                client = ProviderClient(
+                    client.session, _timeout(provider), _headers(provider), provider.base_url
+                )
+                self._clients[provider.id] = (provider, client)
+                return client
+            self._retired.append(client.session)
+        connector = aiohttp.TCPConnector(
+            limit=provider.max_concurrency,
+            limit_per_host=0,
+            keepalive_timeout=60,
+            ttl_dns_cache=300,
+        )
+        session = aiohttp.ClientSession(
+            connector=connector,
+            json_serialize=lambda o: orjson.dumps(o).decode(),
+            skip_auto_headers=("User-Agent",),
+            auto_decompress=True,
+        )
+        client = ProviderClient(session, _timeout(provider), _headers(provider), provider.base_url)
+        self._clients[provider.id] = (provider, client)
+        return client
+
+    async def close(self) -> None:
+        sessions = [c.session for _, c in self._clients.values()] + self._retired
+        self._clients.clear()
+        self._retired.clear()
+        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+
+
+def _timeout(provider: Provider) -> aiohttp.ClientTimeout:
+    t = provider.timeouts
+    return aiohttp.ClientTimeout(
+        total=t.total, connect=t.connect, sock_connect=t.connect, sock_read=t.first_byte
+    )

@@ -1,0 +1,146 @@
+"""The fleet as an immutable snapshot: providers, deployments, models.
+
+A `Fleet` is built once from a validated `FleetConfig` and never changed; a new config
+builds a new `Fleet` that `FleetHolder.swap` installs atomically, so the hot path reads
+`holder.fleet` without locks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetgate.config.checks import ENV_REF, deployment_id
+from fleetgate.config.schema import CircuitConfig, FleetConfig, ProviderKind, Timeouts
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    id: str
+    kind: ProviderKind
+    base_url: str
+    api_key: str | None
+    api_key_env: str | None  # the env var named by the config, when it used one
+    headers: tuple[tuple[str, str], ...]
+    timeouts: Timeouts
+    max_concurrency: int
+
+    @property
+    def has_credentials(self) -> bool:
+        """False only when the config names an env var that is not set."""
+        return self.api_key_env is None or self.api_key is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    id: str
+    model: str
+    provider: Provider
+    upstream_model: str
+    context_window: int | None
+    weight: float
+    priority: int
+    price_input: float
+    price_output: float
+    index: int  # position in the config; the final tie-breaker, so plans are deterministic
+    tier: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    id: str
+    owned_by: str
+    deployments: tuple[Deployment, ...]
+    created: int = 0
+
+    @property
+    def context_length(self) -> int | None:
+        windows = [d.context_window for d in self.deployments if d.context_window]
+        return max(windows) if windows else None
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    providers: dict[str, Provider]
+    deployments: dict[str, Deployment]
+    models: dict[str, Model]
+    circuit: CircuitConfig
+    config: FleetConfig
+    version: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _resolve_key(raw: str | None) -> tuple[str | None, str | None]:
+    if raw is None:
+        return None, None
+    match = ENV_REF.match(raw)
+    if match is None:
+        return raw, None
+    return os.environ.get(match.group(1)), match.group(1)
+
+
+def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
+    providers: dict[str, Provider] = {}
+    for p in config.providers:
+        key, env = _resolve_key(p.api_key)
+        providers[p.id] = Provider(
+            id=p.id,
+            kind=p.kind,
+            base_url=p.base_url,
+            api_key=key,
+            api_key_env=env,
+            headers=tuple(p.headers.items()),
+            timeouts=p.timeouts,
+            max_concurrency=p.max_concurrency,
+        )
+    deployments: dict[str, Deployment] = {}
+    by_model: dict[str, list[Deployment]] = {}
+    for i, d in enumerate(config.deployments):
+        dep = Deployment(
+            id=deployment_id(d),
+            model=d.model,
+            provider=providers[d.provider],
+            upstream_model=d.upstream_model or d.model,
+            context_window=d.context_window,
+            weight=d.weight,
+            priority=d.priority,
+            price_input=d.price.input,
+            price_output=d.price.output,
+            index=i,
+        )
+        deployments[dep.id] = dep
+        by_model.setdefault(dep.model, []).append(dep)
+    owners = {m.id: m.owned_by for m in config.models}
+    models = {
+        model_id: Model(id=model_id, owned_by=owners.get(model_id, "fleetgate"),
+                        deployments=tuple(deps))
+        for model_id, deps in by_model.items()
+    }
+    return Fleet(
+        providers=providers,
+        deployments=deployments,
+        models=models,
+        circuit=config.routing.circuit,
+        config=config,
+        version=version,
+    )
+
+
+class FleetHolder:
+    """Holds the live fleet; `swap` replaces it in one reference assignment."""
+
+    __slots__ = ("_listeners", "fleet")
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self._listeners: list[Any] = []
+
+    def swap(self, fleet: Fleet) -> Fleet:
+        old, self.fleet = self.fleet, fleet
+        for listener in self._listeners:
+            listener(old, fleet)
+        return old
+
+    def on_swap(self, listener: Any) -> None:
+        self._listeners.append(listener)

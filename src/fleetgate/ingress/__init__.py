@@ -1,0 +1,1 @@
+"""Ingress: protocol adapters that parse a body into a `RequestProfile`."""

@@ -1,0 +1,19 @@
+"""`RequestProfile`: what the routing pipeline knows about a request, whatever its protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class RequestProfile:
+    protocol: str  # "openai" | "anthropic" | "ollama"
+    endpoint: str  # "chat.completions" | "completions" | "embeddings" | ...
+    model: str  # the name the client asked for, echoed back in responses
+    stream: bool
+    body: dict[str, Any]  # the parsed body; passed upstream with only `model` rewritten
+    output_reserve: int | None = None  # max_tokens and its synonyms, when given
+    needs: frozenset[str] = frozenset()  # capabilities the request uses
+    headers: dict[str, str] = field(default_factory=dict)  # routing-relevant headers only
+    request_id: str = ""

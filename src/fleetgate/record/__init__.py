@@ -1,0 +1,1 @@
+"""Record: one row per request and per attempt, written off the hot path."""

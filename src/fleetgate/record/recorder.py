@@ -1,0 +1,114 @@
+"""Request records, buffered in memory and handed to sinks by a background task.
+
+The hot path only appends to a bounded deque; when it is full the oldest unflushed record
+is dropped and counted. Records hold numbers and ids, never prompt or completion text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict, deque
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from fleetgate.execute.outcome import Attempt
+
+log = logging.getLogger("fleetgate.record")
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    request_id: str
+    time: float
+    endpoint: str
+    requested_model: str
+    resolution: str
+    stream: bool
+    status: int
+    error_code: str | None
+    latency: float
+    overhead: float
+    deployment_id: str | None
+    provider_id: str | None
+    attempts: list[Attempt] = field(default_factory=list)
+    dropped: list[dict[str, str]] = field(default_factory=list)
+
+    def public(self) -> dict[str, Any]:
+        """The record as the read API shows it (attempt messages left out)."""
+        data = asdict(self)
+        for attempt in data["attempts"]:
+            attempt.pop("message", None)
+            attempt.pop("upstream_body", None)
+        return data
+
+
+class RecordSink(Protocol):
+    async def write(self, records: list[RequestRecord]) -> None: ...
+
+
+class RecentRequests:
+    """Keeps the last `capacity` records in memory, for `GET /v1/requests/{id}`."""
+
+    def __init__(self, capacity: int = 2000) -> None:
+        self.capacity = capacity
+        self._records: OrderedDict[str, RequestRecord] = OrderedDict()
+
+    async def write(self, records: list[RequestRecord]) -> None:
+        for record in records:
+            self._records[record.request_id] = record
+            self._records.move_to_end(record.request_id)
+        while len(self._records) > self.capacity:
+            self._records.popitem(last=False)
+
+    def get(self, request_id: str) -> RequestRecord | None:
+        return self._records.get(request_id)
+
+
+class Recorder:
+    def __init__(
+        self, sinks: list[RecordSink], capacity: int = 10_000, interval: float = 0.05
+    ) -> None:
+        self.sinks = sinks
+        self.capacity = capacity
+        self.interval = interval
+        self.dropped = 0
+        self._buffer: deque[RequestRecord] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, record: RequestRecord) -> None:
+        if len(self._buffer) >= self.capacity:
+            self._buffer.popleft()
+            self.dropped += 1
+        self._buffer.append(record)
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self.flush()
+            await asyncio.sleep(self.interval)  # batch what arrives meanwhile
+
+    async def flush(self) -> None:
+        if not self._buffer:
+            return
+        batch = list(self._buffer)
+        self._buffer.clear()
+        for sink in self.sinks:
+            try:
+                await sink.write(batch)
+            except Exception:  # a failing sink must never take the gateway down
+                log.exception("record sink %s failed", type(sink).__name__)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.flush()

@@ -1,0 +1,1 @@
+"""Candidate filters, one rule per module."""

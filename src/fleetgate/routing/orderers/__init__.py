@@ -1,0 +1,1 @@
+"""Candidate orderers, one strategy per module."""

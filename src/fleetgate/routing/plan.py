@@ -1,0 +1,92 @@
+"""The route plan: candidates in the order they will be tried, and every dropped one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fleetgate.fleet import Deployment, Fleet
+from fleetgate.ingress.profile import RequestProfile
+from fleetgate.state.runtime import RuntimeState
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    deployment: Deployment
+    scope: str = "deployment"  # where its parameter overrides come from
+    key_label: str | None = None
+    params: dict[str, Any] | None = None  # body overrides for this route
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    deployment_id: str
+    filter: str
+    reason: str
+
+
+@dataclass(slots=True)
+class PlanContext:
+    profile: RequestProfile
+    fleet: Fleet
+    state: RuntimeState
+    now: float
+
+
+@dataclass(slots=True)
+class RoutePlan:
+    requested_model: str
+    resolution: str  # which precedence rule matched: "explicit" | "deployment" | ...
+    candidates: list[Candidate]
+    dropped: list[Dropped] = field(default_factory=list)
+    emptied_by: str | None = None  # the filter that removed the last candidate
+    # response headers a stage wants the client to see (e.g. X-Fleetgate-Context-Tier)
+    headers: dict[str, str] = field(default_factory=dict)
+    # facts a stage wants recorded with the request (numbers and ids only)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as the explain endpoint and CLI show it."""
+        return {
+            "model": self.requested_model,
+            "resolution": self.resolution,
+            "candidates": [
+                {
+                    "position": i,
+                    "deployment": c.deployment.id,
+                    "provider": c.deployment.provider.id,
+                    "upstream_model": c.deployment.upstream_model,
+                    "context_window": c.deployment.context_window,
+                    "tier": c.deployment.tier,
+                    "scope": c.scope,
+                    "key_label": c.key_label,
+                    "params": c.params,
+                }
+                for i, c in enumerate(self.candidates)
+            ],
+            "dropped": [
+                {"deployment": d.deployment_id, "filter": d.filter, "reason": d.reason}
+                for d in self.dropped
+            ],
+            "emptied_by": self.emptied_by,
+            "headers": self.headers,
+            "notes": self.notes,
+        }
+
+
+class CandidateFilter(Protocol):
+    """Keeps the candidates that can serve the request; says why it drops each other one."""
+
+    name: str
+
+    def apply(
+        self, ctx: PlanContext, candidates: list[Candidate]
+    ) -> tuple[list[Candidate], list[Dropped]]: ...
+
+
+class CandidateOrderer(Protocol):
+    """Ranks the surviving candidates; must keep every one of them."""
+
+    name: str
+
+    def order(self, ctx: PlanContext, candidates: list[Candidate]) -> list[Candidate]: ...

@@ -1,0 +1,46 @@
+"""Builds the route plan: resolve → filter → order (each a plain function of its inputs)."""
+
+from __future__ import annotations
+
+import time
+
+from fleetgate.errors import GatewayError
+from fleetgate.fleet import Fleet
+from fleetgate.ingress.profile import RequestProfile
+from fleetgate.routing.plan import PlanContext, RoutePlan
+from fleetgate.routing.register import FILTERS, ORDERERS
+from fleetgate.routing.resolve import resolve
+from fleetgate.state.runtime import RuntimeState
+
+
+def build_plan(
+    profile: RequestProfile, fleet: Fleet, state: RuntimeState, now: float | None = None
+) -> RoutePlan:
+    """The plan a request follows; never raises for an empty plan (see `require_route`)."""
+    ctx = PlanContext(profile, fleet, state, time.time() if now is None else now)
+    resolution = resolve(ctx)
+    plan = RoutePlan(profile.model, resolution.reason, resolution.candidates)
+    for f in FILTERS:
+        if not plan.candidates:
+            break
+        kept, dropped = f.apply(ctx, plan.candidates)
+        plan.dropped.extend(dropped)
+        if not kept:
+            plan.emptied_by = f.name
+        plan.candidates = kept
+    if not resolution.ordered:
+        for orderer in ORDERERS:
+            plan.candidates = orderer.order(ctx, plan.candidates)
+    return plan
+
+
+def require_route(plan: RoutePlan) -> None:
+    """Raise `no_route` naming the filter that emptied the plan and its reasons."""
+    if plan.candidates:
+        return
+    reasons = "; ".join(f"{d.deployment_id}: {d.reason}" for d in plan.dropped) or "none"
+    raise GatewayError(
+        "no_route",
+        f"No deployment of {plan.requested_model!r} can serve this request: the "
+        f"{plan.emptied_by or 'resolve'} filter removed the last candidate ({reasons}).",
+    )

@@ -1,0 +1,1 @@
+"""The ASGI server: endpoints, responses, lifespan."""

@@ -1,0 +1,375 @@
+"""The gateway as an ASGI application: ingress → plan → execute → respond → record."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from fleetgate.errors import GatewayError
+from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
+from fleetgate.execute.outcome import Attempt
+from fleetgate.execute.upstream import UpstreamPool
+from fleetgate.fleet import Fleet, FleetHolder
+from fleetgate.ingress.openai import parse_json_object, parse_openai
+from fleetgate.ingress.profile import RequestProfile
+from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
+from fleetgate.routing.plan import RoutePlan
+from fleetgate.routing.planner import build_plan, require_route
+from fleetgate.server.asgi import (
+    DisconnectWatch,
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    send_body,
+)
+from fleetgate.state.runtime import MemoryState, RuntimeState
+
+log = logging.getLogger("fleetgate")
+
+_REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_EVENT_STREAM = b"text/event-stream"
+_ENDPOINTS = {
+    "/v1/chat/completions": "chat.completions",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+}
+
+Handler = Callable[[Scope, Receive, Send, "Exchange"], Awaitable[None]]
+
+
+class Exchange:
+    """Per-request facts the handlers share: id, start time, and the routing headers."""
+
+    __slots__ = ("headers", "request_id", "started")
+
+    def __init__(self, scope: Scope) -> None:
+        self.started = time.perf_counter()
+        self.headers: dict[str, str] = {}
+        request_id = None
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                request_id = value.decode("latin-1")
+            elif name.startswith(b"x-fleetgate-"):
+                self.headers[name.decode("latin-1")] = value.decode("latin-1")
+        if request_id is None or not _REQUEST_ID_OK.match(request_id):
+            request_id = os.urandom(12).hex()
+        self.request_id = request_id
+
+    def base_headers(self) -> Headers:
+        return [(b"x-request-id", self.request_id.encode())]
+
+
+def _routing_headers(plan: RoutePlan, outcome: Outcome, overhead: float) -> Headers:
+    dep = outcome.candidate.deployment
+    tried = len(outcome.attempts)
+    extra = [(k.lower().encode(), v.encode()) for k, v in plan.headers.items()]
+    extra.extend((k.lower().encode(), v.encode()) for k, v in outcome.extra_headers.items())
+    return extra + [
+        (b"x-fleetgate-route", dep.id.encode()),
+        (b"x-fleetgate-provider", dep.provider.id.encode()),
+        (b"x-fleetgate-attempts", str(tried).encode()),
+        (b"x-fleetgate-fallback-count", str(tried - 1).encode()),
+        (b"x-fleetgate-overhead-ms", f"{overhead * 1000:.3f}".encode()),
+    ]
+
+
+def _attempt_headers(attempts: list[Attempt]) -> Headers:
+    if not attempts:
+        return []
+    return [
+        (b"x-fleetgate-attempts", str(len(attempts)).encode()),
+        (b"x-fleetgate-fallback-count", str(len(attempts) - 1).encode()),
+        (b"x-fleetgate-fallback-exhausted", b"true"),
+    ]
+
+
+class Gateway:
+    """The ASGI app. One instance per process; the fleet inside it can be swapped live."""
+
+    def __init__(self, holder: FleetHolder, state: RuntimeState | None = None) -> None:
+        self.holder = holder
+        self.state = state or MemoryState()
+        self.pool = UpstreamPool()
+        self.executor = Executor(self.pool, self.state)
+        self.recent = RecentRequests()
+        self.recorder = Recorder([self.recent])
+        self.ready = False
+        self.max_body = holder.fleet.config.server.max_body_bytes
+        self.routes: dict[tuple[str, str], Handler] = {
+            ("GET", "/v1/models"): self.models,
+            ("POST", "/v1/routing/explain"): self.explain,
+            ("GET", "/healthz"): self.healthz,
+            ("GET", "/readyz"): self.readyz,
+        }
+        for path, endpoint in _ENDPOINTS.items():
+            self.routes[("POST", path)] = self._proxy_for(endpoint)
+
+    # ---- ASGI entry -----------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ex = Exchange(scope)
+        path: str = scope["path"]
+        handler = self.routes.get((scope["method"], path))
+        try:
+            if handler is None:
+                handler = self._fallback_route(scope["method"], path)
+            await handler(scope, receive, send, ex)
+        except GatewayError as exc:
+            await self._send_error(send, ex, exc)
+        except Exception:
+            log.exception("unhandled error in request %s", ex.request_id)
+            await self._send_error(
+                send, ex, GatewayError("internal_error", "Internal error; see the gateway log.")
+            )
+
+    def _fallback_route(self, method: str, path: str) -> Handler:
+        if method == "GET" and path.startswith("/v1/requests/"):
+            return self.request_record
+        if any(p == path for _, p in self.routes):
+            raise GatewayError("method_not_allowed", f"{method} is not allowed on {path}.")
+        raise GatewayError("not_found", f"There is no endpoint at {path}.")
+
+    async def _send_error(
+        self, send: Send, ex: Exchange, exc: GatewayError, extra: Headers | None = None
+    ) -> None:
+        headers = ex.base_headers()
+        headers.extend((k.lower().encode(), v.encode()) for k, v in exc.headers.items())
+        if extra:
+            headers.extend(extra)
+        body = exc.to_json()
+        if exc.code == "upstream_rejected" and exc.upstream_body:
+            body = _upstream_error_body(exc.upstream_body) or body
+        await send_body(send, exc.status, body, headers)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.startup()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def startup(self) -> None:
+        self.recorder.start()
+        self.ready = True
+
+    async def shutdown(self) -> None:
+        self.ready = False
+        await self.recorder.stop()
+        await self.pool.close()
+
+    # ---- the proxied endpoints --------------------------------------------------------
+    def _proxy_for(self, endpoint: str) -> Handler:
+        async def handler(scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+            raw = await read_body(receive, self.max_body)
+            profile = parse_openai(endpoint, raw)
+            profile.request_id = ex.request_id
+            profile.headers = ex.headers
+            await self.proxy(profile, receive, send, ex)
+
+        return handler
+
+    async def proxy(
+        self, profile: RequestProfile, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        fleet = self.holder.fleet
+        plan = build_plan(profile, fleet, self.state)
+        require_route(plan)
+        watch = DisconnectWatch(receive)
+        try:
+            try:
+                outcome = await self.executor.run(plan, profile, fleet)
+            except ChainExhausted as exc:
+                self._record(ex, profile, plan, exc.status, exc.code, exc.attempts, None, 0.0)
+                extra = [(k.lower().encode(), v.encode()) for k, v in plan.headers.items()]
+                extra.extend(_attempt_headers(exc.attempts))
+                await self._send_error(send, ex, exc, extra)
+                return
+            if outcome.stream is None:
+                await self._send_whole(send, ex, profile, plan, outcome)
+            else:
+                await self._send_stream(send, ex, profile, plan, outcome)
+        except asyncio.CancelledError:
+            if not watch.cancelled:
+                raise
+            await watch.absorb()
+        finally:
+            watch.finish()
+
+    async def _send_whole(
+        self, send: Send, ex: Exchange, profile: RequestProfile, plan: RoutePlan,
+        outcome: Outcome,
+    ) -> None:
+        assert outcome.body is not None
+        overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
+        headers = ex.base_headers()
+        headers.extend(_routing_headers(plan, outcome, overhead))
+        await send_body(send, outcome.status, outcome.body, headers,
+                        outcome.content_type.encode())
+        self._record(ex, profile, plan, outcome.status, None, outcome.attempts, outcome,
+                     overhead)
+
+    async def _send_stream(
+        self, send: Send, ex: Exchange, profile: RequestProfile, plan: RoutePlan,
+        outcome: Outcome,
+    ) -> None:
+        assert outcome.stream is not None
+        overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
+        headers = ex.base_headers()
+        headers.extend(_routing_headers(plan, outcome, overhead))
+        headers.append((b"content-type", _EVENT_STREAM))
+        headers.append((b"cache-control", b"no-cache"))
+        await send({"type": "http.response.start", "status": outcome.status, "headers": headers})
+        stream = outcome.stream
+        try:
+            async for chunk in stream:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+            last = outcome.attempts[-1]
+            code = "stream_interrupted" if last.error_class else None
+            self._record(ex, profile, plan, outcome.status, code, outcome.attempts, outcome,
+                         overhead)
+
+    def _record(
+        self, ex: Exchange, profile: RequestProfile, plan: RoutePlan, status: int,
+        error_code: str | None, attempts: list[Attempt], outcome: Outcome | None,
+        overhead: float,
+    ) -> None:
+        dep = outcome.candidate.deployment if outcome is not None else None
+        self.recorder.add(
+            RequestRecord(
+                request_id=ex.request_id,
+                time=time.time(),
+                endpoint=profile.endpoint,
+                requested_model=profile.model,
+                resolution=plan.resolution,
+                stream=profile.stream,
+                status=status,
+                error_code=error_code,
+                latency=time.perf_counter() - ex.started,
+                overhead=overhead,
+                deployment_id=dep.id if dep else None,
+                provider_id=dep.provider.id if dep else None,
+                attempts=attempts,
+                dropped=plan.describe()["dropped"] if plan.dropped else [],
+            )
+        )
+
+    # ---- the gateway's own endpoints --------------------------------------------------
+    async def models(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        await send_body(send, 200, orjson.dumps(catalog(self.holder.fleet)), ex.base_headers())
+
+    async def explain(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        raw = await read_body(receive, self.max_body)
+        result = explain_request(
+            parse_json_object(raw), self.holder.fleet, self.state, ex.headers
+        )
+        await send_body(send, 200, orjson.dumps(result), ex.base_headers())
+
+    async def healthz(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        await send_body(send, 200, b'{"status":"ok"}', ex.base_headers())
+
+    async def readyz(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        fleet = self.holder.fleet
+        if not self.ready:
+            body = {"status": "starting"}
+            status = 503
+        else:
+            status = 200
+            body = {"status": "ready", "models": len(fleet.models),
+                    "deployments": len(fleet.deployments)}
+        await send_body(send, status, orjson.dumps(body), ex.base_headers())
+
+    async def request_record(
+        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        request_id = scope["path"].removeprefix("/v1/requests/")
+        record = self.recent.get(request_id)
+        if record is None:
+            raise GatewayError(
+                "not_found",
+                f"No record of request {request_id!r} (only recent requests are kept).",
+            )
+        await send_body(send, 200, orjson.dumps(record.public()), ex.base_headers())
+
+
+def _upstream_error_body(body: bytes) -> bytes | None:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        return body
+    return None
+
+
+def catalog(fleet: Fleet) -> dict[str, Any]:
+    """`GET /v1/models`: each canonical model once, with its largest context window."""
+    data = []
+    for model in fleet.models.values():
+        entry: dict[str, Any] = {
+            "id": model.id,
+            "object": "model",
+            "created": model.created,
+            "owned_by": model.owned_by,
+        }
+        if model.context_length is not None:
+            entry["context_length"] = model.context_length
+        data.append(entry)
+    return {"object": "list", "data": data}
+
+
+def infer_endpoint(body: dict[str, Any]) -> str:
+    if "messages" in body:
+        return "chat.completions"
+    if "prompt" in body:
+        return "completions"
+    if "input" in body:
+        return "embeddings"
+    return "chat.completions"
+
+
+def explain_request(
+    body: dict[str, Any], fleet: Fleet, state: RuntimeState, headers: dict[str, str]
+) -> dict[str, Any]:
+    """The plan a request would follow, without sending anything."""
+    endpoint = body.pop("endpoint", None) or infer_endpoint(body)
+    if endpoint not in _ENDPOINTS.values():
+        raise GatewayError(
+            "invalid_request",
+            f"`endpoint` must be one of {sorted(_ENDPOINTS.values())}.",
+            param="endpoint",
+        )
+    profile = parse_openai(endpoint, orjson.dumps(body))
+    profile.headers = headers
+    plan = build_plan(profile, fleet, state)
+    result = plan.describe()
+    result["endpoint"] = endpoint
+    try:
+        require_route(plan)
+    except GatewayError as exc:
+        result["error"] = exc.body()["error"]
+    return result
+
+
+def create_app(holder: FleetHolder, state: RuntimeState | None = None) -> Gateway:
+    return Gateway(holder, state)

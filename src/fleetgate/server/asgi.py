@@ -1,0 +1,95 @@
+"""Minimal ASGI primitives for the hot path: read a body, send JSON, send a stream.
+
+Written directly on ASGI (no framework) because a framework's per-request machinery
+would cost about as much CPU as the whole gateway pipeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from fleetgate.errors import GatewayError
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+
+JSON = b"application/json"
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body"):
+        if len(body) > limit:
+            raise _too_large(limit)
+        return body
+    parts = [body]
+    size = len(body)
+    while message.get("more_body"):
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise asyncio.CancelledError
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(
+        "payload_too_large", f"The request body is larger than the {limit}-byte limit."
+    )
+
+
+async def send_body(
+    send: Send, status: int, body: bytes, headers: Headers, content_type: bytes = JSON
+) -> None:
+    headers.append((b"content-type", content_type))
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class DisconnectWatch:
+    """Cancels the handling task when the client goes away before the response is done.
+
+    Without it an abandoned request would keep its upstream request (and a GPU) busy.
+    """
+
+    __slots__ = ("_task", "cancelled", "done")
+
+    def __init__(self, receive: Receive) -> None:
+        self.done = False
+        self.cancelled = False
+        owner = asyncio.current_task()
+        self._task = asyncio.get_running_loop().create_task(self._watch(receive, owner))
+
+    async def _watch(self, receive: Receive, owner: asyncio.Task[Any] | None) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+        if not self.done and owner is not None:
+            self.cancelled = True
+            owner.cancel()
+
+    def finish(self) -> None:
+        self.done = True
+        if not self._task.done():
+            self._task.cancel()
+
+    async def absorb(self) -> None:
+        """Called after a CancelledError this watch caused: clear it so the task ends well."""
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task

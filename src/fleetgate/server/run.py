@@ -1,0 +1,52 @@
+"""Running the gateway under uvicorn (uvloop + httptools)."""
+
+from __future__ import annotations
+
+import os
+
+import uvicorn
+
+from fleetgate.config import FleetConfig, load_config_file
+from fleetgate.fleet import FleetHolder, build_fleet
+from fleetgate.server.app import Gateway
+
+CONFIG_ENV = "FLEETGATE_CONFIG"
+
+
+def _uvicorn_kwargs() -> dict[str, object]:
+    return {
+        "loop": "uvloop",
+        "http": "httptools",
+        "lifespan": "on",
+        "access_log": False,
+        "log_level": os.environ.get("FLEETGATE_LOG_LEVEL", "warning"),
+        "timeout_graceful_shutdown": 10,
+    }
+
+
+def gateway_for(config: FleetConfig) -> Gateway:
+    return Gateway(FleetHolder(build_fleet(config)))
+
+
+def app_from_env() -> Gateway:
+    """Factory for multi-worker mode: each worker loads the config named by FLEETGATE_CONFIG."""
+    return gateway_for(load_config_file(os.environ[CONFIG_ENV]))
+
+
+def server_for(app: Gateway, host: str, port: int) -> uvicorn.Server:
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, **_uvicorn_kwargs()))
+
+
+def serve(config_path: str, host: str | None, port: int | None, workers: int) -> None:
+    config = load_config_file(config_path)
+    host = host or config.server.host
+    port = config.server.port if port is None else port
+    if workers > 1:
+        os.environ[CONFIG_ENV] = os.path.abspath(config_path)
+        uvicorn.run(
+            "fleetgate.server.run:app_from_env", factory=True, host=host, port=port,
+            workers=workers, **_uvicorn_kwargs(),
+        )
+        return
+    server = server_for(gateway_for(config), host, port)
+    server.run()

@@ -1,0 +1,132 @@
+"""Runtime state of each deployment: circuit breaker, cooldowns, in-flight count, EMAs.
+
+It lives apart from the immutable fleet. `MemoryState` keeps it in this process; a shared
+implementation keeps the same interface and mirrors writes to other replicas. Reads are
+synchronous so the routing filters never await.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from fleetgate.config.schema import CircuitConfig
+
+EMA_ALPHA = 0.2
+
+
+@dataclass(slots=True)
+class DeploymentHealth:
+    consecutive_failures: int = 0
+    open_until: float = 0.0  # wall-clock seconds; the deployment is out until then
+    open_reason: str = ""  # "circuit open" | "rate limited"
+    probing: bool = False  # a half-open probe is in flight
+    inflight: int = 0
+    ttft_ema: float | None = None  # seconds
+    tps_ema: float | None = None  # completion tokens per second
+    latency_ema: float | None = None  # seconds, whole exchange
+    successes: int = 0
+    failures: int = 0
+
+    @property
+    def circuit(self) -> str:
+        if self.consecutive_failures == 0 and not self.open_until:
+            return "closed"
+        if self.open_until > time.time():
+            return "open"
+        return "half-open" if self.open_until else "closed"
+
+
+class RuntimeState(Protocol):
+    def health(self, deployment_id: str) -> DeploymentHealth: ...
+
+    def unavailable_reason(self, deployment_id: str, now: float) -> str | None: ...
+
+    def try_begin(self, deployment_id: str, now: float) -> bool: ...
+
+    def end(self, deployment_id: str) -> None: ...
+
+    def record_success(
+        self, deployment_id: str, ttft: float | None, latency: float, tokens: int | None
+    ) -> None: ...
+
+    def record_failure(self, deployment_id: str, now: float, circuit: CircuitConfig) -> None: ...
+
+    def record_rate_limit(
+        self, deployment_id: str, now: float, retry_after: float | None, circuit: CircuitConfig
+    ) -> float: ...
+
+
+def _ema(old: float | None, new: float) -> float:
+    return new if old is None else old + EMA_ALPHA * (new - old)
+
+
+class MemoryState:
+    """Runtime state for one process."""
+
+    def __init__(self) -> None:
+        self._health: dict[str, DeploymentHealth] = {}
+
+    def health(self, deployment_id: str) -> DeploymentHealth:
+        h = self._health.get(deployment_id)
+        if h is None:
+            h = self._health[deployment_id] = DeploymentHealth()
+        return h
+
+    def unavailable_reason(self, deployment_id: str, now: float) -> str | None:
+        h = self._health.get(deployment_id)
+        if h is None or h.open_until <= now:
+            return None
+        return f"{h.open_reason} for {h.open_until - now:.1f}s more"
+
+    def try_begin(self, deployment_id: str, now: float) -> bool:
+        """Claim a slot for an attempt; False when a half-open probe is already out."""
+        h = self.health(deployment_id)
+        if h.open_until and h.open_until <= now and h.consecutive_failures:
+            if h.probing:
+                return False
+            h.probing = True
+        h.inflight += 1
+        return True
+
+    def end(self, deployment_id: str) -> None:
+        h = self.health(deployment_id)
+        h.inflight -= 1
+
+    def record_success(
+        self, deployment_id: str, ttft: float | None, latency: float, tokens: int | None
+    ) -> None:
+        h = self.health(deployment_id)
+        h.successes += 1
+        h.consecutive_failures = 0
+        h.open_until = 0.0
+        h.open_reason = ""
+        h.probing = False
+        h.latency_ema = _ema(h.latency_ema, latency)
+        if ttft is not None:
+            h.ttft_ema = _ema(h.ttft_ema, ttft)
+            if tokens and latency > ttft:
+                h.tps_ema = _ema(h.tps_ema, tokens / (latency - ttft))
+
+    def record_failure(self, deployment_id: str, now: float, circuit: CircuitConfig) -> None:
+        h = self.health(deployment_id)
+        h.failures += 1
+        h.consecutive_failures += 1
+        if h.probing or h.consecutive_failures >= circuit.failure_threshold:
+            h.open_until = max(h.open_until, now + circuit.cooldown_seconds)
+            h.open_reason = "circuit open"
+        h.probing = False
+
+    def record_rate_limit(
+        self, deployment_id: str, now: float, retry_after: float | None, circuit: CircuitConfig
+    ) -> float:
+        """Put the deployment in a cooldown; returns when it ends."""
+        h = self.health(deployment_id)
+        h.failures += 1
+        wait = retry_after if retry_after is not None else circuit.rate_limit_cooldown_seconds
+        wait = min(max(wait, 0.0), circuit.max_cooldown_seconds)
+        h.open_until = max(h.open_until, now + wait)
+        h.open_reason = "rate limited"
+        h.probing = False
+        return h.open_until

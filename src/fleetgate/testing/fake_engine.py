@@ -1,0 +1,638 @@
+"""A fake OpenAI-compatible inference engine: a real aiohttp HTTP server on loopback.
+
+Used as the demo's backends and as the upstreams of the test suite. It speaks the
+OpenAI API under ``/v1`` (chat completions, completions, embeddings, models) plus
+vLLM's ``POST /tokenize`` at the root, and can inject faults on demand.
+
+Deterministic token rule (tests depend on it):
+
+* ``prompt_tokens`` = number of whitespace-separated words in all text of the request:
+  each message's ``content`` (a string, or the ``text`` of ``{"type": "text"}`` parts),
+  ``prompt`` (string or list of strings) and ``input`` (string or list of strings),
+  plus 1 per message.
+* ``completion_tokens`` = ``reply_words``, capped by ``max_tokens`` /
+  ``max_completion_tokens`` when given (``finish_reason`` is then ``"length"``).
+* The reply text is ``f"{name} says:"`` followed by `` w1 w2 ... wN`` with
+  N = ``completion_tokens``. A stream sends the prefix as the first content chunk
+  (which also carries the role) and then one chunk per word, so a stream has
+  ``completion_tokens + 1`` content chunks, one finish chunk, a usage chunk when
+  ``stream_options.include_usage`` is true, then ``data: [DONE]``.
+* Context enforcement: ``prompt_tokens + (max_tokens or max_completion_tokens or 0)
+  > context_window`` is answered with the ``error_style`` engine's context-length 400.
+
+Timing: ``latency`` is awaited before every JSON answer of the inference endpoints
+(success or error); ``ttft`` after the stream's headers and before its first event;
+``1 / tokens_per_second`` between stream events. ``tokenize_delay`` delays ``/tokenize``.
+
+Faults (:class:`Fault`) either persist (:meth:`FakeEngine.set_fault`) or are queued for
+the next N inference requests (:meth:`FakeEngine.fail_next`). A persistent ``status``,
+``reset`` or ``hang`` fault hits every endpoint (the engine looks down); the other kinds
+only hit the inference endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, NoReturn, cast
+
+import orjson
+from aiohttp import web
+
+FaultKind = Literal[
+    "status", "reset", "hang", "break_stream", "context_error", "bad_request", "stream_error_event"
+]
+ErrorStyle = Literal["vllm", "sglang", "llamacpp", "openai"]
+_ERROR_STYLES = ("vllm", "sglang", "llamacpp", "openai")
+_ENGINE_DOWN_KINDS = ("status", "reset", "hang")
+_INFERENCE_PATHS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/v1/embeddings": "embedding",
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A failure the engine injects instead of answering normally."""
+
+    kind: FaultKind
+    status: int = 503
+    retry_after: float | None = None  # seconds, sent as the Retry-After header
+    after_chunks: int = 3  # break_stream: SSE events sent before the connection drops
+    message: str | None = None
+
+
+@dataclass
+class ReceivedRequest:
+    """One request as the engine received it; ``time`` is ``time.monotonic()``."""
+
+    path: str
+    method: str
+    headers: dict[str, str]
+    body: Any
+    time: float
+
+
+@dataclass
+class _Call:
+    """Per-request state: whether the engine itself dropped the connection."""
+
+    aborted: bool = False
+
+
+@dataclass
+class _Reply:
+    """What an inference request is answered with (before shaping per endpoint)."""
+
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    tool_name: str | None = None
+    created: int = field(default_factory=lambda: int(time.time()))
+    rid: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
+
+    @property
+    def usage(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+
+
+def _texts(value: Any) -> list[str]:
+    """The strings in a ``prompt``/``input`` value or a message ``content``."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        return []
+    out: list[str] = []
+    for item in value:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict) and item.get("type") == "text":
+            text = item.get("text")
+            if isinstance(text, str):
+                out.append(text)
+    return out
+
+
+def count_prompt_tokens(body: Mapping[str, Any]) -> int:
+    """Prompt tokens of a request body under the module's deterministic token rule."""
+    texts: list[str] = []
+    messages = body.get("messages")
+    n_messages = 0
+    if isinstance(messages, list):
+        for message in messages:
+            n_messages += 1
+            if isinstance(message, dict):
+                texts += _texts(message.get("content"))
+    texts += _texts(body.get("prompt")) + _texts(body.get("input"))
+    return n_messages + sum(len(t.split()) for t in texts)
+
+
+def requested_completion_tokens(body: Mapping[str, Any]) -> int:
+    """``max_tokens or max_completion_tokens or 0``."""
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def _error(message: str, err_type: str, code: int | str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": err_type, "param": None, "code": code}}
+
+
+def context_exceeded_error(
+    style: ErrorStyle, limit: int, prompt: int, completion: int
+) -> dict[str, Any]:
+    """The body an engine of ``style`` answers (with status 400) to an over-long request."""
+    total = prompt + completion
+    if style == "vllm":
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{total} tokens ({prompt} in the messages, {completion} in the completion). "
+            "Please reduce the length of the messages or completion."
+        )
+        return _error(message, "BadRequestError", 400)
+    if style == "sglang":  # SGLang's ErrorResponse is flat, not nested under "error"
+        if prompt >= limit:
+            message = (
+                f"The input ({prompt} tokens) is longer than the model's context length "
+                f"({limit} tokens)."
+            )
+        else:
+            message = (
+                "Requested token count exceeds the model's maximum context length of "
+                f"{limit} tokens. You requested a total of {total} tokens: {prompt} tokens "
+                f"from the input messages and {completion} tokens for the completion. Please "
+                "reduce the number of tokens in the input messages or the completion to fit "
+                "within the limit."
+            )
+        return {
+            "object": "error",
+            "message": message,
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        }
+    if style == "llamacpp":
+        message = (
+            f"request ({prompt} tokens) exceeds the available context size ({limit} tokens), "
+            "try increasing it"
+        )
+        return {
+            "error": {
+                "code": 400,
+                "message": message,
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": prompt,
+                "n_ctx": limit,
+            }
+        }
+    if completion:
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{total} tokens ({prompt} in the messages, {completion} in the completion). "
+            "Please reduce the length of the messages or completion."
+        )
+    else:
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, your messages "
+            f"resulted in {prompt} tokens. Please reduce the length of the messages."
+        )
+    body = _error(message, "invalid_request_error", "context_length_exceeded")
+    body["error"]["param"] = "messages"
+    return body
+
+
+_MALFORMED = _error("Malformed JSON: the body must be a JSON object", "BadRequestError", 400)
+
+
+def _embedding(text: str) -> list[float]:
+    digest = hashlib.sha256(text.encode()).digest()
+    return [round(b / 127.5 - 1.0, 6) for b in digest[:8]]
+
+
+async def _forever() -> NoReturn:
+    """Wait until cancelled (by the client going away, or by ``stop()``)."""
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
+def _sse(payload: Any) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+class FakeEngine:
+    """A fake inference engine serving the OpenAI API on ``url`` + ``/v1``."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        context_window: int = 8192,
+        latency: float = 0.0,
+        ttft: float = 0.0,
+        tokens_per_second: float | None = None,
+        reply_words: int = 8,
+        error_style: str = "vllm",
+        served_model: str = "fake-model",
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        if error_style not in _ERROR_STYLES:
+            raise ValueError(f"error_style must be one of {_ERROR_STYLES}, got {error_style!r}")
+        self.name = name
+        self.context_window = context_window
+        self.latency = latency
+        self.ttft = ttft
+        self.tokens_per_second = tokens_per_second
+        self.reply_words = reply_words
+        self.error_style = cast(ErrorStyle, error_style)
+        self.served_model = served_model
+        self.host = host
+        self.port = port
+        self.tokenize_delay = 0.0
+        self.requests: list[ReceivedRequest] = []
+        self.tokenize_calls = 0
+        self.active = 0
+        self.cancelled = 0
+        self._fault: Fault | None = None
+        self._queued: deque[Fault] = deque()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._runner: web.ServerRunner | None = None
+        self._stopping = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:41234`` (the OpenAI API lives under /v1)."""
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        """Listen on ``host:port``; a restart after ``stop()`` reuses the bound port."""
+        server = web.Server(self._dispatch, handler_cancellation=True)
+        self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        self.port = self._runner.addresses[0][1]
+        self._stopping = False
+
+    async def stop(self) -> None:
+        """Close the listener and every connection; in-flight handlers are cancelled."""
+        if self._runner is None:
+            return
+        self._stopping = True
+        for task in list(self._tasks):
+            task.cancel()
+        await self._runner.cleanup()
+        self._runner = None
+
+    async def __aenter__(self) -> FakeEngine:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- fault control -----------------------------------------------------------------
+
+    def set_fault(self, fault: Fault | None) -> None:
+        """Apply ``fault`` to every request from now on (``None`` clears it)."""
+        self._fault = fault
+
+    def fail_next(self, fault: Fault, count: int = 1) -> None:
+        """Apply ``fault`` to the next ``count`` chat/completion/embedding requests."""
+        self._queued.extend([fault] * count)
+
+    def reset_counters(self) -> None:
+        """Forget received requests, counters and queued faults."""
+        self.requests.clear()
+        self.tokenize_calls = 0
+        self.cancelled = 0
+        self._queued.clear()
+
+    def _take_fault(self, inference: bool) -> Fault | None:
+        if inference and self._queued:
+            return self._queued.popleft()
+        fault = self._fault
+        if fault is not None and (inference or fault.kind in _ENGINE_DOWN_KINDS):
+            return fault
+        return None
+
+    # -- dispatch ----------------------------------------------------------------------
+
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self.active += 1
+        call = _Call()
+        try:
+            raw = await request.read()
+            body: Any = None
+            malformed = False
+            if raw:
+                try:
+                    body = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    malformed = True
+            self.requests.append(
+                ReceivedRequest(
+                    request.path, request.method, dict(request.headers), body, time.monotonic()
+                )
+            )
+            return await self._route(request, body, malformed, call)
+        except (asyncio.CancelledError, ConnectionError):
+            if not call.aborted and not self._stopping:
+                self.cancelled += 1
+            raise
+        finally:
+            self.active -= 1
+            self._tasks.discard(task)
+
+    async def _route(
+        self, request: web.BaseRequest, body: Any, malformed: bool, call: _Call
+    ) -> web.StreamResponse:
+        kind = _INFERENCE_PATHS.get(request.path) if request.method == "POST" else None
+        if kind is not None:
+            fault = self._take_fault(inference=True)
+            return await self._inference(request, kind, body, malformed, fault, call)
+        route = (request.method, request.path)
+        if route not in (("GET", "/v1/models"), ("POST", "/tokenize")):
+            message = f"Not Found: {request.method} {request.path}"
+            return web.json_response(_error(message, "NotFoundError", 404), status=404)
+        fault = self._take_fault(inference=False)
+        if fault is not None:
+            return await self._apply_fault(request, fault, "", {}, call)
+        if request.path == "/v1/models":
+            return self._models()
+        return await self._tokenize(body, malformed)
+
+    # -- endpoints ---------------------------------------------------------------------
+
+    def _models(self) -> web.Response:
+        model = {
+            "id": self.served_model,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "fake",
+            "max_model_len": self.context_window,
+        }
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def _tokenize(self, body: Any, malformed: bool) -> web.Response:
+        self.tokenize_calls += 1
+        if malformed or not isinstance(body, dict):
+            return web.json_response(_MALFORMED, status=400)
+        await asyncio.sleep(self.tokenize_delay)
+        count = count_prompt_tokens(body)
+        return web.json_response(
+            {"count": count, "max_model_len": self.context_window, "tokens": list(range(count))}
+        )
+
+    async def _inference(
+        self,
+        request: web.BaseRequest,
+        kind: str,
+        body: Any,
+        malformed: bool,
+        fault: Fault | None,
+        call: _Call,
+    ) -> web.StreamResponse:
+        body = body if isinstance(body, dict) else {}
+        if fault is not None:
+            return await self._apply_fault(request, fault, kind, body, call)
+        if malformed or not body:
+            return await self._json(400, _MALFORMED)
+        prompt = count_prompt_tokens(body)
+        requested = requested_completion_tokens(body)
+        if prompt + requested > self.context_window:
+            error = context_exceeded_error(self.error_style, self.context_window, prompt, requested)
+            return await self._json(400, error)
+        if kind == "embedding":
+            return await self._embeddings(body, prompt)
+        reply = self._reply(body, kind, prompt, requested)
+        if body.get("stream"):
+            return await self._stream(request, kind, body, reply, call)
+        return await self._json(200, self._completion_body(kind, reply))
+
+    def _reply(self, body: Mapping[str, Any], kind: str, prompt: int, requested: int) -> _Reply:
+        completion = min(self.reply_words, requested) if requested else self.reply_words
+        finish = "length" if completion < self.reply_words else "stop"
+        tool_name = None
+        tools = body.get("tools")
+        if (
+            kind == "chat"
+            and isinstance(tools, list)
+            and tools
+            and body.get("tool_choice") != "none"
+        ):
+            function = tools[0].get("function", {}) if isinstance(tools[0], dict) else {}
+            tool_name = str(function.get("name", "tool"))
+            finish = "tool_calls"
+        model = str(body.get("model") or self.served_model)
+        return _Reply(model, prompt, completion, finish, tool_name)
+
+    def _pieces(self, reply: _Reply) -> list[str]:
+        return [f"{self.name} says:"] + [f" w{i}" for i in range(1, reply.completion_tokens + 1)]
+
+    def _envelope(self, kind: str, reply: _Reply, chunk: bool) -> dict[str, Any]:
+        if kind == "chat":
+            obj, prefix = ("chat.completion.chunk" if chunk else "chat.completion"), "chatcmpl"
+        else:
+            obj, prefix = "text_completion", "cmpl"
+        return {
+            "id": f"{prefix}-{reply.rid}",
+            "object": obj,
+            "created": reply.created,
+            "model": reply.model,
+            "system_fingerprint": f"fake-{self.name}",
+            "fake_engine": self.name,
+        }
+
+    def _tool_call(self, reply: _Reply) -> dict[str, Any]:
+        return {
+            "id": f"call_{reply.rid}",
+            "type": "function",
+            "function": {"name": reply.tool_name, "arguments": "{}"},
+        }
+
+    def _completion_body(self, kind: str, reply: _Reply) -> dict[str, Any]:
+        text = "".join(self._pieces(reply))
+        choice: dict[str, Any] = {
+            "index": 0,
+            "logprobs": None,
+            "finish_reason": reply.finish_reason,
+        }
+        if kind == "completion":
+            choice["text"] = text
+        elif reply.tool_name is not None:
+            choice["message"] = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [self._tool_call(reply)],
+            }
+        else:
+            choice["message"] = {"role": "assistant", "content": text}
+        return {
+            **self._envelope(kind, reply, chunk=False),
+            "choices": [choice],
+            "usage": reply.usage,
+        }
+
+    def _stream_events(self, kind: str, body: Mapping[str, Any], reply: _Reply) -> list[Any]:
+        def event(choice: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+            choices = [] if choice is None else [{"index": 0, "logprobs": None, **choice}]
+            return {**self._envelope(kind, reply, chunk=True), "choices": choices, **extra}
+
+        events: list[Any] = []
+        if kind == "completion":
+            for piece in self._pieces(reply):
+                events.append(event({"text": piece, "finish_reason": None}))
+            events.append(event({"text": "", "finish_reason": reply.finish_reason}))
+        elif reply.tool_name is not None:
+            call = {"index": 0, **self._tool_call(reply)}
+            delta = {"role": "assistant", "content": None, "tool_calls": [call]}
+            events.append(event({"delta": delta, "finish_reason": None}))
+            events.append(event({"delta": {}, "finish_reason": reply.finish_reason}))
+        else:
+            for i, piece in enumerate(self._pieces(reply)):
+                delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
+                events.append(event({"delta": delta, "finish_reason": None}))
+            events.append(event({"delta": {}, "finish_reason": reply.finish_reason}))
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            events.append(event(None, usage=reply.usage))
+        return events
+
+    async def _stream(
+        self,
+        request: web.BaseRequest,
+        kind: str,
+        body: Mapping[str, Any],
+        reply: _Reply,
+        call: _Call,
+        break_after: int | None = None,
+    ) -> web.StreamResponse:
+        resp = await self._open_stream(request)
+        await asyncio.sleep(self.ttft)
+        gap = 1.0 / self.tokens_per_second if self.tokens_per_second else 0.0
+        for i, payload in enumerate(self._stream_events(kind, body, reply)):
+            if i == break_after:
+                await self._drop_connection(request, call)
+            if i and gap:
+                await asyncio.sleep(gap)
+            await resp.write(_sse(payload))
+        if break_after is not None:
+            await self._drop_connection(request, call)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def _embeddings(self, body: Mapping[str, Any], prompt: int) -> web.Response:
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else inputs
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return await self._json(
+                400, _error("input must be a string or a list of strings", "BadRequestError", 400)
+            )
+        data = [
+            {"object": "embedding", "index": i, "embedding": _embedding(text)}
+            for i, text in enumerate(texts)
+        ]
+        model = str(body.get("model") or self.served_model)
+        usage = {"prompt_tokens": prompt, "total_tokens": prompt}
+        return await self._json(
+            200, {"object": "list", "data": data, "model": model, "usage": usage}
+        )
+
+    # -- faults and helpers ------------------------------------------------------------
+
+    async def _apply_fault(
+        self,
+        request: web.BaseRequest,
+        fault: Fault,
+        kind: str,
+        body: Mapping[str, Any],
+        call: _Call,
+    ) -> web.StreamResponse:
+        prompt = count_prompt_tokens(body)
+        requested = requested_completion_tokens(body)
+        if fault.kind == "status":
+            err_type = (
+                "rate_limit_error"
+                if fault.status == 429
+                else "server_error"
+                if fault.status >= 500
+                else "invalid_request_error"
+            )
+            message = fault.message or f"{self.name}: injected fault (HTTP {fault.status})"
+            headers = {}
+            if fault.retry_after is not None:
+                headers["Retry-After"] = f"{fault.retry_after:g}"
+            return await self._json(
+                fault.status, _error(message, err_type, fault.status), headers=headers
+            )
+        if fault.kind == "hang":
+            await _forever()
+        if fault.kind == "context_error":
+            limit = self.context_window
+            return await self._json(
+                400, context_exceeded_error(self.error_style, limit, prompt, requested)
+            )
+        if fault.kind == "bad_request":
+            message = fault.message or "invalid parameter: the request was rejected by the engine"
+            return await self._json(400, _error(message, "BadRequestError", 400))
+        if fault.kind == "stream_error_event":
+            error = context_exceeded_error(self.error_style, self.context_window, prompt, requested)
+            resp = await self._open_stream(request)
+            await asyncio.sleep(self.ttft)
+            await resp.write(_sse({"error": error.get("error", error)}))
+            await resp.write_eof()
+            return resp
+        if fault.kind == "break_stream" and body.get("stream") and kind in ("chat", "completion"):
+            reply = self._reply(body, kind, prompt, requested)
+            return await self._stream(request, kind, body, reply, call, fault.after_chunks)
+        await self._drop_connection(request, call)  # "reset", or break_stream without a stream
+
+    async def _drop_connection(self, request: web.BaseRequest, call: _Call) -> NoReturn:
+        """Abort the TCP connection without a (complete) response."""
+        call.aborted = True
+        if request.transport is not None:
+            request.transport.abort()
+        await _forever()  # the connection loss cancels this handler
+
+    async def _open_stream(self, request: web.BaseRequest) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        return resp
+
+    async def _json(
+        self, status: int, payload: Any, headers: Mapping[str, str] | None = None
+    ) -> web.Response:
+        await asyncio.sleep(self.latency)
+        return web.Response(
+            body=orjson.dumps(payload),
+            status=status,
+            content_type="application/json",
+            headers=headers,
+        )

@@ -1,0 +1,101 @@
+"""Test harness: fake engines and the gateway on loopback, in a background event loop.
+
+Tests drive them from the main thread through real clients (the openai SDK, aiohttp).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import uvicorn
+
+from fleetgate.config import validate_config
+from fleetgate.fleet import FleetHolder, build_fleet
+from fleetgate.server.app import Gateway
+from fleetgate.testing import FakeEngine
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
+    """Wait for a condition, failing the test when it does not hold within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {what}")
+        time.sleep(0.005)
+
+
+class LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 10.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def fleet_config(data: dict[str, Any]) -> Any:
+    config, problems = validate_config(data)
+    assert config is not None, [str(p) for p in problems]
+    return config
+
+
+class Stack:
+    """Some fake engines and one gateway in front of them."""
+
+    def __init__(self, lt: LoopThread) -> None:
+        self.lt = lt
+        self.engines: dict[str, FakeEngine] = {}
+        self.gateway: Gateway | None = None
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Future[Any] | None = None
+        self.url = ""
+
+    def engine(self, name: str, **kwargs: Any) -> FakeEngine:
+        engine = FakeEngine(name, **kwargs)
+        self.lt.run(engine.start())
+        self.engines[name] = engine
+        return engine
+
+    def start_gateway(self, config: dict[str, Any]) -> Gateway:
+        holder = FleetHolder(build_fleet(fleet_config(config)))
+        gateway = Gateway(holder)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        server = uvicorn.Server(
+            uvicorn.Config(gateway, lifespan="on", log_level="warning", access_log=False,
+                           http="httptools")
+        )
+        self._task = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), self.lt.loop)
+        wait_until(lambda: server.started, 10, "gateway started")
+        self.gateway, self._server = gateway, server
+        self.url = f"http://127.0.0.1:{port}"
+        return gateway
+
+    def close(self) -> None:
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            self._task.result(15)
+        for engine in self.engines.values():
+            self.lt.run(engine.stop())
+
+
+def provider(name: str, engine: FakeEngine, **extra: Any) -> dict[str, Any]:
+    return {"id": name, "kind": "vllm", "base_url": engine.url + "/v1", **extra}
+
+
+def deployment(model: str, provider_id: str, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "provider": provider_id, "id": provider_id, **extra}
