@@ -34,6 +34,9 @@ class RequestRecord:
     provider_id: str | None
     attempts: list[Attempt] = field(default_factory=list)
     dropped: list[dict[str, str]] = field(default_factory=list)
+    client_key_id: str | None = None
+    # facts routing stages put in `RoutePlan.notes` (virtual model, tier, context estimate)
+    notes: dict[str, Any] = field(default_factory=dict)
 
     def public(self) -> dict[str, Any]:
         """The record as the read API shows it (attempt messages left out)."""
@@ -77,6 +80,10 @@ class Recorder:
         self._buffer: deque[RequestRecord] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
 
     def add(self, record: RequestRecord) -> None:
         if len(self._buffer) >= self.capacity:

@@ -8,10 +8,12 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from fleetgate.auth.guard import record_usage
+from fleetgate.auth.keys import ClientKey
 from fleetgate.errors import GatewayError
 from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
@@ -33,6 +35,10 @@ from fleetgate.server.asgi import (
 )
 from fleetgate.state.runtime import MemoryState, RuntimeState
 
+if TYPE_CHECKING:
+    from fleetgate.auth.guard import Guard
+    from fleetgate.server.control import ControlPlane
+
 log = logging.getLogger("fleetgate")
 
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -49,10 +55,11 @@ Handler = Callable[[Scope, Receive, Send, "Exchange"], Awaitable[None]]
 class Exchange:
     """Per-request facts the handlers share: id, start time, and the routing headers."""
 
-    __slots__ = ("headers", "request_id", "started")
+    __slots__ = ("client_key", "headers", "request_id", "started")
 
     def __init__(self, scope: Scope) -> None:
         self.started = time.perf_counter()
+        self.client_key: ClientKey | None = None
         self.headers: dict[str, str] = {}
         request_id = None
         for name, value in scope["headers"]:
@@ -104,6 +111,10 @@ class Gateway:
         self.recorder = Recorder([self.recent])
         self.ready = False
         self.max_body = holder.fleet.config.server.max_body_bytes
+        # set by server/control.py when the gateway runs with a store (admin API, keys)
+        self.control: ControlPlane | None = None
+        self.guard: Guard | None = None
+        self.admin_app: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
         self.routes: dict[tuple[str, str], Handler] = {
             ("GET", "/v1/models"): self.models,
             ("POST", "/v1/routing/explain"): self.explain,
@@ -139,6 +150,8 @@ class Gateway:
     def _fallback_route(self, method: str, path: str) -> Handler:
         if method == "GET" and path.startswith("/v1/requests/"):
             return self.request_record
+        if self.admin_app is not None and (path == "/admin" or path.startswith("/admin/")):
+            return self._admin
         if any(p == path for _, p in self.routes):
             raise GatewayError("method_not_allowed", f"{method} is not allowed on {path}.")
         raise GatewayError("not_found", f"There is no endpoint at {path}.")
@@ -167,13 +180,21 @@ class Gateway:
                 return
 
     async def startup(self) -> None:
+        if self.control is not None:
+            await self.control.start()
         self.recorder.start()
         self.ready = True
 
     async def shutdown(self) -> None:
         self.ready = False
-        await self.recorder.stop()
+        await self.recorder.stop()  # flushes the last records into the store
+        if self.control is not None:
+            await self.control.stop()
         await self.pool.close()
+
+    async def _admin(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        assert self.admin_app is not None
+        await self.admin_app(scope, receive, send)
 
     # ---- the proxied endpoints --------------------------------------------------------
     def _proxy_for(self, endpoint: str) -> Handler:
@@ -182,6 +203,8 @@ class Gateway:
             profile = parse_openai(endpoint, raw)
             profile.request_id = ex.request_id
             profile.headers = ex.headers
+            if self.guard is not None:
+                ex.client_key = await self.guard.admit(scope, profile.model)
             await self.proxy(profile, receive, send, ex)
 
         return handler
@@ -255,24 +278,28 @@ class Gateway:
         overhead: float,
     ) -> None:
         dep = outcome.candidate.deployment if outcome is not None else None
-        self.recorder.add(
-            RequestRecord(
-                request_id=ex.request_id,
-                time=time.time(),
-                endpoint=profile.endpoint,
-                requested_model=profile.model,
-                resolution=plan.resolution,
-                stream=profile.stream,
-                status=status,
-                error_code=error_code,
-                latency=time.perf_counter() - ex.started,
-                overhead=overhead,
-                deployment_id=dep.id if dep else None,
-                provider_id=dep.provider.id if dep else None,
-                attempts=attempts,
-                dropped=plan.describe()["dropped"] if plan.dropped else [],
-            )
+        key = ex.client_key
+        record = RequestRecord(
+            request_id=ex.request_id,
+            time=time.time(),
+            endpoint=profile.endpoint,
+            requested_model=profile.model,
+            resolution=plan.resolution,
+            stream=profile.stream,
+            status=status,
+            error_code=error_code,
+            latency=time.perf_counter() - ex.started,
+            overhead=overhead,
+            deployment_id=dep.id if dep else None,
+            provider_id=dep.provider.id if dep else None,
+            attempts=attempts,
+            dropped=plan.describe()["dropped"] if plan.dropped else [],
+            client_key_id=key.id if key is not None else None,
+            notes=plan.notes,
         )
+        self.recorder.add(record)
+        if key is not None and self.guard is not None:
+            self.guard.settle(key, *record_usage(record, self.holder.fleet))
 
     # ---- the gateway's own endpoints --------------------------------------------------
     async def models(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:

@@ -7,8 +7,8 @@ import os
 import uvicorn
 
 from fleetgate.config import FleetConfig, load_config_file
-from fleetgate.fleet import FleetHolder, build_fleet
 from fleetgate.server.app import Gateway
+from fleetgate.server.control import build_gateway
 
 CONFIG_ENV = "FLEETGATE_CONFIG"
 
@@ -25,7 +25,8 @@ def _uvicorn_kwargs() -> dict[str, object]:
 
 
 def gateway_for(config: FleetConfig) -> Gateway:
-    return Gateway(FleetHolder(build_fleet(config)))
+    """The gateway with its control plane (store, admin API, keys, Redis when set)."""
+    return build_gateway(config)
 
 
 def app_from_env() -> Gateway:

@@ -1,0 +1,225 @@
+"""The request log in the store: one row per request and one per attempt, written in batches.
+
+`RequestLog` is a `RecordSink` for the `Recorder`, which already batches records off the
+hot path and counts the ones it drops. Rows hold numbers and ids, never prompt or
+completion text, never secrets.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, delete, insert, or_, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from fleetgate.record.recorder import RequestRecord
+from fleetgate.store.tables import attempts, requests
+
+_BATCH = 500  # rows per INSERT statement
+
+
+def _request_row(uid: str, r: RequestRecord) -> dict[str, Any]:
+    last = r.attempts[-1] if r.attempts else None
+    final = last if last is not None and r.deployment_id == last.deployment_id else None
+    notes = r.notes
+    context_estimate = notes.get("context_estimate")
+    prompt = final.prompt_tokens if final else None
+    estimated = False
+    if prompt is None and isinstance(context_estimate, int):
+        prompt, estimated = context_estimate, True
+    return {
+        "uid": uid,
+        "request_id": r.request_id,
+        "time": r.time,
+        "client_key_id": r.client_key_id,
+        "endpoint": r.endpoint,
+        "requested_model": r.requested_model,
+        "resolution": r.resolution,
+        "virtual_model": notes.get("virtual_model"),
+        "tier": notes.get("tier"),
+        "deployment_id": r.deployment_id,
+        "provider_id": r.provider_id,
+        "upstream_model": final.upstream_model if final else None,
+        "stream": r.stream,
+        "status": r.status,
+        "error_code": r.error_code,
+        "error_class": last.error_class if last else None,
+        "latency": r.latency,
+        "ttft": final.ttft if final else None,
+        "overhead": r.overhead,
+        "prompt_tokens": prompt,
+        "completion_tokens": final.completion_tokens if final else None,
+        "tokens_estimated": estimated,
+        "context_estimate": context_estimate,
+        "context_exact": notes.get("context_exact"),
+        "fallback_count": max(len(r.attempts) - 1, 0),
+        "dropped": r.dropped or None,
+    }
+
+
+def _attempt_rows(uid: str, r: RequestRecord) -> list[dict[str, Any]]:
+    return [
+        {
+            "request_uid": uid,
+            "idx": a.index,
+            "deployment_id": a.deployment_id,
+            "provider_id": a.provider_id,
+            "upstream_model": a.upstream_model,
+            "scope": a.scope,
+            "status": a.status,
+            "error_class": a.error_class,
+            "latency": a.latency,
+            "ttft": a.ttft,
+            "retry_after": a.retry_after,
+            "prompt_tokens": a.prompt_tokens,
+            "completion_tokens": a.completion_tokens,
+            "params": a.params,
+        }
+        for a in r.attempts
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+def encode_cursor(row_time: float, uid: str) -> str:
+    return base64.urlsafe_b64encode(f"{row_time!r}|{uid}".encode()).decode()
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    """Raises ValueError on a cursor this module did not make."""
+    text = base64.urlsafe_b64decode(cursor.encode()).decode()
+    when, _, uid = text.partition("|")
+    if not uid:
+        raise ValueError("bad cursor")
+    return float(when), uid
+
+
+def parse_since(value: str) -> float:
+    """Epoch seconds, or an ISO-8601 time (UTC when it names no zone)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        return when.replace(tzinfo=datetime.now().astimezone().tzinfo).timestamp()
+    return when.timestamp()
+
+
+class RequestLog:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.written = 0
+
+    async def write(self, records: list[RequestRecord]) -> None:
+        request_rows: list[dict[str, Any]] = []
+        attempt_rows: list[dict[str, Any]] = []
+        for record in records:
+            uid = os.urandom(12).hex()
+            request_rows.append(_request_row(uid, record))
+            attempt_rows.extend(_attempt_rows(uid, record))
+        async with self.engine.begin() as conn:
+            for i in range(0, len(request_rows), _BATCH):
+                await conn.execute(insert(requests), request_rows[i : i + _BATCH])
+            for i in range(0, len(attempt_rows), _BATCH):
+                await conn.execute(insert(attempts), attempt_rows[i : i + _BATCH])
+        self.written += len(request_rows)
+
+    async def purge(self, older_than: float, chunk: int = 1000) -> int:
+        """Delete rows older than `older_than` (epoch seconds), `chunk` requests per
+        transaction so a big backlog never holds long locks. Returns how many went."""
+        total = 0
+        while True:
+            async with self.engine.begin() as conn:
+                uids = list(
+                    (
+                        await conn.execute(
+                            select(requests.c.uid).where(requests.c.time < older_than).limit(chunk)
+                        )
+                    ).scalars()
+                )
+                if not uids:
+                    return total
+                await conn.execute(delete(attempts).where(attempts.c.request_uid.in_(uids)))
+                await conn.execute(delete(requests).where(requests.c.uid.in_(uids)))
+            total += len(uids)
+            if len(uids) < chunk:
+                return total
+
+    async def page(
+        self,
+        *,
+        model: str | None = None,
+        status: str | None = None,
+        since: float | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """Newest first; `cursor` continues after the last row of the previous page."""
+        query = select(requests)
+        if model is not None:
+            query = query.where(requests.c.requested_model == model)
+        if status is not None:
+            if status == "ok":
+                query = query.where(requests.c.status < 400)
+            elif status == "error":
+                query = query.where(requests.c.status >= 400)
+            else:
+                query = query.where(requests.c.status == int(status))
+        if since is not None:
+            query = query.where(requests.c.time >= since)
+        if cursor is not None:
+            when, uid = decode_cursor(cursor)
+            query = query.where(
+                or_(requests.c.time < when, and_(requests.c.time == when, requests.c.uid < uid))
+            )
+        query = query.order_by(requests.c.time.desc(), requests.c.uid.desc()).limit(limit + 1)
+        async with self.engine.connect() as conn:
+            rows = [dict(r._mapping) for r in await conn.execute(query)]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = encode_cursor(rows[-1]["time"], rows[-1]["uid"]) if more else None
+        return Page([_public(r) for r in rows], next_cursor)
+
+    async def get(self, request_id: str) -> dict[str, Any] | None:
+        """The newest request with this id, with its attempts in order."""
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(requests)
+                    .where(requests.c.request_id == request_id)
+                    .order_by(requests.c.time.desc())
+                    .limit(1)
+                )
+            ).first()
+            if row is None:
+                return None
+            found = dict(row._mapping)
+            tries = await conn.execute(
+                select(attempts)
+                .where(attempts.c.request_uid == found["uid"])
+                .order_by(attempts.c.idx)
+            )
+            found["attempts"] = [
+                {k: v for k, v in a._mapping.items() if k != "request_uid"} for a in tries
+            ]
+        return _public(found)
+
+
+def _public(row: dict[str, Any]) -> dict[str, Any]:
+    row.pop("uid", None)
+    row["id"] = row.pop("request_id")
+    return row
+
+
+def retention_cutoff(days: float, now: float | None = None) -> float:
+    return (time.time() if now is None else now) - days * 86400
