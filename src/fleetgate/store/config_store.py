@@ -29,7 +29,7 @@ def entities_of(config: FleetConfig) -> Entities:
     data = config.model_dump(mode="json", exclude_unset=True)
     out: Entities = {}
     for name, kind in ENTITY_KINDS.items():
-        bodies = data.get(name, [])
+        bodies = kind.from_section(data.get(name))
         for body in bodies:
             if name == "deployments" and "id" not in body:
                 body["id"] = kind.id_of(body)  # pin the id so later edits cannot move it
@@ -42,7 +42,9 @@ def compose(base: FleetConfig, entities: Entities) -> tuple[FleetConfig | None, 
     data: dict[str, Any] = base.model_dump(mode="json", exclude_unset=True)
     for name in ENTITY_KINDS:
         data.pop(name, None)
-    data.update({name: bodies for name, bodies in entities.items() if bodies})
+    for name, bodies in entities.items():
+        if bodies and name in ENTITY_KINDS:
+            data[name] = ENTITY_KINDS[name].to_section(bodies)
     return validate_config(data)
 
 

@@ -19,6 +19,23 @@ Entities = dict[str, list[Body]]  # kind -> bodies in declared order
 class EntityKind:
     name: str  # the config section, and the admin API's path segment
     id_of: Callable[[Body], str]
+    # "list": the section is a list of blocks, each naming its own id.
+    # "map": the section maps a name to a block; the store keeps the name in the body
+    # under `key_field` and takes it out again when it rebuilds the config.
+    shape: str = "list"
+    key_field: str = "name"
+
+    def to_section(self, bodies: list[Body]) -> Any:
+        if self.shape == "list":
+            return bodies
+        return {
+            b[self.key_field]: {k: v for k, v in b.items() if k != self.key_field} for b in bodies
+        }
+
+    def from_section(self, section: Any) -> list[Body]:
+        if self.shape == "list":
+            return list(section or [])
+        return [{self.key_field: name, **(block or {})} for name, block in (section or {}).items()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +74,50 @@ register_kind(EntityKind("deployments", _deployment_id))
 register_kind(EntityKind("models", lambda b: b["id"]))
 
 
+def _register_route_kinds() -> None:
+    """Virtual models and tiers, when this build's config tree has them."""
+    from fleetgate.config.schema import FleetConfig
+
+    fields = FleetConfig.model_fields
+    if "virtual_models" in fields:
+        register_kind(EntityKind("virtual_models", lambda b: b["name"]))
+    if "tiers" in fields:
+        register_kind(EntityKind("tiers", lambda b: b["name"], shape="map"))
+
+
+_register_route_kinds()
+
+
+def _routes_of(entities: Entities) -> Iterable[tuple[str, str, Body]]:
+    for kind in ("virtual_models", "tiers"):
+        for body in entities.get(kind, []):
+            for route in body.get("routes") or []:
+                if isinstance(route, dict):
+                    yield kind, body.get("name", "?"), route
+
+
+@reference_finder
+def _route_targets(entities: Entities) -> Iterable[Reference]:
+    """Routes of virtual models and tiers name deployments or models."""
+    by_id = {_deployment_id(b): b for b in entities.get("deployments", [])}
+    for kind, name, route in _routes_of(entities):
+        if route.get("deployment"):
+            yield Reference(kind, name, "deployments", route["deployment"])
+            dep = by_id.get(route["deployment"])
+            if dep is not None and "provider" in dep:
+                yield Reference(kind, name, "providers", dep["provider"])
+        if route.get("model"):
+            # a route to a model needs only one of its deployments: removing one of several
+            # leaves the route working, so only the last one (or its provider) is "in use"
+            yield Reference(kind, name, "models", route["model"])
+            serving = [(i, d) for i, d in by_id.items() if d.get("model") == route["model"]]
+            if len(serving) == 1:
+                yield Reference(kind, name, "deployments", serving[0][0])
+            providers = {d.get("provider") for _, d in serving}
+            if len(providers) == 1 and None not in providers:
+                yield Reference(kind, name, "providers", providers.pop())
+
+
 @reference_finder
 def _deployment_providers(entities: Entities) -> Iterable[Reference]:
     for body in entities.get("deployments", []):
@@ -66,9 +127,9 @@ def _deployment_providers(entities: Entities) -> Iterable[Reference]:
 
 def users_of(entities: Entities, kind: str, entity_id: str) -> list[Reference]:
     """Every entity that still names (kind, id)."""
-    return [
-        ref
-        for finder in REFERENCE_FINDERS
-        for ref in finder(entities)
-        if ref.used_kind == kind and ref.used_id == entity_id
-    ]
+    seen: list[Reference] = []
+    for finder in REFERENCE_FINDERS:
+        for ref in finder(entities):
+            if ref.used_kind == kind and ref.used_id == entity_id and ref not in seen:
+                seen.append(ref)
+    return seen
