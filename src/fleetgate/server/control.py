@@ -121,11 +121,14 @@ class ControlPlane:
         if self.redis_url:
             from fleetgate.state.redis_link import RedisLink
 
-            self.link = RedisLink(self.redis_url, self.options.redis_namespace, self._on_event)
-            await self.link.start()
+            self.link = RedisLink(self.redis_url, self.options.redis_namespace)
+            self.link.on("config", self._on_event)
+            self.link.on("keys", self._on_event)
+            self.link.on("resync", self._on_event)
             state = self.gateway.state
             if hasattr(state, "attach"):
                 state.attach(self.link)
+            await self.link.start()
             self.guard.limiter = self.link.limiter()
 
     async def stop(self) -> None:
@@ -176,6 +179,9 @@ class ControlPlane:
             if int(event.get("version", 0)) > self.fleet.version:
                 await self.reload_fleet()
         elif kind == "keys":
+            await self.reload_keys()
+        elif kind == "resync":  # back from a Redis outage: changes may have been missed
+            await self.reload_fleet()
             await self.reload_keys()
 
     # ---- retention ----------------------------------------------------------------------
