@@ -62,7 +62,7 @@ def _start_pair(
 def test_rate_limit_is_cluster_wide(
     stack: Stack, replica_b: Stack, pg_url: str, redis_url: str, redis_namespace: str
 ) -> None:
-    a, b = _start_pair(
+    _, b = _start_pair(
         stack, replica_b, _options(pg_url, redis_url, redis_namespace), auth={"enabled": True}
     )
     key = admin(stack).post("/admin/keys", json={"name": "k", "rpm": 4}).json()
@@ -93,7 +93,7 @@ def test_config_change_on_a_routes_on_b_within_a_second(
 def test_circuit_state_is_shared(
     stack: Stack, replica_b: Stack, pg_url: str, redis_url: str, redis_namespace: str
 ) -> None:
-    a, b = _start_pair(
+    _, b = _start_pair(
         stack,
         replica_b,
         _options(pg_url, redis_url, redis_namespace),
