@@ -11,8 +11,16 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetgate.capabilities import deployment_capabilities
 from fleetgate.config.checks import ENV_REF, deployment_id
-from fleetgate.config.schema import CircuitConfig, FleetConfig, ProviderKind, Timeouts
+from fleetgate.config.schema import (
+    CircuitConfig,
+    FleetConfig,
+    ProviderKind,
+    ProviderPreferences,
+    Timeouts,
+)
+from fleetgate.routing.preferences import env_preferences
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +53,8 @@ class Deployment:
     price_output: float
     index: int  # position in the config; the final tie-breaker, so plans are deterministic
     tier: str = "default"
+    capabilities: frozenset[str] = frozenset()  # need names (see capabilities.py)
+    quantization: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +63,7 @@ class Model:
     owned_by: str
     deployments: tuple[Deployment, ...]
     created: int = 0
+    preferences: ProviderPreferences | None = None
 
     @property
     def context_length(self) -> int | None:
@@ -69,6 +80,8 @@ class Fleet:
     config: FleetConfig
     version: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # gateway-wide provider preferences from FLEETGATE_PROVIDER_* (read when the fleet is built)
+    env_preferences: ProviderPreferences | None = None
 
 
 def _resolve_key(raw: str | None) -> tuple[str | None, str | None]:
@@ -108,13 +121,21 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             price_input=d.price.input,
             price_output=d.price.output,
             index=i,
+            capabilities=deployment_capabilities(
+                providers[d.provider].kind, d.supported_parameters, d.modalities
+            ),
+            quantization=d.quantization,
         )
         deployments[dep.id] = dep
         by_model.setdefault(dep.model, []).append(dep)
-    owners = {m.id: m.owned_by for m in config.models}
+    declared = {m.id: m for m in config.models}
     models = {
-        model_id: Model(id=model_id, owned_by=owners.get(model_id, "fleetgate"),
-                        deployments=tuple(deps))
+        model_id: Model(
+            id=model_id,
+            owned_by=declared[model_id].owned_by if model_id in declared else "fleetgate",
+            deployments=tuple(deps),
+            preferences=declared[model_id].provider if model_id in declared else None,
+        )
         for model_id, deps in by_model.items()
     }
     return Fleet(
@@ -124,6 +145,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
         circuit=config.routing.circuit,
         config=config,
         version=version,
+        env_preferences=env_preferences()[0],
     )
 
 

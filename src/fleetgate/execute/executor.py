@@ -73,6 +73,8 @@ class ChainExhausted(GatewayError):
 
 def upstream_body(profile: RequestProfile, candidate: Candidate) -> bytes:
     body = profile.body
+    if candidate.drop_params:
+        body = {k: v for k, v in body.items() if k not in candidate.drop_params}
     if candidate.params:
         body = {**body, **candidate.params}
     return orjson.dumps({**body, "model": candidate.deployment.upstream_model})
@@ -105,6 +107,9 @@ class Executor:
                 upstream_model=dep.upstream_model,
                 scope=candidate.scope,
                 params=candidate.params,
+                quantization=dep.quantization,
+                dropped_params=list(candidate.drop_params) or None,
+                preferences=plan.notes.get("preferences"),
             )
             attempts.append(attempt)
             started = time.perf_counter()

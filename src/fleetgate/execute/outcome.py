@@ -38,6 +38,9 @@ class Attempt:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     params: dict[str, Any] | None = None
+    quantization: str | None = None
+    dropped_params: list[str] | None = None  # unsupported knobs removed from the body sent
+    preferences: dict[str, Any] | None = None  # the provider preferences in force
     # kept for the client's error message only; never logged
     message: str = field(default="", repr=False)
     upstream_body: bytes | None = field(default=None, repr=False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetgate.config.schema import ProviderPreferences
+
 
 @dataclass(slots=True)
 class RequestProfile:
@@ -17,3 +19,5 @@ class RequestProfile:
     needs: frozenset[str] = frozenset()  # capabilities the request uses
     headers: dict[str, str] = field(default_factory=dict)  # routing-relevant headers only
     request_id: str = ""
+    # the body's OpenRouter-style `provider` object, removed from `body` at ingress
+    preferences: ProviderPreferences | None = None

@@ -16,6 +16,8 @@ class Candidate:
     scope: str = "deployment"  # where its parameter overrides come from
     key_label: str | None = None
     params: dict[str, Any] | None = None  # body overrides for this route
+    # body fields removed for this route: sampling knobs the deployment does not support
+    drop_params: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +25,7 @@ class Dropped:
     deployment_id: str
     filter: str
     reason: str
+    retry_at: float | None = None  # wall-clock time it comes back, when it is a rate limit
 
 
 @dataclass(slots=True)
@@ -31,6 +34,11 @@ class PlanContext:
     fleet: Fleet
     state: RuntimeState
     now: float
+    # shared with the plan: stages may add response headers and log notes while planning
+    headers: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict)  # data one stage derives for others
+    max_attempts: int | None = None  # set by a stage to cut the plan after ordering
 
 
 @dataclass(slots=True)
@@ -61,6 +69,7 @@ class RoutePlan:
                     "scope": c.scope,
                     "key_label": c.key_label,
                     "params": c.params,
+                    "drop_params": list(c.drop_params),
                 }
                 for i, c in enumerate(self.candidates)
             ],

@@ -271,6 +271,7 @@ class Gateway:
                 provider_id=dep.provider.id if dep else None,
                 attempts=attempts,
                 dropped=plan.describe()["dropped"] if plan.dropped else [],
+                notes=plan.notes,
             )
         )
 
