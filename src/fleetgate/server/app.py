@@ -73,13 +73,14 @@ def _routing_headers(plan: RoutePlan, outcome: Outcome, overhead: float) -> Head
     tried = len(outcome.attempts)
     extra = [(k.lower().encode(), v.encode()) for k, v in plan.headers.items()]
     extra.extend((k.lower().encode(), v.encode()) for k, v in outcome.extra_headers.items())
-    return extra + [
+    extra.extend([
         (b"x-fleetgate-route", dep.id.encode()),
         (b"x-fleetgate-provider", dep.provider.id.encode()),
         (b"x-fleetgate-attempts", str(tried).encode()),
         (b"x-fleetgate-fallback-count", str(tried - 1).encode()),
         (b"x-fleetgate-overhead-ms", f"{overhead * 1000:.3f}".encode()),
-    ]
+    ])
+    return extra
 
 
 def _attempt_headers(attempts: list[Attempt]) -> Headers:
