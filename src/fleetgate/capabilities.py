@@ -29,8 +29,16 @@ AUDIO_INPUT = "audio_input"
 # `require_parameters` is true, a deployment lacking it still serves the request and the
 # knob is removed from the body sent to it (recorded on the attempt).
 CONTRACT_NEEDS = frozenset(
-    {TOOLS, TOOL_CHOICE, RESPONSE_FORMAT, STRUCTURED_OUTPUTS, LOGPROBS, TOP_LOGPROBS,
-     IMAGE_INPUT, AUDIO_INPUT}
+    {
+        TOOLS,
+        TOOL_CHOICE,
+        RESPONSE_FORMAT,
+        STRUCTURED_OUTPUTS,
+        LOGPROBS,
+        TOP_LOGPROBS,
+        IMAGE_INPUT,
+        AUDIO_INPUT,
+    }
 )
 
 # need -> the body fields that carry it (removed together when the knob is dropped)
@@ -62,8 +70,14 @@ NEED_FIELDS: dict[str, tuple[str, ...]] = {
 KNOWN_PARAMETERS = frozenset(NEED_FIELDS) | {"web_search_options"}
 
 _SAMPLING = (
-    "temperature", "top_p", "frequency_penalty", "presence_penalty", "seed", "stop",
-    "max_tokens", "logit_bias",
+    "temperature",
+    "top_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+    "stop",
+    "max_tokens",
+    "logit_bias",
 )
 _ENGINE_SAMPLING = (*_SAMPLING, "top_k", "min_p", "repetition_penalty")
 _CONTRACT_ALL = (TOOLS, TOOL_CHOICE, RESPONSE_FORMAT, STRUCTURED_OUTPUTS, LOGPROBS, TOP_LOGPROBS)
@@ -79,12 +93,17 @@ DEFAULT_PARAMETERS: dict[str, frozenset[str]] = {
     # Ollama's OpenAI endpoint takes tools but not tool_choice, and no logprobs
     "ollama": frozenset((*_ENGINE_SAMPLING, TOOLS, RESPONSE_FORMAT, STRUCTURED_OUTPUTS)),
     "openrouter": frozenset(
-        (*_ENGINE_SAMPLING, *_CONTRACT_ALL, "top_a", "reasoning", "include_reasoning",
-         "parallel_tool_calls")
+        (
+            *_ENGINE_SAMPLING,
+            *_CONTRACT_ALL,
+            "top_a",
+            "reasoning",
+            "include_reasoning",
+            "parallel_tool_calls",
+        )
     ),
     "anthropic": frozenset(
-        ("temperature", "top_p", "top_k", "stop", "max_tokens", TOOLS, TOOL_CHOICE,
-         "reasoning")
+        ("temperature", "top_p", "top_k", "stop", "max_tokens", TOOLS, TOOL_CHOICE, "reasoning")
     ),
 }
 
@@ -106,7 +125,8 @@ def deployment_capabilities(
 ) -> frozenset[str]:
     """Everything a deployment is known to support, as need names."""
     params = (
-        DEFAULT_PARAMETERS[kind] if supported_parameters is None
+        DEFAULT_PARAMETERS[kind]
+        if supported_parameters is None
         else frozenset(supported_parameters)
     )
     mods = DEFAULT_MODALITIES[kind] if modalities is None else tuple(modalities)

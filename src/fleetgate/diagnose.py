@@ -31,10 +31,13 @@ REQUEST_SHAPES: dict[str, dict[str, Any]] = {
     },
     "image": {
         "messages": [
-            {"role": "user", "content": [
-                {"type": "text", "text": "what is this?"},
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
-            ]}
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this?"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+                ],
+            }
         ]
     },
 }
@@ -49,8 +52,12 @@ def effective_pools(fleet: Fleet, model: Model) -> dict[str, tuple[list[str], in
     out: dict[str, tuple[list[str], int]] = {}
     for shape, body in REQUEST_SHAPES.items():
         profile = RequestProfile(
-            protocol="openai", endpoint="chat.completions", model=model.id, stream=False,
-            body=body, needs=derive_needs(body),
+            protocol="openai",
+            endpoint="chat.completions",
+            model=model.id,
+            stream=False,
+            body=body,
+            needs=derive_needs(body),
         )
         ctx = PlanContext(profile, fleet, MemoryState(), 0.0)
         pool, _ = ProviderPreferenceFilter().apply(ctx, [Candidate(d) for d in model.deployments])

@@ -6,7 +6,9 @@ from typing import Any
 
 from fleetgate import capabilities as cap
 
-# body field -> need, for fields whose mere presence (non-null) is the need
+# body field -> need, for fields whose mere presence (non-null) is the need. `max_tokens`
+# is not a need: every OpenAI-compatible server takes it, and dropping it would lift the
+# output budget the context-fit logic relies on.
 _PRESENCE: dict[str, str] = {
     "temperature": "temperature",
     "top_p": "top_p",
@@ -21,12 +23,9 @@ _PRESENCE: dict[str, str] = {
     "reasoning": "reasoning",
     "reasoning_effort": "reasoning",
     "include_reasoning": "include_reasoning",
-    "max_tokens": "max_tokens",
-    "max_completion_tokens": "max_tokens",
     "parallel_tool_calls": "parallel_tool_calls",
     "verbosity": "verbosity",
     "top_logprobs": cap.TOP_LOGPROBS,
-    "tool_choice": cap.TOOL_CHOICE,
 }
 
 _IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
@@ -38,6 +37,9 @@ def derive_needs(body: dict[str, Any]) -> frozenset[str]:
     needs = {need for name, need in _PRESENCE.items() if body.get(name) is not None}
     if body.get("tools"):
         needs.add(cap.TOOLS)
+    tool_choice = body.get("tool_choice")
+    if tool_choice is not None and tool_choice != "auto":  # "auto" is every server's default
+        needs.add(cap.TOOL_CHOICE)
     stop = body.get("stop")
     if stop:  # "" and [] mean no stop sequence
         needs.add("stop")

@@ -62,7 +62,8 @@ class EffectivePreferences:
             out["sort"] = {"by": self.sort.by, "partition": self.sort.partition}
         if self.max_prompt_price is not None or self.max_completion_price is not None:
             out["max_price"] = {
-                "prompt": self.max_prompt_price, "completion": self.max_completion_price
+                "prompt": self.max_prompt_price,
+                "completion": self.max_completion_price,
             }
         if self.quantizations is not None:
             out["quantizations"] = sorted(self.quantizations)
@@ -90,18 +91,18 @@ def merge(layers: Iterable[tuple[str, ProviderPreferences | None]]) -> Effective
         if prefs is None or not prefs.model_fields_set:
             continue
         only = eff.only
-        if prefs.only is not None:
+        if prefs.only:  # an empty list sets nothing (clients often send defaults)
             mine = frozenset(_fold(prefs.only))
             only = mine if only is None else only & mine
         quants = eff.quantizations
-        if prefs.quantizations is not None:
+        if prefs.quantizations:
             mine = frozenset(_fold(prefs.quantizations))
             quants = mine if quants is None else quants & mine
         price = prefs.max_price
         eff = EffectivePreferences(
             only=only,
             ignore=eff.ignore | frozenset(_fold(prefs.ignore or ())),
-            order=tuple(_fold(prefs.order)) if prefs.order is not None else eff.order,
+            order=tuple(_fold(prefs.order)) if prefs.order else eff.order,
             allow_fallbacks=(
                 eff.allow_fallbacks if prefs.allow_fallbacks is None else prefs.allow_fallbacks
             ),
@@ -110,7 +111,8 @@ def merge(layers: Iterable[tuple[str, ProviderPreferences | None]]) -> Effective
             max_completion_price=_lower(eff.max_completion_price, price and price.completion),
             quantizations=quants,
             require_parameters=(
-                eff.require_parameters if prefs.require_parameters is None
+                eff.require_parameters
+                if prefs.require_parameters is None
                 else prefs.require_parameters
             ),
             sources=(*eff.sources, source),
@@ -161,9 +163,7 @@ def parse_request_preferences(value: Any) -> ProviderPreferences | None:
         err = exc.errors()[0]
         path = _error_path(err["loc"])
         msg = "is not a known preference" if err["type"] == "extra_forbidden" else err["msg"]
-        raise invalid(
-            f"`{path}`: {msg} (see docs/routing-preferences.md).", path
-        ) from exc
+        raise invalid(f"`{path}`: {msg} (see docs/routing-preferences.md).", path) from exc
 
 
 def parse_env_list(raw: str) -> list[str]:

@@ -30,8 +30,8 @@ class CapabilityFilter:
         needs = ctx.profile.needs
         if not needs:
             return candidates, []
-        required = needs if effective_preferences(ctx).require_parameters else (
-            needs & CONTRACT_NEEDS
+        required = (
+            needs if effective_preferences(ctx).require_parameters else (needs & CONTRACT_NEEDS)
         )
         kept: list[Candidate] = []
         dropped: list[Dropped] = []

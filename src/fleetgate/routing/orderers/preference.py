@@ -43,9 +43,9 @@ class PreferenceOrderer:
                 rest = _sort_within_models(rest, key)
         return head + rest
 
-    def _key(self, ctx: PlanContext, candidates: list[Candidate], by: str) -> Callable[
-        [Candidate], float
-    ]:
+    def _key(
+        self, ctx: PlanContext, candidates: list[Candidate], by: str
+    ) -> Callable[[Candidate], float]:
         if by == "price":
             return lambda c: c.deployment.price_input + c.deployment.price_output
         now = ctx.now
