@@ -18,7 +18,7 @@ from fleetgate.routing.planner import build_plan
 from fleetgate.routing.preferences import merge, parse_env_list
 from fleetgate.state.runtime import MemoryState
 from fleetgate.testing import Fault
-from tests.harness import Stack, deployment, fleet_config, provider
+from tests.harness import Stack, deployment, fleet_config, provider, wait_until
 
 MSG = [{"role": "user", "content": "hello"}]
 
@@ -355,3 +355,29 @@ def test_old_measurements_fade_toward_the_prior():
     state.health("d0").measured_at = now - 10 * MEASUREMENT_HALF_LIFE
     order = [c.deployment.id for c in build_plan(profile, fleet, state, now).candidates]
     assert order == ["d1", "d0", "d2", "d3"]
+
+
+def test_sort_throughput_uses_the_gateways_own_stream_measurements(stack: Stack, client_for):
+    slow = stack.engine("slow", tokens_per_second=20, reply_words=8)
+    fast = stack.engine("fast", reply_words=8)
+    stack.start_gateway(
+        {
+            "providers": [provider("p-slow", slow), provider("p-fast", fast)],
+            "deployments": [deployment("m", "p-slow"), deployment("m", "p-fast", priority=1)],
+        }
+    )
+    client = client_for(stack)
+    for name in ("p-slow", "p-fast"):  # one measured stream on each
+        stream = client.chat.completions.create(
+            model="m", messages=MSG, stream=True, extra_body={"provider": {"only": [name]}}
+        )
+        assert len(list(stream)) > 8
+    state = stack.gateway.state
+    wait_until(lambda: state.health("p-fast").tps_ema is not None, 5, "fast measured")
+    assert state.health("p-fast").tps_ema > state.health("p-slow").tps_ema
+    raw = client.chat.completions.with_raw_response.create(
+        model="m", messages=MSG, extra_body={"provider": {"sort": "throughput"}}
+    )
+    assert raw.headers["x-fleetgate-route"] == "p-fast"
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=MSG)
+    assert raw.headers["x-fleetgate-route"] == "p-slow"  # without the sort: priority

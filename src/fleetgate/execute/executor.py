@@ -235,9 +235,12 @@ class Executor:
         dep_id = attempt.deployment_id
         completed = False
         carry = b""
+        # data events after the first one: the token count for the throughput EMA
+        events = max(first.count(b"data:") - 1, 0)
         try:
             yield first
             async for chunk in resp.content.iter_any():
+                events += chunk.count(b"data:")
                 if rewriter.identity:
                     yield chunk
                     continue
@@ -263,7 +266,7 @@ class Executor:
             attempt.latency = time.perf_counter() - started
             if completed:
                 resp.release()
-                self.state.record_success(dep_id, attempt.ttft, attempt.latency, None)
+                self.state.record_success(dep_id, attempt.ttft, attempt.latency, events or None)
             else:
                 resp.close()
                 if attempt.error_class == STREAM_BROKEN:

@@ -57,4 +57,5 @@ def require_route(plan: RoutePlan, now: float | None = None) -> None:
         "no_route",
         f"No deployment of {plan.requested_model!r} can serve this request: the "
         f"{plan.emptied_by or 'resolve'} filter removed the last candidate ({reasons}).",
+        headers=plan.headers,
     )
