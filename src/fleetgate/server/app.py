@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from fleetgate.errors import GatewayError
 from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
@@ -19,6 +20,7 @@ from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Fleet, FleetHolder
 from fleetgate.ingress.openai import parse_json_object, parse_openai
 from fleetgate.ingress.profile import RequestProfile
+from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
 from fleetgate.routing.plan import RoutePlan
 from fleetgate.routing.planner import build_plan, require_route
@@ -102,7 +104,8 @@ class Gateway:
         self.pool = UpstreamPool()
         self.executor = Executor(self.pool, self.state)
         self.recent = RecentRequests()
-        self.recorder = Recorder([self.recent])
+        self.metrics = Metrics()
+        self.recorder = Recorder([self.recent, self.metrics])
         self.ready = False
         self.max_body = holder.fleet.config.server.max_body_bytes
         self.routes: dict[tuple[str, str], Handler] = {
@@ -110,6 +113,7 @@ class Gateway:
             ("POST", "/v1/routing/explain"): self.explain,
             ("GET", "/healthz"): self.healthz,
             ("GET", "/readyz"): self.readyz,
+            ("GET", "/metrics"): self.metrics_endpoint,
         }
         for path, endpoint in _ENDPOINTS.items():
             self.routes[("POST", path)] = self._proxy_for(endpoint)
@@ -300,6 +304,13 @@ class Gateway:
             body = {"status": "ready", "models": len(fleet.models),
                     "deployments": len(fleet.deployments)}
         await send_body(send, status, orjson.dumps(body), ex.base_headers())
+
+    async def metrics_endpoint(
+        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        await self.recorder.flush()
+        await send_body(send, 200, self.metrics.render(self.recorder), ex.base_headers(),
+                        CONTENT_TYPE_LATEST.encode())
 
     async def request_record(
         self, scope: Scope, receive: Receive, send: Send, ex: Exchange
