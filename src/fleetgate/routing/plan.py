@@ -84,7 +84,12 @@ class RoutePlan:
 
 
 class CandidateFilter(Protocol):
-    """Keeps the candidates that can serve the request; says why it drops each other one."""
+    """Keeps the candidates that can serve the request; says why it drops each other one.
+
+    A filter may also define `empty_error(plan, now) -> GatewayError | None`: the error a
+    client gets when this filter removed the last candidate (`require_route` uses it;
+    None falls back to `no_route`).
+    """
 
     name: str
 
