@@ -5,6 +5,25 @@ from __future__ import annotations
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext
 
 
+def credentials_problem(candidate: Candidate) -> str | None:
+    """Why the candidate's credential (its key label's, or the provider's) is missing."""
+    key, env = candidate.deployment.provider.credential(candidate.key_label)
+    if env is None or key is not None:
+        return None
+    if candidate.key_label is None:
+        return f"no credentials ({env} is not set)"
+    if env.startswith("key label "):
+        return f"no credentials ({env} is not configured)"
+    return f"no credentials ({env} for key label {candidate.key_label!r} is not set)"
+
+
+def unavailable_reason(ctx: PlanContext, candidate: Candidate) -> str | None:
+    reason = credentials_problem(candidate)
+    if reason is None and not candidate.last_resort:
+        reason = ctx.state.unavailable_reason(candidate.deployment.id, ctx.now)
+    return reason
+
+
 class AvailabilityFilter:
     name = "availability"
 
@@ -14,13 +33,9 @@ class AvailabilityFilter:
         kept: list[Candidate] = []
         dropped: list[Dropped] = []
         for c in candidates:
-            dep = c.deployment
-            if not dep.provider.has_credentials:
-                reason = f"no credentials ({dep.provider.api_key_env} is not set)"
-            else:
-                reason = ctx.state.unavailable_reason(dep.id, ctx.now)
+            reason = unavailable_reason(ctx, c)
             if reason is None:
                 kept.append(c)
             else:
-                dropped.append(Dropped(dep.id, self.name, reason))
+                dropped.append(Dropped(c.deployment.id, self.name, reason))
         return kept, dropped
