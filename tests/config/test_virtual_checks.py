@@ -32,8 +32,14 @@ def test_the_base_config_is_clean() -> None:
 
 
 def test_unknown_route_targets() -> None:
-    found = errors(with_virtuals({"name": "v", "routes": [
-        {"deployment": "nope"}, {"model": "ghost"}, {"deployment": "small"}]}))
+    found = errors(
+        with_virtuals(
+            {
+                "name": "v",
+                "routes": [{"deployment": "nope"}, {"model": "ghost"}, {"deployment": "small"}],
+            }
+        )
+    )
     assert found[0][0] == "virtual_models[0].routes[0].deployment"
     assert "unknown deployment 'nope'" in found[0][1]
     assert found[1][0] == "virtual_models[0].routes[1].model"
@@ -48,34 +54,46 @@ def test_unknown_tier_route_target() -> None:
 
 
 def test_route_names_exactly_one_target() -> None:
-    found = errors(with_virtuals({"name": "v", "routes": [{"deployment": "small",
-                                                           "model": "small"}, {}]}))
+    found = errors(
+        with_virtuals({"name": "v", "routes": [{"deployment": "small", "model": "small"}, {}]})
+    )
     assert [p for p, _ in found] == ["virtual_models[0].routes[0]", "virtual_models[0].routes[1]"]
     assert all("exactly one of" in m for _, m in found)
 
 
 def test_duplicate_virtual_names_case_insensitive() -> None:
-    found = errors(with_virtuals(
-        {"name": "Assistant", "routes": [{"deployment": "small"}]},
-        {"name": "assistant", "routes": [{"deployment": "small"}]},
-    ))
-    assert found == [(
-        "virtual_models[1].name",
-        "duplicate virtual model name 'assistant' (names are case-insensitive; "
-        "'Assistant' comes first)",
-    )]
+    found = errors(
+        with_virtuals(
+            {"name": "Assistant", "routes": [{"deployment": "small"}]},
+            {"name": "assistant", "routes": [{"deployment": "small"}]},
+        )
+    )
+    assert found == [
+        (
+            "virtual_models[1].name",
+            "duplicate virtual model name 'assistant' (names are case-insensitive; "
+            "'Assistant' comes first)",
+        )
+    ]
 
 
 def test_shadowing_a_real_model_or_deployment_needs_allow_shadowing() -> None:
-    found = errors(with_virtuals(
-        {"name": "BIG", "routes": [{"deployment": "small"}]},
-        {"name": "big-a", "routes": [{"deployment": "small"}]},
-    ))
+    found = errors(
+        with_virtuals(
+            {"name": "BIG", "routes": [{"deployment": "small"}]},
+            {"name": "big-a", "routes": [{"deployment": "small"}]},
+        )
+    )
     assert [p for p, _ in found] == ["virtual_models[0].name", "virtual_models[1].name"]
     assert "shadows the real model or deployment id 'big'" in found[0][1]
-    assert errors(with_virtuals(
-        {"name": "BIG", "allow_shadowing": True, "routes": [{"deployment": "small"}]},
-    )) == []
+    assert (
+        errors(
+            with_virtuals(
+                {"name": "BIG", "allow_shadowing": True, "routes": [{"deployment": "small"}]},
+            )
+        )
+        == []
+    )
 
 
 def test_at_most_twelve_routes() -> None:
@@ -86,11 +104,18 @@ def test_at_most_twelve_routes() -> None:
 
 
 def test_key_label_must_exist_on_the_provider() -> None:
-    found = errors(with_virtuals({"name": "v", "routes": [
-        {"deployment": "big-b", "key_label": "alt"},
-        {"deployment": "small", "key_label": "alt"},
-        {"model": "big", "key_label": "alt"},
-    ]}))
+    found = errors(
+        with_virtuals(
+            {
+                "name": "v",
+                "routes": [
+                    {"deployment": "big-b", "key_label": "alt"},
+                    {"deployment": "small", "key_label": "alt"},
+                    {"model": "big", "key_label": "alt"},
+                ],
+            }
+        )
+    )
     assert [p for p, _ in found] == [
         "virtual_models[0].routes[1].key_label",
         "virtual_models[0].routes[2].key_label",
@@ -101,9 +126,12 @@ def test_key_label_must_exist_on_the_provider() -> None:
 
 def test_unset_key_label_env_is_a_warning() -> None:
     found = problems(BASE)
-    assert ("warning", "providers[2].keys.gone",
-            "env var FG_TEST_UNSET_ALT is not set; routes using key label 'gone' are "
-            "unavailable until it is") in found
+    assert (
+        "warning",
+        "providers[2].keys.gone",
+        "env var FG_TEST_UNSET_ALT is not set; routes using key label 'gone' are "
+        "unavailable until it is",
+    ) in found
 
 
 def test_auto_needs_its_default_tier_and_known_keyword_tiers() -> None:
@@ -111,24 +139,38 @@ def test_auto_needs_its_default_tier_and_known_keyword_tiers() -> None:
     del data["tiers"]["default"]
     data["auto"] = {"keywords": [{"tier": "turbo", "keywords": ["x"]}]}
     found = errors(data)
-    assert ("auto.default_tier",
-            "auto needs the tier 'default' (configured tiers: reasoning, simple)") in found
-    assert ("auto.keywords[0].tier",
-            "unknown tier 'turbo' (configured tiers: reasoning, simple)") in found
+    assert (
+        "auto.default_tier",
+        "auto needs the tier 'default' (configured tiers: reasoning, simple)",
+    ) in found
+    assert (
+        "auto.keywords[0].tier",
+        "unknown tier 'turbo' (configured tiers: reasoning, simple)",
+    ) in found
 
 
 def test_params_and_header_validation() -> None:
-    found = errors(with_virtuals({"name": "v", "routes": [
-        {"deployment": "small", "params": {"temperature": 3}},
-        {"deployment": "small", "params": {"extra_body": {"model": "x", "stream": 1}}},
-    ]}))
+    found = errors(
+        with_virtuals(
+            {
+                "name": "v",
+                "routes": [
+                    {"deployment": "small", "params": {"temperature": 3}},
+                    {"deployment": "small", "params": {"extra_body": {"model": "x", "stream": 1}}},
+                ],
+            }
+        )
+    )
     assert found[0][0] == "virtual_models[0].routes[0].params.temperature"
-    assert found[1] == ("virtual_models[0].routes[1].params",
-                        "extra_body may not set model, stream")
+    assert found[1] == (
+        "virtual_models[0].routes[1].params",
+        "extra_body may not set model, stream",
+    )
     data = copy.deepcopy(BASE)
     data["auto"] = {"stickiness": {"header": "session-id"}}
-    assert errors(data) == [("auto.stickiness.header",
-                             "must be a header name starting with X-Fleetgate-")]
+    assert errors(data) == [
+        ("auto.stickiness.header", "must be a header name starting with X-Fleetgate-")
+    ]
 
 
 def test_continue_on_default_without_a_default_tier_warns(tmp_path, capsys) -> None:
@@ -137,8 +179,11 @@ def test_continue_on_default_without_a_default_tier_warns(tmp_path, capsys) -> N
     data["tiers"] = {}
     data["virtual_models"][0]["continue_on_default"] = True
     found = problems(data)
-    assert ("warning", "virtual_models[0].continue_on_default",
-            "there is no tier named 'default', so nothing is appended") in found
+    assert (
+        "warning",
+        "virtual_models[0].continue_on_default",
+        "there is no tier named 'default', so nothing is appended",
+    ) in found
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(data))
     assert main(["check", "--config", str(path)]) == 0

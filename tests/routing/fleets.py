@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
+
 from fleetgate.fleet import Fleet, build_fleet
 from fleetgate.ingress.openai import parse_openai
 from fleetgate.ingress.profile import RequestProfile
 from tests.harness import fleet_config
-
-import orjson
 
 BASE: dict[str, Any] = {
     "providers": [

@@ -13,8 +13,10 @@ from tests.routing.fleets import config, fleet, profile
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
 SCHEMA = {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}}
-IMAGE = [{"type": "text", "text": "what is this"},
-         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]
+IMAGE = [
+    {"type": "text", "text": "what is this"},
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+]
 
 
 def tier_of(p, f=None, sticky=None, now: float = 1000.0) -> str:
@@ -54,10 +56,16 @@ def test_weights_and_thresholds_are_configurable() -> None:
 
 
 def test_keyword_rules_win_in_order_over_the_score() -> None:
-    f = fleet(config(auto={"keywords": [
-        {"tier": "reasoning", "keywords": ["Prove"]},
-        {"tier": "simple", "keywords": ["prove", "translate"]},
-    ]}))
+    f = fleet(
+        config(
+            auto={
+                "keywords": [
+                    {"tier": "reasoning", "keywords": ["Prove"]},
+                    {"tier": "simple", "keywords": ["prove", "translate"]},
+                ]
+            }
+        )
+    )
     p = profile("auto", "please PROVE this", tools=TOOLS)
     assert tier_of(p, f) == "reasoning"
     assert tier_of(profile("auto", "translate it", tools=TOOLS), f) == "simple"
@@ -84,8 +92,9 @@ def test_a_missing_tier_becomes_the_default_tier() -> None:
     ],
 )
 def test_heartbeat_detection(text: str, body: dict[str, Any], heartbeat: bool) -> None:
-    plan = build_plan(profile("auto", text, reasoning_effort="high", **body), fleet(),
-                      MemoryState())
+    plan = build_plan(
+        profile("auto", text, reasoning_effort="high", **body), fleet(), MemoryState()
+    )
     assert plan.notes["resolution"]["heartbeat"] is heartbeat
     assert plan.headers["X-Fleetgate-Tier"] == ("simple" if heartbeat else "reasoning")
 

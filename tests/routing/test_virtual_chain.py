@@ -34,8 +34,16 @@ def chain(plan) -> list[tuple[str, str | None, str]]:
 
 
 def test_own_routes_are_filtered_by_availability_in_declared_order() -> None:
-    f, state = setup(virtual([{"deployment": "big-x"}, {"deployment": "big-a"},
-                              {"deployment": "small"}, {"deployment": "think"}]))
+    f, state = setup(
+        virtual(
+            [
+                {"deployment": "big-x"},
+                {"deployment": "big-a"},
+                {"deployment": "small"},
+                {"deployment": "think"},
+            ]
+        )
+    )
     cool_down(state, "small")
     plan = build_plan(profile("v"), f, state)
     assert chain(plan) == [("big-a", None, "virtual:v"), ("think", None, "virtual:v")]
@@ -78,8 +86,16 @@ def test_continue_on_default_appends_the_default_tier() -> None:
 
 
 def test_default_head_is_the_first_route_with_credentials_and_rest_are_filtered() -> None:
-    tiers = {"default": {"routes": [{"deployment": "big-x"}, {"deployment": "big-a"},
-                                    {"deployment": "big-b"}, {"deployment": "think"}]}}
+    tiers = {
+        "default": {
+            "routes": [
+                {"deployment": "big-x"},
+                {"deployment": "big-a"},
+                {"deployment": "big-b"},
+                {"deployment": "think"},
+            ]
+        }
+    }
     f, state = setup(virtual([{"deployment": "small"}], continue_on_default=True), tiers)
     cool_down(state, "small")
     cool_down(state, "big-a")  # the head: kept all the same, it is the last resort
@@ -114,8 +130,10 @@ def test_default_tier_without_credentials_anywhere_is_empty() -> None:
 
 def test_dedup_without_key_labels_keeps_the_first() -> None:
     f, state = setup(
-        virtual([{"deployment": "big-b"}, {"deployment": "small"}, {"deployment": "big-b"}],
-                continue_on_default=True)
+        virtual(
+            [{"deployment": "big-b"}, {"deployment": "small"}, {"deployment": "big-b"}],
+            continue_on_default=True,
+        )
     )
     plan = build_plan(profile("v"), f, state)
     assert chain(plan) == [
@@ -147,17 +165,23 @@ def test_dedup_with_key_labels_keeps_one_per_label() -> None:
     ]
     assert plan.candidates[1].params == {"temperature": 0.1}  # the first one's parameters
     reasons = [(d.deployment_id, d.filter, d.reason) for d in plan.dropped]
-    assert ("big-b", "availability",
-            "no credentials (FG_TEST_UNSET_ALT for key label 'gone' is not set)") in reasons
+    assert (
+        "big-b",
+        "availability",
+        "no credentials (FG_TEST_UNSET_ALT for key label 'gone' is not set)",
+    ) in reasons
     assert sum(1 for r in reasons if r[1] == "dedup") == 2  # the 2nd alt, and default's big-b
 
 
 @pytest.mark.parametrize(
     ("mode", "stream", "kept"),
     [
-        ("any", False, True), ("any", True, True),
-        ("stream_only", True, True), ("stream_only", False, False),
-        ("non_stream_only", False, True), ("non_stream_only", True, False),
+        ("any", False, True),
+        ("any", True, True),
+        ("stream_only", True, True),
+        ("stream_only", False, False),
+        ("non_stream_only", False, True),
+        ("non_stream_only", True, False),
     ],
 )
 def test_response_mode_filters_the_whole_chain(mode: str, stream: bool, kept: bool) -> None:
@@ -171,7 +195,9 @@ def test_response_mode_filters_the_whole_chain(mode: str, stream: bool, kept: bo
     assert plan.candidates == []
     assert plan.emptied_by == "transport"
     assert {d.deployment_id for d in plan.dropped if d.filter == "transport"} == {
-        "small", "big-a", "big-b"
+        "small",
+        "big-a",
+        "big-b",
     }
     with pytest.raises(GatewayError) as err:
         require_route(plan)
@@ -181,14 +207,23 @@ def test_response_mode_filters_the_whole_chain(mode: str, stream: bool, kept: bo
 
 
 def test_route_params_layer_over_deployment_params() -> None:
-    data = config(virtual_models=[virtual([
-        {"deployment": "small", "params": {"temperature": 0.2, "extra_body": {"b": 2}}},
-    ], continue_on_default=True)])
+    data = config(
+        virtual_models=[
+            virtual(
+                [
+                    {"deployment": "small", "params": {"temperature": 0.2, "extra_body": {"b": 2}}},
+                ],
+                continue_on_default=True,
+            )
+        ]
+    )
     data["deployments"][0]["params"] = {"top_p": 0.5, "extra_body": {"a": 1, "b": 1}}
     data["deployments"][1]["params"] = {"max_tokens": 64}
     plan = build_plan(profile("v"), fleet(data), MemoryState())
     assert plan.candidates[0].params == {
-        "top_p": 0.5, "temperature": 0.2, "extra_body": {"a": 1, "b": 2}
+        "top_p": 0.5,
+        "temperature": 0.2,
+        "extra_body": {"a": 1, "b": 2},
     }
     assert plan.candidates[1].params == {"max_tokens": 64}
     assert plan.candidates[2].params is None
