@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from fleetgate.cli import main
-from fleetgate.config import check_config_text
+from fleetgate.config import check_config_text, load_config_text
+from fleetgate.fleet import build_fleet
 from tests.routing.fleets import BASE
 
 
@@ -187,8 +189,22 @@ def test_continue_on_default_without_a_default_tier_warns(tmp_path, capsys) -> N
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(data))
     assert main(["check", "--config", str(path)]) == 0
+    assert "virtual model Chat-Main (any): deployment:big-b, deployment:small + default tier" in (
+        capsys.readouterr().out
+    )
     bad = with_virtuals({"name": "v", "routes": [{"deployment": "nope"}]})
     path.write_text(yaml.safe_dump(bad, sort_keys=False))
     assert main(["check", "--config", str(path)]) == 1
     out = capsys.readouterr().out
     assert "virtual_models[0].routes[0].deployment: unknown deployment 'nope'" in out
+
+
+def test_the_documented_worked_config_is_valid(monkeypatch) -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "virtual-models.md").read_text()
+    text = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-1")
+    monkeypatch.setenv("OPENROUTER_KEY_TEAM_B", "sk-2")
+    assert check_config_text(text) == []
+    fleet = build_fleet(load_config_text(text))
+    assert fleet.virtual_models["support-bot"].context_length == 262144
+    assert list(fleet.tiers) == ["simple", "default", "reasoning"]
