@@ -143,7 +143,8 @@ class Executor:
         handed_over = False
         try:
             resp = await client.session.post(
-                client.base_url + path, data=payload,
+                client.base_url + path,
+                data=payload,
                 headers=request_headers(client, dep.provider, candidate.key_label),
                 timeout=client.timeout,
             )

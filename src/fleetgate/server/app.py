@@ -290,7 +290,10 @@ class Gateway:
     async def explain(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         raw = await read_body(receive, self.max_body)
         result = explain_request(
-            parse_json_object(raw), self.holder.fleet, self.state, ex.headers,
+            parse_json_object(raw),
+            self.holder.fleet,
+            self.state,
+            ex.headers,
             sticky=ReadOnlySticky(self.sticky),
         )
         await send_body(send, 200, orjson.dumps(result), ex.base_headers())
@@ -360,7 +363,10 @@ def infer_endpoint(body: dict[str, Any]) -> str:
 
 
 def explain_request(
-    body: dict[str, Any], fleet: Fleet, state: RuntimeState, headers: dict[str, str],
+    body: dict[str, Any],
+    fleet: Fleet,
+    state: RuntimeState,
+    headers: dict[str, str],
     sticky: StickyTiers | None = None,
 ) -> dict[str, Any]:
     """The plan a request would follow, without sending anything."""
