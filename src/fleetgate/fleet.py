@@ -40,14 +40,15 @@ class Provider:
         """False only when the config names an env var that is not set."""
         return self.api_key_env is None or self.api_key is not None
 
-    def credential(self, label: str | None) -> tuple[str | None, str | None]:
-        """(key, env var) of the labelled credential, or of the default one without a label."""
+    def credential(self, label: str | None) -> tuple[str | None, str | None] | None:
+        """(key, env var) of the labelled credential (the default one without a label);
+        None for a label the provider does not define."""
         if label is None:
             return self.api_key, self.api_key_env
         for name, key, env in self.keys:
             if name == label:
                 return key, env
-        return None, f"key label {label!r}"
+        return None
 
 
 @dataclass(frozen=True, slots=True)

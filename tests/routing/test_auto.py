@@ -169,3 +169,14 @@ def test_read_only_view_never_writes() -> None:
     sticky = MemoryStickyTiers()
     tier_of(profile("auto", headers=CONV, tools=TOOLS), fleet(), ReadOnlySticky(sticky))
     assert len(sticky) == 0
+
+
+def test_a_new_fleet_reconfigures_the_gateway_sticky_store() -> None:
+    from fleetgate.fleet import FleetHolder
+    from fleetgate.server.app import Gateway
+
+    holder = FleetHolder(fleet())
+    gateway = Gateway(holder)
+    assert gateway.sticky.ttl == 1800.0
+    holder.swap(fleet(config(auto={"stickiness": {"ttl_seconds": 60, "max_entries": 7}})))
+    assert (gateway.sticky.ttl, gateway.sticky.max_entries) == (60.0, 7)

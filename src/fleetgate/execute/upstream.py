@@ -39,10 +39,10 @@ def request_headers(
     """The provider's headers, with the labelled credential instead of the default one."""
     if key_label is None:
         return client.headers
-    key, _ = provider.credential(key_label)
-    if key is None:
-        return client.headers
-    return {**client.headers, **_auth(provider, key)}
+    credential = provider.credential(key_label)
+    if credential is None or credential[0] is None:
+        return client.headers  # availability has dropped such a route already
+    return {**client.headers, **_auth(provider, credential[0])}
 
 
 class UpstreamPool:

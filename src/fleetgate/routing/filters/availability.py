@@ -7,14 +7,16 @@ from fleetgate.routing.plan import Candidate, Dropped, PlanContext
 
 def credentials_problem(candidate: Candidate) -> str | None:
     """Why the candidate's credential (its key label's, or the provider's) is missing."""
-    key, env = candidate.deployment.provider.credential(candidate.key_label)
+    label = candidate.key_label
+    credential = candidate.deployment.provider.credential(label)
+    if credential is None:
+        return f"no credentials (key label {label!r} is not configured)"
+    key, env = credential
     if env is None or key is not None:
         return None
-    if candidate.key_label is None:
+    if label is None:
         return f"no credentials ({env} is not set)"
-    if env.startswith("key label "):
-        return f"no credentials ({env} is not configured)"
-    return f"no credentials ({env} for key label {candidate.key_label!r} is not set)"
+    return f"no credentials ({env} for key label {label!r} is not set)"
 
 
 def unavailable_reason(ctx: PlanContext, candidate: Candidate) -> str | None:
