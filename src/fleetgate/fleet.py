@@ -13,6 +13,13 @@ from typing import Any
 
 from fleetgate.config.checks import ENV_REF, deployment_id
 from fleetgate.config.schema import CircuitConfig, FleetConfig, ProviderKind, Timeouts
+from fleetgate.fleet_routes import (
+    Tier,
+    VirtualModel,
+    build_tiers,
+    build_virtual_models,
+    params_dict,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,11 +32,23 @@ class Provider:
     headers: tuple[tuple[str, str], ...]
     timeouts: Timeouts
     max_concurrency: int
+    # alternative credentials: (label, resolved key or None, env var named or None)
+    keys: tuple[tuple[str, str | None, str | None], ...] = ()
 
     @property
     def has_credentials(self) -> bool:
         """False only when the config names an env var that is not set."""
         return self.api_key_env is None or self.api_key is not None
+
+    def credential(self, label: str | None) -> tuple[str | None, str | None] | None:
+        """(key, env var) of the labelled credential (the default one without a label);
+        None for a label the provider does not define."""
+        if label is None:
+            return self.api_key, self.api_key_env
+        for name, key, env in self.keys:
+            if name == label:
+                return key, env
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +64,7 @@ class Deployment:
     price_output: float
     index: int  # position in the config; the final tie-breaker, so plans are deterministic
     tier: str = "default"
+    params: dict[str, Any] | None = None  # overrides of scope `deployment`
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +89,9 @@ class Fleet:
     config: FleetConfig
     version: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # enabled virtual models by lower-cased name, and named tiers (see fleet_routes.py)
+    virtual_models: dict[str, VirtualModel] = field(default_factory=dict)
+    tiers: dict[str, Tier] = field(default_factory=dict)
 
 
 def _resolve_key(raw: str | None) -> tuple[str | None, str | None]:
@@ -93,6 +116,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             headers=tuple(p.headers.items()),
             timeouts=p.timeouts,
             max_concurrency=p.max_concurrency,
+            keys=tuple((label, *_resolve_key(raw)) for label, raw in p.keys.items()),
         )
     deployments: dict[str, Deployment] = {}
     by_model: dict[str, list[Deployment]] = {}
@@ -108,6 +132,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             price_input=d.price.input,
             price_output=d.price.output,
             index=i,
+            params=params_dict(d.params),
         )
         deployments[dep.id] = dep
         by_model.setdefault(dep.model, []).append(dep)
@@ -124,6 +149,8 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
         circuit=config.routing.circuit,
         config=config,
         version=version,
+        virtual_models=build_virtual_models(config, deployments, models),
+        tiers=build_tiers(config, deployments, models),
     )
 
 

@@ -28,9 +28,10 @@ from fleetgate.execute.outcome import (
     error_message,
     parse_retry_after,
 )
+from fleetgate.execute.params import apply_params
 from fleetgate.execute.rewrite import ModelRewriter
 from fleetgate.execute.sse import DONE, event_data, is_error_event
-from fleetgate.execute.upstream import UpstreamPool
+from fleetgate.execute.upstream import UpstreamPool, request_headers
 from fleetgate.fleet import Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
@@ -74,7 +75,7 @@ class ChainExhausted(GatewayError):
 def upstream_body(profile: RequestProfile, candidate: Candidate) -> bytes:
     body = profile.body
     if candidate.params:
-        body = {**body, **candidate.params}
+        body = apply_params(body, candidate.params, profile.endpoint)
     return orjson.dumps({**body, "model": candidate.deployment.upstream_model})
 
 
@@ -105,6 +106,9 @@ class Executor:
                 upstream_model=dep.upstream_model,
                 scope=candidate.scope,
                 params=candidate.params,
+                key_label=candidate.key_label,
+                virtual_model=candidate.virtual_model,
+                tier=candidate.tier,
             )
             attempts.append(attempt)
             started = time.perf_counter()
@@ -113,6 +117,8 @@ class Executor:
             )
             upstream_seconds += time.perf_counter() - started
             if outcome is not None:
+                if candidate.virtual_model is not None and candidate.tier is not None:
+                    outcome.extra_headers["X-Fleetgate-Tier"] = candidate.tier
                 outcome.attempts = attempts
                 outcome.upstream_seconds = upstream_seconds
                 return outcome
@@ -137,7 +143,9 @@ class Executor:
         handed_over = False
         try:
             resp = await client.session.post(
-                client.base_url + path, data=payload, headers=client.headers,
+                client.base_url + path,
+                data=payload,
+                headers=request_headers(client, dep.provider, candidate.key_label),
                 timeout=client.timeout,
             )
             attempt.status = resp.status
