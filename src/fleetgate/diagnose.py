@@ -107,4 +107,18 @@ def describe_fleet(config: FleetConfig) -> str:
             + ", ".join(f"{shape} {len(ids)}/{pool}" for shape, (ids, pool) in pools.items())
         )
     lines.extend(pool_warnings(fleet))
+    lines.extend(describe_chains(fleet))
     return "\n".join(lines)
+
+
+def describe_chains(fleet: Fleet) -> list[str]:
+    """One line per enabled virtual model and per tier, with its declared route targets."""
+    lines = []
+    for vm in fleet.virtual_models.values():
+        targets = ", ".join(r.target for r in vm.routes) or "no routes"
+        extra = " + default tier" if vm.continue_on_default else ""
+        lines.append(f"  virtual model {vm.name} ({vm.response_mode}): {targets}{extra}")
+    for tier in fleet.tiers.values():
+        targets = ", ".join(r.target for r in tier.routes) or "no routes"
+        lines.append(f"  tier {tier.name}: {targets}")
+    return lines

@@ -20,6 +20,13 @@ from fleetgate.config.schema import (
     ProviderPreferences,
     Timeouts,
 )
+from fleetgate.fleet_routes import (
+    Tier,
+    VirtualModel,
+    build_tiers,
+    build_virtual_models,
+    params_dict,
+)
 from fleetgate.routing.preferences import env_preferences
 
 
@@ -33,11 +40,23 @@ class Provider:
     headers: tuple[tuple[str, str], ...]
     timeouts: Timeouts
     max_concurrency: int
+    # alternative credentials: (label, resolved key or None, env var named or None)
+    keys: tuple[tuple[str, str | None, str | None], ...] = ()
 
     @property
     def has_credentials(self) -> bool:
         """False only when the config names an env var that is not set."""
         return self.api_key_env is None or self.api_key is not None
+
+    def credential(self, label: str | None) -> tuple[str | None, str | None] | None:
+        """(key, env var) of the labelled credential (the default one without a label);
+        None for a label the provider does not define."""
+        if label is None:
+            return self.api_key, self.api_key_env
+        for name, key, env in self.keys:
+            if name == label:
+                return key, env
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +74,7 @@ class Deployment:
     tier: str = "default"
     capabilities: frozenset[str] = frozenset()  # need names (see capabilities.py)
     quantization: str | None = None
+    params: dict[str, Any] | None = None  # overrides of scope `deployment`
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +102,9 @@ class Fleet:
     extra: dict[str, Any] = field(default_factory=dict)
     # gateway-wide provider preferences from FLEETGATE_PROVIDER_* (read when the fleet is built)
     env_preferences: ProviderPreferences | None = None
+    # enabled virtual models by lower-cased name, and named tiers (see fleet_routes.py)
+    virtual_models: dict[str, VirtualModel] = field(default_factory=dict)
+    tiers: dict[str, Tier] = field(default_factory=dict)
 
 
 def _resolve_key(raw: str | None) -> tuple[str | None, str | None]:
@@ -106,6 +129,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             headers=tuple(p.headers.items()),
             timeouts=p.timeouts,
             max_concurrency=p.max_concurrency,
+            keys=tuple((label, *_resolve_key(raw)) for label, raw in p.keys.items()),
         )
     deployments: dict[str, Deployment] = {}
     by_model: dict[str, list[Deployment]] = {}
@@ -125,6 +149,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
                 providers[d.provider].kind, d.supported_parameters, d.modalities
             ),
             quantization=d.quantization,
+            params=params_dict(d.params),
         )
         deployments[dep.id] = dep
         by_model.setdefault(dep.model, []).append(dep)
@@ -146,6 +171,8 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
         config=config,
         version=version,
         env_preferences=env_preferences()[0],
+        virtual_models=build_virtual_models(config, deployments, models),
+        tiers=build_tiers(config, deployments, models),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -12,8 +12,10 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    model_validator,
 )
 
 ProviderKind = Literal[
@@ -64,6 +66,8 @@ class ProviderConfig(_Strict):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     max_concurrency: PositiveInt = 256
     """Pooled connections (and so concurrent requests) to this provider."""
+    keys: dict[Identifier, str] = Field(default_factory=dict)
+    """Alternative credentials by label (literal or `${ENV}`), chosen by a route's `key_label`."""
 
 
 class Price(_Strict):
@@ -113,6 +117,121 @@ class ProviderPreferences(_Strict):
     max_price: MaxPrice | None = None
     quantizations: list[str] | None = None
     require_parameters: bool | None = None
+# Body fields a route's `extra_body` may not set: they carry the request itself.
+_RESERVED_BODY_FIELDS = frozenset({"model", "messages", "prompt", "input", "stream"})
+
+
+class RouteParams(_Strict):
+    """Parameter overrides of one scope (a virtual's route, a tier's route, a deployment)."""
+
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    max_tokens: PositiveInt | None = None
+    """A cap on the output budget: lowers the client's value, or sets it when absent."""
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Top-level body fields to set (e.g. engine-specific knobs)."""
+
+    @model_validator(mode="after")
+    def _no_reserved_fields(self) -> RouteParams:
+        reserved = sorted(_RESERVED_BODY_FIELDS & self.extra_body.keys())
+        if reserved:
+            raise ValueError(f"extra_body may not set {', '.join(reserved)}")
+        return self
+
+
+class RouteConfig(_Strict):
+    """One hop of a virtual model's or a tier's chain: a deployment, or every deployment of a
+    canonical model."""
+
+    deployment: Identifier | None = None
+    model: Identifier | None = None
+    key_label: Identifier | None = None
+    """A label from the provider's `keys`; the route then uses that credential."""
+    params: RouteParams | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RouteConfig:
+        if (self.deployment is None) == (self.model is None):
+            raise ValueError("a route names exactly one of `deployment` or `model`")
+        return self
+
+
+MAX_ROUTES = 12
+
+
+class VirtualModelConfig(_Strict):
+    name: Identifier
+    """The stable name clients send as `model`; matched case-insensitively."""
+    enabled: bool = True
+    routes: list[RouteConfig] = Field(default_factory=list)
+    response_mode: Literal["any", "stream_only", "non_stream_only"] = "any"
+    continue_on_default: bool = False
+    """Append the `default` tier's chain after the virtual's own routes."""
+    allow_shadowing: bool = False
+    """Allow the name to equal a real model or deployment id (the virtual then wins)."""
+    description: str | None = None
+
+
+class TierConfig(_Strict):
+    routes: list[RouteConfig] = Field(default_factory=list)
+    description: str | None = None
+
+
+class KeywordRule(_Strict):
+    tier: Identifier
+    keywords: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    """Case-insensitive substrings of the last user message; the first matching rule wins."""
+
+
+class HeartbeatConfig(_Strict):
+    enabled: bool = True
+    max_output_tokens: PositiveInt = 1
+    """A heartbeat asks for at most this many output tokens (and must say so)."""
+    max_prompt_words: PositiveInt = 1
+    """...and its whole prompt has at most this many whitespace-separated words."""
+
+
+def _check_fleetgate_header(value: str) -> str:
+    if not re.match(r"^x-fleetgate-[a-z0-9-]+$", value, re.IGNORECASE):
+        raise ValueError("must be a header name starting with X-Fleetgate-")
+    return value.lower()
+
+
+class StickinessConfig(_Strict):
+    header: Annotated[str, AfterValidator(_check_fleetgate_header)] = "x-fleetgate-conversation"
+    """Request header carrying the conversation key; the `user` field is used without it."""
+    use_user_field: bool = True
+    ttl_seconds: PositiveFloat = 1800.0
+    max_entries: PositiveInt = 100_000
+
+
+class AutoWeights(_Strict):
+    tools: NonNegativeInt = 2
+    json_schema: NonNegativeInt = 2
+    images: NonNegativeInt = 2
+    reasoning_low: NonNegativeInt = 1
+    reasoning_medium: NonNegativeInt = 2
+    reasoning_high: NonNegativeInt = 4
+    words_per_point: PositiveInt = 1000
+    """One point per this many prompt words."""
+
+
+class AutoConfig(_Strict):
+    """`model: "auto"` picks a tier by a documented score (see docs/virtual-models.md)."""
+
+    enabled: bool = True
+    simple_tier: Identifier = "simple"
+    default_tier: Identifier = "default"
+    reasoning_tier: Identifier = "reasoning"
+    default_at: NonNegativeInt = 1
+    """A score at or above this picks the default tier (below it: the simple tier)."""
+    reasoning_at: NonNegativeInt = 4
+    """A score at or above this picks the reasoning tier."""
+    weights: AutoWeights = Field(default_factory=AutoWeights)
+    keywords: list[KeywordRule] = Field(default_factory=list)
+    stickiness: StickinessConfig = Field(default_factory=StickinessConfig)
+    heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
 
 
 class DeploymentConfig(_Strict):
@@ -134,6 +253,8 @@ class DeploymentConfig(_Strict):
     """Input modalities; replaces the provider kind's default (see capabilities.py)."""
     quantization: str | None = None
     """Weights precision, e.g. `fp8`, `bf16`, `int4` (matched by `provider.quantizations`)."""
+    params: RouteParams | None = None
+    """Parameter overrides sent whenever this deployment is attempted (scope `deployment`)."""
 
 
 class ModelConfig(_Strict):
@@ -171,3 +292,7 @@ class FleetConfig(_Strict):
     providers: list[ProviderConfig] = Field(default_factory=list)
     deployments: list[DeploymentConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
+    virtual_models: list[VirtualModelConfig] = Field(default_factory=list)
+    tiers: dict[Identifier, TierConfig] = Field(default_factory=dict)
+    auto: AutoConfig | None = None
+    """Absent: `auto` is not special (a model of that id is routed as any other)."""

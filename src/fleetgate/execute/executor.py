@@ -28,9 +28,10 @@ from fleetgate.execute.outcome import (
     error_message,
     parse_retry_after,
 )
+from fleetgate.execute.params import apply_params
 from fleetgate.execute.rewrite import ModelRewriter
 from fleetgate.execute.sse import DONE, event_data, is_error_event
-from fleetgate.execute.upstream import UpstreamPool
+from fleetgate.execute.upstream import UpstreamPool, request_headers
 from fleetgate.fleet import Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
@@ -76,7 +77,7 @@ def upstream_body(profile: RequestProfile, candidate: Candidate) -> bytes:
     if candidate.drop_params:
         body = {k: v for k, v in body.items() if k not in candidate.drop_params}
     if candidate.params:
-        body = {**body, **candidate.params}
+        body = apply_params(body, candidate.params, profile.endpoint)
     return orjson.dumps({**body, "model": candidate.deployment.upstream_model})
 
 
@@ -110,6 +111,9 @@ class Executor:
                 quantization=dep.quantization,
                 dropped_params=list(candidate.drop_params) or None,
                 preferences=plan.notes.get("preferences"),
+                key_label=candidate.key_label,
+                virtual_model=candidate.virtual_model,
+                tier=candidate.tier,
             )
             attempts.append(attempt)
             started = time.perf_counter()
@@ -118,6 +122,8 @@ class Executor:
             )
             upstream_seconds += time.perf_counter() - started
             if outcome is not None:
+                if candidate.virtual_model is not None and candidate.tier is not None:
+                    outcome.extra_headers["X-Fleetgate-Tier"] = candidate.tier
                 outcome.attempts = attempts
                 outcome.upstream_seconds = upstream_seconds
                 return outcome
@@ -142,7 +148,9 @@ class Executor:
         handed_over = False
         try:
             resp = await client.session.post(
-                client.base_url + path, data=payload, headers=client.headers,
+                client.base_url + path,
+                data=payload,
+                headers=request_headers(client, dep.provider, candidate.key_label),
                 timeout=client.timeout,
             )
             attempt.status = resp.status

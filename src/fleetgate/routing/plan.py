@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.state.runtime import RuntimeState
+
+if TYPE_CHECKING:
+    from fleetgate.errors import GatewayError
+    from fleetgate.routing.sticky import StickyTiers
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +23,10 @@ class Candidate:
     params: dict[str, Any] | None = None  # body overrides for this route
     # body fields removed for this route: sampling knobs the deployment does not support
     drop_params: tuple[str, ...] = ()
+    virtual_model: str | None = None  # the virtual model whose chain holds this route
+    tier: str | None = None  # the named tier whose chain holds this route
+    # the head of a virtual's `default` part: kept when cooling down (credentials still count)
+    last_resort: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +43,7 @@ class PlanContext:
     fleet: Fleet
     state: RuntimeState
     now: float
+    sticky: StickyTiers | None = None  # auto's per-conversation tier memory
     # shared with the plan: stages may add response headers and log notes while planning
     headers: dict[str, str] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
@@ -52,6 +62,8 @@ class RoutePlan:
     headers: dict[str, str] = field(default_factory=dict)
     # facts a stage wants recorded with the request (numbers and ids only)
     notes: dict[str, Any] = field(default_factory=dict)
+    # the error an empty plan answers with, when resolution has a more precise one
+    on_empty: Callable[[RoutePlan], GatewayError] | None = None
 
     def describe(self) -> dict[str, Any]:
         """The plan as the explain endpoint and CLI show it."""
@@ -70,6 +82,8 @@ class RoutePlan:
                     "key_label": c.key_label,
                     "params": c.params,
                     "drop_params": list(c.drop_params),
+                    "virtual_model": c.virtual_model,
+                    "chain_tier": c.tier,  # the named tier whose chain holds this route
                 }
                 for i, c in enumerate(self.candidates)
             ],

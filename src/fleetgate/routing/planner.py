@@ -10,19 +10,31 @@ from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.plan import Dropped, PlanContext, RoutePlan
 from fleetgate.routing.register import FILTERS, ORDERERS
 from fleetgate.routing.resolve import resolve
+from fleetgate.routing.sticky import StickyTiers
 from fleetgate.state.runtime import RuntimeState
 
 
 def build_plan(
-    profile: RequestProfile, fleet: Fleet, state: RuntimeState, now: float | None = None
+    profile: RequestProfile,
+    fleet: Fleet,
+    state: RuntimeState,
+    now: float | None = None,
+    sticky: StickyTiers | None = None,
 ) -> RoutePlan:
     """The plan a request follows; never raises for an empty plan (see `require_route`)."""
-    ctx = PlanContext(profile, fleet, state, time.time() if now is None else now)
+    ctx = PlanContext(profile, fleet, state, time.time() if now is None else now, sticky)
     resolution = resolve(ctx)
     plan = RoutePlan(
-        profile.model, resolution.reason, resolution.candidates,
-        headers=ctx.headers, notes=ctx.notes,
+        profile.model,
+        resolution.reason,
+        resolution.candidates,
+        dropped=list(resolution.dropped),
+        emptied_by=resolution.emptied_by,
+        headers=dict(resolution.headers),
+        notes=dict(resolution.notes),
+        on_empty=resolution.on_empty,
     )
+    ctx.headers, ctx.notes = plan.headers, plan.notes  # stages publish into the plan
     for f in FILTERS:
         if not plan.candidates:
             break
@@ -52,6 +64,8 @@ def require_route(plan: RoutePlan, now: float | None = None) -> None:
         error = empty_error(plan, time.time() if now is None else now)
         if error is not None:
             raise error
+    if plan.on_empty is not None:
+        raise plan.on_empty(plan)
     reasons = "; ".join(f"{d.deployment_id}: {d.reason}" for d in plan.dropped) or "none"
     raise GatewayError(
         "no_route",

@@ -24,6 +24,7 @@ from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
 from fleetgate.routing.plan import RoutePlan
 from fleetgate.routing.planner import build_plan, require_route
+from fleetgate.routing.sticky import ReadOnlySticky, StickyTiers
 from fleetgate.server.asgi import (
     DisconnectWatch,
     Headers,
@@ -32,6 +33,11 @@ from fleetgate.server.asgi import (
     Send,
     read_body,
     send_body,
+)
+from fleetgate.server.virtuals import (
+    configure_sticky,
+    sticky_tiers_for,
+    virtual_catalog,
 )
 from fleetgate.state.runtime import MemoryState, RuntimeState
 
@@ -75,14 +81,14 @@ def _routing_headers(plan: RoutePlan, outcome: Outcome, overhead: float) -> Head
     tried = len(outcome.attempts)
     extra = [(k.lower().encode(), v.encode()) for k, v in plan.headers.items()]
     extra.extend((k.lower().encode(), v.encode()) for k, v in outcome.extra_headers.items())
-    extra.extend([
+    return [
+        *extra,
         (b"x-fleetgate-route", dep.id.encode()),
         (b"x-fleetgate-provider", dep.provider.id.encode()),
         (b"x-fleetgate-attempts", str(tried).encode()),
         (b"x-fleetgate-fallback-count", str(tried - 1).encode()),
         (b"x-fleetgate-overhead-ms", f"{overhead * 1000:.3f}".encode()),
-    ])
-    return extra
+    ]
 
 
 def _attempt_headers(attempts: list[Attempt]) -> Headers:
@@ -106,6 +112,8 @@ class Gateway:
         self.recent = RecentRequests()
         self.metrics = Metrics()
         self.recorder = Recorder([self.recent, self.metrics])
+        self.sticky = sticky_tiers_for(holder.fleet)
+        holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.ready = False
         self.max_body = holder.fleet.config.server.max_body_bytes
         self.routes: dict[tuple[str, str], Handler] = {
@@ -195,7 +203,7 @@ class Gateway:
         self, profile: RequestProfile, receive: Receive, send: Send, ex: Exchange
     ) -> None:
         fleet = self.holder.fleet
-        plan = build_plan(profile, fleet, self.state)
+        plan = build_plan(profile, fleet, self.state, sticky=self.sticky)
         require_route(plan)
         watch = DisconnectWatch(receive)
         try:
@@ -287,7 +295,11 @@ class Gateway:
     async def explain(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         raw = await read_body(receive, self.max_body)
         result = explain_request(
-            parse_json_object(raw), self.holder.fleet, self.state, ex.headers
+            parse_json_object(raw),
+            self.holder.fleet,
+            self.state,
+            ex.headers,
+            sticky=ReadOnlySticky(self.sticky),
         )
         await send_body(send, 200, orjson.dumps(result), ex.base_headers())
 
@@ -348,6 +360,7 @@ def catalog(fleet: Fleet) -> dict[str, Any]:
         if model.context_length is not None:
             entry["context_length"] = model.context_length
         data.append(entry)
+    data.extend(virtual_catalog(fleet))
     return {"object": "list", "data": data}
 
 
@@ -362,7 +375,11 @@ def infer_endpoint(body: dict[str, Any]) -> str:
 
 
 def explain_request(
-    body: dict[str, Any], fleet: Fleet, state: RuntimeState, headers: dict[str, str]
+    body: dict[str, Any],
+    fleet: Fleet,
+    state: RuntimeState,
+    headers: dict[str, str],
+    sticky: StickyTiers | None = None,
 ) -> dict[str, Any]:
     """The plan a request would follow, without sending anything."""
     endpoint = body.pop("endpoint", None) or infer_endpoint(body)
@@ -374,7 +391,7 @@ def explain_request(
         )
     profile = parse_openai(endpoint, orjson.dumps(body))
     profile.headers = headers
-    plan = build_plan(profile, fleet, state)
+    plan = build_plan(profile, fleet, state, sticky=sticky)
     result = plan.describe()
     result["endpoint"] = endpoint
     try:

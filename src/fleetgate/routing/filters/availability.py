@@ -8,6 +8,27 @@ from fleetgate.errors import GatewayError
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext, RoutePlan
 
 
+def credentials_problem(candidate: Candidate) -> str | None:
+    """Why the candidate's credential (its key label's, or the provider's) is missing."""
+    label = candidate.key_label
+    credential = candidate.deployment.provider.credential(label)
+    if credential is None:
+        return f"no credentials (key label {label!r} is not configured)"
+    key, env = credential
+    if env is None or key is not None:
+        return None
+    if label is None:
+        return f"no credentials ({env} is not set)"
+    return f"no credentials ({env} for key label {label!r} is not set)"
+
+
+def unavailable_reason(ctx: PlanContext, candidate: Candidate) -> str | None:
+    reason = credentials_problem(candidate)
+    if reason is None and not candidate.last_resort:
+        reason = ctx.state.unavailable_reason(candidate.deployment.id, ctx.now)
+    return reason
+
+
 class AvailabilityFilter:
     name = "availability"
 
@@ -17,17 +38,14 @@ class AvailabilityFilter:
         kept: list[Candidate] = []
         dropped: list[Dropped] = []
         for c in candidates:
-            dep = c.deployment
-            if not dep.provider.has_credentials:
-                reason = f"no credentials ({dep.provider.api_key_env} is not set)"
-            else:
-                reason = ctx.state.unavailable_reason(dep.id, ctx.now)
+            reason = unavailable_reason(ctx, c)
             if reason is None:
                 kept.append(c)
-                continue
-            health = ctx.state.health(dep.id)
-            retry_at = health.open_until if health.open_reason == "rate limited" else None
-            dropped.append(Dropped(dep.id, self.name, reason, retry_at))
+            else:
+                health = ctx.state.health(c.deployment.id)
+                cooling = health.open_reason == "rate limited" and health.open_until > ctx.now
+                retry_at = health.open_until if cooling and not credentials_problem(c) else None
+                dropped.append(Dropped(c.deployment.id, self.name, reason, retry_at))
         return kept, dropped
 
     def empty_error(self, plan: RoutePlan, now: float) -> GatewayError | None:
