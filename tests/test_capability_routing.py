@@ -254,3 +254,40 @@ def test_needs_derived_from_the_body():
     assert derive_needs({"stop": []}) == frozenset()
     audio = {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
     assert derive_needs({"messages": [{"role": "user", "content": [audio]}]}) == {"audio_input"}
+
+
+def test_a_virtual_models_chain_is_filtered_by_capability_and_keeps_its_order(
+    stack: Stack, client_for
+):
+    a, b, c = stack.engine("a"), stack.engine("b"), stack.engine("c")
+    stack.start_gateway(
+        {
+            "providers": [provider("pa", a), provider("pb", b), provider("pc", c)],
+            "deployments": [
+                deployment("m", "pa", supported_parameters=NO_STRICT),
+                deployment("m", "pb", price={"input": 9}),
+                deployment("m", "pc", price={"input": 1}),
+            ],
+            "virtual_models": [
+                {"name": "v", "routes": [{"deployment": d} for d in ("pa", "pb", "pc")]}
+            ],
+        }
+    )
+    client = client_for(stack)
+    raw = client.chat.completions.with_raw_response.create(
+        model="v",
+        messages=MSG,
+        response_format=STRICT_SCHEMA,
+        extra_body={"provider": {"sort": "price"}},
+    )
+    assert raw.headers["x-fleetgate-route"] == "pb"  # declared order wins over sort
+    assert "x-fleetgate-effective-pool" not in raw.headers  # 2 of 3 remain
+    raw = client.chat.completions.with_raw_response.create(
+        model="v",
+        messages=MSG,
+        response_format=STRICT_SCHEMA,
+        extra_body={"provider": {"ignore": ["pc"]}},
+    )
+    assert raw.headers["x-fleetgate-route"] == "pb"
+    assert raw.headers["x-fleetgate-effective-pool"] == "1/2"
+    assert not a.requests

@@ -117,6 +117,8 @@ class ProviderPreferences(_Strict):
     max_price: MaxPrice | None = None
     quantizations: list[str] | None = None
     require_parameters: bool | None = None
+
+
 # Body fields a route's `extra_body` may not set: they carry the request itself.
 _RESERVED_BODY_FIELDS = frozenset({"model", "messages", "prompt", "input", "stream"})
 

@@ -37,14 +37,13 @@ class Attempt:
     retry_after: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    params: dict[str, Any] | None = None
-    quantization: str | None = None
-    dropped_params: list[str] | None = None  # unsupported knobs removed from the body sent
-    preferences: dict[str, Any] | None = None  # the provider preferences in force
     params: dict[str, Any] | None = None  # the overrides of this attempt's own scope
     key_label: str | None = None
     virtual_model: str | None = None
     tier: str | None = None
+    quantization: str | None = None
+    dropped_params: list[str] | None = None  # unsupported knobs removed from the body sent
+    preferences: dict[str, Any] | None = None  # the provider preferences in force
     # kept for the client's error message only; never logged
     message: str = field(default="", repr=False)
     upstream_body: bytes | None = field(default=None, repr=False)
