@@ -1,6 +1,7 @@
 """Fleet configuration: schema, loading, whole-tree checks."""
 
 from fleetgate.config import checks as _checks  # noqa: F401  (registers the checks)
+from fleetgate.config import context_checks as _context_checks  # noqa: F401
 from fleetgate.config.loader import (
     ConfigError,
     Problem,

@@ -31,6 +31,9 @@ class PlanContext:
     fleet: Fleet
     state: RuntimeState
     now: float
+    # the plan's own headers and notes dicts, so filters and orderers can fill them
+    headers: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

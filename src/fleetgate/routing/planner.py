@@ -19,7 +19,10 @@ def build_plan(
     """The plan a request follows; never raises for an empty plan (see `require_route`)."""
     ctx = PlanContext(profile, fleet, state, time.time() if now is None else now)
     resolution = resolve(ctx)
-    plan = RoutePlan(profile.model, resolution.reason, resolution.candidates)
+    plan = RoutePlan(
+        profile.model, resolution.reason, resolution.candidates,
+        headers=ctx.headers, notes=ctx.notes,
+    )
     for f in FILTERS:
         if not plan.candidates:
             break
