@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from fleetgate.context.placement import TIER_HEADER
 from fleetgate.context.refine import ContextRefiner
@@ -21,6 +22,7 @@ from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Fleet, FleetHolder
 from fleetgate.ingress.openai import parse_json_object, parse_openai
 from fleetgate.ingress.profile import RequestProfile
+from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
 from fleetgate.routing.plan import RoutePlan
 from fleetgate.routing.planner import build_plan, require_route
@@ -75,13 +77,14 @@ def _routing_headers(plan: RoutePlan, outcome: Outcome, overhead: float) -> Head
     tried = len(outcome.attempts)
     extra = [(k.lower().encode(), v.encode()) for k, v in plan.headers.items()]
     extra.extend((k.lower().encode(), v.encode()) for k, v in outcome.extra_headers.items())
-    return extra + [
+    extra.extend([
         (b"x-fleetgate-route", dep.id.encode()),
         (b"x-fleetgate-provider", dep.provider.id.encode()),
         (b"x-fleetgate-attempts", str(tried).encode()),
         (b"x-fleetgate-fallback-count", str(tried - 1).encode()),
         (b"x-fleetgate-overhead-ms", f"{overhead * 1000:.3f}".encode()),
-    ]
+    ])
+    return extra
 
 
 def _attempt_headers(attempts: list[Attempt]) -> Headers:
@@ -104,7 +107,8 @@ class Gateway:
         self.executor = Executor(self.pool, self.state)
         self.refiner = ContextRefiner(self.pool)
         self.recent = RecentRequests()
-        self.recorder = Recorder([self.recent])
+        self.metrics = Metrics()
+        self.recorder = Recorder([self.recent, self.metrics])
         self.ready = False
         self.max_body = holder.fleet.config.server.max_body_bytes
         self.routes: dict[tuple[str, str], Handler] = {
@@ -112,6 +116,7 @@ class Gateway:
             ("POST", "/v1/routing/explain"): self.explain,
             ("GET", "/healthz"): self.healthz,
             ("GET", "/readyz"): self.readyz,
+            ("GET", "/metrics"): self.metrics_endpoint,
         }
         for path, endpoint in _ENDPOINTS.items():
             self.routes[("POST", path)] = self._proxy_for(endpoint)
@@ -304,6 +309,13 @@ class Gateway:
             body = {"status": "ready", "models": len(fleet.models),
                     "deployments": len(fleet.deployments)}
         await send_body(send, status, orjson.dumps(body), ex.base_headers())
+
+    async def metrics_endpoint(
+        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        await self.recorder.flush()
+        await send_body(send, 200, self.metrics.render(self.recorder), ex.base_headers(),
+                        CONTENT_TYPE_LATEST.encode())
 
     async def request_record(
         self, scope: Scope, receive: Receive, send: Send, ex: Exchange
