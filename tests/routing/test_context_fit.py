@@ -53,8 +53,16 @@ def test_oversize_request_goes_to_the_long_tier(stack: Stack, client_for) -> Non
     assert estimate > 2000
     record = _record(stack, resp.headers["x-request-id"])
     assert record["notes"]["context_tier"] == "long"
-    assert record["notes"]["provider_ctx"] == LONG_WINDOW
+    assert record["notes"]["provider_ctx"] == {"base": 1000, "m@long": LONG_WINDOW}
     assert record["notes"]["context_estimate"] == estimate
+
+    def metrics() -> str:
+        with urllib.request.urlopen(stack.url + "/metrics") as resp:
+            return resp.read().decode()
+
+    wait_until(lambda: 'context_tier="long"' in metrics(), 5, "metrics written")
+    attempt = next(line for line in metrics().splitlines() if 'deployment="m@long"' in line)
+    assert f'provider_ctx="{LONG_WINDOW}"' in attempt
 
 
 def test_streaming_selects_the_tier_too(stack: Stack, client_for) -> None:
@@ -163,6 +171,46 @@ def test_best_fit_order_with_unknown_windows() -> None:
     assert order(4 * 800) == ["w1k", "w10k", "unknown", "w500"]
     assert order(4 * 300) == ["w500", "w1k", "w10k", "unknown"]
     assert order(4 * 20000) == ["unknown", "w10k", "w1k", "w500"]
+
+
+def test_explicit_priority_ranks_within_each_fit_group() -> None:
+    config = fleet_config(
+        {
+            "routing": {"context": {"margin_percent": 0, "message_overhead": 0}},
+            "providers": [{"id": p, "base_url": f"http://{p}.invalid/v1"} for p in ("p1", "p2")],
+            "deployments": [
+                {"id": "w1k", "model": "m", "provider": "p1", "context_window": 1000},
+                {
+                    "id": "w2k-later",
+                    "model": "m",
+                    "provider": "p2",
+                    "context_window": 2000,
+                    "priority": -1,
+                },
+            ],
+        }
+    )
+    fleet = build_fleet(config)
+
+    def order(prompt_bytes: int) -> list[str]:
+        body = {"model": "m", "prompt": "x" * prompt_bytes, "max_tokens": 1}
+        plan = build_plan(parse_openai("completions", orjson.dumps(body)), fleet, MemoryState())
+        return [c.deployment.id for c in plan.candidates]
+
+    assert order(4 * 500) == ["w2k-later", "w1k"]  # both fit: the operator's priority wins
+    assert order(4 * 1500) == ["w2k-later", "w1k"]  # only the 2k fits
+    # a request too big for the preferred deployment goes to the one that holds it
+    config2 = config.model_copy(
+        update={
+            "deployments": [
+                config.deployments[0].model_copy(update={"priority": -5}),
+                config.deployments[1],
+            ]
+        }
+    )
+    fleet = build_fleet(config2)
+    assert order(4 * 500) == ["w1k", "w2k-later"]
+    assert order(4 * 1500) == ["w2k-later", "w1k"]
 
 
 def _post(stack: Stack, path: str, body: dict[str, Any]) -> dict[str, Any]:

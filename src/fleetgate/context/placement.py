@@ -3,7 +3,8 @@
 Best fit: deployments whose window holds the request come first, smallest window first
 (short requests stay on the base fleet; a long host is their failover, not a peer); then
 deployments with an unknown window; then those too small, biggest first, so that an
-over-estimate can still be served. Ties keep the order the other orderers gave.
+over-estimate can still be served. Within each of the three groups an explicit `priority`
+still ranks first; ties keep the order the other orderers gave.
 """
 
 from __future__ import annotations
@@ -36,13 +37,16 @@ def known_windows(candidates: Iterable[Candidate]) -> set[int]:
     return windows
 
 
-def _fit_key(candidate: Candidate, need: int) -> tuple[int, int]:
-    window = effective_window(candidate.deployment)
+def _fit_key(candidate: Candidate, need: int) -> tuple[int, int, int]:
+    # fit decides first (can it hold the request at all), then the operator's explicit
+    # priority, then the window (best fit); load and config order come from the stable sort
+    dep = candidate.deployment
+    window = effective_window(dep)
     if window is None:
-        return (_UNKNOWN, 0)
+        return (_UNKNOWN, dep.priority, 0)
     if window >= need:
-        return (_FITS, window)
-    return (_OVERFLOW, -window)
+        return (_FITS, dep.priority, window)
+    return (_OVERFLOW, dep.priority, -window)
 
 
 def order_by_fit(candidates: list[Candidate], need: int) -> list[Candidate]:

@@ -337,7 +337,6 @@ def _note_context_tier(plan: RoutePlan, outcome: Outcome) -> None:
     dep = outcome.candidate.deployment
     outcome.extra_headers[TIER_HEADER] = dep.tier
     plan.notes["context_tier"] = dep.tier
-    plan.notes["provider_ctx"] = dep.context_window or "unbounded"
 
 
 def _upstream_error_body(body: bytes) -> bytes | None:

@@ -39,6 +39,10 @@ class ContextFitFilter:
             estimate = estimate_context_tokens(profile.body, profile.endpoint, settings)
             profile.context = estimate
         record_estimate(estimate, ctx.headers, ctx.notes)
+        # per-deployment window, for the attempts' `provider_ctx` metric label
+        ctx.notes["provider_ctx"] = {
+            c.deployment.id: c.deployment.context_window or "unbounded" for c in candidates
+        }
         if guard_for(ctx.fleet, profile.model) != "reject":
             return candidates, []
         # judged against every deployment of the model, so that a big host in cooldown
