@@ -118,8 +118,12 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
     owners = {m.id: m.owned_by for m in config.models}
     guards = {m.id: m.context_guard for m in config.models}
     models = {
-        model_id: Model(id=model_id, owned_by=owners.get(model_id, "fleetgate"),
-                        deployments=tuple(deps), context_guard=guards.get(model_id))
+        model_id: Model(
+            id=model_id,
+            owned_by=owners.get(model_id, "fleetgate"),
+            deployments=tuple(deps),
+            context_guard=guards.get(model_id),
+        )
         for model_id, deps in by_model.items()
     }
     return Fleet(

@@ -20,8 +20,11 @@ def build_plan(
     ctx = PlanContext(profile, fleet, state, time.time() if now is None else now)
     resolution = resolve(ctx)
     plan = RoutePlan(
-        profile.model, resolution.reason, resolution.candidates,
-        headers=ctx.headers, notes=ctx.notes,
+        profile.model,
+        resolution.reason,
+        resolution.candidates,
+        headers=ctx.headers,
+        notes=ctx.notes,
     )
     for f in FILTERS:
         if not plan.candidates:
