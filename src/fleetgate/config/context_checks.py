@@ -36,6 +36,8 @@ def long_context_blocks(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
                 f"{block.base_max_context_tokens}); equal windows would make the long host a "
                 "round-robin peer instead of a tier",
             )
+        if len(model.id) > 195:  # ids are at most 200 characters
+            yield ("models", i, "id"), "too long for a long_context tier (at most 195 characters)"
         if f"{model.id}@long" in deployment_ids:
             yield loc, f"the generated deployment id {model.id + '@long'!r} is already taken"
         base = [(j, d) for j, d in enumerate(config.deployments) if d.model == model.id]
