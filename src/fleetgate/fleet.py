@@ -13,6 +13,7 @@ from typing import Any
 
 from fleetgate.config.checks import ENV_REF, deployment_id
 from fleetgate.config.schema import CircuitConfig, FleetConfig, ProviderKind, Timeouts
+from fleetgate.context.tiers import expand_tiers
 from fleetgate.fleet_routes import (
     Tier,
     VirtualModel,
@@ -73,6 +74,7 @@ class Model:
     owned_by: str
     deployments: tuple[Deployment, ...]
     created: int = 0
+    context_guard: str | None = None  # "allow" | "reject"; None: the global setting
 
     @property
     def context_length(self) -> int | None:
@@ -104,8 +106,9 @@ def _resolve_key(raw: str | None) -> tuple[str | None, str | None]:
 
 
 def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
+    tiered = expand_tiers(config)  # long_context blocks become plain deployments
     providers: dict[str, Provider] = {}
-    for p in config.providers:
+    for p in tiered.providers:
         key, env = _resolve_key(p.api_key)
         providers[p.id] = Provider(
             id=p.id,
@@ -120,7 +123,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
         )
     deployments: dict[str, Deployment] = {}
     by_model: dict[str, list[Deployment]] = {}
-    for i, d in enumerate(config.deployments):
+    for i, d in enumerate(tiered.deployments):
         dep = Deployment(
             id=deployment_id(d),
             model=d.model,
@@ -133,13 +136,19 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             price_output=d.price.output,
             index=i,
             params=params_dict(d.params),
+            tier=d.tier,
         )
         deployments[dep.id] = dep
         by_model.setdefault(dep.model, []).append(dep)
     owners = {m.id: m.owned_by for m in config.models}
+    guards = {m.id: m.context_guard for m in config.models}
     models = {
-        model_id: Model(id=model_id, owned_by=owners.get(model_id, "fleetgate"),
-                        deployments=tuple(deps))
+        model_id: Model(
+            id=model_id,
+            owned_by=owners.get(model_id, "fleetgate"),
+            deployments=tuple(deps),
+            context_guard=guards.get(model_id),
+        )
         for model_id, deps in by_model.items()
     }
     return Fleet(

@@ -41,6 +41,9 @@ class PlanContext:
     state: RuntimeState
     now: float
     sticky: StickyTiers | None = None  # auto's per-conversation tier memory
+    # the plan's own headers and notes dicts, so filters and orderers can fill them
+    headers: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
