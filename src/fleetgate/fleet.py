@@ -20,6 +20,7 @@ from fleetgate.config.schema import (
     ProviderPreferences,
     Timeouts,
 )
+from fleetgate.context.tiers import expand_tiers
 from fleetgate.fleet_routes import (
     Tier,
     VirtualModel,
@@ -83,6 +84,7 @@ class Model:
     owned_by: str
     deployments: tuple[Deployment, ...]
     created: int = 0
+    context_guard: str | None = None  # "allow" | "reject"; None: the global setting
     preferences: ProviderPreferences | None = None
 
     @property
@@ -117,8 +119,9 @@ def _resolve_key(raw: str | None) -> tuple[str | None, str | None]:
 
 
 def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
+    tiered = expand_tiers(config)  # long_context blocks become plain deployments
     providers: dict[str, Provider] = {}
-    for p in config.providers:
+    for p in tiered.providers:
         key, env = _resolve_key(p.api_key)
         providers[p.id] = Provider(
             id=p.id,
@@ -133,7 +136,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
         )
     deployments: dict[str, Deployment] = {}
     by_model: dict[str, list[Deployment]] = {}
-    for i, d in enumerate(config.deployments):
+    for i, d in enumerate(tiered.deployments):
         dep = Deployment(
             id=deployment_id(d),
             model=d.model,
@@ -150,16 +153,20 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             ),
             quantization=d.quantization,
             params=params_dict(d.params),
+            tier=d.tier,
         )
         deployments[dep.id] = dep
         by_model.setdefault(dep.model, []).append(dep)
-    declared = {m.id: m for m in config.models}
+    owners = {m.id: m.owned_by for m in config.models}
+    guards = {m.id: m.context_guard for m in config.models}
+    prefs = {m.id: m.provider for m in config.models}
     models = {
         model_id: Model(
             id=model_id,
-            owned_by=declared[model_id].owned_by if model_id in declared else "fleetgate",
+            owned_by=owners.get(model_id, "fleetgate"),
             deployments=tuple(deps),
-            preferences=declared[model_id].provider if model_id in declared else None,
+            context_guard=guards.get(model_id),
+            preferences=prefs.get(model_id),
         )
         for model_id, deps in by_model.items()
     }

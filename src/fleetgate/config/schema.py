@@ -22,6 +22,8 @@ ProviderKind = Literal[
     "openai", "vllm", "sglang", "llamacpp", "ollama", "openrouter", "anthropic"
 ]
 
+ContextGuard = Literal["allow", "reject"]
+
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 
 
@@ -257,12 +259,32 @@ class DeploymentConfig(_Strict):
     """Weights precision, e.g. `fp8`, `bf16`, `int4` (matched by `provider.quantizations`)."""
     params: RouteParams | None = None
     """Parameter overrides sent whenever this deployment is attempted (scope `deployment`)."""
+    tier: Identifier = "default"
+    """Context tier label (e.g. `long`); shown in X-Fleetgate-Context-Tier."""
+
+
+class LongContextConfig(_Strict):
+    """A long-context host of a model; expands into a second deployment (tier `long`)."""
+
+    inference_url: Url | None = None
+    """Base URL of the long-context host (its OpenAI API, e.g. `http://host:8000/v1`)."""
+    provider: Identifier | None = None
+    """Or: an existing provider that serves the long tier."""
+    kind: ProviderKind | None = None
+    """Engine kind of `inference_url`; defaults to the kind of the base deployments."""
+    upstream_model: str | None = None
+    """Defaults to the base deployments' upstream model name."""
+    max_context_tokens: PositiveInt
+    base_max_context_tokens: PositiveInt
 
 
 class ModelConfig(_Strict):
     id: Identifier
     owned_by: str = "fleetgate"
     description: str | None = None
+    long_context: LongContextConfig | None = None
+    context_guard: ContextGuard | None = None
+    """Overrides `routing.context.guard` for this model."""
     provider: ProviderPreferences | None = None
     """Routing preferences for every request to this model (a request's own may narrow)."""
 
@@ -278,8 +300,36 @@ class CircuitConfig(_Strict):
     """Upper bound for a cooldown asked for by an upstream's Retry-After."""
 
 
+class RefineConfig(_Strict):
+    enabled: bool = True
+    timeout_seconds: PositiveFloat = 2.0
+    """Budget for one exact count; on timeout the estimate is used."""
+    max_concurrency: PositiveInt = 4
+    """Exact counts in flight at once; when full, the estimate is used."""
+    band_low: PositiveFloat = 0.7
+    band_high: PositiveFloat = 1.3
+    """Count exactly only when the estimate lies within [low, high] x some window."""
+
+
+class ContextConfig(_Strict):
+    guard: ContextGuard = "allow"
+    """`reject`: refuse a request that fits no deployment, before any upstream call."""
+    margin_percent: Annotated[float, Field(ge=0, le=400)] = 20.0
+    """Safety margin on text cost: ceil(bytes / 4 x (1 + margin))."""
+    default_output_reserve: Annotated[int, Field(ge=0)] = 1024
+    """Output tokens assumed when the request names no limit."""
+    image_tokens: Annotated[int, Field(ge=0)] = 1024
+    """Reserve per image part."""
+    audio_tokens: Annotated[int, Field(ge=0)] = 1024
+    """Reserve per audio part."""
+    message_overhead: Annotated[int, Field(ge=0)] = 8
+    """Chat-template tokens per message."""
+    refine: RefineConfig = Field(default_factory=RefineConfig)
+
+
 class RoutingConfig(_Strict):
     circuit: CircuitConfig = Field(default_factory=CircuitConfig)
+    context: ContextConfig = Field(default_factory=ContextConfig)
 
 
 class ServerConfig(_Strict):

@@ -17,6 +17,8 @@ SERVER_ERROR = "server_error"
 CLIENT_ERROR = "client_error"
 STREAM_BROKEN = "stream_broken"
 SKIPPED = "skipped"
+# an upstream's context-length 400: moves on only to a strictly larger window; no cooldown
+CONTEXT_EXCEEDED = "context_exceeded"
 
 RETRYABLE = frozenset({CONNECT, TIMEOUT, RATE_LIMITED, SERVER_ERROR})
 

@@ -44,7 +44,7 @@ class PlanContext:
     state: RuntimeState
     now: float
     sticky: StickyTiers | None = None  # auto's per-conversation tier memory
-    # shared with the plan: stages may add response headers and log notes while planning
+    # the plan's own headers and notes dicts, so filters and orderers can fill them
     headers: dict[str, str] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)  # data one stage derives for others

@@ -24,17 +24,18 @@ def build_plan(
     """The plan a request follows; never raises for an empty plan (see `require_route`)."""
     ctx = PlanContext(profile, fleet, state, time.time() if now is None else now, sticky)
     resolution = resolve(ctx)
+    ctx.headers.update(resolution.headers)
+    ctx.notes.update(resolution.notes)
     plan = RoutePlan(
         profile.model,
         resolution.reason,
         resolution.candidates,
         dropped=list(resolution.dropped),
         emptied_by=resolution.emptied_by,
-        headers=dict(resolution.headers),
-        notes=dict(resolution.notes),
+        headers=ctx.headers,
+        notes=ctx.notes,
         on_empty=resolution.on_empty,
     )
-    ctx.headers, ctx.notes = plan.headers, plan.notes  # stages publish into the plan
     for f in FILTERS:
         if not plan.candidates:
             break

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from fleetgate.routing.filters.availability import AvailabilityFilter
 from fleetgate.routing.filters.capability import CapabilityFilter
+from fleetgate.routing.filters.context_fit import ContextFitFilter
 from fleetgate.routing.filters.provider_prefs import ProviderPreferenceFilter
+from fleetgate.routing.orderers.best_fit import BestFitOrderer
 from fleetgate.routing.orderers.preference import PreferenceOrderer
 from fleetgate.routing.orderers.priority import PriorityOrderer
 from fleetgate.routing.plan import CandidateFilter, CandidateOrderer
@@ -15,9 +17,11 @@ FILTERS: list[CandidateFilter] = [
     ProviderPreferenceFilter(),
     CapabilityFilter(),
     AvailabilityFilter(),
+    ContextFitFilter(),
 ]
 
 ORDERERS: list[CandidateOrderer] = [
     PriorityOrderer(),
     PreferenceOrderer(),  # after priority: `order` / `sort` override it, ties keep it
+    BestFitOrderer(),  # last: a stable sort, so best fit ranks first and ties keep order
 ]

@@ -13,6 +13,8 @@ from typing import Any
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from fleetgate.context.placement import TIER_HEADER
+from fleetgate.context.refine import ContextRefiner
 from fleetgate.errors import GatewayError
 from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
@@ -109,6 +111,7 @@ class Gateway:
         self.state = state or MemoryState()
         self.pool = UpstreamPool()
         self.executor = Executor(self.pool, self.state)
+        self.refiner = ContextRefiner(self.pool)
         self.recent = RecentRequests()
         self.metrics = Metrics()
         self.recorder = Recorder([self.recent, self.metrics])
@@ -205,10 +208,12 @@ class Gateway:
         fleet = self.holder.fleet
         plan = build_plan(profile, fleet, self.state, sticky=self.sticky)
         require_route(plan)
+        await self.refiner.refine(plan, profile, fleet)  # exact count near a tier boundary
         watch = DisconnectWatch(receive)
         try:
             try:
                 outcome = await self.executor.run(plan, profile, fleet)
+                _note_context_tier(plan, outcome)
             except ChainExhausted as exc:
                 self._record(ex, profile, plan, exc.status, exc.code, exc.attempts, None, 0.0)
                 extra = [(k.lower().encode(), v.encode()) for k, v in plan.headers.items()]
@@ -335,6 +340,15 @@ class Gateway:
                 f"No record of request {request_id!r} (only recent requests are kept).",
             )
         await send_body(send, 200, orjson.dumps(record.public()), ex.base_headers())
+
+
+def _note_context_tier(plan: RoutePlan, outcome: Outcome) -> None:
+    """Which tier served a request whose plan weighed context windows (header + notes)."""
+    if "context_estimate" not in plan.notes:
+        return
+    dep = outcome.candidate.deployment
+    outcome.extra_headers[TIER_HEADER] = dep.tier
+    plan.notes["context_tier"] = dep.tier
 
 
 def _upstream_error_body(body: bytes) -> bytes | None:
