@@ -250,6 +250,10 @@ def test_sort_partition_model_keeps_groups_in_place():
     plan = build_plan(profile, fleet, MemoryState())
     assert [c.deployment.id for c in plan.candidates] == ["m-cheap", "m-dear"]
     assert plan.notes["preferences"]["sort"] == {"by": "price", "partition": "model"}
+    # `only` may name a deployment id as well as a provider id
+    profile.preferences = ProviderPreferences(only=["M-Dear"])
+    plan = build_plan(profile, fleet, MemoryState())
+    assert [c.deployment.id for c in plan.candidates] == ["m-dear"]
 
 
 SAMPLE = """\
@@ -265,7 +269,7 @@ deployments:
   - {model: qwen, provider: spare, supported_parameters: [max_tokens, tols]}
 models:
   - id: qwen
-    provider: {only: [big-gpu, small-gpu, laptop, spare]}
+    provider: {only: [big-gpu, small-gpu, laptop, spare], ignore: [nobody]}
 """
 
 
@@ -283,6 +287,7 @@ def test_check_reports_the_single_point_of_failure(tmp_path: Path, capsys):
     ) in out
     assert "warning: model qwen: no deployment can serve image requests (0/4 eligible)" in out
     assert "deployments[3].supported_parameters[1]" in out  # the typo `tols`
+    assert "models[0].provider.ignore[0]: 'nobody' names no provider or deployment" in out
 
 
 def test_check_rejects_a_malformed_env_list(tmp_path: Path, capsys, monkeypatch):
