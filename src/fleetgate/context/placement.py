@@ -37,16 +37,16 @@ def known_windows(candidates: Iterable[Candidate]) -> set[int]:
     return windows
 
 
-def _fit_key(candidate: Candidate, need: int) -> tuple[int, int, int]:
-    # fit decides first (can it hold the request at all), then the operator's explicit
-    # priority, then the window (best fit); load and config order come from the stable sort
-    dep = candidate.deployment
-    window = effective_window(dep)
+def _fit_key(candidate: Candidate, need: int) -> tuple[int, int]:
+    # capacity first, as the design's Order stage says: the smallest window that holds the
+    # request, unknown windows next, overflow last (biggest first); the strategy orderers'
+    # order (priority, load, config order) decides among equal windows via the stable sort
+    window = effective_window(candidate.deployment)
     if window is None:
-        return (_UNKNOWN, dep.priority, 0)
+        return (_UNKNOWN, 0)
     if window >= need:
-        return (_FITS, dep.priority, window)
-    return (_OVERFLOW, dep.priority, -window)
+        return (_FITS, window)
+    return (_OVERFLOW, -window)
 
 
 def order_by_fit(candidates: list[Candidate], need: int) -> list[Candidate]:
