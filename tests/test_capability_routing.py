@@ -230,6 +230,23 @@ def test_unsupported_sampling_knob_is_dropped_for_that_host_and_recorded(stack: 
     assert len(a.requests) == 1
 
 
+def test_knobs_pass_through_when_only_the_kinds_default_list_applies(stack: Stack, client_for):
+    a = stack.engine("a")
+    stack.start_gateway({"providers": [provider("pa", a)], "deployments": [deployment("m", "pa")]})
+    client = client_for(stack)
+    # `top_a` is not in vllm's default list, but the list is a guess: the knob is kept
+    client.chat.completions.create(model="m", messages=MSG, extra_body={"top_a": 0.1})
+    assert a.requests[-1].body["top_a"] == 0.1
+    # ...unless the request asks for every parameter to be honoured
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model="m",
+            messages=MSG,
+            extra_body={"top_a": 0.1, "provider": {"require_parameters": True}},
+        )
+    assert "lacks: top_a" in err.value.body["message"]
+
+
 def test_needs_derived_from_the_body():
     assert derive_needs({"messages": MSG}) == frozenset()
     tools = [{"type": "function", "function": {"name": "f"}}]

@@ -74,6 +74,9 @@ class Deployment:
     index: int  # position in the config; the final tie-breaker, so plans are deterministic
     tier: str = "default"
     capabilities: frozenset[str] = frozenset()  # need names (see capabilities.py)
+    # True when the config lists `supported_parameters` (not the kind's default): only then
+    # are unsupported sampling knobs removed from the body sent to it
+    parameters_declared: bool = False
     quantization: str | None = None
     params: dict[str, Any] | None = None  # overrides of scope `deployment`
 
@@ -151,6 +154,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             capabilities=deployment_capabilities(
                 providers[d.provider].kind, d.supported_parameters, d.modalities
             ),
+            parameters_declared=d.supported_parameters is not None,
             quantization=d.quantization,
             params=params_dict(d.params),
             tier=d.tier,

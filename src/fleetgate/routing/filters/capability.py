@@ -2,8 +2,10 @@
 
 A need in `CONTRACT_NEEDS` (tools, structured outputs, image input, …) — or any need when
 `require_parameters` is true — must be supported, else the deployment is dropped with
-`lacks <need>`. Any other need (temperature, seed, stop, …) the deployment does not
-support is removed from the body sent to it instead, and recorded on the attempt.
+`lacks <need>`. Any other need (temperature, seed, stop, …) missing from a deployment's
+declared `supported_parameters` is removed from the body sent to it instead, and recorded
+on the attempt; with only its provider kind's default list, knobs pass through untouched
+(the defaults are a guess about the engine, too weak to edit a request on).
 
 When this filter shrinks a pool of two or more deployments to one or none, the plan says
 so: header `X-Fleetgate-Effective-Pool: <eligible>/<pool>` and note `effective_pool`.
@@ -43,7 +45,7 @@ class CapabilityFilter:
                     Dropped(c.deployment.id, self.name, "lacks " + ", ".join(sorted(missing)))
                 )
                 continue
-            soft = needs - required - caps
+            soft = needs - required - caps if c.deployment.parameters_declared else None
             if soft:
                 fields = unsupported_fields(soft)
                 c = dataclasses.replace(c, drop_params=(*c.drop_params, *fields))
