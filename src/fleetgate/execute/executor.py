@@ -77,6 +77,8 @@ class ChainExhausted(GatewayError):
 
 def upstream_body(profile: RequestProfile, candidate: Candidate) -> bytes:
     body = profile.body
+    if candidate.drop_params:
+        body = {k: v for k, v in body.items() if k not in candidate.drop_params}
     if candidate.params:
         body = apply_params(body, candidate.params, profile.endpoint)
     return orjson.dumps({**body, "model": candidate.deployment.upstream_model})
@@ -115,6 +117,9 @@ class Executor:
                 upstream_model=dep.upstream_model,
                 scope=candidate.scope,
                 params=candidate.params,
+                quantization=dep.quantization,
+                dropped_params=list(candidate.drop_params) or None,
+                preferences=plan.notes.get("preferences"),
                 key_label=candidate.key_label,
                 virtual_model=candidate.virtual_model,
                 tier=candidate.tier,
@@ -256,9 +261,12 @@ class Executor:
         dep_id = attempt.deployment_id
         completed = False
         carry = b""
+        # data events after the first one: the token count for the throughput EMA
+        events = max(first.count(b"data:") - 1, 0)
         try:
             yield first
             async for chunk in resp.content.iter_any():
+                events += chunk.count(b"data:")
                 if rewriter.identity:
                     yield chunk
                     continue
@@ -284,7 +292,7 @@ class Executor:
             attempt.latency = time.perf_counter() - started
             if completed:
                 resp.release()
-                self.state.record_success(dep_id, attempt.ttft, attempt.latency, None)
+                self.state.record_success(dep_id, attempt.ttft, attempt.latency, events or None)
             else:
                 resp.close()
                 if attempt.error_class == STREAM_BROKEN:
