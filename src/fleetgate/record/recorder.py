@@ -35,8 +35,7 @@ class RequestRecord:
     attempts: list[Attempt] = field(default_factory=list)
     dropped: list[dict[str, str]] = field(default_factory=list)
     client_key_id: str | None = None
-    # facts routing stages put in `RoutePlan.notes` (virtual model, tier, context estimate)
-    notes: dict[str, Any] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)  # numbers and ids from the stages
 
     def public(self) -> dict[str, Any]:
         """The record as the read API shows it (attempt messages left out)."""

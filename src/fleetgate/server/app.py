@@ -11,9 +11,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from fleetgate.auth.guard import record_usage
 from fleetgate.auth.keys import ClientKey
+from fleetgate.context.placement import TIER_HEADER
+from fleetgate.context.refine import ContextRefiner
 from fleetgate.errors import GatewayError
 from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
@@ -21,9 +24,11 @@ from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Fleet, FleetHolder
 from fleetgate.ingress.openai import parse_json_object, parse_openai
 from fleetgate.ingress.profile import RequestProfile
+from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
 from fleetgate.routing.plan import RoutePlan
 from fleetgate.routing.planner import build_plan, require_route
+from fleetgate.routing.sticky import ReadOnlySticky, StickyTiers
 from fleetgate.server.asgi import (
     DisconnectWatch,
     Headers,
@@ -32,6 +37,11 @@ from fleetgate.server.asgi import (
     Send,
     read_body,
     send_body,
+)
+from fleetgate.server.virtuals import (
+    configure_sticky,
+    sticky_tiers_for,
+    virtual_catalog,
 )
 from fleetgate.state.runtime import MemoryState, RuntimeState
 
@@ -80,7 +90,8 @@ def _routing_headers(plan: RoutePlan, outcome: Outcome, overhead: float) -> Head
     tried = len(outcome.attempts)
     extra = [(k.lower().encode(), v.encode()) for k, v in plan.headers.items()]
     extra.extend((k.lower().encode(), v.encode()) for k, v in outcome.extra_headers.items())
-    return extra + [
+    return [
+        *extra,
         (b"x-fleetgate-route", dep.id.encode()),
         (b"x-fleetgate-provider", dep.provider.id.encode()),
         (b"x-fleetgate-attempts", str(tried).encode()),
@@ -107,8 +118,12 @@ class Gateway:
         self.state = state or MemoryState()
         self.pool = UpstreamPool()
         self.executor = Executor(self.pool, self.state)
+        self.refiner = ContextRefiner(self.pool)
         self.recent = RecentRequests()
-        self.recorder = Recorder([self.recent])
+        self.metrics = Metrics()
+        self.recorder = Recorder([self.recent, self.metrics])
+        self.sticky = sticky_tiers_for(holder.fleet)
+        holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.ready = False
         self.max_body = holder.fleet.config.server.max_body_bytes
         # set by server/control.py when the gateway runs with a store (admin API, keys)
@@ -120,6 +135,7 @@ class Gateway:
             ("POST", "/v1/routing/explain"): self.explain,
             ("GET", "/healthz"): self.healthz,
             ("GET", "/readyz"): self.readyz,
+            ("GET", "/metrics"): self.metrics_endpoint,
         }
         for path, endpoint in _ENDPOINTS.items():
             self.routes[("POST", path)] = self._proxy_for(endpoint)
@@ -213,12 +229,14 @@ class Gateway:
         self, profile: RequestProfile, receive: Receive, send: Send, ex: Exchange
     ) -> None:
         fleet = self.holder.fleet
-        plan = build_plan(profile, fleet, self.state)
+        plan = build_plan(profile, fleet, self.state, sticky=self.sticky)
         require_route(plan)
+        await self.refiner.refine(plan, profile, fleet)  # exact count near a tier boundary
         watch = DisconnectWatch(receive)
         try:
             try:
                 outcome = await self.executor.run(plan, profile, fleet)
+                _note_context_tier(plan, outcome)
             except ChainExhausted as exc:
                 self._record(ex, profile, plan, exc.status, exc.code, exc.attempts, None, 0.0)
                 extra = [(k.lower().encode(), v.encode()) for k, v in plan.headers.items()]
@@ -308,7 +326,11 @@ class Gateway:
     async def explain(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         raw = await read_body(receive, self.max_body)
         result = explain_request(
-            parse_json_object(raw), self.holder.fleet, self.state, ex.headers
+            parse_json_object(raw),
+            self.holder.fleet,
+            self.state,
+            ex.headers,
+            sticky=ReadOnlySticky(self.sticky),
         )
         await send_body(send, 200, orjson.dumps(result), ex.base_headers())
 
@@ -326,6 +348,13 @@ class Gateway:
                     "deployments": len(fleet.deployments)}
         await send_body(send, status, orjson.dumps(body), ex.base_headers())
 
+    async def metrics_endpoint(
+        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        await self.recorder.flush()
+        await send_body(send, 200, self.metrics.render(self.recorder), ex.base_headers(),
+                        CONTENT_TYPE_LATEST.encode())
+
     async def request_record(
         self, scope: Scope, receive: Receive, send: Send, ex: Exchange
     ) -> None:
@@ -337,6 +366,15 @@ class Gateway:
                 f"No record of request {request_id!r} (only recent requests are kept).",
             )
         await send_body(send, 200, orjson.dumps(record.public()), ex.base_headers())
+
+
+def _note_context_tier(plan: RoutePlan, outcome: Outcome) -> None:
+    """Which tier served a request whose plan weighed context windows (header + notes)."""
+    if "context_estimate" not in plan.notes:
+        return
+    dep = outcome.candidate.deployment
+    outcome.extra_headers[TIER_HEADER] = dep.tier
+    plan.notes["context_tier"] = dep.tier
 
 
 def _upstream_error_body(body: bytes) -> bytes | None:
@@ -362,6 +400,7 @@ def catalog(fleet: Fleet) -> dict[str, Any]:
         if model.context_length is not None:
             entry["context_length"] = model.context_length
         data.append(entry)
+    data.extend(virtual_catalog(fleet))
     return {"object": "list", "data": data}
 
 
@@ -376,7 +415,11 @@ def infer_endpoint(body: dict[str, Any]) -> str:
 
 
 def explain_request(
-    body: dict[str, Any], fleet: Fleet, state: RuntimeState, headers: dict[str, str]
+    body: dict[str, Any],
+    fleet: Fleet,
+    state: RuntimeState,
+    headers: dict[str, str],
+    sticky: StickyTiers | None = None,
 ) -> dict[str, Any]:
     """The plan a request would follow, without sending anything."""
     endpoint = body.pop("endpoint", None) or infer_endpoint(body)
@@ -388,7 +431,7 @@ def explain_request(
         )
     profile = parse_openai(endpoint, orjson.dumps(body))
     profile.headers = headers
-    plan = build_plan(profile, fleet, state)
+    plan = build_plan(profile, fleet, state, sticky=sticky)
     result = plan.describe()
     result["endpoint"] = endpoint
     try:

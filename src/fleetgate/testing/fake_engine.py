@@ -269,6 +269,8 @@ class FakeEngine:
         self.cancelled = 0
         self._fault: Fault | None = None
         self._queued: deque[Fault] = deque()
+        self._every: tuple[int, Fault] | None = None
+        self._inference_count = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._runner: web.ServerRunner | None = None
         self._stopping = False
@@ -321,6 +323,11 @@ class FakeEngine:
         """Apply ``fault`` to the next ``count`` chat/completion/embedding requests."""
         self._queued.extend([fault] * count)
 
+    def fail_every(self, n: int, fault: Fault | None) -> None:
+        """Apply ``fault`` to every ``n``-th chat/completion/embedding request (None stops)."""
+        self._every = (n, fault) if fault is not None else None
+        self._inference_count = 0
+
     def reset_counters(self) -> None:
         """Forget received requests, counters and queued faults."""
         self.requests.clear()
@@ -331,6 +338,10 @@ class FakeEngine:
     def _take_fault(self, inference: bool) -> Fault | None:
         if inference and self._queued:
             return self._queued.popleft()
+        if inference and self._every is not None:
+            self._inference_count += 1
+            if self._inference_count % self._every[0] == 0:
+                return self._every[1]
         fault = self._fault
         if fault is not None and (inference or fault.kind in _ENGINE_DOWN_KINDS):
             return fault

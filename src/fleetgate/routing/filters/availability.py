@@ -2,7 +2,31 @@
 
 from __future__ import annotations
 
-from fleetgate.routing.plan import Candidate, Dropped, PlanContext
+import math
+
+from fleetgate.errors import GatewayError
+from fleetgate.routing.plan import Candidate, Dropped, PlanContext, RoutePlan
+
+
+def credentials_problem(candidate: Candidate) -> str | None:
+    """Why the candidate's credential (its key label's, or the provider's) is missing."""
+    label = candidate.key_label
+    credential = candidate.deployment.provider.credential(label)
+    if credential is None:
+        return f"no credentials (key label {label!r} is not configured)"
+    key, env = credential
+    if env is None or key is not None:
+        return None
+    if label is None:
+        return f"no credentials ({env} is not set)"
+    return f"no credentials ({env} for key label {label!r} is not set)"
+
+
+def unavailable_reason(ctx: PlanContext, candidate: Candidate) -> str | None:
+    reason = credentials_problem(candidate)
+    if reason is None and not candidate.last_resort:
+        reason = ctx.state.unavailable_reason(candidate.deployment.id, ctx.now)
+    return reason
 
 
 class AvailabilityFilter:
@@ -14,13 +38,27 @@ class AvailabilityFilter:
         kept: list[Candidate] = []
         dropped: list[Dropped] = []
         for c in candidates:
-            dep = c.deployment
-            if not dep.provider.has_credentials:
-                reason = f"no credentials ({dep.provider.api_key_env} is not set)"
-            else:
-                reason = ctx.state.unavailable_reason(dep.id, ctx.now)
+            reason = unavailable_reason(ctx, c)
             if reason is None:
                 kept.append(c)
             else:
-                dropped.append(Dropped(dep.id, self.name, reason))
+                health = ctx.state.health(c.deployment.id)
+                cooling = health.open_reason == "rate limited" and health.open_until > ctx.now
+                retry_at = health.open_until if cooling and not credentials_problem(c) else None
+                dropped.append(Dropped(c.deployment.id, self.name, reason, retry_at))
         return kept, dropped
+
+    def empty_error(self, plan: RoutePlan, now: float) -> GatewayError | None:
+        """Every eligible deployment cooling down after a 429: say when to come back."""
+        mine = [d for d in plan.dropped if d.filter == self.name]
+        if not mine or any(d.retry_at is None for d in mine):
+            return None  # not (only) rate limits: the generic no_route
+        soonest = min(d.retry_at for d in mine if d.retry_at is not None)
+        wait = max(1, math.ceil(soonest - now))
+        return GatewayError(
+            "all_routes_rate_limited",
+            f"Every eligible deployment of {plan.requested_model!r} is cooling down after a "
+            f"rate limit; retry in {wait}s. ("
+            + "; ".join(f"{d.deployment_id}: {d.reason}" for d in mine) + ")",
+            headers={**plan.headers, "Retry-After": str(wait)},
+        )

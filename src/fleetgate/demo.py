@@ -1,0 +1,145 @@
+"""`fleetgate demo`: a simulated fleet of fake engines with the gateway in front of it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+from typing import Any
+
+import aiohttp
+import orjson
+
+from fleetgate.config import validate_config
+from fleetgate.fleet import FleetHolder, build_fleet
+from fleetgate.server.app import Gateway
+from fleetgate.server.run import server_for
+from fleetgate.testing import FakeEngine, Fault
+
+ENGINES: dict[str, dict[str, Any]] = {
+    # name -> FakeEngine settings
+    "flaky": {"context_window": 8192, "reply_words": 12},
+    "steady": {"context_window": 8192, "reply_words": 12, "latency": 0.02},
+    "embedder": {"context_window": 8192},
+}
+
+
+def demo_config(urls: dict[str, str], host: str, port: int) -> dict[str, Any]:
+    return {
+        "server": {"host": host, "port": port},
+        "providers": [
+            {"id": name, "kind": "vllm", "base_url": url + "/v1",
+             "timeouts": {"connect": 2, "first_byte": 10, "total": 60}}
+            for name, url in urls.items()
+        ],
+        "deployments": [
+            {"id": "flaky", "model": "demo-chat", "provider": "flaky",
+             "upstream_model": "sim/llama-8b-a", "context_window": 8192, "priority": 0,
+             "price": {"input": 0.05, "output": 0.10}},
+            {"id": "steady", "model": "demo-chat", "provider": "steady",
+             "upstream_model": "sim/llama-8b-b", "context_window": 8192, "priority": 1,
+             "price": {"input": 0.08, "output": 0.16}},
+            {"id": "embedder", "model": "demo-embed", "provider": "embedder",
+             "upstream_model": "sim/embed-small", "context_window": 8192},
+        ],
+        "models": [
+            {"id": "demo-chat", "owned_by": "fleetgate-demo"},
+            {"id": "demo-embed", "owned_by": "fleetgate-demo"},
+        ],
+    }
+
+
+async def _sample_requests(base: str) -> list[str]:
+    """Send a few requests so the newcomer sees routing and a fallback right away."""
+    lines = []
+    body = {"model": "demo-chat", "messages": [{"role": "user", "content": "Say hello."}]}
+    async with aiohttp.ClientSession() as session:
+        for i in range(1, 4):
+            async with session.post(base + "/v1/chat/completions", json=body) as resp:
+                data = await resp.read()
+                h = resp.headers
+                model = orjson.loads(data).get("model") if resp.status == 200 else "-"
+                note = ""
+                if h.get("x-fleetgate-fallback-count", "0") != "0":
+                    note = "  <- fallback: 'flaky' answered 503, the chain moved on"
+                lines.append(
+                    f"  #{i} POST /v1/chat/completions model=demo-chat -> {resp.status}, "
+                    f"answered by {h.get('x-fleetgate-route')} "
+                    f"(attempts {h.get('x-fleetgate-attempts')}, model in body {model!r}){note}"
+                )
+    return lines
+
+
+def _instructions(base: str, samples: list[str]) -> str:
+    return f"""
+fleetgate demo — gateway on {base}, in front of {len(ENGINES)} simulated engines
+  model demo-chat  -> deployment 'flaky' (priority 0; answers 503 to every 2nd request)
+                      then 'steady' (priority 1): the fallback
+  model demo-embed -> deployment 'embedder'
+
+Requests sent just now:
+{chr(10).join(samples)}
+
+Try it:
+  curl -s {base}/v1/models
+  curl -si {base}/v1/chat/completions -H 'content-type: application/json' \\
+       -d '{{"model":"demo-chat","messages":[{{"role":"user","content":"hi"}}]}}'
+  curl -s {base}/v1/routing/explain -H 'content-type: application/json' \\
+       -d '{{"model":"demo-chat","messages":[{{"role":"user","content":"hi"}}]}}'
+  python3 -c "from openai import OpenAI; c = OpenAI(base_url='{base}/v1', api_key='x'); \\
+print(c.chat.completions.create(model='demo-chat', \\
+messages=[{{'role': 'user', 'content': 'hi'}}]).choices[0].message.content)"
+
+Response headers X-Fleetgate-Route / -Attempts / -Fallback-Count show how each request was
+routed. Ctrl-C stops the demo.
+"""
+
+
+async def _run(host: str, port: int) -> int:
+    engines = {name: FakeEngine(name, **kw) for name, kw in ENGINES.items()}
+    for engine in engines.values():
+        await engine.start()
+    engines["flaky"].fail_every(2, Fault("status", status=503))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        print(f"fleetgate demo: cannot listen on {host}:{port}: {exc.strerror}. "
+              "Pick another port with --port (0 picks a free one).")
+        return 1
+    port = sock.getsockname()[1]
+    config, problems = validate_config(
+        demo_config({n: e.url for n, e in engines.items()}, host, port)
+    )
+    assert config is not None, problems
+    server = server_for(Gateway(FleetHolder(build_fleet(config))), host, port)
+    server.config.log_level = "warning"
+    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    while not server.started:
+        if serving.done():
+            return 1
+        await asyncio.sleep(0.01)
+    base = f"http://{host}:{port}"
+    print(_instructions(base, await _sample_requests(base)), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    server.should_exit = True
+    await serving
+    for engine in engines.values():
+        await engine.stop()
+    return 0
+
+
+def run_demo(host: str = "127.0.0.1", port: int = 8080) -> int:
+    try:
+        import uvloop
+
+        return uvloop.run(_run(host, port))
+    except ImportError:
+        return asyncio.run(_run(host, port))

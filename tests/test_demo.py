@@ -1,0 +1,49 @@
+"""`fleetgate demo` starts a simulated fleet, answers, and shows a fallback."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import openai
+
+
+def test_demo_serves_and_shows_a_fallback():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetgate", "demo", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 30
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "Ctrl-C stops the demo" in line:
+                break
+        out = "".join(lines)
+        assert "Ctrl-C stops the demo" in out, out
+        assert "answered by steady (attempts 2" in out and "fallback" in out
+        base = re.search(r"gateway on (http://127\.0\.0\.1:\d+)", out).group(1)
+        client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+        seen = set()
+        for _ in range(4):
+            raw = client.chat.completions.with_raw_response.create(
+                model="demo-chat", messages=[{"role": "user", "content": "hi"}]
+            )
+            assert raw.parse().model == "demo-chat"
+            seen.add(raw.headers["x-fleetgate-fallback-count"])
+        assert seen == {"0", "1"}
+        assert client.embeddings.create(model="demo-embed", input="x").data
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
