@@ -104,6 +104,9 @@ def test_changes_persist_across_restart_and_yaml_only_seeds(stack: Stack, db_url
     assert api.get("/admin/models").json()["data"] == []
     live = api.get("/admin/fleet").json()
     pb = next(d for d in live["deployments"] if d["id"] == "pb")
-    assert pb["context_window"] == {"effective": 200_000, "source": "config"}
+    assert pb["context_window"] == {
+        "effective": 200_000,
+        "source": "deployment.context_window",
+    }
     assert pb["health"]["circuit"] == "closed"
     assert pb["inflight"] == 0

@@ -7,11 +7,28 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 
-from fleetgate.fleet import Fleet
+from fleetgate.config.checks import deployment_id
+from fleetgate.context.placement import effective_window
+from fleetgate.fleet import Deployment, Fleet
 from fleetgate.state.runtime import RuntimeState
 
 if TYPE_CHECKING:
     from fleetgate.server.control import ControlPlane
+
+
+def window_source(fleet: Fleet, dep: Deployment) -> str | None:
+    """Which config field the deployment's window comes from."""
+    if effective_window(dep) is None:
+        return None
+    for d in fleet.config.deployments:
+        if deployment_id(d) == dep.id and d.context_window is not None:
+            return "deployment.context_window"
+    model = next((m for m in fleet.config.models if m.id == dep.model), None)
+    if model is not None and model.long_context is not None:
+        if dep.tier == "long":
+            return "long_context.max_context_tokens"
+        return "long_context.base_max_context_tokens"
+    return "deployment.context_window"
 
 
 def live_fleet(fleet: Fleet, state: RuntimeState, now: float | None = None) -> dict[str, Any]:
@@ -27,8 +44,8 @@ def live_fleet(fleet: Fleet, state: RuntimeState, now: float | None = None) -> d
                 "upstream_model": dep.upstream_model,
                 "tier": dep.tier,
                 "context_window": {
-                    "effective": dep.context_window,
-                    "source": "config" if dep.context_window is not None else None,
+                    "effective": effective_window(dep),
+                    "source": window_source(fleet, dep),
                 },
                 "health": {
                     "circuit": h.circuit,

@@ -27,6 +27,9 @@ def _request_row(uid: str, r: RequestRecord) -> dict[str, Any]:
     last = r.attempts[-1] if r.attempts else None
     final = last if last is not None and r.deployment_id == last.deployment_id else None
     notes = r.notes
+    resolution = notes.get("resolution")
+    if not isinstance(resolution, dict):
+        resolution = {}
     context_estimate = notes.get("context_estimate")
     prompt = final.prompt_tokens if final else None
     estimated = False
@@ -40,8 +43,9 @@ def _request_row(uid: str, r: RequestRecord) -> dict[str, Any]:
         "endpoint": r.endpoint,
         "requested_model": r.requested_model,
         "resolution": r.resolution,
-        "virtual_model": notes.get("virtual_model"),
-        "tier": notes.get("tier"),
+        "virtual_model": resolution.get("virtual_model"),
+        "tier": resolution.get("tier"),
+        "context_tier": notes.get("context_tier"),
         "deployment_id": r.deployment_id,
         "provider_id": r.provider_id,
         "upstream_model": final.upstream_model if final else None,
@@ -79,6 +83,12 @@ def _attempt_rows(uid: str, r: RequestRecord) -> list[dict[str, Any]]:
             "prompt_tokens": a.prompt_tokens,
             "completion_tokens": a.completion_tokens,
             "params": a.params,
+            "key_label": a.key_label,
+            "virtual_model": a.virtual_model,
+            "tier": a.tier,
+            "quantization": a.quantization,
+            "dropped_params": a.dropped_params,
+            "preferences": a.preferences,
         }
         for a in r.attempts
     ]

@@ -50,7 +50,8 @@ requests = Table(
     Column("requested_model", String(255), nullable=False),
     Column("resolution", String(64), nullable=False),
     Column("virtual_model", String(255)),
-    Column("tier", String(255)),
+    Column("tier", String(255)),  # the named routing tier (header or auto)
+    Column("context_tier", String(255)),  # the capacity tier that served it (e.g. long)
     Column("deployment_id", String(255)),
     Column("provider_id", String(255)),
     Column("upstream_model", String(255)),
@@ -92,6 +93,12 @@ attempts = Table(
     Column("prompt_tokens", Integer),
     Column("completion_tokens", Integer),
     Column("params", JSON),
+    Column("key_label", String(255)),
+    Column("virtual_model", String(255)),
+    Column("tier", String(255)),
+    Column("quantization", String(64)),
+    Column("dropped_params", JSON),
+    Column("preferences", JSON),
 )
 
 client_keys = Table(

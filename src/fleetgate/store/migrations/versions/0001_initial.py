@@ -36,6 +36,7 @@ def upgrade() -> None:
         sa.Column("resolution", sa.String(64), nullable=False),
         sa.Column("virtual_model", sa.String(255)),
         sa.Column("tier", sa.String(255)),
+        sa.Column("context_tier", sa.String(255)),
         sa.Column("deployment_id", sa.String(255)),
         sa.Column("provider_id", sa.String(255)),
         sa.Column("upstream_model", sa.String(255)),
@@ -78,6 +79,12 @@ def upgrade() -> None:
         sa.Column("prompt_tokens", sa.Integer),
         sa.Column("completion_tokens", sa.Integer),
         sa.Column("params", sa.JSON),
+        sa.Column("key_label", sa.String(255)),
+        sa.Column("virtual_model", sa.String(255)),
+        sa.Column("tier", sa.String(255)),
+        sa.Column("quantization", sa.String(64)),
+        sa.Column("dropped_params", sa.JSON),
+        sa.Column("preferences", sa.JSON),
     )
     op.create_table(
         "client_keys",
