@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import httpx
 import openai
 
 
@@ -41,6 +42,12 @@ def test_demo_serves_and_shows_a_fallback():
             seen.add(raw.headers["x-fleetgate-fallback-count"])
         assert seen == {"0", "1"}
         assert client.embeddings.create(model="demo-embed", input="x").data
+        # the admin API runs on the demo's SQLite store, with the key it printed
+        key = re.search(r"Bearer (fg-admin-[\w-]+)", out).group(1)
+        logged = httpx.get(
+            base + "/admin/requests", headers={"Authorization": f"Bearer {key}"}, timeout=10
+        )
+        assert logged.status_code == 200 and logged.json()["data"], logged.text
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=15) == 0
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -43,6 +44,7 @@ def test_serve_from_config_file(stack: Stack, tmp_path: Path, workers: int):
         [sys.executable, "-m", "fleetgate", "serve", "--config", str(path), "--port", str(port),
          "--workers", str(workers)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={**os.environ, "FLEETGATE_DATA_DIR": str(tmp_path / "data")},  # a fresh store
     )
     try:
         wait_until(lambda: ready(url), 30, "gateway ready")

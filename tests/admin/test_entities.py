@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from tests.admin.helpers import admin, options, two_tier_fleet
 from tests.harness import Stack, wait_until
 
@@ -88,7 +92,9 @@ def test_crud_patch_merge_and_atomic_rejection(stack: Stack, db_url: str, client
     assert api.get("/admin/providers/pc").status_code == 404
 
 
-def test_changes_persist_across_restart_and_yaml_only_seeds(stack: Stack, db_url: str) -> None:
+def test_changes_persist_across_restart_and_yaml_only_seeds(
+    stack: Stack, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     config = two_tier_fleet(stack)
     stack.start_gateway(config, options(db_url))
     api = admin(stack)
@@ -96,8 +102,10 @@ def test_changes_persist_across_restart_and_yaml_only_seeds(stack: Stack, db_url
     assert api.delete("/admin/models/m").status_code == 204
     stack.stop_gateway()
 
-    # restart with the same YAML: the store wins, the YAML does not re-seed
-    gw = stack.start_gateway(config, options(db_url))
+    # restart with the same YAML: the store wins, the YAML does not re-seed (and says so)
+    with caplog.at_level(logging.WARNING, logger="fleetgate.control"):
+        gw = stack.start_gateway(config, options(db_url))
+    assert "differ from the store" in caplog.text
     wait_until(lambda: gw.ready, 10, "ready")
     assert gw.holder.fleet.deployments["pb"].context_window == 200_000
     api = admin(stack)

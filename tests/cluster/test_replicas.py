@@ -195,6 +195,9 @@ def test_losing_redis_degrades_to_local_state(
             wait_until(lambda gw=gw: not _control(gw).link.healthy, 5, "link marked down")
         status = admin(stack).get("/admin/status").json()["redis"]
         assert status["connected"] is False and status["errors"] >= 1 and status["outages"] >= 1
+        metrics = httpx.get(stack.url + "/metrics", timeout=10).text
+        assert "fleetgate_redis_connected 0.0" in metrics
+        assert "fleetgate_redis_errors 0.0" not in metrics
         # circuit changes while down stay local and never fail the request
         stack.engines["a"].fail_next(Fault("status", status=503))
         assert _chat(stack, **auth).status_code in (200, 429)

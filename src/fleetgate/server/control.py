@@ -23,7 +23,7 @@ from fleetgate.config.schema import FleetConfig
 from fleetgate.fleet import Fleet, build_fleet
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.store.client_keys import KeyStore
-from fleetgate.store.config_store import ConfigStore, compose_or_raise
+from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
 from fleetgate.store.database import create_engine, database_url, migrate
 from fleetgate.store.kinds import Entities
 from fleetgate.store.request_log import RequestLog, retention_cutoff
@@ -55,6 +55,14 @@ def _resolve(value: str | None) -> str | None:
         return None
     match = ENV_REF.match(value)
     return os.environ.get(match.group(1)) if match else value
+
+
+def _nonempty(entities: Entities) -> Entities:
+    return {k: v for k, v in entities.items() if v}
+
+
+def _has_entities(config: FleetConfig) -> bool:
+    return any(_nonempty(entities_of(config)).values())
 
 
 class SpendSink:
@@ -112,6 +120,15 @@ class ControlPlane:
         await migrate(self.engine)
         if await self.config_store.seed(self.base):
             log.info("seeded the store from the config file")
+        elif _has_entities(self.base) and _nonempty(entities_of(self.base)) != _nonempty(
+            await self.config_store.entities()
+        ):
+            log.warning(
+                "the config file's fleet sections differ from the store (%s); the store "
+                "wins. Change the fleet through /admin, or point the data directory or "
+                "database_url at a fresh store to seed it from the file again.",
+                self.engine.url.render_as_string(hide_password=True),
+            )
         await self.reload_fleet(force=True)
         await self.reload_keys()
         self.gateway.recorder.sinks.append(self.request_log)
@@ -130,6 +147,20 @@ class ControlPlane:
                 state.attach(self.link)
             await self.link.start()
             self.guard.limiter = self.link.limiter()
+            self._export_redis_metrics(self.link)
+
+    def _export_redis_metrics(self, link: RedisLink) -> None:
+        from prometheus_client import Gauge
+
+        registry = self.gateway.metrics.registry
+        Gauge(
+            "fleetgate_redis_connected", "1 while the link to Redis is up.", registry=registry
+        ).set_function(lambda: float(link.healthy))
+        Gauge(
+            "fleetgate_redis_errors",
+            "Redis operations that failed; the replica used its local state instead.",
+            registry=registry,
+        ).set_function(lambda: float(link.errors))
 
     async def stop(self) -> None:
         for task in self._tasks:
