@@ -7,6 +7,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,19 @@ def test_circuit_state_is_shared(
     live = admin(replica_b).get("/admin/fleet").json()
     pa = next(d for d in live["deployments"] if d["id"] == "pa")
     assert pa["health"]["circuit"] == "open" and pa["health"]["cooldown_until"] > time.time()
+
+
+def test_inflight_counts_are_shared_approximately(
+    stack: Stack, replica_b: Stack, pg_url: str, redis_url: str, redis_namespace: str
+) -> None:
+    stack.engine("a", latency=1.5)  # slow enough to be seen in flight
+    _, b = _start_pair(stack, replica_b, _options(pg_url, redis_url, redis_namespace))
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_chat, stack)
+        wait_until(lambda: b.state.health("pa").inflight == 1, 5, "B counts A's request")
+        assert b.state.local_inflight("pa") == 0  # type: ignore[attr-defined]
+        assert pending.result(10).status_code == 200
+    wait_until(lambda: b.state.health("pa").inflight == 0, 5, "B sees it finish")
 
 
 def _free_port() -> int:

@@ -167,6 +167,9 @@ class ControlPlane:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        close_state = getattr(self.gateway.state, "close", None)
+        if close_state is not None:
+            await close_state()
         if self.link is not None:
             await self.link.stop()
         await self.engine.dispose()

@@ -3,13 +3,16 @@
 Reads stay synchronous on a local mirror (a `MemoryState`), so routing never awaits.
 Every change to a deployment's circuit, cooldown or EMAs is applied locally first, then
 queued to Redis (a hash other replicas load at start-up, and a pub/sub event they apply
-at once). In-flight counts stay per replica: each replica only knows its own, which is
-what its own least-loaded ordering can act on. Without Redis this is a `MemoryState`.
+at once). In-flight counts are approximate: each replica publishes its own counts about
+twice a second (while they change or are non-zero), and every replica's mirror holds its
+own count plus the others' last published ones; a replica that stops publishing drops
+out after a few seconds. Without Redis this is a `MemoryState`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -27,17 +30,68 @@ _SHARED = (
 )
 
 
+INFLIGHT_INTERVAL = 0.5  # seconds between in-flight publications
+INFLIGHT_STALE = 5.0  # a replica silent this long no longer counts
+
+
 class RedisState(MemoryState):
     def __init__(self) -> None:
         super().__init__()
         self.link: RedisLink | None = None
-        self._load: asyncio.Task[Any] | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        # other replicas' in-flight counts: replica -> (counts by deployment, when heard)
+        self._remote: dict[str, tuple[dict[str, int], float]] = {}
+        self._published: dict[str, int] = {}
 
     def attach(self, link: RedisLink) -> None:
         self.link = link
         link.on("health", self._apply)
+        link.on("inflight", self._apply_inflight)
         link.on("resync", lambda _event: self._load_snapshot())
-        self._load = asyncio.get_running_loop().create_task(self._load_snapshot())
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._load_snapshot()),
+            loop.create_task(self._publish_inflight()),
+        ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    def _remote_count(self, deployment_id: str) -> int:
+        return sum(counts.get(deployment_id, 0) for counts, _ in self._remote.values())
+
+    def local_inflight(self, deployment_id: str) -> int:
+        return self.health(deployment_id).inflight - self._remote_count(deployment_id)
+
+    def _set_remote(self, replica: str, counts: dict[str, int] | None, now: float) -> None:
+        old = self._remote.pop(replica, ({}, 0.0))[0]
+        if counts is not None:
+            self._remote[replica] = (counts, now)
+        for dep_id in set(old) | set(counts or {}):
+            # the mirror's count is local + remote, so shift it by the remote change
+            self.health(dep_id).inflight += (counts or {}).get(dep_id, 0) - old.get(dep_id, 0)
+
+    def _apply_inflight(self, event: dict[str, Any]) -> None:
+        counts = {str(k): int(v) for k, v in event.get("counts", {}).items()}
+        self._set_remote(str(event["origin"]), counts, time.monotonic())
+
+    async def _publish_inflight(self) -> None:
+        while True:
+            await asyncio.sleep(INFLIGHT_INTERVAL)
+            now = time.monotonic()
+            for replica, (_, heard) in list(self._remote.items()):
+                if now - heard > INFLIGHT_STALE:
+                    self._set_remote(replica, None, now)
+            if self.link is None:
+                continue
+            local = {d: n for d in self._health if (n := self.local_inflight(d))}
+            if local or self._published:
+                self.link.announce({"type": "inflight", "counts": local})
+            self._published = local
 
     async def _load_snapshot(self) -> None:
         assert self.link is not None
