@@ -105,3 +105,16 @@ def test_budget_stops_a_key_once_spent(stack: Stack, db_url: str) -> None:
 def test_auth_off_by_default(stack: Stack, db_url: str) -> None:
     stack.start_gateway(two_tier_fleet(stack), options(db_url))
     assert _chat(stack).status_code == 200
+
+
+def test_tokens_per_minute_limit(stack: Stack, db_url: str) -> None:
+    stack.start_gateway(_auth_fleet(stack), options(db_url))
+    key = admin(stack).post("/admin/keys", json={"name": "t", "tpm": 3}).json()
+    auth = {"authorization": f"Bearer {key['key']}"}
+    first = _chat(stack, **auth)
+    assert first.status_code == 200
+    assert first.json()["usage"]["total_tokens"] >= 3  # the whole minute's allowance
+    wait_until(lambda: _chat(stack, **auth).status_code == 429, 10, "tpm enforced")
+    resp = _chat(stack, **auth)
+    assert resp.json()["error"]["code"] == "rate_limited"
+    assert "3 tokens per minute" in resp.json()["error"]["message"]
