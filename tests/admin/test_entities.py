@@ -18,6 +18,8 @@ def test_admin_key_is_required(stack: Stack, db_url: str) -> None:
     resp = admin(stack, "").get("/admin/fleet")
     assert resp.status_code == 401
     assert admin(stack).get("/admin/openapi.json").json()["paths"]["/admin/deployments"]
+    unknown = admin(stack).get("/admin/nothing-here")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
 
 
 def test_crud_patch_merge_and_atomic_rejection(stack: Stack, db_url: str, client_for) -> None:

@@ -150,3 +150,27 @@ async def test_retention_purge_in_chunks(db_url: str) -> None:
         assert await log.purge(now - 30 * 86400, chunk=3) == 0
     finally:
         await engine.dispose()
+
+
+async def test_rows_wait_while_the_database_fails(sqlite_url: str) -> None:
+    from sqlalchemy import text
+
+    from fleetgate.store.database import migrate
+
+    engine = create_engine(database_url(sqlite_url))
+    try:
+        await migrate(engine)
+        log = RequestLog(engine, capacity=3)
+        async with engine.begin() as conn:  # the table "goes away" for a while
+            await conn.execute(text("ALTER TABLE requests RENAME TO requests_away"))
+        now = time.time()
+        await log.write([_record(1, now), _record(2, now + 1)])
+        await log.write([_record(3, now + 2), _record(4, now + 3)])
+        assert log.failures == 2 and log.dropped == 1 and log.written == 0
+        async with engine.begin() as conn:
+            await conn.execute(text("ALTER TABLE requests_away RENAME TO requests"))
+        await log.write([])
+        assert log.written == 3
+        assert [r["id"] for r in (await log.page(limit=10)).rows] == ["r4", "r3", "r2"]
+    finally:
+        await engine.dispose()

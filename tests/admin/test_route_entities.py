@@ -86,6 +86,12 @@ def test_virtual_models_and_tiers(stack: Stack, db_url: str) -> None:
         "routes": [{"deployment": "pa"}],
     }
     assert "simple" in gw.holder.fleet.config.tiers
+    # PUT replaces the whole entry; the path names it
+    resp = api.put(
+        "/admin/tiers/simple", json={"routes": [{"deployment": "pa"}], "description": "d"}
+    )
+    assert resp.status_code == 200, resp.text
+    assert gw.holder.fleet.config.tiers["simple"].description == "d"
     # a virtual model naming a deployment that does not exist is refused whole
     resp = api.patch("/admin/virtual_models/Chat", json={"routes": [{"deployment": "zz"}]})
     assert resp.status_code == 422

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleetgate.admin import entities, fleet_view, keys, log
 from fleetgate.admin.errors import AdminError
@@ -43,6 +44,16 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        err = GatewayError(
+            codes.get(exc.status_code, "invalid_request"),
+            f"{request.method} {request.url.path}: {exc.detail}",
+            status=exc.status_code,
+        )
+        return JSONResponse(err.body(), status_code=exc.status_code)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -77,7 +77,7 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
 
     async def create(response: Response, body: EntityBody) -> dict[str, Any]:
         entity_id = _id_of(kind, body)
-        body = {**body, "id": entity_id} if name == "deployments" else body
+        body = {**body, kind.key_field: entity_id}  # pins a default deployment id
 
         def edit(entities: Entities) -> Entities:
             if find(entities, name, entity_id) is not None:
@@ -109,8 +109,7 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
         return edit
 
     async def replace(entity_id: str, body: EntityBody) -> dict[str, Any]:
-        if name == "deployments":
-            body = {**body, "id": body.get("id", entity_id)}
+        body = {kind.key_field: entity_id, **body}  # the path names it when the body does not
         await _apply(control, _replacer(entity_id, lambda old: body))
         return await get_one(entity_id)
 

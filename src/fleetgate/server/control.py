@@ -93,8 +93,9 @@ class ControlPlane:
         self.options = options or ControlOptions()
         storage = base.storage
         self.url = database_url(
-            self.options.database_url or storage.database_url,
+            storage.database_url,
             self.options.data_dir or storage.data_dir,
+            explicit=self.options.database_url,
         )
         self.admin_key = (
             self.options.admin_key or os.environ.get(ADMIN_KEY_ENV) or _resolve(base.admin.key)
@@ -104,7 +105,7 @@ class ControlPlane:
         )
         self.engine = create_engine(self.url)
         self.config_store = ConfigStore(self.engine)
-        self.request_log = RequestLog(self.engine)
+        self.request_log = RequestLog(self.engine, base.storage.log_buffer)
         self.keys = KeyStore(self.engine)
         self.ring = KeyRing()
         self.guard = Guard(self.ring, base.auth.enabled)
@@ -241,6 +242,8 @@ class ControlPlane:
             "records_dropped": recorder.dropped,
             "records_buffered": recorder.buffered,
             "records_written": self.request_log.written,
+            "records_unwritten": self.request_log.dropped,
+            "log_write_failures": self.request_log.failures,
             "client_keys": len(self.ring),
             "auth_enabled": self.guard.enabled,
             "redis": self.link.status() if self.link is not None else None,

@@ -25,9 +25,11 @@ def data_dir(configured: str | None = None) -> Path:
     return Path(os.environ.get(DATA_DIR_ENV) or configured or "./data")
 
 
-def database_url(configured: str | None = None, data_directory: str | None = None) -> str:
-    """The URL to use: env, then config, then a SQLite file under the data directory."""
-    url = os.environ.get(DATABASE_URL_ENV) or configured
+def database_url(
+    configured: str | None = None, data_directory: str | None = None, explicit: str | None = None
+) -> str:
+    """The URL to use: `explicit`, then env, then config, then SQLite under the data dir."""
+    url = explicit or os.environ.get(DATABASE_URL_ENV) or configured
     if not url:
         directory = data_dir(data_directory)
         directory.mkdir(parents=True, exist_ok=True)

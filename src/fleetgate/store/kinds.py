@@ -23,7 +23,7 @@ class EntityKind:
     # "map": the section maps a name to a block; the store keeps the name in the body
     # under `key_field` and takes it out again when it rebuilds the config.
     shape: str = "list"
-    key_field: str = "name"
+    key_field: str = "id"  # the body field that holds the id
 
     def to_section(self, bodies: list[Body]) -> Any:
         if self.shape == "list":
@@ -80,9 +80,9 @@ def _register_route_kinds() -> None:
 
     fields = FleetConfig.model_fields
     if "virtual_models" in fields:
-        register_kind(EntityKind("virtual_models", lambda b: b["name"]))
+        register_kind(EntityKind("virtual_models", lambda b: b["name"], key_field="name"))
     if "tiers" in fields:
-        register_kind(EntityKind("tiers", lambda b: b["name"], shape="map"))
+        register_kind(EntityKind("tiers", lambda b: b["name"], shape="map", key_field="name"))
 
 
 _register_route_kinds()

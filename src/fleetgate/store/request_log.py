@@ -8,19 +8,24 @@ completion text, never secrets.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, insert, or_, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.store.tables import attempts, requests
 
 _BATCH = 500  # rows per INSERT statement
+
+log = logging.getLogger("fleetgate.record")
 
 
 def _request_row(uid: str, r: RequestRecord) -> dict[str, Any]:
@@ -126,22 +131,43 @@ def parse_since(value: str) -> float:
 
 
 class RequestLog:
-    def __init__(self, engine: AsyncEngine) -> None:
+    """A `RecordSink`. When the database is unreachable, rows wait (up to `capacity`
+    requests, the oldest dropped and counted) and go with the next batch."""
+
+    def __init__(self, engine: AsyncEngine, capacity: int = 10_000) -> None:
         self.engine = engine
+        self.capacity = capacity
         self.written = 0
+        self.dropped = 0  # rows lost because the database stayed unreachable
+        self.failures = 0  # batches that could not be written (and were kept)
+        self._pending: deque[tuple[dict[str, Any], list[dict[str, Any]]]] = deque()
 
     async def write(self, records: list[RequestRecord]) -> None:
-        request_rows: list[dict[str, Any]] = []
-        attempt_rows: list[dict[str, Any]] = []
         for record in records:
             uid = os.urandom(12).hex()
-            request_rows.append(_request_row(uid, record))
-            attempt_rows.extend(_attempt_rows(uid, record))
-        async with self.engine.begin() as conn:
-            for i in range(0, len(request_rows), _BATCH):
-                await conn.execute(insert(requests), request_rows[i : i + _BATCH])
-            for i in range(0, len(attempt_rows), _BATCH):
-                await conn.execute(insert(attempts), attempt_rows[i : i + _BATCH])
+            if len(self._pending) >= self.capacity:
+                self._pending.popleft()
+                self.dropped += 1
+            self._pending.append((_request_row(uid, record), _attempt_rows(uid, record)))
+        batch = list(self._pending)
+        request_rows = [row for row, _ in batch]
+        attempt_rows = [a for _, rows in batch for a in rows]
+        try:
+            async with self.engine.begin() as conn:
+                for i in range(0, len(request_rows), _BATCH):
+                    await conn.execute(insert(requests), request_rows[i : i + _BATCH])
+                for i in range(0, len(attempt_rows), _BATCH):
+                    await conn.execute(insert(attempts), attempt_rows[i : i + _BATCH])
+        except (SQLAlchemyError, OSError) as exc:
+            self.failures += 1
+            log.warning(
+                "request log: cannot write %d row(s) (%s); keeping them for the next batch",
+                len(batch),
+                type(exc).__name__,
+            )
+            return
+        for _ in batch:
+            self._pending.popleft()
         self.written += len(request_rows)
 
     async def purge(self, older_than: float, chunk: int = 1000) -> int:
