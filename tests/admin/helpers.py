@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
 
 from fleetgate.server.control import ControlOptions
-from tests.harness import Stack, deployment, provider
+from tests.harness import Stack, deployment, provider, wait_until
 
 ADMIN_KEY = "admin-secret-for-tests"
 
@@ -33,3 +34,8 @@ def two_tier_fleet(stack: Stack) -> dict[str, Any]:
         ],
         "models": [{"id": "m", "description": "two windows"}],
     }
+
+
+def early_in_a_minute(margin: float = 10.0) -> None:
+    """Rate limits count per fixed minute; start a counted sequence well inside one."""
+    wait_until(lambda: time.time() % 60 < 60 - margin, margin + 1, "a fresh minute window")

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from fleetgate.store.database import create_engine, database_url
 from fleetgate.store.tables import client_keys
-from tests.admin.helpers import admin, options, two_tier_fleet
+from tests.admin.helpers import admin, early_in_a_minute, options, two_tier_fleet
 from tests.harness import Stack, wait_until
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -58,6 +58,7 @@ def test_keys_auth_allow_lists_and_rpm(stack: Stack, db_url: str) -> None:
 
     assert all(secret not in row for row in asyncio.run(stored()))
 
+    early_in_a_minute()
     missing = _chat(stack)
     assert missing.status_code == 401 and missing.json()["error"]["code"] == "invalid_api_key"
     wrong = _chat(stack, authorization="Bearer fg-nope")
@@ -110,6 +111,7 @@ def test_auth_off_by_default(stack: Stack, db_url: str) -> None:
 def test_tokens_per_minute_limit(stack: Stack, db_url: str) -> None:
     stack.start_gateway(_auth_fleet(stack), options(db_url))
     key = admin(stack).post("/admin/keys", json={"name": "t", "tpm": 3}).json()
+    early_in_a_minute()
     auth = {"authorization": f"Bearer {key['key']}"}
     first = _chat(stack, **auth)
     assert first.status_code == 200

@@ -17,7 +17,7 @@ import pytest
 from fleetgate.server.app import Gateway
 from fleetgate.server.control import ControlOptions
 from fleetgate.testing import Fault
-from tests.admin.helpers import ADMIN_KEY, admin, two_tier_fleet
+from tests.admin.helpers import ADMIN_KEY, admin, early_in_a_minute, two_tier_fleet
 from tests.harness import LoopThread, Stack, wait_until
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -69,6 +69,7 @@ def test_rate_limit_is_cluster_wide(
     key = admin(stack).post("/admin/keys", json={"name": "k", "rpm": 4}).json()
     wait_until(lambda: len(_control(b).ring) == 1, 5, "replica B learned the new key")
     auth = {"authorization": f"Bearer {key['key']}"}
+    early_in_a_minute()
     statuses = [_chat(s, **auth).status_code for s in (stack, replica_b) * 3]
     # 4 per minute for the whole cluster, not 4 per replica
     assert statuses == [200, 200, 200, 200, 429, 429]
@@ -198,6 +199,7 @@ def test_losing_redis_degrades_to_local_state(
         key = admin(stack).post("/admin/keys", json={"name": "k", "rpm": 3}).json()
         wait_until(lambda: len(_control(b).ring) == 1, 5, "B learned the key")
         auth = {"authorization": f"Bearer {key['key']}"}
+        early_in_a_minute()
         assert _chat(stack, **auth).status_code == 200  # one of 3, counted in Redis
 
         own.kill()
