@@ -128,6 +128,24 @@ def test_inflight_counts_are_shared_approximately(
     wait_until(lambda: b.state.health("pa").inflight == 0, 5, "B sees it finish")
 
 
+def test_without_redis_workers_on_one_store_converge(
+    stack: Stack, replica_b: Stack, sqlite_url: str
+) -> None:
+    """Like `serve --workers 2` on the default SQLite store: no Redis, changes by polling."""
+    opts = ControlOptions(database_url=sqlite_url, admin_key=ADMIN_KEY, poll_interval=0.2)
+    _, b = _start_pair(stack, replica_b, opts)
+    api = admin(stack)
+    assert (
+        api.post(
+            "/admin/deployments", json={"id": "pb-n", "model": "n", "provider": "pb"}
+        ).status_code
+        == 201
+    )
+    wait_until(lambda: "n" in b.holder.fleet.models, 5, "B polled the change")
+    assert api.post("/admin/keys", json={"name": "k"}).status_code == 201
+    wait_until(lambda: len(_control(b).ring) == 1, 5, "B polled the new key")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

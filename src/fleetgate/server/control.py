@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fleetgate.control")
 
 ADMIN_KEY_ENV = "FLEETGATE_ADMIN_KEY"
+_KEYS_VERSION = "keys_version"
 REDIS_URL_ENV = "FLEETGATE_REDIS_URL"
 
 
@@ -48,6 +49,7 @@ class ControlOptions:
     redis_namespace: str = "fleetgate"
     admin_key: str | None = None
     purge_interval: float = 600.0
+    poll_interval: float = 1.0  # store polling when there is no working Redis
 
 
 def _resolve(value: str | None) -> str | None:
@@ -110,6 +112,7 @@ class ControlPlane:
         self.ring = KeyRing()
         self.guard = Guard(self.ring, base.auth.enabled)
         self.link: RedisLink | None = None
+        self._keys_version = 0
         self._tasks: list[asyncio.Task[Any]] = []
         gateway.recorder.capacity = storage.log_buffer
 
@@ -136,6 +139,7 @@ class ControlPlane:
         self.gateway.recorder.sinks.append(SpendSink(self.keys, lambda: self.fleet))
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._purge_loop()))
+        self._tasks.append(loop.create_task(self._poll_loop()))
         if self.redis_url:
             from fleetgate.state.redis_link import RedisLink
 
@@ -200,9 +204,11 @@ class ControlPlane:
 
     # ---- client keys ------------------------------------------------------------------
     async def reload_keys(self) -> None:
+        self._keys_version = await self.config_store.counter(_KEYS_VERSION)
         self.ring.replace(await self.keys.active())
 
     async def keys_changed(self) -> None:
+        await self.config_store.bump(_KEYS_VERSION)
         await self.reload_keys()
         if self.link is not None:
             self.link.announce({"type": "keys"})
@@ -218,6 +224,21 @@ class ControlPlane:
         elif kind == "resync":  # back from a Redis outage: changes may have been missed
             await self.reload_fleet()
             await self.reload_keys()
+
+    # ---- without (working) Redis: notice other processes' changes by polling -------------
+    async def _poll_loop(self) -> None:
+        """Several workers on one store without Redis (or while it is down) still converge:
+        each polls the store's change counters, one cheap SELECT each per interval."""
+        while True:
+            await asyncio.sleep(self.options.poll_interval)
+            if self.link is not None and self.link.healthy:
+                continue
+            try:
+                await self.reload_fleet()
+                if await self.config_store.counter(_KEYS_VERSION) != self._keys_version:
+                    await self.reload_keys()
+            except Exception:
+                log.exception("polling the store for changes failed; retrying")
 
     # ---- retention ----------------------------------------------------------------------
     async def purge_once(self, now: float | None = None, chunk: int = 1000) -> int:

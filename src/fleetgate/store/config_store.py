@@ -78,6 +78,30 @@ class ConfigStore:
         async with self.engine.connect() as conn:
             return await self._version(conn)
 
+    async def counter(self, name: str) -> int:
+        """A change counter kept in the store (e.g. `keys_version`); 0 before the first bump."""
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(select(store_meta.c.value).where(store_meta.c.key == name))
+            ).first()
+        return int(row[0]) if row else 0
+
+    async def bump(self, name: str) -> int:
+        async with self.engine.begin() as conn:
+            if is_postgres(self.engine):
+                await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CONFIG_LOCK})")
+            row = (
+                await conn.execute(select(store_meta.c.value).where(store_meta.c.key == name))
+            ).first()
+            value = int(row[0]) + 1 if row else 1
+            if row:
+                await conn.execute(
+                    update(store_meta).where(store_meta.c.key == name).values(value=str(value))
+                )
+            else:
+                await conn.execute(insert(store_meta).values(key=name, value=str(value)))
+        return value
+
     async def change(
         self, edit: Callable[[Entities], Entities], check: Callable[[Entities], T]
     ) -> tuple[int, T]:
