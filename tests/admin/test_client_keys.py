@@ -59,6 +59,14 @@ def test_keys_auth_allow_lists_and_rpm(stack: Stack, db_url: str) -> None:
     assert all(secret not in row for row in asyncio.run(stored()))
 
     early_in_a_minute()
+    # the catalog and explain need a key too, but count no limits
+    assert httpx.get(stack.url + "/v1/models", timeout=10).status_code == 401
+    models = httpx.get(stack.url + "/v1/models", headers={"x-api-key": secret}, timeout=10)
+    assert models.status_code == 200
+    explain = httpx.post(
+        stack.url + "/v1/routing/explain", json={"model": "m", "messages": MSG}, timeout=10
+    )
+    assert explain.status_code == 401
     missing = _chat(stack)
     assert missing.status_code == 401 and missing.json()["error"]["code"] == "invalid_api_key"
     wrong = _chat(stack, authorization="Bearer fg-nope")

@@ -33,8 +33,9 @@ class Guard:
         self.limiter: Limiter = limiter or MemoryLimiter()
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    async def admit(self, scope: Scope, model: str) -> ClientKey | None:
-        """The caller's key, or a 401/403/429 GatewayError; None when auth is off."""
+    def identify(self, scope: Scope, model: str | None = None) -> ClientKey | None:
+        """The caller's key (401 when none), allowed to use `model` (403); no limits counted.
+        None when auth is off."""
         if not self.enabled:
             return None
         secret = presented_secret(scope)
@@ -46,13 +47,20 @@ class Guard:
                 f"The API key {what}. Send `Authorization: Bearer <key>` or `x-api-key` "
                 "with a key made through the admin API.",
             )
-        if not key.allows(model):
+        if model is not None and not key.allows(model):
             raise GatewayError(
                 "model_not_allowed",
                 f"This key may not use {model!r}; it may use: "
                 f"{', '.join(sorted(key.allowed_models or ())) or 'nothing'}.",
                 param="model",
             )
+        return key
+
+    async def admit(self, scope: Scope, model: str) -> ClientKey | None:
+        """The caller's key, or a 401/403/429 GatewayError; None when auth is off."""
+        key = self.identify(scope, model)
+        if key is None:
+            return None
         now = time.time()
         if key.budget is not None and self.ring.spent(key) >= key.budget:
             raise GatewayError(

@@ -321,10 +321,14 @@ class Gateway:
 
     # ---- the gateway's own endpoints --------------------------------------------------
     async def models(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        if self.guard is not None:
+            self.guard.identify(scope)
         await send_body(send, 200, orjson.dumps(catalog(self.holder.fleet)), ex.base_headers())
 
     async def explain(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         raw = await read_body(receive, self.max_body)
+        if self.guard is not None:
+            self.guard.identify(scope)
         result = explain_request(
             parse_json_object(raw),
             self.holder.fleet,
