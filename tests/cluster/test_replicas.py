@@ -75,6 +75,28 @@ def test_rate_limit_is_cluster_wide(
     assert statuses == [200, 200, 200, 200, 429, 429]
 
 
+def test_budget_spent_on_a_counts_on_b(
+    stack: Stack, replica_b: Stack, pg_url: str, redis_url: str, redis_namespace: str
+) -> None:
+    fleet = {
+        **two_tier_fleet(stack),
+        "auth": {"enabled": True},
+    }
+    fleet["deployments"].append(
+        {"id": "pa-n", "model": "n", "provider": "pa", "price": {"input": 1e6, "output": 1e6}}
+    )
+    opts = _options(pg_url, redis_url, redis_namespace)
+    stack.start_gateway(fleet, opts)
+    replica_b.engines = {}
+    b = replica_b.start_gateway(fleet, opts)
+    key = admin(stack).post("/admin/keys", json={"name": "k", "budget": 1.0}).json()
+    wait_until(lambda: len(_control(b).ring) == 1, 5, "B learned the key")
+    auth = {"authorization": f"Bearer {key['key']}"}
+    assert _chat(stack, "n", **auth).status_code == 200  # spends the whole budget on A
+    wait_until(lambda: _chat(replica_b, "n", **auth).status_code == 429, 5, "B knows")
+    assert _chat(replica_b, "n", **auth).json()["error"]["code"] == "budget_exceeded"
+
+
 def test_config_change_on_a_routes_on_b_within_a_second(
     stack: Stack, replica_b: Stack, pg_url: str, redis_url: str, redis_namespace: str
 ) -> None:

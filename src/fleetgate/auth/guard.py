@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fleetgate.auth.keys import ClientKey, KeyRing
@@ -32,6 +33,8 @@ class Guard:
         self.enabled = enabled
         self.limiter: Limiter = limiter or MemoryLimiter()
         self._tasks: set[asyncio.Task[Any]] = set()
+        # told of each key's spend, so other replicas can count it (set with Redis)
+        self.on_spend: Callable[[str, float], None] | None = None
 
     def identify(self, scope: Scope, model: str | None = None) -> ClientKey | None:
         """The caller's key (401 when none), allowed to use `model` (403); no limits counted.
@@ -86,6 +89,8 @@ class Guard:
         """After a request: count its tokens and spend, off the response path."""
         if cost:
             self.ring.add_spend(key.id, cost)
+            if self.on_spend is not None:
+                self.on_spend(key.id, cost)
         if key.tpm is not None and tokens:
             task = asyncio.get_running_loop().create_task(
                 self.limiter.add(f"tpm:{key.id}", tokens, time.time())

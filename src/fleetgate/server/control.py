@@ -147,11 +147,16 @@ class ControlPlane:
             self.link.on("config", self._on_event)
             self.link.on("keys", self._on_event)
             self.link.on("resync", self._on_event)
+            self.link.on("spend", self._on_event)
             state = self.gateway.state
             if hasattr(state, "attach"):
                 state.attach(self.link)
             await self.link.start()
             self.guard.limiter = self.link.limiter()
+            link = self.link
+            self.guard.on_spend = lambda key_id, cost: link.announce(
+                {"type": "spend", "key": key_id, "cost": cost}
+            )
             self._export_redis_metrics(self.link)
 
     def _export_redis_metrics(self, link: RedisLink) -> None:
@@ -221,6 +226,8 @@ class ControlPlane:
                 await self.reload_fleet()
         elif kind == "keys":
             await self.reload_keys()
+        elif kind == "spend":  # another replica's spend, until the stored total catches up
+            self.ring.add_spend(str(event["key"]), float(event["cost"]))
         elif kind == "resync":  # back from a Redis outage: changes may have been missed
             await self.reload_fleet()
             await self.reload_keys()
