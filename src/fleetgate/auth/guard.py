@@ -104,7 +104,9 @@ def record_usage(record: RequestRecord, fleet: Fleet) -> tuple[int, float]:
     if not record.attempts or record.deployment_id is None:
         return 0, 0.0
     last = record.attempts[-1]
-    prompt = last.prompt_tokens or 0
+    estimate = record.notes.get("context_estimate")
+    # streams carry no usage here: count the gateway's own prompt estimate then
+    prompt = last.prompt_tokens or (estimate if isinstance(estimate, int) else 0)
     completion = last.completion_tokens or 0
     dep = fleet.deployments.get(record.deployment_id)
     if dep is None:
