@@ -73,6 +73,16 @@ def redis_url() -> str:
 
 
 @pytest.fixture
-def redis_namespace() -> str:
-    """Keys and channels of one test, apart from every other test's."""
-    return "fgtest:" + uuid.uuid4().hex[:12]
+def redis_namespace() -> Iterator[str]:
+    """Keys and channels of one test, apart from every other test's; removed afterwards."""
+    namespace = "fgtest:" + uuid.uuid4().hex[:12]
+    yield namespace
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
+    try:
+        keys = list(client.scan_iter(match=namespace + ":*"))
+        if keys:
+            client.delete(*keys)
+    except redis.RedisError:
+        pass  # the test itself reported the outage
+    finally:
+        client.close()
