@@ -114,6 +114,25 @@ def test_config_change_on_a_routes_on_b_within_a_second(
     assert ok.status_code == 200 and ok.headers["x-fleetgate-route"] == "pb-n"
 
 
+def test_concurrent_edits_on_two_replicas_lose_nothing(
+    stack: Stack, replica_b: Stack, pg_url: str, redis_url: str, redis_namespace: str
+) -> None:
+    a, b = _start_pair(stack, replica_b, _options(pg_url, redis_url, redis_namespace))
+
+    def add(target: Stack, i: int) -> int:
+        body = {"id": f"d{i}", "model": f"x{i}", "provider": "pa"}
+        return admin(target).post("/admin/deployments", json=body).status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda i: add((stack, replica_b)[i % 2], i), range(8)))
+    assert codes == [201] * 8
+    ids = {d["id"] for d in admin(stack).get("/admin/deployments").json()["data"]}
+    assert {f"d{i}" for i in range(8)} <= ids
+    for gw in (a, b):  # both replicas end on the last version, with every edit in it
+        wait_until(lambda gw=gw: gw.holder.fleet.version == 9, 5, "last version everywhere")
+        assert {f"x{i}" for i in range(8)} <= set(gw.holder.fleet.models)
+
+
 def test_circuit_state_is_shared(
     stack: Stack, replica_b: Stack, pg_url: str, redis_url: str, redis_namespace: str
 ) -> None:
