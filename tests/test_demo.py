@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import openai
+
+
+def _checkout_env() -> dict[str, str]:
+    """Run this checkout's fleetgate in the subprocess, whatever is installed."""
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
 
 
 def test_demo_serves_and_shows_a_fallback():
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleetgate", "demo", "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=_checkout_env(),
     )
     try:
         lines = []
