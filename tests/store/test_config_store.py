@@ -68,3 +68,22 @@ async def test_seed_once_then_edits_persist(db_url: str) -> None:
         assert await store.version() == 2
     finally:
         await engine.dispose()
+
+
+async def test_migrations_match_the_table_definitions(db_url: str) -> None:
+    """tables.py (what the code uses) and the migrations (what databases get) agree."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from fleetgate.store.tables import metadata
+
+    engine = create_engine(database_url(db_url))
+    try:
+        await migrate(engine)
+        async with engine.connect() as conn:
+            diff = await conn.run_sync(
+                lambda c: compare_metadata(MigrationContext.configure(c), metadata)
+            )
+        assert diff == []
+    finally:
+        await engine.dispose()
