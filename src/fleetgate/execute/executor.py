@@ -17,6 +17,7 @@ import orjson
 
 from fleetgate.config.schema import CircuitConfig
 from fleetgate.errors import GatewayError
+from fleetgate.execute.framing import Framing, framing_for, stream_error_event
 from fleetgate.execute.outcome import (
     CONNECT,
     RATE_LIMITED,
@@ -29,21 +30,46 @@ from fleetgate.execute.outcome import (
     parse_retry_after,
 )
 from fleetgate.execute.rewrite import ModelRewriter
-from fleetgate.execute.sse import DONE, event_data, is_error_event
+from fleetgate.execute.sse import DONE
 from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
 from fleetgate.state.runtime import RuntimeState
 
-# endpoint -> path under the provider's base URL
-UPSTREAM_PATHS: dict[str, str] = {
-    "chat.completions": "/chat/completions",
-    "completions": "/completions",
-    "embeddings": "/embeddings",
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRoute:
+    """Where an endpoint goes upstream, how it streams, and which provider kinds serve it."""
+
+    path: str  # under the base URL; `/api/...` paths are under the server root (no `/v1`)
+    framing: str  # "sse" | "ndjson" | "none"
+    kinds: frozenset[str]
+
+
+_OPENAI_KINDS = frozenset({"openai", "vllm", "sglang", "llamacpp", "ollama", "openrouter"})
+_OLLAMA = frozenset({"ollama"})
+
+# endpoint -> its upstream route: the one table of what is sent where
+UPSTREAM_PATHS: dict[str, UpstreamRoute] = {
+    "chat.completions": UpstreamRoute("/chat/completions", "sse", _OPENAI_KINDS),
+    "completions": UpstreamRoute("/completions", "sse", _OPENAI_KINDS),
+    "embeddings": UpstreamRoute("/embeddings", "none", _OPENAI_KINDS),
+    "messages": UpstreamRoute("/messages", "sse", frozenset({"ollama", "vllm", "anthropic"})),
+    "responses": UpstreamRoute("/responses", "sse", frozenset({"ollama", "vllm", "openai"})),
+    "ollama.chat": UpstreamRoute("/api/chat", "ndjson", _OLLAMA),
+    "ollama.generate": UpstreamRoute("/api/generate", "ndjson", _OLLAMA),
+    "ollama.embed": UpstreamRoute("/api/embed", "none", _OLLAMA),
+    "ollama.show": UpstreamRoute("/api/show", "none", _OLLAMA),
 }
 
-_EVENT_STREAM = "text/event-stream"
+
+def upstream_url(base_url: str, kind: str, route: UpstreamRoute) -> str:
+    """An Ollama base URL may name the server root or its `/v1`; both reach both APIs."""
+    if kind != "ollama":
+        return base_url + route.path
+    root = base_url.removesuffix("/v1")
+    return root + route.path if route.path.startswith("/api/") else root + "/v1" + route.path
 
 
 @dataclass(slots=True)
@@ -78,11 +104,6 @@ def upstream_body(profile: RequestProfile, candidate: Candidate) -> bytes:
     return orjson.dumps({**body, "model": candidate.deployment.upstream_model})
 
 
-def stream_error_event(code: str, message: str) -> bytes:
-    err = {"error": {"message": message, "type": "upstream_error", "code": code, "param": None}}
-    return b"data: " + orjson.dumps(err) + b"\n\n"
-
-
 class Executor:
     def __init__(self, pool: UpstreamPool, state: RuntimeState) -> None:
         self.pool = pool
@@ -91,7 +112,7 @@ class Executor:
     async def run(self, plan: RoutePlan, profile: RequestProfile, fleet: Fleet) -> Outcome:
         attempts: list[Attempt] = []
         upstream_seconds = 0.0
-        path = UPSTREAM_PATHS[profile.endpoint]
+        route = UPSTREAM_PATHS[profile.endpoint]
         for candidate in plan.candidates:
             dep = candidate.deployment
             now = time.time()
@@ -109,7 +130,7 @@ class Executor:
             attempts.append(attempt)
             started = time.perf_counter()
             outcome = await self._attempt(
-                profile, candidate, path, attempt, started, fleet.circuit
+                profile, candidate, route, attempt, started, fleet.circuit
             )
             upstream_seconds += time.perf_counter() - started
             if outcome is not None:
@@ -125,7 +146,7 @@ class Executor:
         self,
         profile: RequestProfile,
         candidate: Candidate,
-        path: str,
+        route: UpstreamRoute,
         attempt: Attempt,
         started: float,
         circuit: CircuitConfig,
@@ -137,8 +158,8 @@ class Executor:
         handed_over = False
         try:
             resp = await client.session.post(
-                client.base_url + path, data=payload, headers=client.headers,
-                timeout=client.timeout,
+                upstream_url(client.base_url, dep.provider.kind, route), data=payload,
+                headers=client.headers, timeout=client.timeout,
             )
             attempt.status = resp.status
             if resp.status >= 400:
@@ -151,8 +172,9 @@ class Executor:
                 return None
             rewriter = ModelRewriter(dep.upstream_model, profile.model)
             content_type = resp.headers.get("Content-Type", "application/json")
-            if profile.stream and content_type.startswith(_EVENT_STREAM):
-                first = await self._first_events(resp, rewriter, attempt, started)
+            framing = framing_for(content_type) if profile.stream else None
+            if framing is not None:
+                first = await self._first_events(resp, rewriter, framing, attempt, started)
                 if first is None:
                     return None
                 handed_over = True
@@ -160,7 +182,8 @@ class Executor:
                     attempts=[], candidate=candidate, status=resp.status,
                     content_type=content_type,
                     stream=self._rest_of_stream(
-                        resp, rewriter, first, attempt, started, circuit
+                        resp, rewriter, framing, first, attempt, started, circuit,
+                        profile.endpoint,
                     ),
                 )
             body = await resp.read()
@@ -191,21 +214,23 @@ class Executor:
         self,
         resp: aiohttp.ClientResponse,
         rewriter: ModelRewriter,
+        framing: Framing,
         attempt: Attempt,
         started: float,
     ) -> bytes | None:
         """Read until the first whole data event; None when it is an error event."""
         buffer = b""
+        sep = framing.separator
         async for chunk in resp.content.iter_any():
             buffer += chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
-            cut = buffer.rfind(b"\n\n")
+            cut = buffer.rfind(sep)
             if cut < 0:
                 continue
-            for event in buffer[:cut].split(b"\n\n"):
-                data = event_data(event)
+            for event in buffer[:cut].split(sep):
+                data = framing.payload(event)
                 if data is None or data == DONE:
                     continue
-                if is_error_event(data):
+                if framing.is_error(data):
                     attempt.status = _status_in(data)
                     attempt.error_class = classify_status(attempt.status)
                     attempt.message = error_message(data)
@@ -213,23 +238,26 @@ class Executor:
                     attempt.latency = time.perf_counter() - started
                     return None
                 attempt.ttft = time.perf_counter() - started
-                return _rewrite_block(rewriter, buffer)
+                return framing.rewrite(rewriter, buffer)
         # the stream ended before any data event
         attempt.ttft = time.perf_counter() - started
-        return _rewrite_block(rewriter, buffer) if buffer else b""
+        return framing.rewrite(rewriter, buffer) if buffer else b""
 
     async def _rest_of_stream(
         self,
         resp: aiohttp.ClientResponse,
         rewriter: ModelRewriter,
+        framing: Framing,
         first: bytes,
         attempt: Attempt,
         started: float,
         circuit: CircuitConfig,
+        endpoint: str,
     ) -> AsyncIterator[bytes]:
         dep_id = attempt.deployment_id
         completed = False
         carry = b""
+        sep = framing.separator
         try:
             yield first
             async for chunk in resp.content.iter_any():
@@ -237,20 +265,20 @@ class Executor:
                     yield chunk
                     continue
                 block = carry + chunk
-                cut = block.rfind(b"\n\n")
+                cut = block.rfind(sep)
                 if cut < 0:
                     carry = block
                     continue
-                carry = block[cut + 2 :]
-                yield _rewrite_block(rewriter, block[: cut + 2])
+                carry = block[cut + len(sep) :]
+                yield framing.rewrite(rewriter, block[: cut + len(sep)])
             if carry:
-                yield _rewrite_block(rewriter, carry)
+                yield framing.rewrite(rewriter, carry)
             completed = True
         except (aiohttp.ClientError, TimeoutError) as exc:
             attempt.error_class = STREAM_BROKEN
             attempt.message = f"upstream stream broke: {type(exc).__name__}"
             yield stream_error_event(
-                "stream_interrupted",
+                endpoint, framing, "stream_interrupted",
                 "The upstream stream broke after output had started "
                 f"({type(exc).__name__}); retry the request.",
             )
@@ -342,23 +370,6 @@ class Executor:
             code,
             f"All {len(tried)} attempt(s) for {plan.requested_model!r} failed: {summary}",
         )
-
-
-def _rewrite_block(rewriter: ModelRewriter, block: bytes) -> bytes:
-    """Rewrite every event in a block of whole SSE events."""
-    if rewriter.identity:
-        return block
-    rewritten = rewriter.json(block)
-    if rewritten is not block or b'"model"' not in block:
-        return rewritten
-    # providers that answer with a different name: rewrite event by event
-    out = []
-    for event in block.split(b"\n\n"):
-        data = event_data(event)
-        if data is not None and data != DONE and data.startswith(b"{"):
-            event = b"data: " + rewriter.json(data)
-        out.append(event)
-    return b"\n\n".join(out)
 
 
 def _status_in(data: bytes) -> int:

@@ -39,6 +39,12 @@ def require_route(plan: RoutePlan) -> None:
     if plan.candidates:
         return
     reasons = "; ".join(f"{d.deployment_id}: {d.reason}" for d in plan.dropped) or "none"
+    if plan.emptied_by == "endpoint":
+        raise GatewayError(
+            "unsupported_endpoint",
+            f"No deployment of {plan.requested_model!r} serves this endpoint ({reasons}).",
+            param="model",
+        )
     raise GatewayError(
         "no_route",
         f"No deployment of {plan.requested_model!r} can serve this request: the "

@@ -19,9 +19,11 @@ from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Fleet, FleetHolder
 from fleetgate.ingress.openai import parse_json_object, parse_openai
 from fleetgate.ingress.profile import RequestProfile
+from fleetgate.ingress.routes import INGRESS_ROUTES, Parser, error_protocol
 from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
 from fleetgate.routing.plan import RoutePlan
 from fleetgate.routing.planner import build_plan, require_route
+from fleetgate.server import ollama_api
 from fleetgate.server.asgi import (
     DisconnectWatch,
     Headers,
@@ -31,12 +33,12 @@ from fleetgate.server.asgi import (
     read_body,
     send_body,
 )
+from fleetgate.server.error_shapes import error_body, upstream_error_body
 from fleetgate.state.runtime import MemoryState, RuntimeState
 
 log = logging.getLogger("fleetgate")
 
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_EVENT_STREAM = b"text/event-stream"
 _ENDPOINTS = {
     "/v1/chat/completions": "chat.completions",
     "/v1/completions": "completions",
@@ -49,10 +51,11 @@ Handler = Callable[[Scope, Receive, Send, "Exchange"], Awaitable[None]]
 class Exchange:
     """Per-request facts the handlers share: id, start time, and the routing headers."""
 
-    __slots__ = ("headers", "request_id", "started")
+    __slots__ = ("headers", "protocol", "request_id", "started")
 
     def __init__(self, scope: Scope) -> None:
         self.started = time.perf_counter()
+        self.protocol = error_protocol(scope["path"])  # the shape errors are answered in
         self.headers: dict[str, str] = {}
         request_id = None
         for name, value in scope["headers"]:
@@ -110,9 +113,11 @@ class Gateway:
             ("POST", "/v1/routing/explain"): self.explain,
             ("GET", "/healthz"): self.healthz,
             ("GET", "/readyz"): self.readyz,
+            ("GET", "/api/tags"): self.ollama_tags,
+            ("GET", "/api/version"): self.ollama_version,
         }
-        for path, endpoint in _ENDPOINTS.items():
-            self.routes[("POST", path)] = self._proxy_for(endpoint)
+        for path, (endpoint, parser) in INGRESS_ROUTES.items():
+            self.routes[("POST", path)] = self._proxy_for(endpoint, parser)
 
     # ---- ASGI entry -----------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -151,9 +156,9 @@ class Gateway:
         headers.extend((k.lower().encode(), v.encode()) for k, v in exc.headers.items())
         if extra:
             headers.extend(extra)
-        body = exc.to_json()
+        body = error_body(ex.protocol, exc)
         if exc.code == "upstream_rejected" and exc.upstream_body:
-            body = _upstream_error_body(exc.upstream_body) or body
+            body = upstream_error_body(ex.protocol, exc.upstream_body) or body
         await send_body(send, exc.status, body, headers)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -177,10 +182,10 @@ class Gateway:
         await self.pool.close()
 
     # ---- the proxied endpoints --------------------------------------------------------
-    def _proxy_for(self, endpoint: str) -> Handler:
+    def _proxy_for(self, endpoint: str, parser: Parser = parse_openai) -> Handler:
         async def handler(scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
             raw = await read_body(receive, self.max_body)
-            profile = parse_openai(endpoint, raw)
+            profile = parser(endpoint, raw)
             profile.request_id = ex.request_id
             profile.headers = ex.headers
             await self.proxy(profile, receive, send, ex)
@@ -235,7 +240,7 @@ class Gateway:
         overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
         headers = ex.base_headers()
         headers.extend(_routing_headers(plan, outcome, overhead))
-        headers.append((b"content-type", _EVENT_STREAM))
+        headers.append((b"content-type", outcome.content_type.encode()))
         headers.append((b"cache-control", b"no-cache"))
         await send({"type": "http.response.start", "status": outcome.status, "headers": headers})
         stream = outcome.stream
@@ -286,6 +291,15 @@ class Gateway:
         )
         await send_body(send, 200, orjson.dumps(result), ex.base_headers())
 
+    async def ollama_tags(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        body = ollama_api.tags(self.holder.fleet)
+        await send_body(send, 200, orjson.dumps(body), ex.base_headers())
+
+    async def ollama_version(
+        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        await send_body(send, 200, orjson.dumps(ollama_api.version()), ex.base_headers())
+
     async def healthz(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         await send_body(send, 200, b'{"status":"ok"}', ex.base_headers())
 
@@ -311,16 +325,6 @@ class Gateway:
                 f"No record of request {request_id!r} (only recent requests are kept).",
             )
         await send_body(send, 200, orjson.dumps(record.public()), ex.base_headers())
-
-
-def _upstream_error_body(body: bytes) -> bytes | None:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if isinstance(data, dict) and isinstance(data.get("error"), dict):
-        return body
-    return None
 
 
 def catalog(fleet: Fleet) -> dict[str, Any]:
