@@ -106,7 +106,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             default_context_tokens=p.default_context_tokens,
             context_limits=tuple(p.context_limits.items()),
             unified_kv=p.unified_kv,
-            discovery=p.discovery,
+            discovery=p.discovery if p.discovery is not None else p.kind == "ollama",
         )
     deployments: dict[str, Deployment] = {}
     by_model: dict[str, list[Deployment]] = {}

@@ -36,7 +36,7 @@ def test_ollama_chat_and_generate_with_the_ollama_client(fleet: Stack) -> None:
     assert resp.model == "chat"
     assert resp.message.content.startswith("w1 says:")
     assert resp.prompt_eval_count == 3  # 2 words + 1 message
-    sent = fleet.workers["w1"].requests[-1]
+    sent = fleet.workers["w1"].inference_requests()[-1]
     assert sent.path == "/api/chat" and sent.body["model"] == "llama3.2:3b"
 
     parts = list(
@@ -110,7 +110,7 @@ def test_anthropic_messages_with_the_anthropic_client(fleet: Stack) -> None:
     assert msg.model == "chat"
     assert msg.content[0].text == "w1 says: w1 w2 w3 w4 w5"
     assert msg.usage.input_tokens == 3
-    sent = fleet.workers["w1"].requests[-1]
+    sent = fleet.workers["w1"].inference_requests()[-1]
     assert sent.path == "/v1/messages" and sent.body["model"] == "llama3.2:3b"
 
     with client.messages.stream(
@@ -144,7 +144,7 @@ def test_responses_raw_and_streaming(fleet: Stack, client_for) -> None:
     body = resp.json()
     assert body["model"] == "chat" and body["status"] == "completed"
     assert body["usage"]["input_tokens"] == 3
-    assert fleet.workers["w1"].requests[-1].path == "/v1/responses"
+    assert fleet.workers["w1"].inference_requests()[-1].path == "/v1/responses"
 
     raw = httpx.post(
         fleet.url + "/v1/responses",
@@ -170,4 +170,4 @@ def test_openai_chat_still_reaches_ollama_v1(fleet: Stack, client_for) -> None:
         )
     )
     assert {c.model for c in chunks} == {"chat"}
-    assert fleet.workers["w1"].requests[-1].path == "/v1/chat/completions"
+    assert fleet.workers["w1"].inference_requests()[-1].path == "/v1/chat/completions"

@@ -82,8 +82,9 @@ class ProviderConfig(_Strict):
     """Glob on the upstream model name -> largest window allowed (most specific match wins)."""
     unified_kv: bool = False
     """llama.cpp: the KV cache is shared by all slots, so `n_ctx` is not divided by slots."""
-    discovery: bool = True
-    """Ask the worker for its real context window (Ollama, vLLM, SGLang, llama.cpp)."""
+    discovery: bool | None = None
+    """Ask the worker for its real context window. Default: on for `ollama` workers, off for
+    others (set true for vLLM, SGLang and llama.cpp)."""
 
 
 class Price(_Strict):

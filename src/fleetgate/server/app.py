@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from fleetgate.discovery.service import DiscoveryService
+from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError
 from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
@@ -106,6 +108,11 @@ class Gateway:
         self.executor = Executor(self.pool, self.state)
         self.recent = RecentRequests()
         self.recorder = Recorder([self.recent])
+        self.windows = WindowStore(holder.fleet.config.model_capabilities)
+        self.discovery = DiscoveryService(holder, self.windows)
+        holder.on_swap(
+            lambda _old, new: self.windows.set_capabilities(new.config.model_capabilities)
+        )
         self.ready = False
         self.max_body = holder.fleet.config.server.max_body_bytes
         self.routes: dict[tuple[str, str], Handler] = {
@@ -115,6 +122,9 @@ class Gateway:
             ("GET", "/readyz"): self.readyz,
             ("GET", "/api/tags"): self.ollama_tags,
             ("GET", "/api/version"): self.ollama_version,
+            ("GET", "/api/ps"): self.ollama_ps,
+            ("GET", "/v1/fleet/windows"): self.fleet_windows,
+            ("POST", "/v1/fleet/windows/refresh"): self.refresh_windows,
         }
         for path, (endpoint, parser) in INGRESS_ROUTES.items():
             self.routes[("POST", path)] = self._proxy_for(endpoint, parser)
@@ -174,10 +184,12 @@ class Gateway:
 
     async def startup(self) -> None:
         self.recorder.start()
+        await self.discovery.start()
         self.ready = True
 
     async def shutdown(self) -> None:
         self.ready = False
+        await self.discovery.stop()
         await self.recorder.stop()
         await self.pool.close()
 
@@ -300,6 +312,24 @@ class Gateway:
     ) -> None:
         await send_body(send, 200, orjson.dumps(ollama_api.version()), ex.base_headers())
 
+    async def ollama_ps(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        body = ollama_api.ps(self.holder.fleet, self.windows)
+        await send_body(send, 200, orjson.dumps(body), ex.base_headers())
+
+    async def fleet_windows(
+        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        body = windows_view(self.holder.fleet, self.windows)
+        await send_body(send, 200, orjson.dumps(body), ex.base_headers())
+
+    async def refresh_windows(
+        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        await read_body(receive, self.max_body)
+        await self.discovery.refresh()
+        body = windows_view(self.holder.fleet, self.windows)
+        await send_body(send, 200, orjson.dumps(body), ex.base_headers())
+
     async def healthz(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         await send_body(send, 200, b'{"status":"ok"}', ex.base_headers())
 
@@ -341,6 +371,11 @@ def catalog(fleet: Fleet) -> dict[str, Any]:
             entry["context_length"] = model.context_length
         data.append(entry)
     return {"object": "list", "data": data}
+
+
+def windows_view(fleet: Fleet, windows: WindowStore) -> dict[str, Any]:
+    """`GET /v1/fleet/windows`: each deployment's effective window and where it came from."""
+    return {"data": [windows.view(d).public(d.id) for d in fleet.deployments.values()]}
 
 
 def infer_endpoint(body: dict[str, Any]) -> str:

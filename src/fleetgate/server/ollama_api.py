@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from fleetgate.discovery.store import WindowStore
 from fleetgate.fleet import Fleet
 
 # the Ollama API level the native endpoints follow (clients read it from /api/version)
@@ -40,3 +41,19 @@ def tags(fleet: Fleet) -> dict[str, Any]:
 
 def version() -> dict[str, Any]:
     return {"version": OLLAMA_API_VERSION}
+
+
+def ps(fleet: Fleet, windows: WindowStore) -> dict[str, Any]:
+    """`GET /api/ps`: the fleet's models loaded on some worker, with the largest loaded context."""
+    loaded: dict[str, int] = {}
+    for dep in fleet.deployments.values():
+        ev = windows.evidence(dep.id)
+        if ev is not None and ev.loaded:
+            loaded[dep.model] = max(loaded.get(dep.model, 0), ev.loaded_context or 0)
+    models = []
+    for model_id, context in loaded.items():
+        entry = {**_entry(model_id), "expires_at": _stamp(time.time() + 300), "size_vram": 0}
+        if context:
+            entry["context_length"] = context
+        models.append(entry)
+    return {"models": models}
