@@ -42,3 +42,23 @@ def test_request_record_lists_every_attempt_without_text(stack: Stack):
     assert record["attempts"][1]["prompt_tokens"] == 4
     assert "secret" not in fetch().text
     assert httpx.get(stack.url + "/v1/requests/unknown").status_code == 404
+
+
+def test_metrics_count_requests_attempts_and_fallbacks(stack: Stack):
+    a = stack.engine("a")
+    b = stack.engine("b")
+    stack.start_gateway({
+        "providers": [provider("pa", a), provider("pb", b)],
+        "deployments": [deployment("m", "pa"), deployment("m", "pb", priority=1)],
+    })
+    a.fail_next(Fault("status", status=503))
+    body = {"model": "m", "messages": [{"role": "user", "content": "private words"}]}
+    for _ in range(2):
+        assert httpx.post(stack.url + "/v1/chat/completions", json=body).status_code == 200
+    text = httpx.get(stack.url + "/metrics").text
+    assert ('fleetgate_requests_total{context_tier="default",endpoint="chat.completions",'
+            'error_code="",model="m",status="200"} 2.0') in text
+    assert 'fleetgate_fallbacks_total{model="m"} 1.0' in text
+    assert ('fleetgate_attempts_total{deployment="pa",error_class="server_error",'
+            'provider="pa",provider_ctx="unbounded",status="503"} 1.0') in text
+    assert "private" not in text

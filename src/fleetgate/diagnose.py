@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleetgate.config import FleetConfig
-from fleetgate.fleet import build_fleet
+from fleetgate.fleet import Fleet, build_fleet
 
 
 def describe_fleet(config: FleetConfig) -> str:
@@ -22,4 +22,18 @@ def describe_fleet(config: FleetConfig) -> str:
                 f"as {dep.upstream_model!r}, window {dep.context_window or 'unknown'}, "
                 f"priority {dep.priority}{creds}"
             )
+    lines.extend(describe_chains(fleet))
     return "\n".join(lines)
+
+
+def describe_chains(fleet: Fleet) -> list[str]:
+    """One line per enabled virtual model and per tier, with its declared route targets."""
+    lines = []
+    for vm in fleet.virtual_models.values():
+        targets = ", ".join(r.target for r in vm.routes) or "no routes"
+        extra = " + default tier" if vm.continue_on_default else ""
+        lines.append(f"  virtual model {vm.name} ({vm.response_mode}): {targets}{extra}")
+    for tier in fleet.tiers.values():
+        targets = ", ".join(r.target for r in tier.routes) or "no routes"
+        lines.append(f"  tier {tier.name}: {targets}")
+    return lines

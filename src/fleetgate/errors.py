@@ -37,6 +37,12 @@ ERROR_KINDS: dict[str, ErrorKind] = _kinds(
               "Send a smaller body, or raise `server.max_body_bytes`."),
     ErrorKind("model_not_found", 404, "invalid_request_error",
               "Use a model id from `GET /v1/models`."),
+    ErrorKind("tier_not_found", 400, "invalid_request_error",
+              "The X-Fleetgate-Tier header names no configured tier; use one the message "
+              "lists, or drop the header."),
+    ErrorKind("virtual_model_unavailable", 503, "service_unavailable_error",
+              "The virtual model's route chain is empty now (the message says why); retry "
+              "later, or enable `continue_on_default` to fall back to the default tier."),
     ErrorKind("no_route", 503, "service_unavailable_error",
               "No deployment can serve this request now; the message says which filter "
               "removed the last candidate. Retry later or change the request."),

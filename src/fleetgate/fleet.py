@@ -13,6 +13,14 @@ from typing import Any
 
 from fleetgate.config.checks import ENV_REF, deployment_id
 from fleetgate.config.schema import CircuitConfig, FleetConfig, ProviderKind, Timeouts
+from fleetgate.context.tiers import expand_tiers
+from fleetgate.fleet_routes import (
+    Tier,
+    VirtualModel,
+    build_tiers,
+    build_virtual_models,
+    params_dict,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +40,23 @@ class Provider:
     context_limits: tuple[tuple[str, int], ...] = ()  # (glob, tokens), as configured
     unified_kv: bool = False
     discovery: bool = True
+    # alternative credentials: (label, resolved key or None, env var named or None)
+    keys: tuple[tuple[str, str | None, str | None], ...] = ()
 
     @property
     def has_credentials(self) -> bool:
         """False only when the config names an env var that is not set."""
         return self.api_key_env is None or self.api_key is not None
+
+    def credential(self, label: str | None) -> tuple[str | None, str | None] | None:
+        """(key, env var) of the labelled credential (the default one without a label);
+        None for a label the provider does not define."""
+        if label is None:
+            return self.api_key, self.api_key_env
+        for name, key, env in self.keys:
+            if name == label:
+                return key, env
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +72,7 @@ class Deployment:
     price_output: float
     index: int  # position in the config; the final tie-breaker, so plans are deterministic
     tier: str = "default"
+    params: dict[str, Any] | None = None  # overrides of scope `deployment`
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +81,7 @@ class Model:
     owned_by: str
     deployments: tuple[Deployment, ...]
     created: int = 0
+    context_guard: str | None = None  # "allow" | "reject"; None: the global setting
 
     @property
     def context_length(self) -> int | None:
@@ -76,6 +98,9 @@ class Fleet:
     config: FleetConfig
     version: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # enabled virtual models by lower-cased name, and named tiers (see fleet_routes.py)
+    virtual_models: dict[str, VirtualModel] = field(default_factory=dict)
+    tiers: dict[str, Tier] = field(default_factory=dict)
 
 
 def _resolve_key(raw: str | None) -> tuple[str | None, str | None]:
@@ -88,8 +113,9 @@ def _resolve_key(raw: str | None) -> tuple[str | None, str | None]:
 
 
 def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
+    tiered = expand_tiers(config)  # long_context blocks become plain deployments
     providers: dict[str, Provider] = {}
-    for p in config.providers:
+    for p in tiered.providers:
         key, env = _resolve_key(p.api_key)
         providers[p.id] = Provider(
             id=p.id,
@@ -107,10 +133,11 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             context_limits=tuple(p.context_limits.items()),
             unified_kv=p.unified_kv,
             discovery=p.discovery if p.discovery is not None else p.kind == "ollama",
+            keys=tuple((label, *_resolve_key(raw)) for label, raw in p.keys.items()),
         )
     deployments: dict[str, Deployment] = {}
     by_model: dict[str, list[Deployment]] = {}
-    for i, d in enumerate(config.deployments):
+    for i, d in enumerate(tiered.deployments):
         dep = Deployment(
             id=deployment_id(d),
             model=d.model,
@@ -122,13 +149,20 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             price_input=d.price.input,
             price_output=d.price.output,
             index=i,
+            params=params_dict(d.params),
+            tier=d.tier,
         )
         deployments[dep.id] = dep
         by_model.setdefault(dep.model, []).append(dep)
     owners = {m.id: m.owned_by for m in config.models}
+    guards = {m.id: m.context_guard for m in config.models}
     models = {
-        model_id: Model(id=model_id, owned_by=owners.get(model_id, "fleetgate"),
-                        deployments=tuple(deps))
+        model_id: Model(
+            id=model_id,
+            owned_by=owners.get(model_id, "fleetgate"),
+            deployments=tuple(deps),
+            context_guard=guards.get(model_id),
+        )
         for model_id, deps in by_model.items()
     }
     return Fleet(
@@ -138,6 +172,8 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
         circuit=config.routing.circuit,
         config=config,
         version=version,
+        virtual_models=build_virtual_models(config, deployments, models),
+        tiers=build_tiers(config, deployments, models),
     )
 
 

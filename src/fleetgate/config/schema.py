@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -14,11 +14,14 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    model_validator,
 )
 
 ProviderKind = Literal[
     "openai", "vllm", "sglang", "llamacpp", "ollama", "openrouter", "anthropic"
 ]
+
+ContextGuard = Literal["allow", "reject"]
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 
@@ -85,6 +88,8 @@ class ProviderConfig(_Strict):
     discovery: bool | None = None
     """Ask the worker for its real context window. Default: on for `ollama` workers, off for
     others (set true for vLLM, SGLang and llama.cpp)."""
+    keys: dict[Identifier, str] = Field(default_factory=dict)
+    """Alternative credentials by label (literal or `${ENV}`), chosen by a route's `key_label`."""
 
 
 class Price(_Strict):
@@ -92,6 +97,123 @@ class Price(_Strict):
     """Price per million input tokens."""
     output: NonNegativeFloat = 0.0
     """Price per million output tokens."""
+
+
+# Body fields a route's `extra_body` may not set: they carry the request itself.
+_RESERVED_BODY_FIELDS = frozenset({"model", "messages", "prompt", "input", "stream"})
+
+
+class RouteParams(_Strict):
+    """Parameter overrides of one scope (a virtual's route, a tier's route, a deployment)."""
+
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    max_tokens: PositiveInt | None = None
+    """A cap on the output budget: lowers the client's value, or sets it when absent."""
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Top-level body fields to set (e.g. engine-specific knobs)."""
+
+    @model_validator(mode="after")
+    def _no_reserved_fields(self) -> RouteParams:
+        reserved = sorted(_RESERVED_BODY_FIELDS & self.extra_body.keys())
+        if reserved:
+            raise ValueError(f"extra_body may not set {', '.join(reserved)}")
+        return self
+
+
+class RouteConfig(_Strict):
+    """One hop of a virtual model's or a tier's chain: a deployment, or every deployment of a
+    canonical model."""
+
+    deployment: Identifier | None = None
+    model: Identifier | None = None
+    key_label: Identifier | None = None
+    """A label from the provider's `keys`; the route then uses that credential."""
+    params: RouteParams | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RouteConfig:
+        if (self.deployment is None) == (self.model is None):
+            raise ValueError("a route names exactly one of `deployment` or `model`")
+        return self
+
+
+MAX_ROUTES = 12
+
+
+class VirtualModelConfig(_Strict):
+    name: Identifier
+    """The stable name clients send as `model`; matched case-insensitively."""
+    enabled: bool = True
+    routes: list[RouteConfig] = Field(default_factory=list)
+    response_mode: Literal["any", "stream_only", "non_stream_only"] = "any"
+    continue_on_default: bool = False
+    """Append the `default` tier's chain after the virtual's own routes."""
+    allow_shadowing: bool = False
+    """Allow the name to equal a real model or deployment id (the virtual then wins)."""
+    description: str | None = None
+
+
+class TierConfig(_Strict):
+    routes: list[RouteConfig] = Field(default_factory=list)
+    description: str | None = None
+
+
+class KeywordRule(_Strict):
+    tier: Identifier
+    keywords: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    """Case-insensitive substrings of the last user message; the first matching rule wins."""
+
+
+class HeartbeatConfig(_Strict):
+    enabled: bool = True
+    max_output_tokens: PositiveInt = 1
+    """A heartbeat asks for at most this many output tokens (and must say so)."""
+    max_prompt_words: PositiveInt = 1
+    """...and its whole prompt has at most this many whitespace-separated words."""
+
+
+def _check_fleetgate_header(value: str) -> str:
+    if not re.match(r"^x-fleetgate-[a-z0-9-]+$", value, re.IGNORECASE):
+        raise ValueError("must be a header name starting with X-Fleetgate-")
+    return value.lower()
+
+
+class StickinessConfig(_Strict):
+    header: Annotated[str, AfterValidator(_check_fleetgate_header)] = "x-fleetgate-conversation"
+    """Request header carrying the conversation key; the `user` field is used without it."""
+    use_user_field: bool = True
+    ttl_seconds: PositiveFloat = 1800.0
+    max_entries: PositiveInt = 100_000
+
+
+class AutoWeights(_Strict):
+    tools: NonNegativeInt = 2
+    json_schema: NonNegativeInt = 2
+    images: NonNegativeInt = 2
+    reasoning_low: NonNegativeInt = 1
+    reasoning_medium: NonNegativeInt = 2
+    reasoning_high: NonNegativeInt = 4
+    words_per_point: PositiveInt = 1000
+    """One point per this many prompt words."""
+
+
+class AutoConfig(_Strict):
+    """`model: "auto"` picks a tier by a documented score (see docs/virtual-models.md)."""
+
+    enabled: bool = True
+    simple_tier: Identifier = "simple"
+    default_tier: Identifier = "default"
+    reasoning_tier: Identifier = "reasoning"
+    default_at: NonNegativeInt = 1
+    """A score at or above this picks the default tier (below it: the simple tier)."""
+    reasoning_at: NonNegativeInt = 4
+    """A score at or above this picks the reasoning tier."""
+    weights: AutoWeights = Field(default_factory=AutoWeights)
+    keywords: list[KeywordRule] = Field(default_factory=list)
+    stickiness: StickinessConfig = Field(default_factory=StickinessConfig)
+    heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
 
 
 class DeploymentConfig(_Strict):
@@ -107,12 +229,34 @@ class DeploymentConfig(_Strict):
     priority: int = 0
     """Lower is tried first."""
     price: Price = Field(default_factory=Price)
+    params: RouteParams | None = None
+    """Parameter overrides sent whenever this deployment is attempted (scope `deployment`)."""
+    tier: Identifier = "default"
+    """Context tier label (e.g. `long`); shown in X-Fleetgate-Context-Tier."""
+
+
+class LongContextConfig(_Strict):
+    """A long-context host of a model; expands into a second deployment (tier `long`)."""
+
+    inference_url: Url | None = None
+    """Base URL of the long-context host (its OpenAI API, e.g. `http://host:8000/v1`)."""
+    provider: Identifier | None = None
+    """Or: an existing provider that serves the long tier."""
+    kind: ProviderKind | None = None
+    """Engine kind of `inference_url`; defaults to the kind of the base deployments."""
+    upstream_model: str | None = None
+    """Defaults to the base deployments' upstream model name."""
+    max_context_tokens: PositiveInt
+    base_max_context_tokens: PositiveInt
 
 
 class ModelConfig(_Strict):
     id: Identifier
     owned_by: str = "fleetgate"
     description: str | None = None
+    long_context: LongContextConfig | None = None
+    context_guard: ContextGuard | None = None
+    """Overrides `routing.context.guard` for this model."""
 
 
 class CircuitConfig(_Strict):
@@ -126,8 +270,36 @@ class CircuitConfig(_Strict):
     """Upper bound for a cooldown asked for by an upstream's Retry-After."""
 
 
+class RefineConfig(_Strict):
+    enabled: bool = True
+    timeout_seconds: PositiveFloat = 2.0
+    """Budget for one exact count; on timeout the estimate is used."""
+    max_concurrency: PositiveInt = 4
+    """Exact counts in flight at once; when full, the estimate is used."""
+    band_low: PositiveFloat = 0.7
+    band_high: PositiveFloat = 1.3
+    """Count exactly only when the estimate lies within [low, high] x some window."""
+
+
+class ContextConfig(_Strict):
+    guard: ContextGuard = "allow"
+    """`reject`: refuse a request that fits no deployment, before any upstream call."""
+    margin_percent: Annotated[float, Field(ge=0, le=400)] = 20.0
+    """Safety margin on text cost: ceil(bytes / 4 x (1 + margin))."""
+    default_output_reserve: Annotated[int, Field(ge=0)] = 1024
+    """Output tokens assumed when the request names no limit."""
+    image_tokens: Annotated[int, Field(ge=0)] = 1024
+    """Reserve per image part."""
+    audio_tokens: Annotated[int, Field(ge=0)] = 1024
+    """Reserve per audio part."""
+    message_overhead: Annotated[int, Field(ge=0)] = 8
+    """Chat-template tokens per message."""
+    refine: RefineConfig = Field(default_factory=RefineConfig)
+
+
 class RoutingConfig(_Strict):
     circuit: CircuitConfig = Field(default_factory=CircuitConfig)
+    context: ContextConfig = Field(default_factory=ContextConfig)
 
 
 class ContextCapabilities(_Strict):
@@ -164,3 +336,7 @@ class FleetConfig(_Strict):
     deployments: list[DeploymentConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
     model_capabilities: ModelCapabilitiesConfig = Field(default_factory=ModelCapabilitiesConfig)
+    virtual_models: list[VirtualModelConfig] = Field(default_factory=list)
+    tiers: dict[Identifier, TierConfig] = Field(default_factory=dict)
+    auto: AutoConfig | None = None
+    """Absent: `auto` is not special (a model of that id is routed as any other)."""

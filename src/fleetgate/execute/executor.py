@@ -17,9 +17,12 @@ import orjson
 
 from fleetgate.config.schema import CircuitConfig
 from fleetgate.errors import GatewayError
+from fleetgate.execute.context_errors import parse_context_error
 from fleetgate.execute.framing import Framing, framing_for, stream_error_event
 from fleetgate.execute.outcome import (
+    CLIENT_ERROR,
     CONNECT,
+    CONTEXT_EXCEEDED,
     RATE_LIMITED,
     SKIPPED,
     STREAM_BROKEN,
@@ -29,10 +32,11 @@ from fleetgate.execute.outcome import (
     error_message,
     parse_retry_after,
 )
+from fleetgate.execute.params import apply_params
 from fleetgate.execute.rewrite import ModelRewriter
 from fleetgate.execute.sse import DONE
-from fleetgate.execute.upstream import UpstreamPool
-from fleetgate.fleet import Fleet
+from fleetgate.execute.upstream import UpstreamPool, request_headers
+from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
 from fleetgate.state.runtime import RuntimeState
@@ -100,7 +104,7 @@ class ChainExhausted(GatewayError):
 def upstream_body(profile: RequestProfile, candidate: Candidate) -> bytes:
     body = profile.body
     if candidate.params:
-        body = {**body, **candidate.params}
+        body = apply_params(body, candidate.params, profile.endpoint)
     return orjson.dumps({**body, "model": candidate.deployment.upstream_model})
 
 
@@ -113,8 +117,14 @@ class Executor:
         attempts: list[Attempt] = []
         upstream_seconds = 0.0
         route = UPSTREAM_PATHS[profile.endpoint]
-        for candidate in plan.candidates:
+        exceeded_window: int | None = None  # set once an upstream said the context is too long
+        for position, candidate in enumerate(plan.candidates):
             dep = candidate.deployment
+            if exceeded_window is not None and not _larger(dep, exceeded_window):
+                plan.dropped.append(
+                    Dropped(dep.id, "execute", f"window not larger than {exceeded_window}")
+                )
+                continue
             now = time.time()
             if not self.state.try_begin(dep.id, now):
                 plan.dropped.append(Dropped(dep.id, "execute", "half-open probe in flight"))
@@ -126,6 +136,9 @@ class Executor:
                 upstream_model=dep.upstream_model,
                 scope=candidate.scope,
                 params=candidate.params,
+                key_label=candidate.key_label,
+                virtual_model=candidate.virtual_model,
+                tier=candidate.tier,
             )
             attempts.append(attempt)
             started = time.perf_counter()
@@ -134,12 +147,23 @@ class Executor:
             )
             upstream_seconds += time.perf_counter() - started
             if outcome is not None:
+                if candidate.virtual_model is not None and candidate.tier is not None:
+                    outcome.extra_headers["X-Fleetgate-Tier"] = candidate.tier
                 outcome.attempts = attempts
                 outcome.upstream_seconds = upstream_seconds
                 return outcome
             self._record_failure(attempt, fleet, now)
-            if not attempt.retryable:
+            if attempt.retryable:
+                continue
+            window = _exceeded_window(attempt, dep)
+            if attempt.error_class != CONTEXT_EXCEEDED:
                 raise ChainExhausted(self._client_error(attempt), attempts)
+            if window is not None:
+                exceeded_window = max(window, exceeded_window or 0)
+            if exceeded_window is None or not any(
+                _larger(c.deployment, exceeded_window) for c in plan.candidates[position + 1 :]
+            ):
+                raise ChainExhausted(self._exhausted(plan, attempts), attempts)
         raise ChainExhausted(self._exhausted(plan, attempts), attempts)
 
     async def _attempt(
@@ -158,8 +182,10 @@ class Executor:
         handed_over = False
         try:
             resp = await client.session.post(
-                upstream_url(client.base_url, dep.provider.kind, route), data=payload,
-                headers=client.headers, timeout=client.timeout,
+                upstream_url(client.base_url, dep.provider.kind, route),
+                data=payload,
+                headers=request_headers(client, dep.provider, candidate.key_label),
+                timeout=client.timeout,
             )
             attempt.status = resp.status
             if resp.status >= 400:
@@ -347,6 +373,12 @@ class Executor:
             f"{a.deployment_id}: {a.status or a.error_class} {a.message}".rstrip()
             for a in tried
         )
+        contexts = [a for a in tried if a.error_class == CONTEXT_EXCEEDED]
+        if contexts:
+            retryable = [a for a in tried if a.retryable]
+            if not retryable:
+                return self._client_error(contexts[-1])
+            tried = retryable  # a retryable failure of a larger tier beats the 400
         classes = {a.error_class for a in tried}
         if classes == {RATE_LIMITED}:
             soonest = min(
@@ -370,6 +402,27 @@ class Executor:
             code,
             f"All {len(tried)} attempt(s) for {plan.requested_model!r} failed: {summary}",
         )
+
+
+def _exceeded_window(attempt: Attempt, dep: Deployment) -> int | None:
+    """For a context-length error: the window known to be too small (None: other error).
+
+    Marks the attempt as `context_exceeded`; the window is the larger of the declared one
+    and the limit the upstream stated, or None when neither is known (nothing to compare
+    a sibling with, so the error returns at once).
+    """
+    if attempt.error_class != CLIENT_ERROR:
+        return None
+    exceeded = parse_context_error(attempt.upstream_body)
+    if exceeded is None:
+        return None
+    attempt.error_class = CONTEXT_EXCEEDED
+    known = [w for w in (dep.context_window, exceeded.limit) if w is not None]
+    return max(known) if known else None
+
+
+def _larger(dep: Deployment, window: int) -> bool:
+    return dep.context_window is not None and dep.context_window > window
 
 
 def _status_in(data: bytes) -> int:

@@ -17,6 +17,8 @@ SERVER_ERROR = "server_error"
 CLIENT_ERROR = "client_error"
 STREAM_BROKEN = "stream_broken"
 SKIPPED = "skipped"
+# an upstream's context-length 400: moves on only to a strictly larger window; no cooldown
+CONTEXT_EXCEEDED = "context_exceeded"
 
 RETRYABLE = frozenset({CONNECT, TIMEOUT, RATE_LIMITED, SERVER_ERROR})
 
@@ -37,7 +39,10 @@ class Attempt:
     retry_after: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    params: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None  # the overrides of this attempt's own scope
+    key_label: str | None = None
+    virtual_model: str | None = None
+    tier: str | None = None
     # kept for the client's error message only; never logged
     message: str = field(default="", repr=False)
     upstream_body: bytes | None = field(default=None, repr=False)

@@ -19,15 +19,30 @@ class ProviderClient:
     base_url: str
 
 
+def _auth(provider: Provider, key: str) -> dict[str, str]:
+    if provider.kind == "anthropic":
+        return {"x-api-key": key}
+    return {"Authorization": f"Bearer {key}"}
+
+
 def _headers(provider: Provider) -> dict[str, str]:
     headers = {"Content-Type": "application/json"}
     if provider.api_key:
-        if provider.kind == "anthropic":
-            headers["x-api-key"] = provider.api_key
-        else:
-            headers["Authorization"] = f"Bearer {provider.api_key}"
+        headers.update(_auth(provider, provider.api_key))
     headers.update(provider.headers)
     return headers
+
+
+def request_headers(
+    client: ProviderClient, provider: Provider, key_label: str | None
+) -> dict[str, str]:
+    """The provider's headers, with the labelled credential instead of the default one."""
+    if key_label is None:
+        return client.headers
+    credential = provider.credential(key_label)
+    if credential is None or credential[0] is None:
+        return client.headers  # availability has dropped such a route already
+    return {**client.headers, **_auth(provider, credential[0])}
 
 
 class UpstreamPool:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fleetgate.context.estimate import ContextEstimate
 
 
 @dataclass(slots=True)
@@ -17,3 +20,4 @@ class RequestProfile:
     needs: frozenset[str] = frozenset()  # capabilities the request uses
     headers: dict[str, str] = field(default_factory=dict)  # routing-relevant headers only
     request_id: str = ""
+    context: ContextEstimate | None = None  # tokens the request needs; set by routing

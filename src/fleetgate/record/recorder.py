@@ -34,6 +34,7 @@ class RequestRecord:
     provider_id: str | None
     attempts: list[Attempt] = field(default_factory=list)
     dropped: list[dict[str, str]] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)  # numbers and ids from the stages
 
     def public(self) -> dict[str, Any]:
         """The record as the read API shows it (attempt messages left out)."""

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.state.runtime import RuntimeState
+
+if TYPE_CHECKING:
+    from fleetgate.errors import GatewayError
+    from fleetgate.routing.sticky import StickyTiers
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +21,10 @@ class Candidate:
     scope: str = "deployment"  # where its parameter overrides come from
     key_label: str | None = None
     params: dict[str, Any] | None = None  # body overrides for this route
+    virtual_model: str | None = None  # the virtual model whose chain holds this route
+    tier: str | None = None  # the named tier whose chain holds this route
+    # the head of a virtual's `default` part: kept when cooling down (credentials still count)
+    last_resort: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +40,10 @@ class PlanContext:
     fleet: Fleet
     state: RuntimeState
     now: float
+    sticky: StickyTiers | None = None  # auto's per-conversation tier memory
+    # the plan's own headers and notes dicts, so filters and orderers can fill them
+    headers: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -44,6 +57,8 @@ class RoutePlan:
     headers: dict[str, str] = field(default_factory=dict)
     # facts a stage wants recorded with the request (numbers and ids only)
     notes: dict[str, Any] = field(default_factory=dict)
+    # the error an empty plan answers with, when resolution has a more precise one
+    on_empty: Callable[[RoutePlan], GatewayError] | None = None
 
     def describe(self) -> dict[str, Any]:
         """The plan as the explain endpoint and CLI show it."""
@@ -61,6 +76,8 @@ class RoutePlan:
                     "scope": c.scope,
                     "key_label": c.key_label,
                     "params": c.params,
+                    "virtual_model": c.virtual_model,
+                    "chain_tier": c.tier,  # the named tier whose chain holds this route
                 }
                 for i, c in enumerate(self.candidates)
             ],

@@ -10,16 +10,32 @@ from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.plan import PlanContext, RoutePlan
 from fleetgate.routing.register import FILTERS, ORDERERS
 from fleetgate.routing.resolve import resolve
+from fleetgate.routing.sticky import StickyTiers
 from fleetgate.state.runtime import RuntimeState
 
 
 def build_plan(
-    profile: RequestProfile, fleet: Fleet, state: RuntimeState, now: float | None = None
+    profile: RequestProfile,
+    fleet: Fleet,
+    state: RuntimeState,
+    now: float | None = None,
+    sticky: StickyTiers | None = None,
 ) -> RoutePlan:
     """The plan a request follows; never raises for an empty plan (see `require_route`)."""
-    ctx = PlanContext(profile, fleet, state, time.time() if now is None else now)
+    ctx = PlanContext(profile, fleet, state, time.time() if now is None else now, sticky)
     resolution = resolve(ctx)
-    plan = RoutePlan(profile.model, resolution.reason, resolution.candidates)
+    ctx.headers.update(resolution.headers)
+    ctx.notes.update(resolution.notes)
+    plan = RoutePlan(
+        profile.model,
+        resolution.reason,
+        resolution.candidates,
+        dropped=list(resolution.dropped),
+        emptied_by=resolution.emptied_by,
+        headers=ctx.headers,
+        notes=ctx.notes,
+        on_empty=resolution.on_empty,
+    )
     for f in FILTERS:
         if not plan.candidates:
             break
@@ -38,6 +54,8 @@ def require_route(plan: RoutePlan) -> None:
     """Raise `no_route` naming the filter that emptied the plan and its reasons."""
     if plan.candidates:
         return
+    if plan.on_empty is not None:
+        raise plan.on_empty(plan)
     reasons = "; ".join(f"{d.deployment_id}: {d.reason}" for d in plan.dropped) or "none"
     if plan.emptied_by == "endpoint":
         raise GatewayError(

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from fleetgate.routing.filters.availability import AvailabilityFilter
+from fleetgate.routing.filters.context_fit import ContextFitFilter
 from fleetgate.routing.filters.endpoint_support import EndpointSupportFilter
+from fleetgate.routing.orderers.best_fit import BestFitOrderer
 from fleetgate.routing.orderers.priority import PriorityOrderer
 from fleetgate.routing.plan import CandidateFilter, CandidateOrderer
 
 FILTERS: list[CandidateFilter] = [
     EndpointSupportFilter(),
     AvailabilityFilter(),
+    ContextFitFilter(),
 ]
 
 ORDERERS: list[CandidateOrderer] = [
     PriorityOrderer(),
+    BestFitOrderer(),  # last: a stable sort, so best fit ranks first and ties keep order
 ]

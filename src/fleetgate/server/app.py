@@ -11,7 +11,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from fleetgate.context.placement import TIER_HEADER
+from fleetgate.context.refine import ContextRefiner
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError
@@ -22,9 +25,11 @@ from fleetgate.fleet import Fleet, FleetHolder
 from fleetgate.ingress.openai import parse_json_object, parse_openai
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.ingress.routes import INGRESS_ROUTES, Parser, error_protocol
+from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
 from fleetgate.routing.plan import RoutePlan
 from fleetgate.routing.planner import build_plan, require_route
+from fleetgate.routing.sticky import ReadOnlySticky, StickyTiers
 from fleetgate.server import ollama_api
 from fleetgate.server.asgi import (
     DisconnectWatch,
@@ -36,6 +41,11 @@ from fleetgate.server.asgi import (
     send_body,
 )
 from fleetgate.server.error_shapes import error_body, upstream_error_body
+from fleetgate.server.virtuals import (
+    configure_sticky,
+    sticky_tiers_for,
+    virtual_catalog,
+)
 from fleetgate.state.runtime import MemoryState, RuntimeState
 
 log = logging.getLogger("fleetgate")
@@ -78,14 +88,14 @@ def _routing_headers(plan: RoutePlan, outcome: Outcome, overhead: float) -> Head
     tried = len(outcome.attempts)
     extra = [(k.lower().encode(), v.encode()) for k, v in plan.headers.items()]
     extra.extend((k.lower().encode(), v.encode()) for k, v in outcome.extra_headers.items())
-    extra.extend([
+    return [
+        *extra,
         (b"x-fleetgate-route", dep.id.encode()),
         (b"x-fleetgate-provider", dep.provider.id.encode()),
         (b"x-fleetgate-attempts", str(tried).encode()),
         (b"x-fleetgate-fallback-count", str(tried - 1).encode()),
         (b"x-fleetgate-overhead-ms", f"{overhead * 1000:.3f}".encode()),
-    ])
-    return extra
+    ]
 
 
 def _attempt_headers(attempts: list[Attempt]) -> Headers:
@@ -106,8 +116,12 @@ class Gateway:
         self.state = state or MemoryState()
         self.pool = UpstreamPool()
         self.executor = Executor(self.pool, self.state)
+        self.refiner = ContextRefiner(self.pool)
         self.recent = RecentRequests()
-        self.recorder = Recorder([self.recent])
+        self.metrics = Metrics()
+        self.recorder = Recorder([self.recent, self.metrics])
+        self.sticky = sticky_tiers_for(holder.fleet)
+        holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
         self.discovery = DiscoveryService(holder, self.windows)
         holder.on_swap(
@@ -120,6 +134,7 @@ class Gateway:
             ("POST", "/v1/routing/explain"): self.explain,
             ("GET", "/healthz"): self.healthz,
             ("GET", "/readyz"): self.readyz,
+            ("GET", "/metrics"): self.metrics_endpoint,
             ("GET", "/api/tags"): self.ollama_tags,
             ("GET", "/api/version"): self.ollama_version,
             ("GET", "/api/ps"): self.ollama_ps,
@@ -208,12 +223,14 @@ class Gateway:
         self, profile: RequestProfile, receive: Receive, send: Send, ex: Exchange
     ) -> None:
         fleet = self.holder.fleet
-        plan = build_plan(profile, fleet, self.state)
+        plan = build_plan(profile, fleet, self.state, sticky=self.sticky)
         require_route(plan)
+        await self.refiner.refine(plan, profile, fleet)  # exact count near a tier boundary
         watch = DisconnectWatch(receive)
         try:
             try:
                 outcome = await self.executor.run(plan, profile, fleet)
+                _note_context_tier(plan, outcome)
             except ChainExhausted as exc:
                 self._record(ex, profile, plan, exc.status, exc.code, exc.attempts, None, 0.0)
                 extra = [(k.lower().encode(), v.encode()) for k, v in plan.headers.items()]
@@ -289,6 +306,7 @@ class Gateway:
                 provider_id=dep.provider.id if dep else None,
                 attempts=attempts,
                 dropped=plan.describe()["dropped"] if plan.dropped else [],
+                notes=plan.notes,
             )
         )
 
@@ -299,7 +317,11 @@ class Gateway:
     async def explain(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         raw = await read_body(receive, self.max_body)
         result = explain_request(
-            parse_json_object(raw), self.holder.fleet, self.state, ex.headers
+            parse_json_object(raw),
+            self.holder.fleet,
+            self.state,
+            ex.headers,
+            sticky=ReadOnlySticky(self.sticky),
         )
         await send_body(send, 200, orjson.dumps(result), ex.base_headers())
 
@@ -344,6 +366,13 @@ class Gateway:
                     "deployments": len(fleet.deployments)}
         await send_body(send, status, orjson.dumps(body), ex.base_headers())
 
+    async def metrics_endpoint(
+        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        await self.recorder.flush()
+        await send_body(send, 200, self.metrics.render(self.recorder), ex.base_headers(),
+                        CONTENT_TYPE_LATEST.encode())
+
     async def request_record(
         self, scope: Scope, receive: Receive, send: Send, ex: Exchange
     ) -> None:
@@ -355,6 +384,15 @@ class Gateway:
                 f"No record of request {request_id!r} (only recent requests are kept).",
             )
         await send_body(send, 200, orjson.dumps(record.public()), ex.base_headers())
+
+
+def _note_context_tier(plan: RoutePlan, outcome: Outcome) -> None:
+    """Which tier served a request whose plan weighed context windows (header + notes)."""
+    if "context_estimate" not in plan.notes:
+        return
+    dep = outcome.candidate.deployment
+    outcome.extra_headers[TIER_HEADER] = dep.tier
+    plan.notes["context_tier"] = dep.tier
 
 
 def catalog(fleet: Fleet) -> dict[str, Any]:
@@ -370,6 +408,7 @@ def catalog(fleet: Fleet) -> dict[str, Any]:
         if model.context_length is not None:
             entry["context_length"] = model.context_length
         data.append(entry)
+    data.extend(virtual_catalog(fleet))
     return {"object": "list", "data": data}
 
 
@@ -389,7 +428,11 @@ def infer_endpoint(body: dict[str, Any]) -> str:
 
 
 def explain_request(
-    body: dict[str, Any], fleet: Fleet, state: RuntimeState, headers: dict[str, str]
+    body: dict[str, Any],
+    fleet: Fleet,
+    state: RuntimeState,
+    headers: dict[str, str],
+    sticky: StickyTiers | None = None,
 ) -> dict[str, Any]:
     """The plan a request would follow, without sending anything."""
     endpoint = body.pop("endpoint", None) or infer_endpoint(body)
@@ -401,7 +444,7 @@ def explain_request(
         )
     profile = parse_openai(endpoint, orjson.dumps(body))
     profile.headers = headers
-    plan = build_plan(profile, fleet, state)
+    plan = build_plan(profile, fleet, state, sticky=sticky)
     result = plan.describe()
     result["endpoint"] = endpoint
     try:

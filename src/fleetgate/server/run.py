@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import sys
 
 import uvicorn
 
@@ -37,8 +39,15 @@ def server_for(app: Gateway, host: str, port: int) -> uvicorn.Server:
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, **_uvicorn_kwargs()))
 
 
+def _exit_cleanly_on_sigterm() -> None:
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal; a graceful stop
+    # should end with status 0, as a process manager expects.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+
 def serve(config_path: str, host: str | None, port: int | None, workers: int) -> None:
     config = load_config_file(config_path)
+    _exit_cleanly_on_sigterm()
     host = host or config.server.host
     port = config.server.port if port is None else port
     if workers > 1:

@@ -5,6 +5,27 @@ from __future__ import annotations
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext
 
 
+def credentials_problem(candidate: Candidate) -> str | None:
+    """Why the candidate's credential (its key label's, or the provider's) is missing."""
+    label = candidate.key_label
+    credential = candidate.deployment.provider.credential(label)
+    if credential is None:
+        return f"no credentials (key label {label!r} is not configured)"
+    key, env = credential
+    if env is None or key is not None:
+        return None
+    if label is None:
+        return f"no credentials ({env} is not set)"
+    return f"no credentials ({env} for key label {label!r} is not set)"
+
+
+def unavailable_reason(ctx: PlanContext, candidate: Candidate) -> str | None:
+    reason = credentials_problem(candidate)
+    if reason is None and not candidate.last_resort:
+        reason = ctx.state.unavailable_reason(candidate.deployment.id, ctx.now)
+    return reason
+
+
 class AvailabilityFilter:
     name = "availability"
 
@@ -14,13 +35,9 @@ class AvailabilityFilter:
         kept: list[Candidate] = []
         dropped: list[Dropped] = []
         for c in candidates:
-            dep = c.deployment
-            if not dep.provider.has_credentials:
-                reason = f"no credentials ({dep.provider.api_key_env} is not set)"
-            else:
-                reason = ctx.state.unavailable_reason(dep.id, ctx.now)
+            reason = unavailable_reason(ctx, c)
             if reason is None:
                 kept.append(c)
             else:
-                dropped.append(Dropped(dep.id, self.name, reason))
+                dropped.append(Dropped(c.deployment.id, self.name, reason))
         return kept, dropped

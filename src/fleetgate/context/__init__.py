@@ -1,0 +1,1 @@
+"""Context-length tiers: the request's context estimate, window placement, exact counts."""

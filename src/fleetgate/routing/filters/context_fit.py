@@ -1,0 +1,64 @@
+"""Estimates the context a request needs and applies `context_guard: reject`.
+
+It drops nothing: a deployment too small for the estimate is still a candidate (sorted
+last by the best-fit orderer), because the estimate errs on the large side. With the guard
+set to `reject`, a request that fits no deployment is refused with `context_too_large`
+before any upstream call — unless an exact count could still change that, in which case
+the refine stage decides. A model whose deployments declare no window is left alone.
+"""
+
+from __future__ import annotations
+
+from fleetgate.context.estimate import estimate_context_tokens
+from fleetgate.context.placement import (
+    context_too_large,
+    fits_nowhere,
+    guard_for,
+    known_windows,
+    near_boundary,
+    record_estimate,
+)
+from fleetgate.routing.plan import Candidate, Dropped, PlanContext
+
+GUARD_PENDING = "context_guard_pending"
+
+
+class ContextFitFilter:
+    name = "context_fit"
+
+    def apply(
+        self, ctx: PlanContext, candidates: list[Candidate]
+    ) -> tuple[list[Candidate], list[Dropped]]:
+        windows = known_windows(candidates)
+        if not windows:
+            return candidates, []
+        profile = ctx.profile
+        settings = ctx.fleet.config.routing.context
+        estimate = profile.context
+        if estimate is None:
+            estimate = estimate_context_tokens(profile.body, profile.endpoint, settings)
+            profile.context = estimate
+        record_estimate(estimate, ctx.headers, ctx.notes)
+        # per-deployment window, for the attempts' `provider_ctx` metric label
+        ctx.notes["provider_ctx"] = {
+            c.deployment.id: c.deployment.context_window or "unbounded" for c in candidates
+        }
+        if guard_for(ctx.fleet, profile.model) != "reject":
+            return candidates, []
+        # judged against every deployment of the model, so that a big host in cooldown
+        # gives a retryable no_route later rather than a permanent context_too_large
+        model = ctx.fleet.models.get(profile.model)
+        everyone = [Candidate(d) for d in model.deployments] if model else candidates
+        if not fits_nowhere(everyone, estimate.total):
+            return candidates, []
+        windows = known_windows(everyone)
+        refine = settings.refine
+        if (
+            refine.enabled
+            and not estimate.exact
+            and len(windows) >= 2
+            and near_boundary(estimate.total, [max(windows)], refine.band_low, refine.band_high)
+        ):
+            ctx.notes[GUARD_PENDING] = True  # an exact count may still fit it
+            return candidates, []
+        raise context_too_large(profile.model, estimate, max(windows))

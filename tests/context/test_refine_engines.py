@@ -1,0 +1,126 @@
+"""The exact-count requests each engine kind gets, against small stand-in servers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+
+from fleetgate.context.refine import ContextRefiner
+from fleetgate.execute.upstream import UpstreamPool
+from fleetgate.fleet import build_fleet
+from fleetgate.ingress.openai import parse_openai
+from fleetgate.routing.planner import build_plan
+from fleetgate.state.runtime import MemoryState
+from tests.harness import fleet_config
+
+MESSAGES = [{"role": "user", "content": " ".join(["abcdefghi"] * 350)}]  # estimate ~1068
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[tuple[str, Recorder]]:
+    """Answers llama.cpp's /apply-template and /tokenize and SGLang's /v1/tokenize."""
+    seen = Recorder()
+
+    async def apply_template(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.calls.append((request.path, body))
+        text = "".join(f"<|{m['role']}|>{m['content']}" for m in body["messages"])
+        return web.json_response({"prompt": text})
+
+    async def tokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.calls.append((request.path, body))
+        text = body.get("content") if "content" in body else body.get("prompt")
+        return web.json_response({"tokens": list(range(len(text.split())))})
+
+    app = web.Application()
+    app.router.add_post("/apply-template", apply_template)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/v1/tokenize", tokenize)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    yield f"http://127.0.0.1:{port}", seen
+    await runner.cleanup()
+
+
+async def _refine(kind: str, url: str, body: dict[str, Any]) -> tuple[Any, Any]:
+    fleet = build_fleet(
+        fleet_config(
+            {
+                "providers": [
+                    {"id": "small", "kind": kind, "base_url": url + "/v1"},
+                    {"id": "big", "kind": kind, "base_url": "http://127.0.0.1:9/v1"},
+                ],
+                "deployments": [
+                    {"id": "small", "model": "m", "provider": "small", "context_window": 1000},
+                    {"id": "big", "model": "m", "provider": "big", "context_window": 10000},
+                ],
+            }
+        )
+    )
+    profile = parse_openai("chat.completions", orjson.dumps({"model": "m", **body}))
+    plan = build_plan(profile, fleet, MemoryState())
+    assert [c.deployment.id for c in plan.candidates] == ["big", "small"]  # by the estimate
+    pool = UpstreamPool()
+    try:
+        await ContextRefiner(pool).refine(plan, profile, fleet)
+    finally:
+        await pool.close()
+    return plan, profile
+
+
+async def test_llamacpp_applies_the_template_then_tokenizes(
+    engine: tuple[str, Recorder],
+) -> None:
+    url, seen = engine
+    plan, profile = await _refine("llamacpp", url, {"messages": MESSAGES, "max_tokens": 10})
+    assert [path for path, _ in seen.calls] == ["/apply-template", "/tokenize"]
+    assert seen.calls[0][1] == {"messages": MESSAGES}
+    assert seen.calls[1][1]["content"].startswith("<|user|>abcdefghi")
+    assert profile.context.exact and profile.context.prompt_tokens == 350
+    assert plan.notes["context_refine"] == "exact"
+    assert [c.deployment.id for c in plan.candidates] == ["small", "big"]
+    assert plan.headers["X-Fleetgate-Context-Estimate"] == "360; exact"
+
+
+async def test_sglang_counts_text_at_v1_tokenize_plus_estimated_overheads(
+    engine: tuple[str, Recorder],
+) -> None:
+    url, seen = engine
+    body = {"messages": MESSAGES, "max_tokens": 10, "tools": TOOLS}
+    plan, profile = await _refine("sglang", url, body)
+    assert [path for path, _ in seen.calls] == ["/v1/tokenize"]
+    assert seen.calls[0][1]["prompt"] == MESSAGES[0]["content"]
+    tools_tokens = -(-len(orjson.dumps(TOOLS)) * 12 // 40)  # ceil(bytes / 4 * 1.2)
+    assert profile.context.prompt_tokens == 350 + 8 + tools_tokens
+    assert [c.deployment.id for c in plan.candidates] == ["small", "big"]
+
+
+async def test_unreachable_tokenizer_keeps_the_estimate() -> None:
+    plan, profile = await _refine(
+        "vllm", "http://127.0.0.1:9", {"messages": MESSAGES, "max_tokens": 10}
+    )
+    assert not profile.context.exact
+    assert plan.notes["context_refine"] == "failed"
+    assert [c.deployment.id for c in plan.candidates] == ["big", "small"]
+
+
+async def test_engines_without_a_tokenizer_are_not_asked() -> None:
+    plan, profile = await _refine(
+        "openai", "http://127.0.0.1:9", {"messages": MESSAGES, "max_tokens": 10}
+    )
+    assert plan.notes["context_refine"] == "no_tokenizer"
+    assert not profile.context.exact

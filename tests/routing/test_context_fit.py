@@ -1,0 +1,235 @@
+"""Best-fit tier placement through the real gateway, with 1k and 10k fake engines."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from typing import Any
+
+import openai
+import orjson
+import pytest
+
+from fleetgate.config.schema import ContextConfig
+from fleetgate.context.estimate import estimate_context_tokens
+from fleetgate.fleet import build_fleet
+from fleetgate.ingress.openai import parse_openai
+from fleetgate.routing.planner import build_plan
+from fleetgate.state.runtime import MemoryState
+from tests.harness import Stack, deployment, fleet_config, provider, wait_until
+from tests.tiers import LONG_WINDOW, chat_calls, tiered_stack, words
+
+SMALL = [{"role": "user", "content": "hello there"}]
+OVERSIZE = [{"role": "user", "content": words(2000)}]  # ~3000 estimated, 2001 counted
+
+
+def test_small_requests_stay_on_base_with_zero_long_traffic(stack: Stack, client_for) -> None:
+    base, long = tiered_stack(stack)
+    client = client_for(stack)
+    for _ in range(6):
+        resp = client.chat.completions.with_raw_response.create(
+            model="m", messages=SMALL, max_tokens=16
+        )
+        assert resp.headers["x-fleetgate-route"] == "base"
+        assert resp.headers["x-fleetgate-context-tier"] == "default"
+        assert resp.headers["x-fleetgate-context-estimate"].endswith("; estimate")
+        assert resp.parse().model == "m"
+    assert chat_calls(base) == 6
+    assert long.requests == []  # not even a tokenize call: nothing was near a boundary
+    assert base.tokenize_calls == 0
+
+
+def test_oversize_request_goes_to_the_long_tier(stack: Stack, client_for) -> None:
+    base, long = tiered_stack(stack)
+    resp = client_for(stack).chat.completions.with_raw_response.create(
+        model="m", messages=OVERSIZE, max_tokens=16
+    )
+    assert resp.headers["x-fleetgate-route"] == "m@long"
+    assert resp.headers["x-fleetgate-context-tier"] == "long"
+    assert resp.headers["x-fleetgate-attempts"] == "1"
+    assert base.requests == []
+    assert long.requests[-1].body["model"] == "up-m"
+    estimate = int(resp.headers["x-fleetgate-context-estimate"].split(";")[0])
+    assert estimate > 2000
+    record = _record(stack, resp.headers["x-request-id"])
+    assert record["notes"]["context_tier"] == "long"
+    assert record["notes"]["provider_ctx"] == {"base": 1000, "m@long": LONG_WINDOW}
+    assert record["notes"]["context_estimate"] == estimate
+
+    def metrics() -> str:
+        with urllib.request.urlopen(stack.url + "/metrics") as resp:
+            return resp.read().decode()
+
+    wait_until(lambda: 'context_tier="long"' in metrics(), 5, "metrics written")
+    attempt = next(line for line in metrics().splitlines() if 'deployment="m@long"' in line)
+    assert f'provider_ctx="{LONG_WINDOW}"' in attempt
+
+
+def test_streaming_selects_the_tier_too(stack: Stack, client_for) -> None:
+    base, long = tiered_stack(stack)
+    client = client_for(stack)
+    with client.chat.completions.with_streaming_response.create(
+        model="m", messages=OVERSIZE, max_tokens=4, stream=True
+    ) as resp:
+        assert resp.headers["x-fleetgate-context-tier"] == "long"
+        text = "".join(resp.iter_lines())
+    assert "long says:" in text
+    with client.chat.completions.with_streaming_response.create(
+        model="m", messages=SMALL, max_tokens=4, stream=True
+    ) as resp:
+        assert resp.headers["x-fleetgate-context-tier"] == "default"
+        text = "".join(resp.iter_lines())
+    assert "base says:" in text
+    assert chat_calls(base) == 1 and chat_calls(long) == 1
+
+
+def test_catalog_shows_the_model_once_with_its_largest_window(stack: Stack) -> None:
+    tiered_stack(stack)
+    with urllib.request.urlopen(stack.url + "/v1/models") as resp:
+        data = orjson.loads(resp.read())["data"]
+    assert [(m["id"], m["context_length"]) for m in data] == [("m", LONG_WINDOW)]
+
+
+def test_guard_reject_refuses_before_any_upstream_call(stack: Stack, client_for) -> None:
+    base, long = tiered_stack(stack, context_guard="reject")
+    huge = [{"role": "user", "content": words(20000)}]
+    with pytest.raises(openai.BadRequestError) as info:
+        client_for(stack).chat.completions.create(model="m", messages=huge, max_tokens=16)
+    err = info.value.body
+    assert isinstance(err, dict) and err["code"] == "context_too_large"
+    assert f"({LONG_WINDOW} tokens)" in err["message"]
+    estimate = estimate_context_tokens(
+        {"messages": huge, "max_tokens": 16}, "chat.completions", ContextConfig()
+    )
+    assert f"about {estimate.total} tokens" in err["message"]
+    assert base.requests == [] and long.requests == []
+
+
+def test_guard_allow_sends_what_fits_nowhere_to_the_biggest_window_first(
+    stack: Stack, client_for
+) -> None:
+    base, long = tiered_stack(stack)
+    huge = [{"role": "user", "content": words(12000)}]
+    with pytest.raises(openai.BadRequestError):
+        client_for(stack).chat.completions.create(model="m", messages=huge, max_tokens=16)
+    assert chat_calls(long) == 1
+    assert base.requests == []  # the 10k tier said too long; the 1k tier is not larger
+
+
+def test_single_window_model_routes_as_before_without_tokenize(stack: Stack, client_for) -> None:
+    a = stack.engine("a", context_window=1000)
+    b = stack.engine("b", context_window=1000)
+    stack.start_gateway(
+        {
+            "routing": {"context": {"default_output_reserve": 64}},
+            "providers": [provider("pa", a), provider("pb", b)],
+            "deployments": [
+                deployment("m", "pa", context_window=1000, priority=1),
+                deployment("m", "pb", context_window=1000),
+            ],
+        }
+    )
+    client = client_for(stack)
+    # an estimate right at the window (0.7-1.3 x): a tiered model would count exactly here
+    near = [{"role": "user", "content": words(700, "abc")}]
+    for messages in (SMALL, near, OVERSIZE):
+        plan = _post(stack, "/v1/routing/explain", {"model": "m", "messages": messages})
+        assert [c["deployment"] for c in plan["candidates"]] == ["pb", "pa"]  # priority order
+    for messages in (SMALL, near):
+        resp = client.chat.completions.with_raw_response.create(
+            model="m", messages=messages, max_tokens=8
+        )
+        assert resp.headers["x-fleetgate-route"] == "pb"
+    assert a.tokenize_calls == 0 and b.tokenize_calls == 0
+    assert chat_calls(a) == 0
+
+
+def test_best_fit_order_with_unknown_windows() -> None:
+    """Fitting (smallest first) → unknown → too small (biggest first); ties keep order."""
+    config = fleet_config(
+        {
+            "routing": {"context": {"margin_percent": 0, "message_overhead": 0}},
+            "providers": [
+                {"id": p, "base_url": f"http://{p}.invalid/v1"} for p in ("p1", "p2", "p3", "p4")
+            ],
+            "deployments": [
+                {"id": "w500", "model": "m", "provider": "p1", "context_window": 500},
+                {"id": "unknown", "model": "m", "provider": "p2"},
+                {"id": "w10k", "model": "m", "provider": "p3", "context_window": 10000},
+                {"id": "w1k", "model": "m", "provider": "p4", "context_window": 1000},
+            ],
+        }
+    )
+    fleet = build_fleet(config)
+
+    def order(prompt_bytes: int) -> list[str]:
+        body = {"model": "m", "prompt": "x" * prompt_bytes, "max_tokens": 1}
+        profile = parse_openai("completions", orjson.dumps(body))
+        plan = build_plan(profile, fleet, MemoryState())
+        return [c.deployment.id for c in plan.candidates]
+
+    assert order(4 * 800) == ["w1k", "w10k", "unknown", "w500"]
+    assert order(4 * 300) == ["w500", "w1k", "w10k", "unknown"]
+    assert order(4 * 20000) == ["unknown", "w10k", "w1k", "w500"]
+
+
+def test_explicit_priority_ranks_within_each_fit_group() -> None:
+    config = fleet_config(
+        {
+            "routing": {"context": {"margin_percent": 0, "message_overhead": 0}},
+            "providers": [{"id": p, "base_url": f"http://{p}.invalid/v1"} for p in ("p1", "p2")],
+            "deployments": [
+                {"id": "w1k", "model": "m", "provider": "p1", "context_window": 1000},
+                {
+                    "id": "w2k-later",
+                    "model": "m",
+                    "provider": "p2",
+                    "context_window": 2000,
+                    "priority": -1,
+                },
+            ],
+        }
+    )
+    fleet = build_fleet(config)
+
+    def order(prompt_bytes: int) -> list[str]:
+        body = {"model": "m", "prompt": "x" * prompt_bytes, "max_tokens": 1}
+        plan = build_plan(parse_openai("completions", orjson.dumps(body)), fleet, MemoryState())
+        return [c.deployment.id for c in plan.candidates]
+
+    assert order(4 * 500) == ["w2k-later", "w1k"]  # both fit: the operator's priority wins
+    assert order(4 * 1500) == ["w2k-later", "w1k"]  # only the 2k fits
+    # a request too big for the preferred deployment goes to the one that holds it
+    config2 = config.model_copy(
+        update={
+            "deployments": [
+                config.deployments[0].model_copy(update={"priority": -5}),
+                config.deployments[1],
+            ]
+        }
+    )
+    fleet = build_fleet(config2)
+    assert order(4 * 500) == ["w1k", "w2k-later"]
+    assert order(4 * 1500) == ["w2k-later", "w1k"]
+
+
+def _post(stack: Stack, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        stack.url + path, data=orjson.dumps(body), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request) as resp:
+        return orjson.loads(resp.read())
+
+
+def _record(stack: Stack, request_id: str) -> dict[str, Any]:
+    def fetch() -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(f"{stack.url}/v1/requests/{request_id}") as resp:
+                return orjson.loads(resp.read())
+        except urllib.error.HTTPError:
+            return None
+
+    wait_until(lambda: fetch() is not None, 5, "request record written")
+    record = fetch()
+    assert record is not None
+    return record

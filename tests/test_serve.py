@@ -1,0 +1,70 @@
+"""`fleetgate serve` runs the gateway from a config file, with one or several workers."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.harness import Stack, wait_until
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/readyz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_from_config_file(stack: Stack, tmp_path: Path, workers: int):
+    engine = stack.engine("a")
+    config = {
+        "providers": [{"id": "p", "kind": "vllm", "base_url": engine.url + "/v1"}],
+        "deployments": [{"model": "m", "provider": "p", "upstream_model": "up"}],
+    }
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetgate", "serve", "--config", str(path), "--port", str(port),
+         "--workers", str(workers)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until(lambda: ready(url), 30, "gateway ready")
+        resp = httpx.post(url + "/v1/chat/completions",
+                          json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+        assert resp.status_code == 200
+        assert resp.json()["model"] == "m"
+        assert engine.requests[-1].body["model"] == "up"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_serve_refuses_an_invalid_config(tmp_path: Path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("deployments: [{model: m, provider: nowhere}]\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "fleetgate", "serve", "--config", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1
+    assert "deployments[0].provider: unknown provider 'nowhere'" in result.stderr
