@@ -9,7 +9,7 @@ still ranks first; ties keep the order the other orderers gave.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fleetgate.context.estimate import ContextEstimate
@@ -23,56 +23,82 @@ TIER_HEADER = "X-Fleetgate-Context-Tier"
 _FITS, _UNKNOWN, _OVERFLOW = 0, 1, 2
 
 
+# a deployment's window for one request (discovered, clamped; see routing/windows.py)
+WindowOf = Callable[[Deployment], int | None]
+
+
 def effective_window(dep: Deployment) -> int | None:
-    """The window routing trusts: the declared one (discovery will clamp it); None: unknown."""
+    """The declared window; None: unknown. Plans built with discovery use `plan.window_of`."""
     return dep.context_window
 
 
-def known_windows(candidates: Iterable[Candidate]) -> set[int]:
+def known_windows(
+    candidates: Iterable[Candidate], window_of: WindowOf | None = None
+) -> set[int]:
+    of = window_of or effective_window
     windows = set()
     for c in candidates:
-        window = effective_window(c.deployment)
+        window = of(c.deployment)
         if window is not None:
             windows.add(window)
     return windows
 
 
-def _fit_key(candidate: Candidate, need: int) -> tuple[int, int, int]:
+def _fit_key(
+    candidate: Candidate, need: int, of: WindowOf, bonus: Callable[[Candidate], bool] | None
+) -> tuple[int, int, int, int]:
     # fit decides first (can it hold the request at all), then the operator's explicit
-    # priority, then the window (best fit); load and config order come from the stable sort
+    # priority, then a worker that has the model loaded (no cold load), then the window
+    # (best fit); load and config order come from the stable sort
     dep = candidate.deployment
-    window = effective_window(dep)
+    window = of(dep)
+    cold = 0 if bonus is not None and bonus(candidate) else 1
     if window is None:
-        return (_UNKNOWN, dep.priority, 0)
+        return (_UNKNOWN, dep.priority, cold, 0)
     if window >= need:
-        return (_FITS, dep.priority, window)
-    return (_OVERFLOW, dep.priority, -window)
+        return (_FITS, dep.priority, cold, window)
+    return (_OVERFLOW, dep.priority, cold, -window)
 
 
-def order_by_fit(candidates: list[Candidate], need: int) -> list[Candidate]:
+def order_by_fit(
+    candidates: list[Candidate],
+    need: int,
+    window_of: WindowOf | None = None,
+    bonus: Callable[[Candidate], bool] | None = None,
+) -> list[Candidate]:
     """Best-fit order for a request needing `need` tokens (stable; inert for one window)."""
     if len(candidates) < 2:
         return candidates
-    windows = {effective_window(c.deployment) for c in candidates}
+    of = window_of or effective_window
+    windows = {of(c.deployment) for c in candidates}
     if len(windows) < 2:
         return candidates  # one capacity: route exactly as without tiers
-    return sorted(candidates, key=lambda c: _fit_key(c, need))
+    return sorted(candidates, key=lambda c: _fit_key(c, need, of, bonus))
 
 
-def fits_nowhere(candidates: Iterable[Candidate], need: int) -> bool:
+def fits_nowhere(
+    candidates: Iterable[Candidate], need: int, window_of: WindowOf | None = None
+) -> bool:
     """True when every candidate's window is known and too small."""
+    of = window_of or effective_window
     for c in candidates:
-        window = effective_window(c.deployment)
+        window = of(c.deployment)
         if window is None or window >= need:
             return False
     return True
 
 
 def guard_for(fleet: Fleet, model_id: str) -> str:
+    """`reject`, `allow` or `warn`: the model's own guard, else a `model_capabilities` block
+    when the config has one (`observe` mode never rejects), else `routing.context.guard`."""
     model = fleet.models.get(model_id)
     if model is not None and model.context_guard is not None:
         return model.context_guard
-    return fleet.config.routing.context.guard
+    config = fleet.config
+    if "model_capabilities" in config.model_fields_set:
+        caps = config.model_capabilities
+        return "warn" if caps.mode == "observe" else caps.context_guard
+    return config.routing.context.guard
 
 
 def near_boundary(need: int, windows: Iterable[int], low: float, high: float) -> bool:

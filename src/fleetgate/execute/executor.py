@@ -9,7 +9,7 @@ starts. A stream that breaks later ends with an error event.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -112,15 +112,18 @@ class Executor:
     def __init__(self, pool: UpstreamPool, state: RuntimeState) -> None:
         self.pool = pool
         self.state = state
+        # told (deployment id, tokens) when a context error states the worker's window
+        self.on_context_limit: Callable[[str, int], None] | None = None
 
     async def run(self, plan: RoutePlan, profile: RequestProfile, fleet: Fleet) -> Outcome:
         attempts: list[Attempt] = []
         upstream_seconds = 0.0
         route = UPSTREAM_PATHS[profile.endpoint]
         exceeded_window: int | None = None  # set once an upstream said the context is too long
+        of = plan.window_of or _declared_window
         for position, candidate in enumerate(plan.candidates):
             dep = candidate.deployment
-            if exceeded_window is not None and not _larger(dep, exceeded_window):
+            if exceeded_window is not None and not _larger(dep, exceeded_window, of):
                 plan.dropped.append(
                     Dropped(dep.id, "execute", f"window not larger than {exceeded_window}")
                 )
@@ -155,13 +158,14 @@ class Executor:
             self._record_failure(attempt, fleet, now)
             if attempt.retryable:
                 continue
-            window = _exceeded_window(attempt, dep)
+            window = _exceeded_window(attempt, dep, of, self.on_context_limit)
             if attempt.error_class != CONTEXT_EXCEEDED:
                 raise ChainExhausted(self._client_error(attempt), attempts)
             if window is not None:
                 exceeded_window = max(window, exceeded_window or 0)
             if exceeded_window is None or not any(
-                _larger(c.deployment, exceeded_window) for c in plan.candidates[position + 1 :]
+                _larger(c.deployment, exceeded_window, of)
+                for c in plan.candidates[position + 1 :]
             ):
                 raise ChainExhausted(self._exhausted(plan, attempts), attempts)
         raise ChainExhausted(self._exhausted(plan, attempts), attempts)
@@ -404,7 +408,12 @@ class Executor:
         )
 
 
-def _exceeded_window(attempt: Attempt, dep: Deployment) -> int | None:
+def _exceeded_window(
+    attempt: Attempt,
+    dep: Deployment,
+    of: Callable[[Deployment], int | None],
+    on_limit: Callable[[str, int], None] | None,
+) -> int | None:
     """For a context-length error: the window known to be too small (None: other error).
 
     Marks the attempt as `context_exceeded`; the window is the larger of the declared one
@@ -417,12 +426,19 @@ def _exceeded_window(attempt: Attempt, dep: Deployment) -> int | None:
     if exceeded is None:
         return None
     attempt.error_class = CONTEXT_EXCEEDED
-    known = [w for w in (dep.context_window, exceeded.limit) if w is not None]
+    if exceeded.limit is not None and on_limit is not None:
+        on_limit(dep.id, exceeded.limit)  # the worker said its window: trust it at once
+    known = [w for w in (of(dep), exceeded.limit) if w is not None]
     return max(known) if known else None
 
 
-def _larger(dep: Deployment, window: int) -> bool:
-    return dep.context_window is not None and dep.context_window > window
+def _larger(dep: Deployment, window: int, of: Callable[[Deployment], int | None]) -> bool:
+    own = of(dep)
+    return own is not None and own > window
+
+
+def _declared_window(dep: Deployment) -> int | None:
+    return dep.context_window
 
 
 def _status_in(data: bytes) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError
 from fleetgate.fleet import Fleet
 from fleetgate.ingress.profile import RequestProfile
@@ -11,6 +12,7 @@ from fleetgate.routing.plan import PlanContext, RoutePlan
 from fleetgate.routing.register import FILTERS, ORDERERS
 from fleetgate.routing.resolve import resolve
 from fleetgate.routing.sticky import StickyTiers
+from fleetgate.routing.windows import window_function
 from fleetgate.state.runtime import RuntimeState
 
 
@@ -20,9 +22,13 @@ def build_plan(
     state: RuntimeState,
     now: float | None = None,
     sticky: StickyTiers | None = None,
+    windows: WindowStore | None = None,
 ) -> RoutePlan:
     """The plan a request follows; never raises for an empty plan (see `require_route`)."""
     ctx = PlanContext(profile, fleet, state, time.time() if now is None else now, sticky)
+    if windows is not None:
+        ctx.windows = windows
+        ctx.window_of = window_function(profile, windows)
     resolution = resolve(ctx)
     ctx.headers.update(resolution.headers)
     ctx.notes.update(resolution.notes)
@@ -35,6 +41,7 @@ def build_plan(
         headers=ctx.headers,
         notes=ctx.notes,
         on_empty=resolution.on_empty,
+        window_of=ctx.window_of,
     )
     for f in FILTERS:
         if not plan.candidates:

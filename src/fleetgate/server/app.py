@@ -51,11 +51,6 @@ from fleetgate.state.runtime import MemoryState, RuntimeState
 log = logging.getLogger("fleetgate")
 
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_ENDPOINTS = {
-    "/v1/chat/completions": "chat.completions",
-    "/v1/completions": "completions",
-    "/v1/embeddings": "embeddings",
-}
 
 Handler = Callable[[Scope, Receive, Send, "Exchange"], Awaitable[None]]
 
@@ -127,6 +122,7 @@ class Gateway:
         holder.on_swap(
             lambda _old, new: self.windows.set_capabilities(new.config.model_capabilities)
         )
+        self.executor.on_context_limit = self._context_limit_stated
         self.ready = False
         self.max_body = holder.fleet.config.server.max_body_bytes
         self.routes: dict[tuple[str, str], Handler] = {
@@ -208,6 +204,10 @@ class Gateway:
         await self.recorder.stop()
         await self.pool.close()
 
+    def _context_limit_stated(self, deployment_id: str, tokens: int) -> None:
+        self.windows.note_context_error(deployment_id, tokens)
+        self.discovery.request_refresh(deployment_id)
+
     # ---- the proxied endpoints --------------------------------------------------------
     def _proxy_for(self, endpoint: str, parser: Parser = parse_openai) -> Handler:
         async def handler(scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
@@ -223,7 +223,7 @@ class Gateway:
         self, profile: RequestProfile, receive: Receive, send: Send, ex: Exchange
     ) -> None:
         fleet = self.holder.fleet
-        plan = build_plan(profile, fleet, self.state, sticky=self.sticky)
+        plan = build_plan(profile, fleet, self.state, sticky=self.sticky, windows=self.windows)
         require_route(plan)
         await self.refiner.refine(plan, profile, fleet)  # exact count near a tier boundary
         watch = DisconnectWatch(receive)
@@ -322,6 +322,7 @@ class Gateway:
             self.state,
             ex.headers,
             sticky=ReadOnlySticky(self.sticky),
+            windows=self.windows,
         )
         await send_body(send, 200, orjson.dumps(result), ex.base_headers())
 
@@ -433,18 +434,20 @@ def explain_request(
     state: RuntimeState,
     headers: dict[str, str],
     sticky: StickyTiers | None = None,
+    windows: WindowStore | None = None,
 ) -> dict[str, Any]:
     """The plan a request would follow, without sending anything."""
     endpoint = body.pop("endpoint", None) or infer_endpoint(body)
-    if endpoint not in _ENDPOINTS.values():
+    parsers = {name: parser for name, parser in INGRESS_ROUTES.values()}
+    if endpoint not in parsers:
         raise GatewayError(
             "invalid_request",
-            f"`endpoint` must be one of {sorted(_ENDPOINTS.values())}.",
+            f"`endpoint` must be one of {sorted(parsers)}.",
             param="endpoint",
         )
-    profile = parse_openai(endpoint, orjson.dumps(body))
+    profile = parsers[endpoint](endpoint, orjson.dumps(body))
     profile.headers = headers
-    plan = build_plan(profile, fleet, state, sticky=sticky)
+    plan = build_plan(profile, fleet, state, sticky=sticky, windows=windows)
     result = plan.describe()
     result["endpoint"] = endpoint
     try:

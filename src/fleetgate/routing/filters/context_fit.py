@@ -21,6 +21,8 @@ from fleetgate.context.placement import (
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext
 
 GUARD_PENDING = "context_guard_pending"
+# `context_guard: warn`: the request fits no window; the value is the largest window
+OVERFLOW_HEADER = "X-Fleetgate-Context-Overflow"
 
 
 class ContextFitFilter:
@@ -29,7 +31,8 @@ class ContextFitFilter:
     def apply(
         self, ctx: PlanContext, candidates: list[Candidate]
     ) -> tuple[list[Candidate], list[Dropped]]:
-        windows = known_windows(candidates)
+        of = ctx.window_of
+        windows = known_windows(candidates, of)
         if not windows:
             return candidates, []
         profile = ctx.profile
@@ -41,17 +44,26 @@ class ContextFitFilter:
         record_estimate(estimate, ctx.headers, ctx.notes)
         # per-deployment window, for the attempts' `provider_ctx` metric label
         ctx.notes["provider_ctx"] = {
-            c.deployment.id: c.deployment.context_window or "unbounded" for c in candidates
+            c.deployment.id: (of(c.deployment) if of else c.deployment.context_window)
+            or "unbounded"
+            for c in candidates
         }
-        if guard_for(ctx.fleet, profile.model) != "reject":
+        guard = guard_for(ctx.fleet, profile.model)
+        if guard == "warn":
+            # routed anyway (biggest window first, by the best-fit order), and flagged
+            if fits_nowhere(candidates, estimate.total, of):
+                ctx.headers[OVERFLOW_HEADER] = str(max(windows))
+                ctx.notes["context_overflow"] = True
+            return candidates, []
+        if guard != "reject":
             return candidates, []
         # judged against every deployment of the model, so that a big host in cooldown
         # gives a retryable no_route later rather than a permanent context_too_large
         model = ctx.fleet.models.get(profile.model)
         everyone = [Candidate(d) for d in model.deployments] if model else candidates
-        if not fits_nowhere(everyone, estimate.total):
+        if not fits_nowhere(everyone, estimate.total, of):
             return candidates, []
-        windows = known_windows(everyone)
+        windows = known_windows(everyone, of)
         refine = settings.refine
         if (
             refine.enabled
