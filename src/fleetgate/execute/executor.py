@@ -8,6 +8,7 @@ starts. A stream that breaks later ends with an error event.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from fleetgate.execute.params import apply_params
 from fleetgate.execute.rewrite import ModelRewriter
 from fleetgate.execute.sse import DONE
 from fleetgate.execute.upstream import UpstreamPool, request_headers
+from fleetgate.execute.worker_slots import WorkerSlots
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
@@ -114,6 +116,7 @@ class Executor:
         self.state = state
         # told (deployment id, tokens) when a context error states the worker's window
         self.on_context_limit: Callable[[str, int], None] | None = None
+        self.slots = WorkerSlots()
 
     async def run(self, plan: RoutePlan, profile: RequestProfile, fleet: Fleet) -> Outcome:
         attempts: list[Attempt] = []
@@ -121,6 +124,7 @@ class Executor:
         route = UPSTREAM_PATHS[profile.endpoint]
         exceeded_window: int | None = None  # set once an upstream said the context is too long
         of = plan.window_of or _declared_window
+        queue_full = 0  # candidates skipped because their worker's queue was full
         for position, candidate in enumerate(plan.candidates):
             dep = candidate.deployment
             if exceeded_window is not None and not _larger(dep, exceeded_window, of):
@@ -128,8 +132,23 @@ class Executor:
                     Dropped(dep.id, "execute", f"window not larger than {exceeded_window}")
                 )
                 continue
+            slot = self.slots.for_provider(dep.provider)
+            if slot is not None and not slot.try_take():
+                if slot.queue_full():
+                    queue_full += 1
+                    plan.dropped.append(Dropped(dep.id, "execute", "worker queue full"))
+                    continue
+                waited = time.perf_counter()
+                got = await slot.wait(dep.provider.queue_timeout)
+                upstream_seconds += time.perf_counter() - waited
+                if not got:
+                    queue_full += 1
+                    plan.dropped.append(Dropped(dep.id, "execute", "timed out in worker queue"))
+                    continue
+            release = slot.release if slot is not None else _no_slot
             now = time.time()
             if not self.state.try_begin(dep.id, now):
+                release()
                 plan.dropped.append(Dropped(dep.id, "execute", "half-open probe in flight"))
                 continue
             attempt = Attempt(
@@ -146,7 +165,7 @@ class Executor:
             attempts.append(attempt)
             started = time.perf_counter()
             outcome = await self._attempt(
-                profile, candidate, route, attempt, started, fleet.circuit
+                profile, candidate, route, attempt, started, fleet.circuit, release
             )
             upstream_seconds += time.perf_counter() - started
             if outcome is not None:
@@ -168,6 +187,8 @@ class Executor:
                 for c in plan.candidates[position + 1 :]
             ):
                 raise ChainExhausted(self._exhausted(plan, attempts), attempts)
+        if queue_full and not attempts:
+            raise ChainExhausted(_queue_full(plan, self.state), attempts)
         raise ChainExhausted(self._exhausted(plan, attempts), attempts)
 
     async def _attempt(
@@ -178,6 +199,7 @@ class Executor:
         attempt: Attempt,
         started: float,
         circuit: CircuitConfig,
+        release: Callable[[], None],
     ) -> Outcome | None:
         dep = candidate.deployment
         client = self.pool.client(dep.provider)
@@ -213,7 +235,7 @@ class Executor:
                     content_type=content_type,
                     stream=self._rest_of_stream(
                         resp, rewriter, framing, first, attempt, started, circuit,
-                        profile.endpoint,
+                        profile.endpoint, release,
                     ),
                 )
             body = await resp.read()
@@ -238,6 +260,7 @@ class Executor:
                 if resp is not None:
                     resp.close()
                 self.state.end(dep.id)
+                release()
         return None
 
     async def _first_events(
@@ -283,6 +306,7 @@ class Executor:
         started: float,
         circuit: CircuitConfig,
         endpoint: str,
+        release: Callable[[], None],
     ) -> AsyncIterator[bytes]:
         dep_id = attempt.deployment_id
         completed = False
@@ -314,6 +338,7 @@ class Executor:
             )
         finally:
             attempt.latency = time.perf_counter() - started
+            release()
             if completed:
                 resp.release()
                 self.state.record_success(dep_id, attempt.ttft, attempt.latency, None)
@@ -439,6 +464,27 @@ def _larger(dep: Deployment, window: int, of: Callable[[Deployment], int | None]
 
 def _declared_window(dep: Deployment) -> int | None:
     return dep.context_window
+
+
+def _no_slot() -> None:
+    """Release for a provider without a concurrency limit."""
+
+
+def _queue_full(plan: RoutePlan, state: RuntimeState) -> GatewayError:
+    """429 when every candidate's worker was at its limit with a full queue."""
+    latencies = [
+        state.health(d.deployment_id).latency_ema
+        for d in plan.dropped
+        if d.filter == "execute"
+    ]
+    known = [t for t in latencies if t is not None]
+    wait = max(1, math.ceil(min(known))) if known else 1
+    return GatewayError(
+        "gateway_queue_full",
+        f"Every eligible worker for {plan.requested_model!r} is at its concurrency limit "
+        f"with a full queue; retry in {wait}s.",
+        headers={"Retry-After": str(wait)},
+    )
 
 
 def _status_in(data: bytes) -> int:
