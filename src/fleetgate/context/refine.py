@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 
 from fleetgate.config.schema import ContextConfig
+from fleetgate.context.capabilities import context_settings
 from fleetgate.context.placement import (
     context_too_large,
     effective_window,
@@ -108,7 +109,7 @@ class ContextRefiner:
 
     async def refine(self, plan: RoutePlan, profile: RequestProfile, fleet: Fleet) -> None:
         """Re-order the plan by an exact count when it could matter; never raises for I/O."""
-        settings = fleet.config.routing.context
+        settings = context_settings(fleet)
         if self.wants(plan, profile, settings):
             await self._refine(plan, profile, settings)
         if plan.notes.pop(GUARD_PENDING, False):

@@ -64,6 +64,13 @@ def require_route(plan: RoutePlan) -> None:
     if plan.on_empty is not None:
         raise plan.on_empty(plan)
     reasons = "; ".join(f"{d.deployment_id}: {d.reason}" for d in plan.dropped) or "none"
+    if plan.emptied_by == "num_ctx":
+        raise GatewayError(
+            "invalid_request",
+            f"No worker of {plan.requested_model!r} can load the model with the requested "
+            f"`options.num_ctx` ({reasons}).",
+            param="options.num_ctx",
+        )
     if plan.emptied_by == "endpoint":
         raise GatewayError(
             "unsupported_endpoint",

@@ -15,6 +15,12 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from fleetgate.context.placement import TIER_HEADER
 from fleetgate.context.refine import ContextRefiner
+from fleetgate.context.truncation import (
+    CHECKED_ENDPOINTS,
+    TRUNCATION_HEADER,
+    last_ndjson_line,
+    suspect,
+)
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError
@@ -204,6 +210,22 @@ class Gateway:
         await self.recorder.stop()
         await self.pool.close()
 
+    def _check_truncation(
+        self, ex: Exchange, profile: RequestProfile, plan: RoutePlan, outcome: Outcome,
+        answer: bytes,
+    ) -> None:
+        found = suspect(profile.body, answer)
+        if found is None:
+            return
+        reported, bound = found
+        dep = outcome.candidate.deployment
+        outcome.extra_headers[TRUNCATION_HEADER] = f"reported={reported}; lower_bound={bound}"
+        plan.notes["truncation_suspected"] = {"reported": reported, "lower_bound": bound}
+        log.warning(
+            "suspected silent truncation: request %s on %s reported %d prompt tokens, "
+            "lower bound %d", ex.request_id, dep.id, reported, bound,
+        )
+
     def _context_limit_stated(self, deployment_id: str, tokens: int) -> None:
         self.windows.note_context_error(deployment_id, tokens)
         self.discovery.request_refresh(deployment_id)
@@ -253,6 +275,8 @@ class Gateway:
         outcome: Outcome,
     ) -> None:
         assert outcome.body is not None
+        if profile.endpoint in CHECKED_ENDPOINTS:
+            self._check_truncation(ex, profile, plan, outcome, outcome.body)
         overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
         headers = ex.base_headers()
         headers.extend(_routing_headers(plan, outcome, overhead))
@@ -273,10 +297,16 @@ class Gateway:
         headers.append((b"cache-control", b"no-cache"))
         await send({"type": "http.response.start", "status": outcome.status, "headers": headers})
         stream = outcome.stream
+        # a native stream's last line carries prompt_eval_count: kept to judge truncation
+        tail = b"" if outcome.content_type.startswith("application/x-ndjson") else None
         try:
             async for chunk in stream:
+                if tail is not None:
+                    tail = (tail + chunk)[-4096:]
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
+            if tail:
+                self._check_truncation(ex, profile, plan, outcome, last_ndjson_line(tail))
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
             last = outcome.attempts[-1]

@@ -9,6 +9,7 @@ the refine stage decides. A model whose deployments declare no window is left al
 
 from __future__ import annotations
 
+from fleetgate.context.capabilities import context_settings
 from fleetgate.context.estimate import estimate_context_tokens
 from fleetgate.context.placement import (
     context_too_large,
@@ -36,7 +37,7 @@ class ContextFitFilter:
         if not windows:
             return candidates, []
         profile = ctx.profile
-        settings = ctx.fleet.config.routing.context
+        settings = context_settings(ctx.fleet)
         estimate = profile.context
         if estimate is None:
             estimate = estimate_context_tokens(profile.body, profile.endpoint, settings)
