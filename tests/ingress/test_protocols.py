@@ -171,3 +171,54 @@ def test_openai_chat_still_reaches_ollama_v1(fleet: Stack, client_for) -> None:
     )
     assert {c.model for c in chunks} == {"chat"}
     assert fleet.workers["w1"].inference_requests()[-1].path == "/v1/chat/completions"
+
+
+def test_ndjson_error_line_before_output_falls_back(stack: Stack) -> None:
+    a = stack.ollama("a", "llama3.2")
+    b = stack.ollama("b", "llama3.2")
+    stack.start_gateway(
+        {
+            "providers": [ollama_provider("a", a), ollama_provider("b", b)],
+            "deployments": [
+                {"id": "a", "model": "m", "provider": "a", "upstream_model": "llama3.2"},
+                {
+                    "id": "b",
+                    "model": "m",
+                    "provider": "b",
+                    "upstream_model": "llama3.2",
+                    "priority": 1,
+                },
+            ],
+        }
+    )
+    a.stream_error_next("runner crashed")
+    parts = list(
+        ollama.Client(host=stack.url, timeout=10).chat(
+            model="m", messages=[{"role": "user", "content": "x"}], stream=True
+        )
+    )
+    assert parts[-1].done and "".join(p.message.content for p in parts).startswith("b says:")
+    # with no other worker the error line reaches the client as an Ollama error
+    a.stream_error_next("runner crashed")
+    b.stream_error_next("runner crashed too")
+    with pytest.raises(ollama.ResponseError) as err:
+        list(
+            ollama.Client(host=stack.url, timeout=10).chat(
+                model="m", messages=[{"role": "user", "content": "x"}], stream=True
+            )
+        )
+    assert "runner crashed" in err.value.error
+
+
+def test_ndjson_and_anthropic_rewrite_event_by_event() -> None:
+    from fleetgate.execute.framing import NDJSON, SSE
+    from fleetgate.execute.rewrite import ModelRewriter
+
+    rewriter = ModelRewriter("llama3.2", "chat")
+    block = b'{"model":"llama3.2:latest","done":false}\n{"model":"llama3.2:latest","done":true}\n'
+    assert NDJSON.rewrite(rewriter, block).count(b'"model":"chat"') == 2
+    event = b'event: message_start\ndata: {"type":"message_start","message":{"model":"x:1"}}'
+    out = SSE.rewrite(rewriter, event + b"\n\n")
+    assert out.startswith(b"event: message_start\ndata: ")
+    assert NDJSON.is_error(b'{"error":"boom"}') and not NDJSON.is_error(b'{"done":true}')
+    assert not SSE.is_error(b'{"type":"response.created","error":null}')

@@ -114,6 +114,7 @@ class FakeOllama:
         self.active = 0
         self.down = False  # every request is answered 500
         self._faults: deque[tuple[int, str]] = deque()
+        self._stream_errors: deque[str] = deque()
         self._gate: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.ServerRunner | None = None
@@ -142,6 +143,10 @@ class FakeOllama:
     def fail_next(self, status: int = 500, message: str = "injected fault", count: int = 1) -> None:
         """Answer the next ``count`` inference requests with ``{"error": message}``."""
         self._faults.extend([(status, message)] * count)
+
+    def stream_error_next(self, message: str = "model runner crashed", count: int = 1) -> None:
+        """Answer the next ``count`` native streams with 200 and one ``{"error": …}`` line."""
+        self._stream_errors.extend([message] * count)
 
     def hold(self) -> None:
         """Keep inference requests waiting (in flight) until :meth:`release`."""
@@ -299,6 +304,12 @@ class FakeOllama:
     async def _native(
         self, request: web.BaseRequest, body: dict[str, Any], model: OllamaModel, key: str
     ) -> web.StreamResponse:
+        if body.get("stream", True) is not False and self._stream_errors:
+            resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+            await resp.prepare(request)
+            await resp.write(orjson.dumps({"error": self._stream_errors.popleft()}) + b"\n")
+            await resp.write_eof()
+            return resp
         prompt, pieces = self._run(model, body)
         stats = {
             "done_reason": "stop",
