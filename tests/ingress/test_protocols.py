@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from fleetgate.testing import OllamaModel
-from tests.harness import Stack, deployment, ollama_provider, provider
+from tests.harness import Stack, deployment, ollama_provider, provider, wait_until
 
 
 @pytest.fixture
@@ -64,6 +64,24 @@ def test_ollama_stream_is_ndjson_and_default_streams(fleet: Stack) -> None:
     lines = [orjson.loads(line) for line in resp.content.splitlines() if line]
     assert lines[-1]["done"] is True and all(x["model"] == "chat" for x in lines)
     assert resp.headers["x-fleetgate-route"] == "ol"
+
+
+def test_ollama_show_is_answered_by_a_worker(fleet: Stack) -> None:
+    show = ollama.Client(host=fleet.url, timeout=10).show("chat")
+    assert "num_ctx" in show.parameters and show.modelinfo["llama.context_length"] == 131072
+    assert fleet.workers["w1"].requests[-1].body == {"model": "llama3.2:3b"}
+
+
+def test_usage_is_recorded_per_protocol(fleet: Stack) -> None:
+    resp = httpx.post(
+        fleet.url + "/api/chat",
+        timeout=10,
+        json={"model": "chat", "messages": [{"role": "user", "content": "a b c"}], "stream": False},
+    )
+    rid = resp.headers["x-request-id"]
+    wait_until(lambda: httpx.get(f"{fleet.url}/v1/requests/{rid}", timeout=5).status_code == 200, 5)
+    attempt = httpx.get(f"{fleet.url}/v1/requests/{rid}", timeout=5).json()["attempts"][0]
+    assert (attempt["prompt_tokens"], attempt["completion_tokens"]) == (4, 8)
 
 
 def test_ollama_embed_tags_version(fleet: Stack) -> None:

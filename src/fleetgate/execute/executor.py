@@ -357,15 +357,23 @@ class Executor:
 
     @staticmethod
     def _usage(attempt: Attempt, body: bytes) -> None:
-        if b'"usage"' not in body:
+        if b'"usage"' not in body and b'"prompt_eval_count"' not in body:
             return
         try:
-            usage = orjson.loads(body).get("usage")
-        except (orjson.JSONDecodeError, AttributeError):
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
             return
-        if isinstance(usage, dict):
-            attempt.prompt_tokens = usage.get("prompt_tokens")
-            attempt.completion_tokens = usage.get("completion_tokens")
+        if not isinstance(data, dict):
+            return
+        usage = data.get("usage")
+        if isinstance(usage, dict):  # OpenAI; Anthropic and Responses say input/output
+            attempt.prompt_tokens = usage.get("prompt_tokens", usage.get("input_tokens"))
+            attempt.completion_tokens = usage.get(
+                "completion_tokens", usage.get("output_tokens")
+            )
+        elif "prompt_eval_count" in data:  # Ollama native
+            attempt.prompt_tokens = data.get("prompt_eval_count")
+            attempt.completion_tokens = data.get("eval_count")
 
     def _record_failure(self, attempt: Attempt, fleet: Fleet, now: float) -> None:
         if attempt.error_class == RATE_LIMITED:
