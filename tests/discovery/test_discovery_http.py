@@ -110,3 +110,78 @@ def test_unreachable_worker_falls_back_to_config_and_notes_the_error(stack: Stac
     row = refresh(stack)["gone"]
     assert (row["tokens"], row["source"]) == (5000, "config")
     assert "/api/ps" in row["error"]
+
+
+def test_probes_ask_each_engine_at_its_own_paths(stack: Stack, loop_thread) -> None:
+    """SGLang (old: no max_model_len, then /get_model_info) and llama.cpp (/props at the
+    root) answered by a server replaying recorded bodies."""
+    from pathlib import Path
+
+    from aiohttp import web
+
+    fixtures = Path(__file__).parent / "fixtures"
+    seen: list[str] = []
+
+    def replay(name: str):
+        async def handler(request: web.Request) -> web.Response:
+            seen.append(request.path)
+            return web.Response(
+                body=(fixtures / name).read_bytes(), content_type="application/json"
+            )
+
+        return handler
+
+    app = web.Application()
+    app.router.add_get("/v1/models", replay("sglang_models_old.json"))
+    app.router.add_get("/get_model_info", replay("sglang_model_info.json"))
+    app.router.add_get("/props", replay("llamacpp_props.json"))
+    runner = web.AppRunner(app)
+
+    async def serve() -> int:
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return runner.addresses[0][1]
+
+    port = loop_thread.run(serve())
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        stack.start_gateway(
+            {
+                "providers": [
+                    {
+                        "id": "sg",
+                        "kind": "sglang",
+                        "base_url": base,
+                        "discovery": True,
+                        "default_context_tokens": 2048,
+                    },
+                    {"id": "lc", "kind": "llamacpp", "base_url": base, "discovery": True},
+                    {
+                        "id": "lcu",
+                        "kind": "llamacpp",
+                        "base_url": base,
+                        "discovery": True,
+                        "unified_kv": True,
+                    },
+                ],
+                "deployments": [
+                    {
+                        "id": "sg",
+                        "model": "m",
+                        "provider": "sg",
+                        "upstream_model": "Qwen/Qwen2.5-7B-Instruct",
+                    },
+                    {"id": "lc", "model": "m", "provider": "lc"},
+                    {"id": "lcu", "model": "m", "provider": "lcu"},
+                ],
+            }
+        )
+        view = refresh(stack)
+        # the old SGLang states no window anywhere: the config value stands
+        assert (view["sg"]["tokens"], view["sg"]["source"]) == (2048, "config")
+        assert (view["lc"]["tokens"], view["lc"]["source"]) == (4096, "props")
+        assert (view["lcu"]["tokens"], view["lcu"]["source"]) == (16384, "props")
+        assert {"/v1/models", "/get_model_info", "/props"} <= set(seen)
+    finally:
+        loop_thread.run(runner.cleanup())
