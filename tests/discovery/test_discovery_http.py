@@ -185,3 +185,19 @@ def test_probes_ask_each_engine_at_its_own_paths(stack: Stack, loop_thread) -> N
         assert {"/v1/models", "/get_model_info", "/props"} <= set(seen)
     finally:
         loop_thread.run(runner.cleanup())
+
+
+def test_a_config_swap_re_probes_at_once(stack: Stack) -> None:
+    from fleetgate.fleet import build_fleet
+    from tests.harness import fleet_config
+
+    worker = stack.ollama("w", OllamaModel("small", num_ctx=2048), OllamaModel("big", num_ctx=8192))
+    config = {
+        "providers": [ollama_provider("w", worker)],
+        "deployments": [{"id": "w", "model": "m", "provider": "w", "upstream_model": "small"}],
+    }
+    stack.start_gateway(config)
+    assert refresh(stack)["w"]["tokens"] == 2048
+    config["deployments"][0]["upstream_model"] = "big"
+    stack.gateway.holder.swap(build_fleet(fleet_config(config)))  # from this (test) thread
+    wait_until(lambda: windows(stack)["w"]["tokens"] == 8192, 10, "re-probe after the swap")

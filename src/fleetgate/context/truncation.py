@@ -58,14 +58,14 @@ def suspect(body: dict[str, Any], answer: bytes) -> tuple[int, int] | None:
     """(reported, lower bound) when the answer's prompt count is below the bound."""
     if b"_tokens" not in answer and b"prompt_eval_count" not in answer:
         return None
+    bound = prompt_lower_bound(body)  # cheaper than parsing the answer: first
+    if bound < MIN_BOUND:
+        return None
     try:
         reported = reported_prompt_tokens(orjson.loads(answer))
     except orjson.JSONDecodeError:
         return None
-    if reported is None:
-        return None
-    bound = prompt_lower_bound(body)
-    if bound < MIN_BOUND or reported >= bound:
+    if reported is None or reported >= bound:
         return None
     return reported, bound
 

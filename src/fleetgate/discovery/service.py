@@ -33,10 +33,12 @@ class DiscoveryService:
         self._wake = asyncio.Event()
         self._pending: set[str] = set()
         self._lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(timeout=PROBE_TIMEOUT)
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run())
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -49,9 +51,20 @@ class DiscoveryService:
             self._session = None
 
     def request_refresh(self, deployment_id: str) -> None:
-        """Ask the background task to re-probe one deployment soon (never blocks)."""
+        """Ask the background task to re-probe one deployment soon (never blocks; callable
+        from any thread, e.g. a config swap)."""
         self._pending.add(deployment_id)
-        self._wake.set()
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._wake.set()
+        else:
+            loop.call_soon_threadsafe(self._wake.set)
 
     async def refresh(self, deployment_ids: Iterable[str] | None = None) -> int:
         """Probe the given deployments (default: all discoverable) now; returns how many."""

@@ -40,6 +40,8 @@ def requested_num_ctx(options: dict[str, Any]) -> int | None:
 
 def parse_ollama(endpoint: str, raw: bytes) -> RequestProfile:
     body = parse_json_object(raw)
+    if "model" not in body and isinstance(body.get("name"), str):
+        body["model"] = body.pop("name")  # older Ollama clients name the model `name`
     model = require_model(body)
     if endpoint == "ollama.chat":
         messages = body.get("messages", [])

@@ -125,9 +125,7 @@ class Gateway:
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
         self.discovery = DiscoveryService(holder, self.windows)
-        holder.on_swap(
-            lambda _old, new: self.windows.set_capabilities(new.config.model_capabilities)
-        )
+        holder.on_swap(self._windows_on_swap)
         self.executor.on_context_limit = self._context_limit_stated
         self.ready = False
         self.max_body = holder.fleet.config.server.max_body_bytes
@@ -225,6 +223,11 @@ class Gateway:
             "suspected silent truncation: request %s on %s reported %d prompt tokens, "
             "lower bound %d", ex.request_id, dep.id, reported, bound,
         )
+
+    def _windows_on_swap(self, _old: Fleet, new: Fleet) -> None:
+        self.windows.set_capabilities(new.config.model_capabilities)
+        for deployment_id in new.deployments:  # names or limits may have changed
+            self.discovery.request_refresh(deployment_id)
 
     def _context_limit_stated(self, deployment_id: str, tokens: int) -> None:
         self.windows.note_context_error(deployment_id, tokens)
