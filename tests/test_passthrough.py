@@ -18,7 +18,7 @@ def one(stack: Stack):
             deployment("chat-m", "pa", upstream_model="org/upstream-a", context_window=4096),
             deployment("other-m", "pb", upstream_model="org/upstream-b", context_window=16384),
             {"id": "pb-small", "model": "chat-m", "provider": "pb",
-             "upstream_model": "org/upstream-b", "context_window": 2048, "priority": 5},
+             "upstream_model": "org/upstream-b", "context_window": 4096, "priority": 5},
         ],
     })
     return stack

@@ -46,6 +46,12 @@ ERROR_KINDS: dict[str, ErrorKind] = _kinds(
     ErrorKind("no_route", 503, "service_unavailable_error",
               "No deployment can serve this request now; the message says which filter "
               "removed the last candidate. Retry later or change the request."),
+    ErrorKind("unsupported_parameters", 400, "invalid_request_error",
+              "No eligible deployment supports a parameter or input the request uses "
+              "(the message names it); drop it, or pick a model whose deployments support it."),
+    ErrorKind("no_allowed_provider", 400, "invalid_request_error",
+              "The provider preferences in force (request `provider`, model config, "
+              "FLEETGATE_PROVIDER_* env) exclude every deployment; relax them."),
     ErrorKind("upstream_error", 502, "upstream_error",
               "Every candidate failed; the message carries the last upstream error. "
               "Retry later."),

@@ -11,8 +11,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetgate.capabilities import deployment_capabilities
 from fleetgate.config.checks import ENV_REF, deployment_id
-from fleetgate.config.schema import CircuitConfig, FleetConfig, ProviderKind, Timeouts
+from fleetgate.config.schema import (
+    CircuitConfig,
+    FleetConfig,
+    ProviderKind,
+    ProviderPreferences,
+    Timeouts,
+)
 from fleetgate.context.tiers import expand_tiers
 from fleetgate.fleet_routes import (
     Tier,
@@ -21,6 +28,7 @@ from fleetgate.fleet_routes import (
     build_virtual_models,
     params_dict,
 )
+from fleetgate.routing.preferences import env_preferences
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +80,11 @@ class Deployment:
     price_output: float
     index: int  # position in the config; the final tie-breaker, so plans are deterministic
     tier: str = "default"
+    capabilities: frozenset[str] = frozenset()  # need names (see capabilities.py)
+    # True when the config lists `supported_parameters` (not the kind's default): only then
+    # are unsupported sampling knobs removed from the body sent to it
+    parameters_declared: bool = False
+    quantization: str | None = None
     params: dict[str, Any] | None = None  # overrides of scope `deployment`
 
 
@@ -82,6 +95,7 @@ class Model:
     deployments: tuple[Deployment, ...]
     created: int = 0
     context_guard: str | None = None  # "allow" | "reject"; None: the global setting
+    preferences: ProviderPreferences | None = None
 
     @property
     def context_length(self) -> int | None:
@@ -98,6 +112,8 @@ class Fleet:
     config: FleetConfig
     version: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # gateway-wide provider preferences from FLEETGATE_PROVIDER_* (read when the fleet is built)
+    env_preferences: ProviderPreferences | None = None
     # enabled virtual models by lower-cased name, and named tiers (see fleet_routes.py)
     virtual_models: dict[str, VirtualModel] = field(default_factory=dict)
     tiers: dict[str, Tier] = field(default_factory=dict)
@@ -149,6 +165,11 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             price_input=d.price.input,
             price_output=d.price.output,
             index=i,
+            capabilities=deployment_capabilities(
+                providers[d.provider].kind, d.supported_parameters, d.modalities
+            ),
+            parameters_declared=d.supported_parameters is not None,
+            quantization=d.quantization,
             params=params_dict(d.params),
             tier=d.tier,
         )
@@ -156,12 +177,14 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
         by_model.setdefault(dep.model, []).append(dep)
     owners = {m.id: m.owned_by for m in config.models}
     guards = {m.id: m.context_guard for m in config.models}
+    prefs = {m.id: m.provider for m in config.models}
     models = {
         model_id: Model(
             id=model_id,
             owned_by=owners.get(model_id, "fleetgate"),
             deployments=tuple(deps),
             context_guard=guards.get(model_id),
+            preferences=prefs.get(model_id),
         )
         for model_id, deps in by_model.items()
     }
@@ -172,6 +195,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
         circuit=config.routing.circuit,
         config=config,
         version=version,
+        env_preferences=env_preferences()[0],
         virtual_models=build_virtual_models(config, deployments, models),
         tiers=build_tiers(config, deployments, models),
     )

@@ -173,7 +173,7 @@ def test_best_fit_order_with_unknown_windows() -> None:
     assert order(4 * 20000) == ["unknown", "w10k", "w1k", "w500"]
 
 
-def test_explicit_priority_ranks_within_each_fit_group() -> None:
+def test_capacity_ranks_first_and_priority_breaks_ties() -> None:
     config = fleet_config(
         {
             "routing": {"context": {"margin_percent": 0, "message_overhead": 0}},
@@ -197,20 +197,20 @@ def test_explicit_priority_ranks_within_each_fit_group() -> None:
         plan = build_plan(parse_openai("completions", orjson.dumps(body)), fleet, MemoryState())
         return [c.deployment.id for c in plan.candidates]
 
-    assert order(4 * 500) == ["w2k-later", "w1k"]  # both fit: the operator's priority wins
+    # capacity first: the smallest window that holds the request, whatever the priority
+    assert order(4 * 500) == ["w1k", "w2k-later"]
     assert order(4 * 1500) == ["w2k-later", "w1k"]  # only the 2k fits
-    # a request too big for the preferred deployment goes to the one that holds it
+    # among equal windows the operator's priority decides
     config2 = config.model_copy(
         update={
             "deployments": [
-                config.deployments[0].model_copy(update={"priority": -5}),
+                config.deployments[0].model_copy(update={"context_window": 2000}),
                 config.deployments[1],
             ]
         }
     )
     fleet = build_fleet(config2)
-    assert order(4 * 500) == ["w1k", "w2k-later"]
-    assert order(4 * 1500) == ["w2k-later", "w1k"]
+    assert order(4 * 500) == ["w2k-later", "w1k"]
 
 
 def _post(stack: Stack, path: str, body: dict[str, Any]) -> dict[str, Any]:

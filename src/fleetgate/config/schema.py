@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     NonNegativeFloat,
@@ -97,6 +98,48 @@ class Price(_Strict):
     """Price per million input tokens."""
     output: NonNegativeFloat = 0.0
     """Price per million output tokens."""
+
+
+Modality = Literal["text", "image", "audio"]
+SortBy = Literal["price", "throughput", "latency"]
+
+
+def _sort_shorthand(value: object) -> object:
+    # OpenRouter accepts `sort: "price"` as well as `sort: {by: price, partition: ...}`
+    return {"by": value} if isinstance(value, str) else value
+
+
+class SortSpec(_Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    by: SortBy
+    partition: Literal["model", "none"] = "model"
+    """`model`: rank within each model's group of candidates; `none`: rank across all."""
+
+
+class MaxPrice(_Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    prompt: NonNegativeFloat | None = None
+    """Highest accepted input price per million tokens."""
+    completion: NonNegativeFloat | None = None
+    """Highest accepted output price per million tokens."""
+
+
+class ProviderPreferences(_Strict):
+    """OpenRouter-compatible provider routing preferences (docs/routing-preferences.md).
+
+    Every field is optional; an unset field leaves the decision to a wider layer
+    (request → model → gateway-wide environment).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    only: list[str] | None = None
+    ignore: list[str] | None = None
+    order: list[str] | None = None
+    allow_fallbacks: bool | None = None
+    sort: Annotated[SortSpec | None, BeforeValidator(_sort_shorthand)] = None
+    max_price: MaxPrice | None = None
+    quantizations: list[str] | None = None
+    require_parameters: bool | None = None
 
 
 # Body fields a route's `extra_body` may not set: they carry the request itself.
@@ -229,6 +272,12 @@ class DeploymentConfig(_Strict):
     priority: int = 0
     """Lower is tried first."""
     price: Price = Field(default_factory=Price)
+    supported_parameters: list[str] | None = None
+    """OpenRouter's parameter vocabulary; replaces the provider kind's default list."""
+    modalities: list[Modality] | None = None
+    """Input modalities; replaces the provider kind's default (see capabilities.py)."""
+    quantization: str | None = None
+    """Weights precision, e.g. `fp8`, `bf16`, `int4` (matched by `provider.quantizations`)."""
     params: RouteParams | None = None
     """Parameter overrides sent whenever this deployment is attempted (scope `deployment`)."""
     tier: Identifier = "default"
@@ -257,6 +306,8 @@ class ModelConfig(_Strict):
     long_context: LongContextConfig | None = None
     context_guard: ContextGuard | None = None
     """Overrides `routing.context.guard` for this model."""
+    provider: ProviderPreferences | None = None
+    """Routing preferences for every request to this model (a request's own may narrow)."""
 
 
 class CircuitConfig(_Strict):

@@ -44,27 +44,21 @@ def known_windows(
     return windows
 
 
-def _fit_key(
-    candidate: Candidate, need: int, of: WindowOf, bonus: Callable[[Candidate], bool] | None
-) -> tuple[int, int, int, int]:
-    # fit decides first (can it hold the request at all), then the operator's explicit
-    # priority, then a worker that has the model loaded (no cold load), then the window
-    # (best fit); load and config order come from the stable sort
-    dep = candidate.deployment
-    window = of(dep)
-    cold = 0 if bonus is not None and bonus(candidate) else 1
+def _fit_key(candidate: Candidate, need: int, of: WindowOf) -> tuple[int, int]:
+    # capacity first, as the design's Order stage says: the smallest window that holds the
+    # request, unknown windows next, overflow last (biggest first); the strategy orderers'
+    # order (priority, load, loaded model, config order) decides among equal windows via
+    # the stable sort
+    window = of(candidate.deployment)
     if window is None:
-        return (_UNKNOWN, dep.priority, cold, 0)
+        return (_UNKNOWN, 0)
     if window >= need:
-        return (_FITS, dep.priority, cold, window)
-    return (_OVERFLOW, dep.priority, cold, -window)
+        return (_FITS, window)
+    return (_OVERFLOW, -window)
 
 
 def order_by_fit(
-    candidates: list[Candidate],
-    need: int,
-    window_of: WindowOf | None = None,
-    bonus: Callable[[Candidate], bool] | None = None,
+    candidates: list[Candidate], need: int, window_of: WindowOf | None = None
 ) -> list[Candidate]:
     """Best-fit order for a request needing `need` tokens (stable; inert for one window)."""
     if len(candidates) < 2:
@@ -73,7 +67,7 @@ def order_by_fit(
     windows = {of(c.deployment) for c in candidates}
     if len(windows) < 2:
         return candidates  # one capacity: route exactly as without tiers
-    return sorted(candidates, key=lambda c: _fit_key(c, need, of, bonus))
+    return sorted(candidates, key=lambda c: _fit_key(c, need, of))
 
 
 def fits_nowhere(

@@ -105,6 +105,8 @@ class ChainExhausted(GatewayError):
 
 def upstream_body(profile: RequestProfile, candidate: Candidate) -> bytes:
     body = profile.body
+    if candidate.drop_params:
+        body = {k: v for k, v in body.items() if k not in candidate.drop_params}
     if candidate.params:
         body = apply_params(body, candidate.params, profile.endpoint)
     return orjson.dumps({**body, "model": candidate.deployment.upstream_model})
@@ -158,6 +160,9 @@ class Executor:
                 upstream_model=dep.upstream_model,
                 scope=candidate.scope,
                 params=candidate.params,
+                quantization=dep.quantization,
+                dropped_params=list(candidate.drop_params) or None,
+                preferences=plan.notes.get("preferences"),
                 key_label=candidate.key_label,
                 virtual_model=candidate.virtual_model,
                 tier=candidate.tier,
@@ -312,9 +317,13 @@ class Executor:
         completed = False
         carry = b""
         sep = framing.separator
+        # data events (NDJSON lines) after the first one: tokens for the throughput EMA
+        marker = b"data:" if framing.name == "sse" else b"\n"
+        events = max(first.count(marker) - 1, 0)
         try:
             yield first
             async for chunk in resp.content.iter_any():
+                events += chunk.count(marker)
                 if rewriter.identity:
                     yield chunk
                     continue
@@ -341,7 +350,7 @@ class Executor:
             release()
             if completed:
                 resp.release()
-                self.state.record_success(dep_id, attempt.ttft, attempt.latency, None)
+                self.state.record_success(dep_id, attempt.ttft, attempt.latency, events or None)
             else:
                 resp.close()
                 if attempt.error_class == STREAM_BROKEN:

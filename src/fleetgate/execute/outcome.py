@@ -43,6 +43,9 @@ class Attempt:
     key_label: str | None = None
     virtual_model: str | None = None
     tier: str | None = None
+    quantization: str | None = None
+    dropped_params: list[str] | None = None  # unsupported knobs removed from the body sent
+    preferences: dict[str, Any] | None = None  # the provider preferences in force
     # kept for the client's error message only; never logged
     message: str = field(default="", repr=False)
     upstream_body: bytes | None = field(default=None, repr=False)

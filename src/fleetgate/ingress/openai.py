@@ -7,7 +7,9 @@ from typing import Any
 import orjson
 
 from fleetgate.errors import GatewayError, invalid
+from fleetgate.ingress.needs import derive_needs
 from fleetgate.ingress.profile import RequestProfile
+from fleetgate.routing.preferences import parse_request_preferences
 
 _OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")
 
@@ -70,6 +72,8 @@ def parse_openai(endpoint: str, raw: bytes) -> RequestProfile:
     reserve = None
     for field_name in _OUTPUT_FIELDS:
         reserve = _positive_int(body, field_name) or reserve
+    # routing preferences are for fleetgate, never for the upstream
+    preferences = parse_request_preferences(body.pop("provider", None))
     return RequestProfile(
         protocol="openai",
         endpoint=endpoint,
@@ -77,4 +81,6 @@ def parse_openai(endpoint: str, raw: bytes) -> RequestProfile:
         stream=stream,
         body=body,
         output_reserve=reserve,
+        needs=derive_needs(body),
+        preferences=preferences,
     )

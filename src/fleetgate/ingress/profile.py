@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fleetgate.config.schema import ProviderPreferences
+
 if TYPE_CHECKING:
     from fleetgate.context.estimate import ContextEstimate
 
@@ -21,3 +23,5 @@ class RequestProfile:
     headers: dict[str, str] = field(default_factory=dict)  # routing-relevant headers only
     request_id: str = ""
     context: ContextEstimate | None = None  # tokens the request needs; set by routing
+    # the body's OpenRouter-style `provider` object, removed from `body` at ingress
+    preferences: ProviderPreferences | None = None

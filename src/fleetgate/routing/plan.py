@@ -22,6 +22,8 @@ class Candidate:
     scope: str = "deployment"  # where its parameter overrides come from
     key_label: str | None = None
     params: dict[str, Any] | None = None  # body overrides for this route
+    # body fields removed for this route: sampling knobs the deployment does not support
+    drop_params: tuple[str, ...] = ()
     virtual_model: str | None = None  # the virtual model whose chain holds this route
     tier: str | None = None  # the named tier whose chain holds this route
     # the head of a virtual's `default` part: kept when cooling down (credentials still count)
@@ -33,6 +35,7 @@ class Dropped:
     deployment_id: str
     filter: str
     reason: str
+    retry_at: float | None = None  # wall-clock time it comes back, when it is a rate limit
 
 
 @dataclass(slots=True)
@@ -48,6 +51,8 @@ class PlanContext:
     # the plan's own headers and notes dicts, so filters and orderers can fill them
     headers: dict[str, str] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict)  # data one stage derives for others
+    max_attempts: int | None = None  # set by a stage to cut the plan after ordering
 
 
 @dataclass(slots=True)
@@ -85,6 +90,7 @@ class RoutePlan:
                     "scope": c.scope,
                     "key_label": c.key_label,
                     "params": c.params,
+                    "drop_params": list(c.drop_params),
                     "virtual_model": c.virtual_model,
                     "chain_tier": c.tier,  # the named tier whose chain holds this route
                 }
@@ -101,7 +107,12 @@ class RoutePlan:
 
 
 class CandidateFilter(Protocol):
-    """Keeps the candidates that can serve the request; says why it drops each other one."""
+    """Keeps the candidates that can serve the request; says why it drops each other one.
+
+    A filter may also define `empty_error(plan, now) -> GatewayError | None`: the error a
+    client gets when this filter removed the last candidate (`require_route` uses it;
+    None falls back to `no_route`).
+    """
 
     name: str
 

@@ -8,7 +8,7 @@ from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError
 from fleetgate.fleet import Fleet
 from fleetgate.ingress.profile import RequestProfile
-from fleetgate.routing.plan import PlanContext, RoutePlan
+from fleetgate.routing.plan import Dropped, PlanContext, RoutePlan
 from fleetgate.routing.register import FILTERS, ORDERERS
 from fleetgate.routing.resolve import resolve
 from fleetgate.routing.sticky import StickyTiers
@@ -54,13 +54,24 @@ def build_plan(
     if not resolution.ordered:
         for orderer in ORDERERS:
             plan.candidates = orderer.order(ctx, plan.candidates)
+    if ctx.max_attempts is not None and len(plan.candidates) > ctx.max_attempts:
+        # e.g. provider.allow_fallbacks: false — the rest are never tried
+        for c in plan.candidates[ctx.max_attempts :]:
+            plan.dropped.append(Dropped(c.deployment.id, "allow_fallbacks", "fallbacks disabled"))
+        plan.candidates = plan.candidates[: ctx.max_attempts]
     return plan
 
 
-def require_route(plan: RoutePlan) -> None:
-    """Raise `no_route` naming the filter that emptied the plan and its reasons."""
+def require_route(plan: RoutePlan, now: float | None = None) -> None:
+    """Raise the emptying filter's own error (`empty_error`), else `no_route` with reasons."""
     if plan.candidates:
         return
+    emptier = next((f for f in FILTERS if f.name == plan.emptied_by), None)
+    empty_error = getattr(emptier, "empty_error", None)
+    if empty_error is not None:
+        error = empty_error(plan, time.time() if now is None else now)
+        if error is not None:
+            raise error
     if plan.on_empty is not None:
         raise plan.on_empty(plan)
     reasons = "; ".join(f"{d.deployment_id}: {d.reason}" for d in plan.dropped) or "none"
@@ -81,4 +92,5 @@ def require_route(plan: RoutePlan) -> None:
         "no_route",
         f"No deployment of {plan.requested_model!r} can serve this request: the "
         f"{plan.emptied_by or 'resolve'} filter removed the last candidate ({reasons}).",
+        headers=plan.headers,
     )

@@ -26,6 +26,7 @@ class DeploymentHealth:
     ttft_ema: float | None = None  # seconds
     tps_ema: float | None = None  # completion tokens per second
     latency_ema: float | None = None  # seconds, whole exchange
+    measured_at: float = 0.0  # wall-clock time of the last EMA update
     successes: int = 0
     failures: int = 0
 
@@ -104,6 +105,7 @@ class MemoryState:
         h.open_reason = ""
         h.probing = False
         h.latency_ema = _ema(h.latency_ema, latency)
+        h.measured_at = time.time()
         if ttft is not None:
             h.ttft_ema = _ema(h.ttft_ema, ttft)
             if tokens and latency > ttft:

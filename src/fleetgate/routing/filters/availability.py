@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fleetgate.routing.plan import Candidate, Dropped, PlanContext
+import math
+
+from fleetgate.errors import GatewayError
+from fleetgate.routing.plan import Candidate, Dropped, PlanContext, RoutePlan
 
 
 def credentials_problem(candidate: Candidate) -> str | None:
@@ -39,5 +42,23 @@ class AvailabilityFilter:
             if reason is None:
                 kept.append(c)
             else:
-                dropped.append(Dropped(c.deployment.id, self.name, reason))
+                health = ctx.state.health(c.deployment.id)
+                cooling = health.open_reason == "rate limited" and health.open_until > ctx.now
+                retry_at = health.open_until if cooling and not credentials_problem(c) else None
+                dropped.append(Dropped(c.deployment.id, self.name, reason, retry_at))
         return kept, dropped
+
+    def empty_error(self, plan: RoutePlan, now: float) -> GatewayError | None:
+        """Every eligible deployment cooling down after a 429: say when to come back."""
+        mine = [d for d in plan.dropped if d.filter == self.name]
+        if not mine or any(d.retry_at is None for d in mine):
+            return None  # not (only) rate limits: the generic no_route
+        soonest = min(d.retry_at for d in mine if d.retry_at is not None)
+        wait = max(1, math.ceil(soonest - now))
+        return GatewayError(
+            "all_routes_rate_limited",
+            f"Every eligible deployment of {plan.requested_model!r} is cooling down after a "
+            f"rate limit; retry in {wait}s. ("
+            + "; ".join(f"{d.deployment_id}: {d.reason}" for d in mine) + ")",
+            headers={**plan.headers, "Retry-After": str(wait)},
+        )

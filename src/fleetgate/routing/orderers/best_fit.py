@@ -7,7 +7,6 @@ deployments of equal fit. Inert when the candidates share one window.
 from __future__ import annotations
 
 from fleetgate.context.placement import order_by_fit
-from fleetgate.routing.orderers.loaded_model import loaded_bonus
 from fleetgate.routing.plan import Candidate, PlanContext
 
 
@@ -18,4 +17,4 @@ class BestFitOrderer:
         estimate = ctx.profile.context
         if estimate is None:
             return candidates
-        return order_by_fit(candidates, estimate.total, ctx.window_of, loaded_bonus(ctx))
+        return order_by_fit(candidates, estimate.total, ctx.window_of)

@@ -2,8 +2,9 @@
 
 A worker that already holds the model (from `/api/ps`) answers without a cold load. A
 native request whose `options.num_ctx` is larger than the loaded context makes the worker
-reload the model anyway, so that worker loses the bonus for that request. The best-fit
-orderer applies the same bonus inside its fit groups, so it survives the best-fit sort.
+reload the model anyway, so that worker loses the bonus for that request. It runs after
+the priority orderer (a stable sort within each priority); request preferences (`order`,
+`sort`) and best fit (window size) sort after it, so it decides among their ties.
 """
 
 from __future__ import annotations

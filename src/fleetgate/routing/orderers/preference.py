@@ -1,0 +1,83 @@
+"""Orders by the provider preferences: `order` first, then `sort` by price, throughput or latency.
+
+Entries of `order` go first, in the listed order; the rest keep their place, ranked by
+`sort` when it is set (stable, so ties keep the previous orderers' ranking). Throughput
+(completion tokens/s, higher first) and latency (time to first token, lower first) come
+from the runtime EMAs. A deployment not yet measured gets a prior: the median of its
+measured peers (no preference at all when none is measured). A measurement fades toward
+that prior with a half-life of `MEASUREMENT_HALF_LIFE` seconds since it was taken.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+
+from fleetgate.routing.plan import Candidate, PlanContext
+from fleetgate.routing.preferences import effective_preferences, names_of
+
+MEASUREMENT_HALF_LIFE = 600.0
+
+Metric = Callable[[Candidate], float | None]
+
+
+class PreferenceOrderer:
+    name = "preference"
+
+    def order(self, ctx: PlanContext, candidates: list[Candidate]) -> list[Candidate]:
+        prefs = effective_preferences(ctx)
+        if len(candidates) < 2 or not (prefs.order or prefs.sort):
+            return candidates
+        head: list[Candidate] = []
+        rest = list(candidates)
+        for entry in prefs.order:
+            for c in [c for c in rest if entry in names_of(c.deployment)]:
+                head.append(c)
+                rest.remove(c)
+        if prefs.sort is not None and len(rest) > 1:
+            key = self._key(ctx, rest, prefs.sort.by)
+            if prefs.sort.partition == "none":
+                rest.sort(key=key)
+            else:
+                rest = _sort_within_models(rest, key)
+        return head + rest
+
+    def _key(
+        self, ctx: PlanContext, candidates: list[Candidate], by: str
+    ) -> Callable[[Candidate], float]:
+        if by == "price":
+            return lambda c: c.deployment.price_input + c.deployment.price_output
+        now = ctx.now
+        health = ctx.state.health
+
+        def measured(c: Candidate) -> tuple[float | None, float]:
+            h = health(c.deployment.id)
+            value = h.tps_ema if by == "throughput" else h.ttft_ema
+            return value, h.measured_at
+
+        samples = {id(c): measured(c) for c in candidates}
+        known = [v for v, _ in samples.values() if v is not None]
+        prior = statistics.median(known) if known else 0.0
+        sign = -1.0 if by == "throughput" else 1.0
+
+        def key(c: Candidate) -> float:
+            value, at = samples[id(c)]
+            if value is None:
+                return sign * prior
+            if at:  # fade an old measurement toward the prior
+                weight = math.pow(0.5, max(0.0, now - at) / MEASUREMENT_HALF_LIFE)
+                value = weight * value + (1 - weight) * prior
+            return sign * value
+
+        return key
+
+
+def _sort_within_models(
+    candidates: list[Candidate], key: Callable[[Candidate], float]
+) -> list[Candidate]:
+    """Rank inside each model's group; groups stay where their first member was."""
+    groups: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault(c.deployment.model, []).append(c)
+    return [c for group in groups.values() for c in sorted(group, key=key)]
