@@ -195,3 +195,25 @@ def test_a_context_error_stating_the_limit_updates_the_window_at_once(
     )
     assert second.headers["x-fleetgate-route"] == "long"  # best fit now knows short is 1000
     assert second.headers["x-fleetgate-attempts"] == "1" and short.requests == []
+
+
+def test_native_requests_are_judged_against_workers_that_serve_them(stack: Stack) -> None:
+    """A big vLLM deployment of the same model cannot hold an /api/chat request."""
+    w = stack.ollama("w", OllamaModel("llama3.2", num_ctx=2048))
+    v = stack.engine("v", context_window=65536)
+    stack.start_gateway(
+        {
+            "model_capabilities": {"context_guard": "reject"},
+            "providers": [ollama_provider("w", w), provider("v", v)],
+            "deployments": [
+                {"id": "w", "model": "m", "provider": "w", "upstream_model": "llama3.2"},
+                {"id": "v", "model": "m", "provider": "v", "context_window": 65536},
+            ],
+        }
+    )
+    httpx.post(stack.url + "/v1/fleet/windows/refresh", timeout=10)
+    resp = native_chat(stack, words(2000))
+    assert resp.status_code == 400 and "2048 tokens" in resp.json()["error"]
+    assert not w.inference_requests()
+    emb = httpx.post(stack.url + "/api/embed", timeout=10, json={"model": "m", "input": words(800)})
+    assert emb.status_code == 200  # no output reserve for embeddings

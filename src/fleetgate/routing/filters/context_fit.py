@@ -19,6 +19,7 @@ from fleetgate.context.placement import (
     near_boundary,
     record_estimate,
 )
+from fleetgate.execute.executor import UPSTREAM_PATHS
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext
 
 GUARD_PENDING = "context_guard_pending"
@@ -61,7 +62,12 @@ class ContextFitFilter:
         # judged against every deployment of the model, so that a big host in cooldown
         # gives a retryable no_route later rather than a permanent context_too_large
         model = ctx.fleet.models.get(profile.model)
-        everyone = [Candidate(d) for d in model.deployments] if model else candidates
+        kinds = UPSTREAM_PATHS[profile.endpoint].kinds  # only those serving the endpoint
+        everyone = (
+            [Candidate(d) for d in model.deployments if d.provider.kind in kinds]
+            if model
+            else candidates
+        )
         if not fits_nowhere(everyone, estimate.total, of):
             return candidates, []
         windows = known_windows(everyone, of)
