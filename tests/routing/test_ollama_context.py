@@ -136,9 +136,9 @@ def test_silent_truncation_is_detected_recorded_and_prevented(stack: Stack) -> N
     start(stack, {"w": w})  # no model_capabilities block: the guard allows overflow
     resp = native_chat(stack, words(600))
     assert resp.status_code == 200 and resp.json()["prompt_eval_count"] == 256
-    assert resp.headers["x-fleetgate-truncation-suspected"] == "reported=256; lower_bound=449"
+    assert resp.headers["x-fleetgate-truncation-suspected"] == "reported=256; lower_bound=375"
     record = httpx.get(f"{stack.url}/v1/requests/{resp.headers['x-request-id']}", timeout=5)
-    assert record.json()["notes"]["truncation_suspected"] == {"reported": 256, "lower_bound": 449}
+    assert record.json()["notes"]["truncation_suspected"] == {"reported": 256, "lower_bound": 375}
     assert "x-fleetgate-truncation-suspected" not in native_chat(stack, words(100)).headers
     # streamed: no header possible, but recorded
     streamed = httpx.post(

@@ -1,10 +1,10 @@
 """Suspected silent truncation: the worker reports far fewer prompt tokens than were sent.
 
 Ollama cuts a prompt longer than its context and still answers 200. The gateway's lower
-bound for a prompt is one token per 8 bytes of its text (real tokenizers give more; English
-averages about 4 bytes a token); a reported prompt count (`prompt_eval_count`,
-`usage.prompt_tokens`, `usage.input_tokens`) below it means the worker did not read the
-whole prompt. Prompts under 32 bound tokens are not judged.
+bound for a prompt is one token per 8 bytes of its text, whitespace not counted (real
+tokenizers give more; English averages about 4 bytes a token). A reported prompt count
+(`prompt_eval_count`, `usage.prompt_tokens`, `usage.input_tokens`) below it means the
+worker did not read the whole prompt. Prompts under 32 bound tokens are not judged.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ CHECKED_ENDPOINTS = frozenset(
 
 
 def _text_bytes(value: Any) -> int:
+    """Bytes of text, whitespace left out (tokenizers merge long runs of it)."""
     if isinstance(value, str):
-        return len(value.encode("utf-8")) if not value.isascii() else len(value)
+        size = len(value.encode("utf-8")) if not value.isascii() else len(value)
+        return size - value.count(" ") - value.count("\n") - value.count("\t")
     if isinstance(value, list):
         return sum(_text_bytes(v) for v in value)
     if isinstance(value, dict):
