@@ -66,6 +66,9 @@ def test_sources_and_clamps_per_worker(stack: Stack) -> None:
     assert (view["v"]["tokens"], view["v"]["source"]) == (24576, "api_models")
     assert (view["v-off"]["tokens"], view["v-off"]["source"]) == (None, "unknown")
     assert not [r for r in plain.requests if r.path in ("/api/ps", "/api/show")]
+    catalog = {m["id"]: m for m in httpx.get(stack.url + "/v1/models", timeout=5).json()["data"]}
+    assert catalog["qwen"]["context_length"] == 40960  # the largest discovered window
+    assert catalog["other"]["context_length"] == 24576
 
 
 def test_ttl_refresh_sees_a_reload_and_api_ps_lists_fleet_models(stack: Stack) -> None:

@@ -345,7 +345,8 @@ class Gateway:
 
     # ---- the gateway's own endpoints --------------------------------------------------
     async def models(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
-        await send_body(send, 200, orjson.dumps(catalog(self.holder.fleet)), ex.base_headers())
+        body = catalog(self.holder.fleet, self.windows)
+        await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 
     async def explain(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         raw = await read_body(receive, self.max_body)
@@ -429,18 +430,23 @@ def _note_context_tier(plan: RoutePlan, outcome: Outcome) -> None:
     plan.notes["context_tier"] = dep.tier
 
 
-def catalog(fleet: Fleet) -> dict[str, Any]:
-    """`GET /v1/models`: each canonical model once, with its largest context window."""
+def catalog(fleet: Fleet, windows: WindowStore | None = None) -> dict[str, Any]:
+    """`GET /v1/models`: each canonical model once, with its largest context window
+    (the discovered windows when a store is given)."""
     data = []
     for model in fleet.models.values():
+        context_length = model.context_length
+        if windows is not None:
+            found = [windows.effective_window(d)[0] for d in model.deployments]
+            context_length = max((w for w in found if w is not None), default=None)
         entry: dict[str, Any] = {
             "id": model.id,
             "object": "model",
             "created": model.created,
             "owned_by": model.owned_by,
         }
-        if model.context_length is not None:
-            entry["context_length"] = model.context_length
+        if context_length is not None:
+            entry["context_length"] = context_length
         data.append(entry)
     data.extend(virtual_catalog(fleet))
     return {"object": "list", "data": data}
