@@ -240,3 +240,39 @@ def test_ndjson_and_anthropic_rewrite_event_by_event() -> None:
     assert out.startswith(b"event: message_start\ndata: ")
     assert NDJSON.is_error(b'{"error":"boom"}') and not NDJSON.is_error(b'{"done":true}')
     assert not SSE.is_error(b'{"type":"response.created","error":null}')
+
+
+def test_a_stream_broken_after_output_ends_with_an_error_in_the_clients_framing(
+    fleet: Stack,
+) -> None:
+    worker = fleet.workers["w1"]
+    worker.break_stream_next(after_events=4)
+    client = anthropic.Anthropic(base_url=fleet.url, api_key="x", max_retries=0, timeout=10)
+    with (
+        pytest.raises(anthropic.APIError) as err,
+        client.messages.stream(
+            model="chat", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+        ) as stream,
+    ):
+        list(stream.text_stream)
+    assert "stream broke" in str(err.value)
+
+    worker.break_stream_next(after_events=3)
+    raw = httpx.post(
+        fleet.url + "/api/chat",
+        timeout=10,
+        json={"model": "chat", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    lines = [orjson.loads(line) for line in raw.content.splitlines() if line]
+    assert len(lines) == 4 and "stream broke" in lines[-1]["error"]
+    assert all("done" in line for line in lines[:-1])
+
+    worker.break_stream_next(after_events=5)
+    raw = httpx.post(
+        fleet.url + "/v1/responses",
+        timeout=10,
+        json={"model": "chat", "input": "hi", "stream": True},
+    )
+    last = [e for e in raw.content.split(b"\n\n") if e][-1]
+    assert last.startswith(b"event: error\ndata: ")
+    assert orjson.loads(last.split(b"data: ", 1)[1])["code"] == "stream_interrupted"

@@ -115,6 +115,7 @@ class FakeOllama:
         self.down = False  # every request is answered 500
         self._faults: deque[tuple[int, str]] = deque()
         self._stream_errors: deque[str] = deque()
+        self._breaks: deque[int] = deque()
         self._gate: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.ServerRunner | None = None
@@ -148,6 +149,10 @@ class FakeOllama:
         """Answer the next ``count`` native streams with 200 and one ``{"error": …}`` line."""
         self._stream_errors.extend([message] * count)
 
+    def break_stream_next(self, after_events: int = 3) -> None:
+        """Drop the connection of the next stream (any API) after ``after_events`` events."""
+        self._breaks.append(after_events)
+
     def hold(self) -> None:
         """Keep inference requests waiting (in flight) until :meth:`release`."""
         self._gate = asyncio.Event()
@@ -156,6 +161,9 @@ class FakeOllama:
         gate, self._gate = self._gate, None
         if gate is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(gate.set)
+
+    def _take_break(self) -> int | None:
+        return self._breaks.popleft() if self._breaks else None
 
     def inference_requests(self) -> list[ReceivedRequest]:
         return [r for r in self.requests if r.method == "POST" and r.path != "/api/show"]
@@ -341,7 +349,10 @@ class FakeOllama:
             return _json(200, final)
         resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await resp.prepare(request)
-        for piece in pieces:
+        cut = self._breaks.popleft() if self._breaks else None
+        for i, piece in enumerate(pieces):
+            if i == cut:
+                await _drop(request)
             line = {"model": name, "created_at": _now(), **part(piece), "done": False}
             await resp.write(orjson.dumps(line) + b"\n")
         await resp.write(orjson.dumps(final) + b"\n")
@@ -433,7 +444,7 @@ class FakeOllama:
             events.append(
                 (None, {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage})
             )
-        return await _sse(request, events, done=True)
+        return await _sse(request, events, True, self._take_break())
 
     async def _messages(
         self, request: web.BaseRequest, body: dict[str, Any], model: OllamaModel
@@ -494,7 +505,7 @@ class FakeOllama:
             ),
             ("message_stop", {"type": "message_stop"}),
         ]
-        return await _sse(request, events, done=False)
+        return await _sse(request, events, False, self._take_break())
 
     async def _responses(
         self, request: web.BaseRequest, body: dict[str, Any], model: OllamaModel
@@ -611,7 +622,7 @@ class FakeOllama:
         ]
         for i, (_, payload) in enumerate(events):
             payload["sequence_number"] = i
-        return await _sse(request, events, done=False)
+        return await _sse(request, events, False, self._take_break())
 
 
 _INFERENCE = {
@@ -628,12 +639,24 @@ def _json(status: int, payload: Any) -> web.Response:
     return web.Response(body=orjson.dumps(payload), status=status, content_type="application/json")
 
 
+async def _drop(request: web.BaseRequest) -> None:
+    """Abort the connection mid-answer; the connection loss cancels the handler."""
+    if request.transport is not None:
+        request.transport.abort()
+    await asyncio.Event().wait()
+
+
 async def _sse(
-    request: web.BaseRequest, events: list[tuple[str | None, Any]], done: bool
+    request: web.BaseRequest,
+    events: list[tuple[str | None, Any]],
+    done: bool,
+    cut: int | None = None,
 ) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
-    for name, payload in events:
+    for i, (name, payload) in enumerate(events):
+        if i == cut:
+            await _drop(request)
         head = b"event: " + name.encode() + b"\n" if name else b""
         await resp.write(head + b"data: " + orjson.dumps(payload) + b"\n\n")
     if done:
