@@ -217,3 +217,13 @@ def test_native_requests_are_judged_against_workers_that_serve_them(stack: Stack
     assert not w.inference_requests()
     emb = httpx.post(stack.url + "/api/embed", timeout=10, json={"model": "m", "input": words(800)})
     assert emb.status_code == 200  # no output reserve for embeddings
+
+
+def test_observe_mode_never_refuses_but_flags(stack: Stack) -> None:
+    w = stack.ollama("w", OllamaModel("llama3.2", num_ctx=2048, max_context=8192))
+    start(stack, {"w": w}, {"mode": "observe", "context": {"max_requested_tokens": 4096}})
+    resp = native_chat(stack, words(2000))
+    assert resp.status_code == 200
+    assert resp.headers["x-fleetgate-context-overflow"] == "2048"
+    assert native_chat(stack, "hi", options={"num_ctx": 6000}).status_code == 200
+    assert w.inference_requests()[-1].body["options"] == {"num_ctx": 6000}
