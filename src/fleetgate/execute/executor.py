@@ -126,7 +126,7 @@ class Executor:
         route = UPSTREAM_PATHS[profile.endpoint]
         exceeded_window: int | None = None  # set once an upstream said the context is too long
         of = plan.window_of or _declared_window
-        queue_full = 0  # candidates skipped because their worker's queue was full
+        queue_full: list[str] = []  # deployments skipped: their worker's queue was full
         for position, candidate in enumerate(plan.candidates):
             dep = candidate.deployment
             if exceeded_window is not None and not _larger(dep, exceeded_window, of):
@@ -137,14 +137,14 @@ class Executor:
             slot = self.slots.for_provider(dep.provider)
             if slot is not None and not slot.try_take():
                 if slot.queue_full():
-                    queue_full += 1
+                    queue_full.append(dep.id)
                     plan.dropped.append(Dropped(dep.id, "execute", "worker queue full"))
                     continue
                 waited = time.perf_counter()
                 got = await slot.wait(dep.provider.queue_timeout)
                 upstream_seconds += time.perf_counter() - waited
                 if not got:
-                    queue_full += 1
+                    queue_full.append(dep.id)
                     plan.dropped.append(Dropped(dep.id, "execute", "timed out in worker queue"))
                     continue
             release = slot.release if slot is not None else _no_slot
@@ -193,7 +193,7 @@ class Executor:
             ):
                 raise ChainExhausted(self._exhausted(plan, attempts), attempts)
         if queue_full and not attempts:
-            raise ChainExhausted(_queue_full(plan, self.state), attempts)
+            raise ChainExhausted(_queue_full(plan, queue_full, self.state), attempts)
         raise ChainExhausted(self._exhausted(plan, attempts), attempts)
 
     async def _attempt(
@@ -487,13 +487,9 @@ def _no_slot() -> None:
     """Release for a provider without a concurrency limit."""
 
 
-def _queue_full(plan: RoutePlan, state: RuntimeState) -> GatewayError:
+def _queue_full(plan: RoutePlan, skipped: list[str], state: RuntimeState) -> GatewayError:
     """429 when every candidate's worker was at its limit with a full queue."""
-    latencies = [
-        state.health(d.deployment_id).latency_ema
-        for d in plan.dropped
-        if d.filter == "execute"
-    ]
+    latencies = [state.health(dep_id).latency_ema for dep_id in skipped]
     known = [t for t in latencies if t is not None]
     wait = max(1, math.ceil(min(known))) if known else 1
     return GatewayError(
