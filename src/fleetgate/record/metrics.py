@@ -47,6 +47,11 @@ class Metrics:
             "fleetgate_attempt_ttft_seconds", "Time to first byte of successful attempts.",
             ["deployment"], buckets=_LATENCY_BUCKETS, registry=r,
         )
+        self.truncations = Counter(
+            "fleetgate_truncation_suspected",
+            "Answers whose reported prompt tokens were below the gateway's lower bound.",
+            ["deployment"], registry=r,
+        )
         self.records_dropped = Gauge(
             "fleetgate_records_dropped", "Request records dropped because the buffer was full.",
             registry=r,
@@ -68,6 +73,9 @@ class Metrics:
             self.overhead.observe(max(rec.overhead, 0.0))
             if rec.error_code is None and len(rec.attempts) > 1:
                 fallbacks[model] += 1
+            if "truncation_suspected" in rec.notes and rec.deployment_id:
+                # rare (a suspected silent truncation): counted directly
+                self.truncations.labels(rec.deployment_id).inc()
             ctx = rec.notes.get("provider_ctx") or {}
             for a in rec.attempts:
                 window = ctx.get(a.deployment_id, "unbounded") if isinstance(ctx, dict) else ""
