@@ -18,7 +18,7 @@ from fleetgate.config import validate_config
 from fleetgate.fleet import FleetHolder, build_fleet
 from fleetgate.server.app import Gateway
 from fleetgate.server.control import ControlOptions, build_gateway
-from fleetgate.testing import FakeEngine
+from fleetgate.testing import FakeEngine, FakeOllama
 
 T = TypeVar("T")
 
@@ -58,6 +58,7 @@ class Stack:
     def __init__(self, lt: LoopThread) -> None:
         self.lt = lt
         self.engines: dict[str, FakeEngine] = {}
+        self.workers: dict[str, FakeOllama] = {}
         self.gateway: Gateway | None = None
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Future[Any] | None = None
@@ -68,6 +69,12 @@ class Stack:
         self.lt.run(engine.start())
         self.engines[name] = engine
         return engine
+
+    def ollama(self, name: str, *models: Any, **kwargs: Any) -> FakeOllama:
+        worker = FakeOllama(name, list(models) or None, **kwargs)
+        self.lt.run(worker.start())
+        self.workers[name] = worker
+        return worker
 
     def start_gateway(
         self, config: dict[str, Any], options: ControlOptions | None = None
@@ -106,6 +113,8 @@ class Stack:
         self.stop_gateway()
         for engine in self.engines.values():
             self.lt.run(engine.stop())
+        for worker in self.workers.values():
+            self.lt.run(worker.stop())
 
 
 def provider(name: str, engine: FakeEngine, **extra: Any) -> dict[str, Any]:
@@ -114,3 +123,7 @@ def provider(name: str, engine: FakeEngine, **extra: Any) -> dict[str, Any]:
 
 def deployment(model: str, provider_id: str, **extra: Any) -> dict[str, Any]:
     return {"model": model, "provider": provider_id, "id": provider_id, **extra}
+
+
+def ollama_provider(name: str, worker: FakeOllama, **extra: Any) -> dict[str, Any]:
+    return {"id": name, "kind": "ollama", "base_url": worker.url, **extra}

@@ -64,6 +64,9 @@ ERROR_KINDS: dict[str, ErrorKind] = _kinds(
               "No candidate could be connected to. Check that the backends are up."),
     ErrorKind("all_routes_rate_limited", 429, "rate_limit_error",
               "Every eligible backend is rate limited; retry after `Retry-After` seconds."),
+    ErrorKind("gateway_queue_full", 429, "rate_limit_error",
+              "Every eligible worker is at its concurrency limit and its queue is full; "
+              "retry after `Retry-After` seconds."),
     ErrorKind("stream_interrupted", 502, "upstream_error",
               "The upstream stream broke after output had started; retry the request."),
     ErrorKind("context_too_large", 400, "invalid_request_error",

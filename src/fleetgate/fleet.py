@@ -41,6 +41,13 @@ class Provider:
     headers: tuple[tuple[str, str], ...]
     timeouts: Timeouts
     max_concurrency: int
+    concurrency_limit: int | None = None  # gateway-side slots; None: no limit
+    queue_size: int = 32
+    queue_timeout: float = 30.0
+    default_context_tokens: int | None = None
+    context_limits: tuple[tuple[str, int], ...] = ()  # (glob, tokens), as configured
+    unified_kv: bool = False
+    discovery: bool = True
     # alternative credentials: (label, resolved key or None, env var named or None)
     keys: tuple[tuple[str, str | None, str | None], ...] = ()
 
@@ -135,6 +142,13 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             headers=tuple(p.headers.items()),
             timeouts=p.timeouts,
             max_concurrency=p.max_concurrency,
+            concurrency_limit=p.concurrency_limit,
+            queue_size=p.queue_size,
+            queue_timeout=p.queue_timeout_seconds,
+            default_context_tokens=p.default_context_tokens,
+            context_limits=tuple(p.context_limits.items()),
+            unified_kv=p.unified_kv,
+            discovery=p.discovery if p.discovery is not None else p.kind == "ollama",
             keys=tuple((label, *_resolve_key(raw)) for label, raw in p.keys.items()),
         )
     deployments: dict[str, Deployment] = {}

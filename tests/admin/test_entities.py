@@ -114,9 +114,8 @@ def test_changes_persist_across_restart_and_yaml_only_seeds(
     assert api.get("/admin/models").json()["data"] == []
     live = api.get("/admin/fleet").json()
     pb = next(d for d in live["deployments"] if d["id"] == "pb")
-    assert pb["context_window"] == {
-        "effective": 200_000,
-        "source": "deployment.context_window",
-    }
+    window = pb["context_window"]
+    assert window["effective"] == 200_000 and window["source"] == "config"
+    assert window["config_field"] == "deployment.context_window"
     assert pb["health"]["circuit"] == "closed"
     assert pb["inflight"] == 0

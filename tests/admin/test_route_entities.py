@@ -52,11 +52,10 @@ def test_patch_keeps_a_models_long_tier(stack: Stack, db_url: str) -> None:
     assert gw.holder.fleet.deployments["m@long"].context_window == 200_000
     assert gw.holder.fleet.deployments["pa"].context_window == 4096
     live = {d["id"]: d for d in api.get("/admin/fleet").json()["deployments"]}
-    assert live["m@long"]["context_window"] == {
-        "effective": 200_000,
-        "source": "long_context.max_context_tokens",
-    }
-    assert live["pa"]["context_window"]["source"] == "long_context.base_max_context_tokens"
+    long_window = live["m@long"]["context_window"]
+    assert long_window["effective"] == 200_000 and long_window["source"] == "config"
+    assert long_window["config_field"] == "long_context.max_context_tokens"
+    assert live["pa"]["context_window"]["config_field"] == "long_context.base_max_context_tokens"
     # an invalid block is refused whole; the long tier keeps serving
     resp = api.patch("/admin/models/m", json={"long_context": {"max_context_tokens": 10}})
     assert resp.status_code == 422

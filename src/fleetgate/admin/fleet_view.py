@@ -9,6 +9,7 @@ from fastapi import APIRouter
 
 from fleetgate.config.checks import deployment_id
 from fleetgate.context.placement import effective_window
+from fleetgate.discovery.store import WindowStore
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.state.runtime import RuntimeState
 
@@ -17,8 +18,8 @@ if TYPE_CHECKING:
 
 
 def window_source(fleet: Fleet, dep: Deployment) -> str | None:
-    """Which config field the deployment's window comes from."""
-    if effective_window(dep) is None:
+    """Which config field declares the deployment's window (None: none does)."""
+    if dep.context_window is None:
         return None
     for d in fleet.config.deployments:
         if deployment_id(d) == dep.id and d.context_window is not None:
@@ -31,7 +32,23 @@ def window_source(fleet: Fleet, dep: Deployment) -> str | None:
     return "deployment.context_window"
 
 
-def live_fleet(fleet: Fleet, state: RuntimeState, now: float | None = None) -> dict[str, Any]:
+def _window(fleet: Fleet, dep: Deployment, windows: WindowStore | None) -> dict[str, Any]:
+    field = window_source(fleet, dep)
+    if windows is None:
+        declared = effective_window(dep)
+        source = "config" if declared is not None else "unknown"
+        return {"effective": declared, "source": source, "config_field": field}
+    view = windows.view(dep).public(dep.id)
+    view.pop("deployment", None)
+    return {"effective": view.pop("tokens"), **view, "config_field": field}
+
+
+def live_fleet(
+    fleet: Fleet,
+    state: RuntimeState,
+    windows: WindowStore | None = None,
+    now: float | None = None,
+) -> dict[str, Any]:
     now = time.time() if now is None else now
     deployments = []
     for dep in fleet.deployments.values():
@@ -43,10 +60,7 @@ def live_fleet(fleet: Fleet, state: RuntimeState, now: float | None = None) -> d
                 "provider": dep.provider.id,
                 "upstream_model": dep.upstream_model,
                 "tier": dep.tier,
-                "context_window": {
-                    "effective": effective_window(dep),
-                    "source": window_source(fleet, dep),
-                },
+                "context_window": _window(fleet, dep, windows),
                 "health": {
                     "circuit": h.circuit,
                     "available": state.unavailable_reason(dep.id, now) is None,
@@ -93,7 +107,8 @@ def router(control: ControlPlane) -> APIRouter:
 
     @r.get("/admin/fleet", summary="The live fleet with each deployment's runtime state")
     async def fleet() -> dict[str, Any]:
-        return live_fleet(control.fleet, control.gateway.state)
+        gateway = control.gateway
+        return live_fleet(control.fleet, gateway.state, getattr(gateway, "windows", None))
 
     @r.get("/admin/status", summary="Store, request-log and Redis counters")
     async def status() -> dict[str, Any]:

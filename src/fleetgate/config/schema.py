@@ -41,6 +41,12 @@ def _check_url(value: str) -> str:
     return value.rstrip("/")
 
 
+def _check_token_cap(value: int) -> int:
+    if value != -1 and value < 1:
+        raise ValueError("must be a positive integer, or -1 for no cap")
+    return value
+
+
 Identifier = Annotated[str, AfterValidator(_check_id)]
 Url = Annotated[str, AfterValidator(_check_url)]
 
@@ -68,6 +74,21 @@ class ProviderConfig(_Strict):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     max_concurrency: PositiveInt = 256
     """Pooled connections (and so concurrent requests) to this provider."""
+    concurrency_limit: PositiveInt | None = None
+    """Requests the gateway sends this worker at once; more wait in its queue (None: no limit)."""
+    queue_size: NonNegativeInt = 32
+    """Requests that may wait for a slot; when full, the worker is skipped (429 if all are)."""
+    queue_timeout_seconds: PositiveFloat = 30.0
+    """Longest wait in the queue before the request moves on to the next candidate."""
+    default_context_tokens: PositiveInt | None = None
+    """The worker's context window when discovery finds no better evidence."""
+    context_limits: dict[str, PositiveInt] = Field(default_factory=dict)
+    """Glob on the upstream model name -> largest window allowed (most specific match wins)."""
+    unified_kv: bool = False
+    """llama.cpp: the KV cache is shared by all slots, so `n_ctx` is not divided by slots."""
+    discovery: bool | None = None
+    """Ask the worker for its real context window. Default: on for `ollama` workers, off for
+    others (set true for vLLM, SGLang and llama.cpp)."""
     keys: dict[Identifier, str] = Field(default_factory=dict)
     """Alternative credentials by label (literal or `${ENV}`), chosen by a route's `key_label`."""
 
@@ -332,6 +353,27 @@ class RoutingConfig(_Strict):
     context: ContextConfig = Field(default_factory=ContextConfig)
 
 
+class ContextCapabilities(_Strict):
+    max_requested_tokens: Annotated[int, AfterValidator(_check_token_cap)] = 32768
+    """Largest `options.num_ctx` a native Ollama request may ask for (-1: no gateway cap)."""
+    default_worker_tokens: PositiveInt = 4096
+    """An Ollama worker's window when neither discovery nor its config says more."""
+    estimation_margin_percent: Annotated[float, Field(ge=0, le=400)] = 20.0
+    vision_reserve_tokens_per_image: NonNegativeInt = 1024
+
+
+class ModelCapabilitiesConfig(_Strict):
+    mode: Literal["enforce", "observe"] = "enforce"
+    """`observe`: discover and record windows and suspected truncation, but never refuse."""
+    cache_ttl: PositiveFloat = 600.0
+    """Seconds a discovered window is trusted before the worker is asked again."""
+    context_guard: Literal["reject", "warn"] = "reject"
+    """`warn`: route a request that fits no worker to the largest window, and flag it."""
+    truncation_num_ctx: bool = False
+    """Send native requests `options.num_ctx` sized to the worker's window (stops truncation)."""
+    context: ContextCapabilities = Field(default_factory=ContextCapabilities)
+
+
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
@@ -371,6 +413,7 @@ class FleetConfig(_Strict):
     providers: list[ProviderConfig] = Field(default_factory=list)
     deployments: list[DeploymentConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
+    model_capabilities: ModelCapabilitiesConfig = Field(default_factory=ModelCapabilitiesConfig)
     virtual_models: list[VirtualModelConfig] = Field(default_factory=list)
     tiers: dict[Identifier, TierConfig] = Field(default_factory=dict)
     auto: AutoConfig | None = None

@@ -21,9 +21,9 @@ _IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
 _AUDIO_PARTS = frozenset({"input_audio", "audio"})
 _OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 # endpoints that generate no output tokens
-_NO_OUTPUT = frozenset({"embeddings"})
+_NO_OUTPUT = frozenset({"embeddings", "ollama.embed"})
 # endpoints whose list-valued `prompt` / `input` is a batch of separate sequences
-_BATCHED = frozenset({"completions", "embeddings"})
+_BATCHED = frozenset({"completions", "embeddings", "ollama.embed"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ still ranks first; ties keep the order the other orderers gave.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fleetgate.context.estimate import ContextEstimate
@@ -23,25 +23,33 @@ TIER_HEADER = "X-Fleetgate-Context-Tier"
 _FITS, _UNKNOWN, _OVERFLOW = 0, 1, 2
 
 
+# a deployment's window for one request (discovered, clamped; see routing/windows.py)
+WindowOf = Callable[[Deployment], int | None]
+
+
 def effective_window(dep: Deployment) -> int | None:
-    """The window routing trusts: the declared one (discovery will clamp it); None: unknown."""
+    """The declared window; None: unknown. Plans built with discovery use `plan.window_of`."""
     return dep.context_window
 
 
-def known_windows(candidates: Iterable[Candidate]) -> set[int]:
+def known_windows(
+    candidates: Iterable[Candidate], window_of: WindowOf | None = None
+) -> set[int]:
+    of = window_of or effective_window
     windows = set()
     for c in candidates:
-        window = effective_window(c.deployment)
+        window = of(c.deployment)
         if window is not None:
             windows.add(window)
     return windows
 
 
-def _fit_key(candidate: Candidate, need: int) -> tuple[int, int]:
+def _fit_key(candidate: Candidate, need: int, of: WindowOf) -> tuple[int, int]:
     # capacity first, as the design's Order stage says: the smallest window that holds the
     # request, unknown windows next, overflow last (biggest first); the strategy orderers'
-    # order (priority, load, config order) decides among equal windows via the stable sort
-    window = effective_window(candidate.deployment)
+    # order (priority, load, loaded model, config order) decides among equal windows via
+    # the stable sort
+    window = of(candidate.deployment)
     if window is None:
         return (_UNKNOWN, 0)
     if window >= need:
@@ -49,30 +57,42 @@ def _fit_key(candidate: Candidate, need: int) -> tuple[int, int]:
     return (_OVERFLOW, -window)
 
 
-def order_by_fit(candidates: list[Candidate], need: int) -> list[Candidate]:
+def order_by_fit(
+    candidates: list[Candidate], need: int, window_of: WindowOf | None = None
+) -> list[Candidate]:
     """Best-fit order for a request needing `need` tokens (stable; inert for one window)."""
     if len(candidates) < 2:
         return candidates
-    windows = {effective_window(c.deployment) for c in candidates}
+    of = window_of or effective_window
+    windows = {of(c.deployment) for c in candidates}
     if len(windows) < 2:
         return candidates  # one capacity: route exactly as without tiers
-    return sorted(candidates, key=lambda c: _fit_key(c, need))
+    return sorted(candidates, key=lambda c: _fit_key(c, need, of))
 
 
-def fits_nowhere(candidates: Iterable[Candidate], need: int) -> bool:
+def fits_nowhere(
+    candidates: Iterable[Candidate], need: int, window_of: WindowOf | None = None
+) -> bool:
     """True when every candidate's window is known and too small."""
+    of = window_of or effective_window
     for c in candidates:
-        window = effective_window(c.deployment)
+        window = of(c.deployment)
         if window is None or window >= need:
             return False
     return True
 
 
 def guard_for(fleet: Fleet, model_id: str) -> str:
+    """`reject`, `allow` or `warn`: the model's own guard, else a `model_capabilities` block
+    when the config has one (`observe` mode never rejects), else `routing.context.guard`."""
     model = fleet.models.get(model_id)
     if model is not None and model.context_guard is not None:
         return model.context_guard
-    return fleet.config.routing.context.guard
+    config = fleet.config
+    if "model_capabilities" in config.model_fields_set:
+        caps = config.model_capabilities
+        return "warn" if caps.mode == "observe" else caps.context_guard
+    return config.routing.context.guard
 
 
 def near_boundary(need: int, windows: Iterable[int], low: float, high: float) -> bool:

@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 
 from fleetgate.config.schema import ContextConfig
+from fleetgate.context.capabilities import context_settings
 from fleetgate.context.placement import (
     context_too_large,
     effective_window,
@@ -101,22 +102,22 @@ class ContextRefiner:
             return False
         if profile.endpoint not in _REFINABLE_ENDPOINTS:
             return False
-        windows = known_windows(plan.candidates)
+        windows = known_windows(plan.candidates, plan.window_of)
         if len(windows) < 2:
             return False
         return near_boundary(estimate.total, windows, refine.band_low, refine.band_high)
 
     async def refine(self, plan: RoutePlan, profile: RequestProfile, fleet: Fleet) -> None:
         """Re-order the plan by an exact count when it could matter; never raises for I/O."""
-        settings = fleet.config.routing.context
+        settings = context_settings(fleet)
         if self.wants(plan, profile, settings):
             await self._refine(plan, profile, settings)
         if plan.notes.pop(GUARD_PENDING, False):
             estimate = profile.context
             assert estimate is not None
-            if fits_nowhere(plan.candidates, estimate.total):
+            if fits_nowhere(plan.candidates, estimate.total, plan.window_of):
                 raise context_too_large(
-                    profile.model, estimate, max(known_windows(plan.candidates))
+                    profile.model, estimate, max(known_windows(plan.candidates, plan.window_of))
                 )
 
     async def _refine(
@@ -148,7 +149,7 @@ class ContextRefiner:
         plan.notes["context_refine"] = "exact"
         plan.notes["context_estimated"] = estimate.total
         record_estimate(exact, plan.headers, plan.notes)
-        plan.candidates = order_by_fit(plan.candidates, exact.total)
+        plan.candidates = order_by_fit(plan.candidates, exact.total, plan.window_of)
 
     async def _tokenize(
         self, dep: Deployment, profile: RequestProfile, settings: ContextConfig

@@ -8,8 +8,9 @@ starts. A stream that breaks later ends with an error event.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -18,6 +19,7 @@ import orjson
 from fleetgate.config.schema import CircuitConfig
 from fleetgate.errors import GatewayError
 from fleetgate.execute.context_errors import parse_context_error
+from fleetgate.execute.framing import Framing, framing_for, stream_error_event
 from fleetgate.execute.outcome import (
     CLIENT_ERROR,
     CONNECT,
@@ -33,21 +35,47 @@ from fleetgate.execute.outcome import (
 )
 from fleetgate.execute.params import apply_params
 from fleetgate.execute.rewrite import ModelRewriter
-from fleetgate.execute.sse import DONE, event_data, is_error_event
+from fleetgate.execute.sse import DONE
 from fleetgate.execute.upstream import UpstreamPool, request_headers
+from fleetgate.execute.worker_slots import WorkerSlots
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
 from fleetgate.state.runtime import RuntimeState
 
-# endpoint -> path under the provider's base URL
-UPSTREAM_PATHS: dict[str, str] = {
-    "chat.completions": "/chat/completions",
-    "completions": "/completions",
-    "embeddings": "/embeddings",
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRoute:
+    """Where an endpoint goes upstream, how it streams, and which provider kinds serve it."""
+
+    path: str  # under the base URL; `/api/...` paths are under the server root (no `/v1`)
+    framing: str  # "sse" | "ndjson" | "none"
+    kinds: frozenset[str]
+
+
+_OPENAI_KINDS = frozenset({"openai", "vllm", "sglang", "llamacpp", "ollama", "openrouter"})
+_OLLAMA = frozenset({"ollama"})
+
+# endpoint -> its upstream route: the one table of what is sent where
+UPSTREAM_PATHS: dict[str, UpstreamRoute] = {
+    "chat.completions": UpstreamRoute("/chat/completions", "sse", _OPENAI_KINDS),
+    "completions": UpstreamRoute("/completions", "sse", _OPENAI_KINDS),
+    "embeddings": UpstreamRoute("/embeddings", "none", _OPENAI_KINDS),
+    "messages": UpstreamRoute("/messages", "sse", frozenset({"ollama", "vllm", "anthropic"})),
+    "responses": UpstreamRoute("/responses", "sse", frozenset({"ollama", "vllm", "openai"})),
+    "ollama.chat": UpstreamRoute("/api/chat", "ndjson", _OLLAMA),
+    "ollama.generate": UpstreamRoute("/api/generate", "ndjson", _OLLAMA),
+    "ollama.embed": UpstreamRoute("/api/embed", "none", _OLLAMA),
+    "ollama.show": UpstreamRoute("/api/show", "none", _OLLAMA),
 }
 
-_EVENT_STREAM = "text/event-stream"
+
+def upstream_url(base_url: str, kind: str, route: UpstreamRoute) -> str:
+    """An Ollama base URL may name the server root or its `/v1`; both reach both APIs."""
+    if kind != "ollama":
+        return base_url + route.path
+    root = base_url.removesuffix("/v1")
+    return root + route.path if route.path.startswith("/api/") else root + "/v1" + route.path
 
 
 @dataclass(slots=True)
@@ -84,30 +112,45 @@ def upstream_body(profile: RequestProfile, candidate: Candidate) -> bytes:
     return orjson.dumps({**body, "model": candidate.deployment.upstream_model})
 
 
-def stream_error_event(code: str, message: str) -> bytes:
-    err = {"error": {"message": message, "type": "upstream_error", "code": code, "param": None}}
-    return b"data: " + orjson.dumps(err) + b"\n\n"
-
-
 class Executor:
     def __init__(self, pool: UpstreamPool, state: RuntimeState) -> None:
         self.pool = pool
         self.state = state
+        # told (deployment id, tokens) when a context error states the worker's window
+        self.on_context_limit: Callable[[str, int], None] | None = None
+        self.slots = WorkerSlots()
 
     async def run(self, plan: RoutePlan, profile: RequestProfile, fleet: Fleet) -> Outcome:
         attempts: list[Attempt] = []
         upstream_seconds = 0.0
-        path = UPSTREAM_PATHS[profile.endpoint]
+        route = UPSTREAM_PATHS[profile.endpoint]
         exceeded_window: int | None = None  # set once an upstream said the context is too long
+        of = plan.window_of or _declared_window
+        queue_full: list[str] = []  # deployments skipped: their worker's queue was full
         for position, candidate in enumerate(plan.candidates):
             dep = candidate.deployment
-            if exceeded_window is not None and not _larger(dep, exceeded_window):
+            if exceeded_window is not None and not _larger(dep, exceeded_window, of):
                 plan.dropped.append(
                     Dropped(dep.id, "execute", f"window not larger than {exceeded_window}")
                 )
                 continue
+            slot = self.slots.for_provider(dep.provider)
+            if slot is not None and not slot.try_take():
+                if slot.queue_full():
+                    queue_full.append(dep.id)
+                    plan.dropped.append(Dropped(dep.id, "execute", "worker queue full"))
+                    continue
+                waited = time.perf_counter()
+                got = await slot.wait(dep.provider.queue_timeout)
+                upstream_seconds += time.perf_counter() - waited
+                if not got:
+                    queue_full.append(dep.id)
+                    plan.dropped.append(Dropped(dep.id, "execute", "timed out in worker queue"))
+                    continue
+            release = slot.release if slot is not None else _no_slot
             now = time.time()
             if not self.state.try_begin(dep.id, now):
+                release()
                 plan.dropped.append(Dropped(dep.id, "execute", "half-open probe in flight"))
                 continue
             attempt = Attempt(
@@ -127,7 +170,7 @@ class Executor:
             attempts.append(attempt)
             started = time.perf_counter()
             outcome = await self._attempt(
-                profile, candidate, path, attempt, started, fleet.circuit
+                profile, candidate, route, attempt, started, fleet.circuit, release
             )
             upstream_seconds += time.perf_counter() - started
             if outcome is not None:
@@ -139,25 +182,29 @@ class Executor:
             self._record_failure(attempt, fleet, now)
             if attempt.retryable:
                 continue
-            window = _exceeded_window(attempt, dep)
+            window = _exceeded_window(attempt, dep, of, self.on_context_limit)
             if attempt.error_class != CONTEXT_EXCEEDED:
                 raise ChainExhausted(self._client_error(attempt), attempts)
             if window is not None:
                 exceeded_window = max(window, exceeded_window or 0)
             if exceeded_window is None or not any(
-                _larger(c.deployment, exceeded_window) for c in plan.candidates[position + 1 :]
+                _larger(c.deployment, exceeded_window, of)
+                for c in plan.candidates[position + 1 :]
             ):
                 raise ChainExhausted(self._exhausted(plan, attempts), attempts)
+        if queue_full and not attempts:
+            raise ChainExhausted(_queue_full(plan, queue_full, self.state), attempts)
         raise ChainExhausted(self._exhausted(plan, attempts), attempts)
 
     async def _attempt(
         self,
         profile: RequestProfile,
         candidate: Candidate,
-        path: str,
+        route: UpstreamRoute,
         attempt: Attempt,
         started: float,
         circuit: CircuitConfig,
+        release: Callable[[], None],
     ) -> Outcome | None:
         dep = candidate.deployment
         client = self.pool.client(dep.provider)
@@ -166,7 +213,7 @@ class Executor:
         handed_over = False
         try:
             resp = await client.session.post(
-                client.base_url + path,
+                upstream_url(client.base_url, dep.provider.kind, route),
                 data=payload,
                 headers=request_headers(client, dep.provider, candidate.key_label),
                 timeout=client.timeout,
@@ -182,8 +229,9 @@ class Executor:
                 return None
             rewriter = ModelRewriter(dep.upstream_model, profile.model)
             content_type = resp.headers.get("Content-Type", "application/json")
-            if profile.stream and content_type.startswith(_EVENT_STREAM):
-                first = await self._first_events(resp, rewriter, attempt, started)
+            framing = framing_for(content_type) if profile.stream else None
+            if framing is not None:
+                first = await self._first_events(resp, rewriter, framing, attempt, started)
                 if first is None:
                     return None
                 handed_over = True
@@ -191,7 +239,8 @@ class Executor:
                     attempts=[], candidate=candidate, status=resp.status,
                     content_type=content_type,
                     stream=self._rest_of_stream(
-                        resp, rewriter, first, attempt, started, circuit
+                        resp, rewriter, framing, first, attempt, started, circuit,
+                        profile.endpoint, release,
                     ),
                 )
             body = await resp.read()
@@ -216,27 +265,30 @@ class Executor:
                 if resp is not None:
                     resp.close()
                 self.state.end(dep.id)
+                release()
         return None
 
     async def _first_events(
         self,
         resp: aiohttp.ClientResponse,
         rewriter: ModelRewriter,
+        framing: Framing,
         attempt: Attempt,
         started: float,
     ) -> bytes | None:
         """Read until the first whole data event; None when it is an error event."""
         buffer = b""
+        sep = framing.separator
         async for chunk in resp.content.iter_any():
             buffer += chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
-            cut = buffer.rfind(b"\n\n")
+            cut = buffer.rfind(sep)
             if cut < 0:
                 continue
-            for event in buffer[:cut].split(b"\n\n"):
-                data = event_data(event)
+            for event in buffer[:cut].split(sep):
+                data = framing.payload(event)
                 if data is None or data == DONE:
                     continue
-                if is_error_event(data):
+                if framing.is_error(data):
                     attempt.status = _status_in(data)
                     attempt.error_class = classify_status(attempt.status)
                     attempt.message = error_message(data)
@@ -244,52 +296,58 @@ class Executor:
                     attempt.latency = time.perf_counter() - started
                     return None
                 attempt.ttft = time.perf_counter() - started
-                return _rewrite_block(rewriter, buffer)
+                return framing.rewrite(rewriter, buffer)
         # the stream ended before any data event
         attempt.ttft = time.perf_counter() - started
-        return _rewrite_block(rewriter, buffer) if buffer else b""
+        return framing.rewrite(rewriter, buffer) if buffer else b""
 
     async def _rest_of_stream(
         self,
         resp: aiohttp.ClientResponse,
         rewriter: ModelRewriter,
+        framing: Framing,
         first: bytes,
         attempt: Attempt,
         started: float,
         circuit: CircuitConfig,
+        endpoint: str,
+        release: Callable[[], None],
     ) -> AsyncIterator[bytes]:
         dep_id = attempt.deployment_id
         completed = False
         carry = b""
-        # data events after the first one: the token count for the throughput EMA
-        events = max(first.count(b"data:") - 1, 0)
+        sep = framing.separator
+        # data events (NDJSON lines) after the first one: tokens for the throughput EMA
+        marker = b"data:" if framing.name == "sse" else b"\n"
+        events = max(first.count(marker) - 1, 0)
         try:
             yield first
             async for chunk in resp.content.iter_any():
-                events += chunk.count(b"data:")
+                events += chunk.count(marker)
                 if rewriter.identity:
                     yield chunk
                     continue
                 block = carry + chunk
-                cut = block.rfind(b"\n\n")
+                cut = block.rfind(sep)
                 if cut < 0:
                     carry = block
                     continue
-                carry = block[cut + 2 :]
-                yield _rewrite_block(rewriter, block[: cut + 2])
+                carry = block[cut + len(sep) :]
+                yield framing.rewrite(rewriter, block[: cut + len(sep)])
             if carry:
-                yield _rewrite_block(rewriter, carry)
+                yield framing.rewrite(rewriter, carry)
             completed = True
         except (aiohttp.ClientError, TimeoutError) as exc:
             attempt.error_class = STREAM_BROKEN
             attempt.message = f"upstream stream broke: {type(exc).__name__}"
             yield stream_error_event(
-                "stream_interrupted",
+                endpoint, framing, "stream_interrupted",
                 "The upstream stream broke after output had started "
                 f"({type(exc).__name__}); retry the request.",
             )
         finally:
             attempt.latency = time.perf_counter() - started
+            release()
             if completed:
                 resp.release()
                 self.state.record_success(dep_id, attempt.ttft, attempt.latency, events or None)
@@ -308,15 +366,23 @@ class Executor:
 
     @staticmethod
     def _usage(attempt: Attempt, body: bytes) -> None:
-        if b'"usage"' not in body:
+        if b'"usage"' not in body and b'"prompt_eval_count"' not in body:
             return
         try:
-            usage = orjson.loads(body).get("usage")
-        except (orjson.JSONDecodeError, AttributeError):
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
             return
-        if isinstance(usage, dict):
-            attempt.prompt_tokens = usage.get("prompt_tokens")
-            attempt.completion_tokens = usage.get("completion_tokens")
+        if not isinstance(data, dict):
+            return
+        usage = data.get("usage")
+        if isinstance(usage, dict):  # OpenAI; Anthropic and Responses say input/output
+            attempt.prompt_tokens = usage.get("prompt_tokens", usage.get("input_tokens"))
+            attempt.completion_tokens = usage.get(
+                "completion_tokens", usage.get("output_tokens")
+            )
+        elif "prompt_eval_count" in data:  # Ollama native
+            attempt.prompt_tokens = data.get("prompt_eval_count")
+            attempt.completion_tokens = data.get("eval_count")
 
     def _record_failure(self, attempt: Attempt, fleet: Fleet, now: float) -> None:
         if attempt.error_class == RATE_LIMITED:
@@ -384,7 +450,12 @@ class Executor:
         )
 
 
-def _exceeded_window(attempt: Attempt, dep: Deployment) -> int | None:
+def _exceeded_window(
+    attempt: Attempt,
+    dep: Deployment,
+    of: Callable[[Deployment], int | None],
+    on_limit: Callable[[str, int], None] | None,
+) -> int | None:
     """For a context-length error: the window known to be too small (None: other error).
 
     Marks the attempt as `context_exceeded`; the window is the larger of the declared one
@@ -397,29 +468,36 @@ def _exceeded_window(attempt: Attempt, dep: Deployment) -> int | None:
     if exceeded is None:
         return None
     attempt.error_class = CONTEXT_EXCEEDED
-    known = [w for w in (dep.context_window, exceeded.limit) if w is not None]
+    if exceeded.limit is not None and on_limit is not None:
+        on_limit(dep.id, exceeded.limit)  # the worker said its window: trust it at once
+    known = [w for w in (of(dep), exceeded.limit) if w is not None]
     return max(known) if known else None
 
 
-def _larger(dep: Deployment, window: int) -> bool:
-    return dep.context_window is not None and dep.context_window > window
+def _larger(dep: Deployment, window: int, of: Callable[[Deployment], int | None]) -> bool:
+    own = of(dep)
+    return own is not None and own > window
 
 
-def _rewrite_block(rewriter: ModelRewriter, block: bytes) -> bytes:
-    """Rewrite every event in a block of whole SSE events."""
-    if rewriter.identity:
-        return block
-    rewritten = rewriter.json(block)
-    if rewritten is not block or b'"model"' not in block:
-        return rewritten
-    # providers that answer with a different name: rewrite event by event
-    out = []
-    for event in block.split(b"\n\n"):
-        data = event_data(event)
-        if data is not None and data != DONE and data.startswith(b"{"):
-            event = b"data: " + rewriter.json(data)
-        out.append(event)
-    return b"\n\n".join(out)
+def _declared_window(dep: Deployment) -> int | None:
+    return dep.context_window
+
+
+def _no_slot() -> None:
+    """Release for a provider without a concurrency limit."""
+
+
+def _queue_full(plan: RoutePlan, skipped: list[str], state: RuntimeState) -> GatewayError:
+    """429 when every candidate's worker was at its limit with a full queue."""
+    latencies = [state.health(dep_id).latency_ema for dep_id in skipped]
+    known = [t for t in latencies if t is not None]
+    wait = max(1, math.ceil(min(known))) if known else 1
+    return GatewayError(
+        "gateway_queue_full",
+        f"Every eligible worker for {plan.requested_model!r} is at its concurrency limit "
+        f"with a full queue; retry in {wait}s.",
+        headers={"Retry-After": str(wait)},
+    )
 
 
 def _status_in(data: bytes) -> int:

@@ -27,6 +27,8 @@ def _auth(provider: Provider, key: str) -> dict[str, str]:
 
 def _headers(provider: Provider) -> dict[str, str]:
     headers = {"Content-Type": "application/json"}
+    if provider.kind == "anthropic":
+        headers["anthropic-version"] = "2023-06-01"  # required by the Messages API
     if provider.api_key:
         headers.update(_auth(provider, provider.api_key))
     headers.update(provider.headers)

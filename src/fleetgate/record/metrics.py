@@ -6,6 +6,9 @@ one deque append per request and nothing per metric. Labels carry ids and number
 
 from __future__ import annotations
 
+from collections import Counter as Counter_
+from collections import defaultdict
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from fleetgate.record.recorder import Recorder, RequestRecord
@@ -44,31 +47,56 @@ class Metrics:
             "fleetgate_attempt_ttft_seconds", "Time to first byte of successful attempts.",
             ["deployment"], buckets=_LATENCY_BUCKETS, registry=r,
         )
+        self.truncations = Counter(
+            "fleetgate_truncation_suspected",
+            "Answers whose reported prompt tokens were below the gateway's lower bound.",
+            ["deployment"], registry=r,
+        )
         self.records_dropped = Gauge(
             "fleetgate_records_dropped", "Request records dropped because the buffer was full.",
             registry=r,
         )
 
     async def write(self, records: list[RequestRecord]) -> None:
+        # Tally per label set first: one prometheus call per distinct label set and batch
+        # instead of one per record keeps the flush cheap at thousands of requests/s.
+        requests: Counter_[tuple[str, ...]] = Counter_()
+        attempts: Counter_[tuple[str, ...]] = Counter_()
+        fallbacks: Counter_[str] = Counter_()
+        latency: dict[str, list[float]] = defaultdict(list)
+        ttft: dict[str, list[float]] = defaultdict(list)
         for rec in records:
+            model = rec.requested_model
             tier = str(rec.notes.get("context_tier", "default"))
-            self.requests.labels(
-                rec.requested_model, rec.endpoint, str(rec.status), rec.error_code or "",
-                tier,
-            ).inc()
-            self.latency.labels(rec.requested_model).observe(rec.latency)
+            requests[(model, rec.endpoint, str(rec.status), rec.error_code or "", tier)] += 1
+            latency[model].append(rec.latency)
             self.overhead.observe(max(rec.overhead, 0.0))
             if rec.error_code is None and len(rec.attempts) > 1:
-                self.fallbacks.labels(rec.requested_model).inc()
+                fallbacks[model] += 1
+            if "truncation_suspected" in rec.notes and rec.deployment_id:
+                # rare (a suspected silent truncation): counted directly
+                self.truncations.labels(rec.deployment_id).inc()
             ctx = rec.notes.get("provider_ctx") or {}
             for a in rec.attempts:
                 window = ctx.get(a.deployment_id, "unbounded") if isinstance(ctx, dict) else ""
-                self.attempts.labels(
-                    a.deployment_id, a.provider_id, str(a.status or ""), a.error_class or "",
-                    str(window),
-                ).inc()
+                attempts[(a.deployment_id, a.provider_id, str(a.status or ""),
+                          a.error_class or "", str(window))] += 1
                 if a.ok and a.ttft is not None:
-                    self.ttft.labels(a.deployment_id).observe(a.ttft)
+                    ttft[a.deployment_id].append(a.ttft)
+        for labels, n in requests.items():
+            self.requests.labels(*labels).inc(n)
+        for labels, n in attempts.items():
+            self.attempts.labels(*labels).inc(n)
+        for model, n in fallbacks.items():
+            self.fallbacks.labels(model).inc(n)
+        for model, values in latency.items():
+            observe = self.latency.labels(model).observe
+            for v in values:
+                observe(v)
+        for dep, values in ttft.items():
+            observe = self.ttft.labels(dep).observe
+            for v in values:
+                observe(v)
 
     def render(self, recorder: Recorder) -> bytes:
         self.records_dropped.set(recorder.dropped)

@@ -11,6 +11,7 @@ from fleetgate.ingress.profile import RequestProfile
 from fleetgate.state.runtime import RuntimeState
 
 if TYPE_CHECKING:
+    from fleetgate.discovery.store import WindowStore
     from fleetgate.errors import GatewayError
     from fleetgate.routing.sticky import StickyTiers
 
@@ -44,6 +45,9 @@ class PlanContext:
     state: RuntimeState
     now: float
     sticky: StickyTiers | None = None  # auto's per-conversation tier memory
+    windows: WindowStore | None = None  # discovered windows (None: declared windows only)
+    # this request's window per deployment (discovered, clamped, `num_ctx`); None: declared
+    window_of: Callable[[Deployment], int | None] | None = None
     # the plan's own headers and notes dicts, so filters and orderers can fill them
     headers: dict[str, str] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
@@ -64,6 +68,7 @@ class RoutePlan:
     notes: dict[str, Any] = field(default_factory=dict)
     # the error an empty plan answers with, when resolution has a more precise one
     on_empty: Callable[[RoutePlan], GatewayError] | None = None
+    window_of: Callable[[Deployment], int | None] | None = None  # as PlanContext.window_of
 
     def describe(self) -> dict[str, Any]:
         """The plan as the explain endpoint and CLI show it."""
@@ -76,7 +81,11 @@ class RoutePlan:
                     "deployment": c.deployment.id,
                     "provider": c.deployment.provider.id,
                     "upstream_model": c.deployment.upstream_model,
-                    "context_window": c.deployment.context_window,
+                    "context_window": (
+                        self.window_of(c.deployment)
+                        if self.window_of is not None
+                        else c.deployment.context_window
+                    ),
                     "tier": c.deployment.tier,
                     "scope": c.scope,
                     "key_label": c.key_label,

@@ -17,6 +17,14 @@ from fleetgate.auth.guard import record_usage
 from fleetgate.auth.keys import ClientKey
 from fleetgate.context.placement import TIER_HEADER
 from fleetgate.context.refine import ContextRefiner
+from fleetgate.context.truncation import (
+    CHECKED_ENDPOINTS,
+    TRUNCATION_HEADER,
+    last_ndjson_line,
+    suspect,
+)
+from fleetgate.discovery.service import DiscoveryService
+from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError
 from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
@@ -24,11 +32,13 @@ from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Fleet, FleetHolder
 from fleetgate.ingress.openai import parse_json_object, parse_openai
 from fleetgate.ingress.profile import RequestProfile
+from fleetgate.ingress.routes import INGRESS_ROUTES, Parser, error_protocol
 from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
 from fleetgate.routing.plan import RoutePlan
 from fleetgate.routing.planner import build_plan, require_route
 from fleetgate.routing.sticky import ReadOnlySticky, StickyTiers
+from fleetgate.server import ollama_api
 from fleetgate.server.asgi import (
     DisconnectWatch,
     Headers,
@@ -38,6 +48,7 @@ from fleetgate.server.asgi import (
     read_body,
     send_body,
 )
+from fleetgate.server.error_shapes import error_body, upstream_error_body
 from fleetgate.server.virtuals import (
     configure_sticky,
     sticky_tiers_for,
@@ -52,12 +63,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("fleetgate")
 
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_EVENT_STREAM = b"text/event-stream"
-_ENDPOINTS = {
-    "/v1/chat/completions": "chat.completions",
-    "/v1/completions": "completions",
-    "/v1/embeddings": "embeddings",
-}
 
 Handler = Callable[[Scope, Receive, Send, "Exchange"], Awaitable[None]]
 
@@ -65,11 +70,12 @@ Handler = Callable[[Scope, Receive, Send, "Exchange"], Awaitable[None]]
 class Exchange:
     """Per-request facts the handlers share: id, start time, and the routing headers."""
 
-    __slots__ = ("client_key", "headers", "request_id", "started")
+    __slots__ = ("client_key", "headers", "protocol", "request_id", "started")
 
     def __init__(self, scope: Scope) -> None:
         self.started = time.perf_counter()
         self.client_key: ClientKey | None = None
+        self.protocol = error_protocol(scope["path"])  # the shape errors are answered in
         self.headers: dict[str, str] = {}
         request_id = None
         for name, value in scope["headers"]:
@@ -124,6 +130,10 @@ class Gateway:
         self.recorder = Recorder([self.recent, self.metrics])
         self.sticky = sticky_tiers_for(holder.fleet)
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
+        self.windows = WindowStore(holder.fleet.config.model_capabilities)
+        self.discovery = DiscoveryService(holder, self.windows)
+        holder.on_swap(self._windows_on_swap)
+        self.executor.on_context_limit = self._context_limit_stated
         self.ready = False
         self.max_body = holder.fleet.config.server.max_body_bytes
         # set by server/control.py when the gateway runs with a store (admin API, keys)
@@ -136,9 +146,14 @@ class Gateway:
             ("GET", "/healthz"): self.healthz,
             ("GET", "/readyz"): self.readyz,
             ("GET", "/metrics"): self.metrics_endpoint,
+            ("GET", "/api/tags"): self.ollama_tags,
+            ("GET", "/api/version"): self.ollama_version,
+            ("GET", "/api/ps"): self.ollama_ps,
+            ("GET", "/v1/fleet/windows"): self.fleet_windows,
+            ("POST", "/v1/fleet/windows/refresh"): self.refresh_windows,
         }
-        for path, endpoint in _ENDPOINTS.items():
-            self.routes[("POST", path)] = self._proxy_for(endpoint)
+        for path, (endpoint, parser) in INGRESS_ROUTES.items():
+            self.routes[("POST", path)] = self._proxy_for(endpoint, parser)
 
     # ---- ASGI entry -----------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -179,9 +194,9 @@ class Gateway:
         headers.extend((k.lower().encode(), v.encode()) for k, v in exc.headers.items())
         if extra:
             headers.extend(extra)
-        body = exc.to_json()
+        body = error_body(ex.protocol, exc)
         if exc.code == "upstream_rejected" and exc.upstream_body:
-            body = _upstream_error_body(exc.upstream_body) or body
+            body = upstream_error_body(ex.protocol, exc.upstream_body) or body
         await send_body(send, exc.status, body, headers)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -199,10 +214,12 @@ class Gateway:
         if self.control is not None:
             await self.control.start()
         self.recorder.start()
+        await self.discovery.start()
         self.ready = True
 
     async def shutdown(self) -> None:
         self.ready = False
+        await self.discovery.stop()
         await self.recorder.stop()  # flushes the last records into the store
         if self.control is not None:
             await self.control.stop()
@@ -212,11 +229,36 @@ class Gateway:
         assert self.admin_app is not None
         await self.admin_app(scope, receive, send)
 
+    def _check_truncation(
+        self, ex: Exchange, profile: RequestProfile, plan: RoutePlan, outcome: Outcome,
+        answer: bytes,
+    ) -> None:
+        found = suspect(profile.body, answer)
+        if found is None:
+            return
+        reported, bound = found
+        dep = outcome.candidate.deployment
+        outcome.extra_headers[TRUNCATION_HEADER] = f"reported={reported}; lower_bound={bound}"
+        plan.notes["truncation_suspected"] = {"reported": reported, "lower_bound": bound}
+        log.warning(
+            "suspected silent truncation: request %s on %s reported %d prompt tokens, "
+            "lower bound %d", ex.request_id, dep.id, reported, bound,
+        )
+
+    def _windows_on_swap(self, _old: Fleet, new: Fleet) -> None:
+        self.windows.set_capabilities(new.config.model_capabilities)
+        for deployment_id in new.deployments:  # names or limits may have changed
+            self.discovery.request_refresh(deployment_id)
+
+    def _context_limit_stated(self, deployment_id: str, tokens: int) -> None:
+        self.windows.note_context_error(deployment_id, tokens)
+        self.discovery.request_refresh(deployment_id)
+
     # ---- the proxied endpoints --------------------------------------------------------
-    def _proxy_for(self, endpoint: str) -> Handler:
+    def _proxy_for(self, endpoint: str, parser: Parser = parse_openai) -> Handler:
         async def handler(scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
             raw = await read_body(receive, self.max_body)
-            profile = parse_openai(endpoint, raw)
+            profile = parser(endpoint, raw)
             profile.request_id = ex.request_id
             profile.headers = ex.headers
             if self.guard is not None:
@@ -229,7 +271,7 @@ class Gateway:
         self, profile: RequestProfile, receive: Receive, send: Send, ex: Exchange
     ) -> None:
         fleet = self.holder.fleet
-        plan = build_plan(profile, fleet, self.state, sticky=self.sticky)
+        plan = build_plan(profile, fleet, self.state, sticky=self.sticky, windows=self.windows)
         require_route(plan)
         await self.refiner.refine(plan, profile, fleet)  # exact count near a tier boundary
         watch = DisconnectWatch(receive)
@@ -259,6 +301,8 @@ class Gateway:
         outcome: Outcome,
     ) -> None:
         assert outcome.body is not None
+        if profile.endpoint in CHECKED_ENDPOINTS:
+            self._check_truncation(ex, profile, plan, outcome, outcome.body)
         overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
         headers = ex.base_headers()
         headers.extend(_routing_headers(plan, outcome, overhead))
@@ -275,14 +319,20 @@ class Gateway:
         overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
         headers = ex.base_headers()
         headers.extend(_routing_headers(plan, outcome, overhead))
-        headers.append((b"content-type", _EVENT_STREAM))
+        headers.append((b"content-type", outcome.content_type.encode()))
         headers.append((b"cache-control", b"no-cache"))
         await send({"type": "http.response.start", "status": outcome.status, "headers": headers})
         stream = outcome.stream
+        # a native stream's last line carries prompt_eval_count: kept to judge truncation
+        tail = b"" if outcome.content_type.startswith("application/x-ndjson") else None
         try:
             async for chunk in stream:
+                if tail is not None:
+                    tail = (tail + chunk)[-4096:]
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
+            if tail:
+                self._check_truncation(ex, profile, plan, outcome, last_ndjson_line(tail))
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
             last = outcome.attempts[-1]
@@ -323,7 +373,8 @@ class Gateway:
     async def models(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         if self.guard is not None:
             self.guard.identify(scope)
-        await send_body(send, 200, orjson.dumps(catalog(self.holder.fleet)), ex.base_headers())
+        body = catalog(self.holder.fleet, self.windows)
+        await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 
     async def explain(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         raw = await read_body(receive, self.max_body)
@@ -335,8 +386,36 @@ class Gateway:
             self.state,
             ex.headers,
             sticky=ReadOnlySticky(self.sticky),
+            windows=self.windows,
         )
         await send_body(send, 200, orjson.dumps(result), ex.base_headers())
+
+    async def ollama_tags(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        body = ollama_api.tags(self.holder.fleet)
+        await send_body(send, 200, orjson.dumps(body), ex.base_headers())
+
+    async def ollama_version(
+        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        await send_body(send, 200, orjson.dumps(ollama_api.version()), ex.base_headers())
+
+    async def ollama_ps(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        body = ollama_api.ps(self.holder.fleet, self.windows)
+        await send_body(send, 200, orjson.dumps(body), ex.base_headers())
+
+    async def fleet_windows(
+        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        body = windows_view(self.holder.fleet, self.windows)
+        await send_body(send, 200, orjson.dumps(body), ex.base_headers())
+
+    async def refresh_windows(
+        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        await read_body(receive, self.max_body)
+        await self.discovery.refresh()
+        body = windows_view(self.holder.fleet, self.windows)
+        await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 
     async def healthz(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         await send_body(send, 200, b'{"status":"ok"}', ex.base_headers())
@@ -381,31 +460,31 @@ def _note_context_tier(plan: RoutePlan, outcome: Outcome) -> None:
     plan.notes["context_tier"] = dep.tier
 
 
-def _upstream_error_body(body: bytes) -> bytes | None:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if isinstance(data, dict) and isinstance(data.get("error"), dict):
-        return body
-    return None
-
-
-def catalog(fleet: Fleet) -> dict[str, Any]:
-    """`GET /v1/models`: each canonical model once, with its largest context window."""
+def catalog(fleet: Fleet, windows: WindowStore | None = None) -> dict[str, Any]:
+    """`GET /v1/models`: each canonical model once, with its largest context window
+    (the discovered windows when a store is given)."""
     data = []
     for model in fleet.models.values():
+        context_length = model.context_length
+        if windows is not None:
+            found = [windows.effective_window(d)[0] for d in model.deployments]
+            context_length = max((w for w in found if w is not None), default=None)
         entry: dict[str, Any] = {
             "id": model.id,
             "object": "model",
             "created": model.created,
             "owned_by": model.owned_by,
         }
-        if model.context_length is not None:
-            entry["context_length"] = model.context_length
+        if context_length is not None:
+            entry["context_length"] = context_length
         data.append(entry)
     data.extend(virtual_catalog(fleet))
     return {"object": "list", "data": data}
+
+
+def windows_view(fleet: Fleet, windows: WindowStore) -> dict[str, Any]:
+    """`GET /v1/fleet/windows`: each deployment's effective window and where it came from."""
+    return {"data": [windows.view(d).public(d.id) for d in fleet.deployments.values()]}
 
 
 def infer_endpoint(body: dict[str, Any]) -> str:
@@ -424,18 +503,20 @@ def explain_request(
     state: RuntimeState,
     headers: dict[str, str],
     sticky: StickyTiers | None = None,
+    windows: WindowStore | None = None,
 ) -> dict[str, Any]:
     """The plan a request would follow, without sending anything."""
     endpoint = body.pop("endpoint", None) or infer_endpoint(body)
-    if endpoint not in _ENDPOINTS.values():
+    parsers = {name: parser for name, parser in INGRESS_ROUTES.values()}
+    if endpoint not in parsers:
         raise GatewayError(
             "invalid_request",
-            f"`endpoint` must be one of {sorted(_ENDPOINTS.values())}.",
+            f"`endpoint` must be one of {sorted(parsers)}.",
             param="endpoint",
         )
-    profile = parse_openai(endpoint, orjson.dumps(body))
+    profile = parsers[endpoint](endpoint, orjson.dumps(body))
     profile.headers = headers
-    plan = build_plan(profile, fleet, state, sticky=sticky)
+    plan = build_plan(profile, fleet, state, sticky=sticky, windows=windows)
     result = plan.describe()
     result["endpoint"] = endpoint
     try:

@@ -1,4 +1,4 @@
-"""Test helpers for fleetgate: a fake OpenAI-compatible inference engine."""
+"""Test helpers for fleetgate: a fake OpenAI-compatible inference engine, a fake Ollama."""
 
 from fleetgate.testing.fake_engine import (
     ErrorStyle,
@@ -10,12 +10,15 @@ from fleetgate.testing.fake_engine import (
     count_prompt_tokens,
     requested_completion_tokens,
 )
+from fleetgate.testing.fake_ollama import FakeOllama, OllamaModel
 
 __all__ = [
     "ErrorStyle",
     "FakeEngine",
+    "FakeOllama",
     "Fault",
     "FaultKind",
+    "OllamaModel",
     "ReceivedRequest",
     "context_exceeded_error",
     "count_prompt_tokens",

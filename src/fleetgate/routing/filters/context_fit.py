@@ -9,6 +9,7 @@ the refine stage decides. A model whose deployments declare no window is left al
 
 from __future__ import annotations
 
+from fleetgate.context.capabilities import context_settings
 from fleetgate.context.estimate import estimate_context_tokens
 from fleetgate.context.placement import (
     context_too_large,
@@ -18,9 +19,12 @@ from fleetgate.context.placement import (
     near_boundary,
     record_estimate,
 )
+from fleetgate.execute.executor import UPSTREAM_PATHS
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext
 
 GUARD_PENDING = "context_guard_pending"
+# `context_guard: warn`: the request fits no window; the value is the largest window
+OVERFLOW_HEADER = "X-Fleetgate-Context-Overflow"
 
 
 class ContextFitFilter:
@@ -29,11 +33,12 @@ class ContextFitFilter:
     def apply(
         self, ctx: PlanContext, candidates: list[Candidate]
     ) -> tuple[list[Candidate], list[Dropped]]:
-        windows = known_windows(candidates)
+        of = ctx.window_of
+        windows = known_windows(candidates, of)
         if not windows:
             return candidates, []
         profile = ctx.profile
-        settings = ctx.fleet.config.routing.context
+        settings = context_settings(ctx.fleet)
         estimate = profile.context
         if estimate is None:
             estimate = estimate_context_tokens(profile.body, profile.endpoint, settings)
@@ -41,17 +46,31 @@ class ContextFitFilter:
         record_estimate(estimate, ctx.headers, ctx.notes)
         # per-deployment window, for the attempts' `provider_ctx` metric label
         ctx.notes["provider_ctx"] = {
-            c.deployment.id: c.deployment.context_window or "unbounded" for c in candidates
+            c.deployment.id: (of(c.deployment) if of else c.deployment.context_window)
+            or "unbounded"
+            for c in candidates
         }
-        if guard_for(ctx.fleet, profile.model) != "reject":
+        guard = guard_for(ctx.fleet, profile.model)
+        if guard == "warn":
+            # routed anyway (biggest window first, by the best-fit order), and flagged
+            if fits_nowhere(candidates, estimate.total, of):
+                ctx.headers[OVERFLOW_HEADER] = str(max(windows))
+                ctx.notes["context_overflow"] = True
+            return candidates, []
+        if guard != "reject":
             return candidates, []
         # judged against every deployment of the model, so that a big host in cooldown
         # gives a retryable no_route later rather than a permanent context_too_large
         model = ctx.fleet.models.get(profile.model)
-        everyone = [Candidate(d) for d in model.deployments] if model else candidates
-        if not fits_nowhere(everyone, estimate.total):
+        kinds = UPSTREAM_PATHS[profile.endpoint].kinds  # only those serving the endpoint
+        everyone = (
+            [Candidate(d) for d in model.deployments if d.provider.kind in kinds]
+            if model
+            else candidates
+        )
+        if not fits_nowhere(everyone, estimate.total, of):
             return candidates, []
-        windows = known_windows(everyone)
+        windows = known_windows(everyone, of)
         refine = settings.refine
         if (
             refine.enabled

@@ -1,0 +1,1 @@
+"""Discovery: each worker's real context window, asked of the worker itself."""

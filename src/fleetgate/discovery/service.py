@@ -1,0 +1,106 @@
+"""The background task that keeps discovered windows fresh (TTL), and on-demand refreshes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+
+import aiohttp
+
+from fleetgate.discovery.probes import DISCOVERABLE, ProbeCache, probe
+from fleetgate.discovery.store import WindowStore
+from fleetgate.fleet import Deployment, FleetHolder
+
+log = logging.getLogger("fleetgate.discovery")
+
+PROBE_TIMEOUT = aiohttp.ClientTimeout(total=5.0, connect=2.0)
+
+
+def discoverable(dep: Deployment) -> bool:
+    return dep.provider.discovery and dep.provider.kind in DISCOVERABLE
+
+
+class DiscoveryService:
+    def __init__(self, holder: FleetHolder, store: WindowStore) -> None:
+        self.holder = holder
+        self.store = store
+        self.refreshes = 0  # completed refresh rounds (tests wait on it)
+        self._session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._pending: set[str] = set()
+        self._lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(timeout=PROBE_TIMEOUT)
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def request_refresh(self, deployment_id: str) -> None:
+        """Ask the background task to re-probe one deployment soon (never blocks; callable
+        from any thread, e.g. a config swap)."""
+        self._pending.add(deployment_id)
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._wake.set()
+        else:
+            loop.call_soon_threadsafe(self._wake.set)
+
+    async def refresh(self, deployment_ids: Iterable[str] | None = None) -> int:
+        """Probe the given deployments (default: all discoverable) now; returns how many."""
+        fleet = self.holder.fleet
+        if deployment_ids is None:
+            deps = [d for d in fleet.deployments.values() if discoverable(d)]
+        else:
+            wanted = set(deployment_ids)
+            deps = [d for d in fleet.deployments.values() if d.id in wanted and discoverable(d)]
+        if not deps or self._session is None:
+            return 0
+        async with self._lock:
+            cache = ProbeCache(self._session)
+            results = await asyncio.gather(*(probe(cache, d) for d in deps))
+            for dep, evidence in zip(deps, results, strict=True):
+                self.store.record(dep.id, evidence)
+                if evidence.error:
+                    log.info("discovery: %s: %s", dep.id, evidence.error)
+            self.refreshes += 1
+        return len(deps)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                now = time.time()
+                stale = [
+                    d.id
+                    for d in self.holder.fleet.deployments.values()
+                    if discoverable(d) and (d.id in self._pending or self.store.stale(d.id, now))
+                ]
+                self._pending.clear()
+                if stale:
+                    await self.refresh(stale)
+            except Exception:  # discovery must never take the gateway down
+                log.exception("discovery refresh failed")
+            ttl = self.store.capabilities.cache_ttl
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=max(0.5, min(ttl / 4, 30.0)))

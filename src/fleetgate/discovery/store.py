@@ -1,0 +1,70 @@
+"""The runtime store of discovered windows (apart from the immutable fleet).
+
+Routing reads it synchronously through `effective_window(deployment)`; the discovery task
+and the executor (after a context error that states the limit) write to it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fleetgate.config.schema import ModelCapabilitiesConfig
+from fleetgate.discovery.evidence import Evidence
+from fleetgate.discovery.window import WindowView, resolve_window
+from fleetgate.fleet import Deployment
+
+
+class WindowStore:
+    def __init__(self, capabilities: ModelCapabilitiesConfig | None = None) -> None:
+        self.capabilities = capabilities or ModelCapabilitiesConfig()
+        self._evidence: dict[str, Evidence] = {}
+        self._parsed: dict[str, tuple[int, float]] = {}  # dep id -> (limit, when)
+        self._views: dict[str, tuple[Deployment, WindowView]] = {}
+
+    # ---- writes ------------------------------------------------------------------------
+    def set_capabilities(self, capabilities: ModelCapabilitiesConfig) -> None:
+        self.capabilities = capabilities
+        self._views.clear()
+
+    def record(self, deployment_id: str, evidence: Evidence) -> None:
+        self._evidence[deployment_id] = evidence
+        self._views.pop(deployment_id, None)
+
+    def note_context_error(self, deployment_id: str, limit: int, now: float | None = None) -> None:
+        """A context error stated the worker's limit: trust it at once, for one cache period."""
+        self._parsed[deployment_id] = (limit, time.time() if now is None else now)
+        self._views.pop(deployment_id, None)
+
+    # ---- reads (synchronous: routing never awaits) ------------------------------------
+    def evidence(self, deployment_id: str) -> Evidence | None:
+        return self._evidence.get(deployment_id)
+
+    def view(self, dep: Deployment, now: float | None = None) -> WindowView:
+        parsed = self._parsed.get(dep.id)
+        if parsed is not None:
+            when = time.time() if now is None else now
+            if when - parsed[1] > self.capabilities.cache_ttl:
+                del self._parsed[dep.id]
+                self._views.pop(dep.id, None)
+                parsed = None
+        cached = self._views.get(dep.id)
+        if cached is not None and cached[0] is dep:
+            return cached[1]
+        view = resolve_window(
+            dep, self._evidence.get(dep.id), parsed[0] if parsed else None, self.capabilities
+        )
+        self._views[dep.id] = (dep, view)
+        return view
+
+    def effective_window(self, dep: Deployment) -> tuple[int | None, str]:
+        """(tokens or None when unknown, where the number came from)."""
+        view = self.view(dep)
+        return view.tokens, view.source
+
+    def is_loaded(self, dep: Deployment) -> bool:
+        ev = self._evidence.get(dep.id)
+        return ev is not None and ev.loaded
+
+    def stale(self, deployment_id: str, now: float) -> bool:
+        ev = self._evidence.get(deployment_id)
+        return ev is None or now - ev.fetched_at >= self.capabilities.cache_ttl

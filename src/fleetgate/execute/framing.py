@@ -1,0 +1,91 @@
+"""How a streamed answer is cut into events (SSE or NDJSON) and how its errors look.
+
+The executor reads the first event of a stream before answering, to fall back on an
+in-stream error; this module tells it where events end, which payload an event holds,
+whether that payload is an error, and what a gateway error event looks like in the
+client's protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+
+from fleetgate.execute import ndjson, sse
+from fleetgate.execute.rewrite import ModelRewriter
+
+SSE_CONTENT_TYPE = "text/event-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class Framing:
+    name: str  # "sse" | "ndjson"
+    separator: bytes  # what ends one event
+    payload: Callable[[bytes], bytes | None]  # the JSON an event carries (None: none)
+    suspect_error: Callable[[bytes], bool]  # cheap byte test; confirmed by parsing
+
+    def is_error(self, data: bytes) -> bool:
+        if data == sse.DONE or not self.suspect_error(data):
+            return False
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return False
+        # `"error": null` is a normal field of e.g. a Responses event, not a failure
+        return isinstance(obj, dict) and (bool(obj.get("error")) or obj.get("type") == "error")
+
+    def rewrite(self, rewriter: ModelRewriter, block: bytes) -> bytes:
+        """Set the client's model name in a block of whole events."""
+        if rewriter.identity:
+            return block
+        rewritten = rewriter.json(block)
+        if rewritten is not block or b'"model"' not in block:
+            return rewritten
+        # an upstream that answers with another name: rewrite event by event
+        if self.name == "ndjson":
+            lines = block.split(b"\n")
+            return b"\n".join(rewriter.json(line) if line else line for line in lines)
+        out = []
+        for event in block.split(b"\n\n"):
+            lines = event.split(b"\n")
+            for i, line in enumerate(lines):
+                if line.startswith(b"data:"):
+                    data = line[5:].lstrip(b" ")
+                    if data.startswith(b"{"):
+                        lines[i] = b"data: " + rewriter.json(data)
+            out.append(b"\n".join(lines))
+        return b"\n\n".join(out)
+
+
+def _ndjson_payload(line: bytes) -> bytes | None:
+    line = line.strip()
+    return line or None
+
+
+SSE = Framing("sse", b"\n\n", sse.event_data, sse.is_error_event)
+NDJSON = Framing("ndjson", b"\n", _ndjson_payload, ndjson.is_error_line)
+
+
+def framing_for(content_type: str) -> Framing | None:
+    """The framing of a streamed upstream answer; None when it is one whole body."""
+    if content_type.startswith(SSE_CONTENT_TYPE):
+        return SSE
+    if content_type.startswith(ndjson.CONTENT_TYPE):
+        return NDJSON
+    return None
+
+
+def stream_error_event(endpoint: str, framing: Framing, code: str, message: str) -> bytes:
+    """A gateway error, as the last event of a stream in the client's protocol."""
+    if framing is NDJSON:
+        return ndjson.error_line(message)
+    if endpoint == "messages":
+        body = {"type": "error", "error": {"type": "api_error", "message": message}}
+        return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
+    if endpoint == "responses":
+        body = {"type": "error", "code": code, "message": message, "param": None}
+        return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
+    err = {"error": {"message": message, "type": "upstream_error", "code": code, "param": None}}
+    return b"data: " + orjson.dumps(err) + b"\n\n"
