@@ -74,6 +74,13 @@ def test_crud_patch_merge_and_atomic_rejection(stack: Stack, db_url: str, client
     )
     assert resp.status_code == 201, resp.text
     assert resp.json()["api_key"] == "***"  # literal credentials never come back
+    masked = api.patch(
+        "/admin/providers/pc",
+        json={"keys": {"team": "sk-team", "env": "${TEAM_KEY}"}, "headers": {"X-Auth": "s"}},
+    ).json()
+    assert masked["keys"] == {"team": "***", "env": "${TEAM_KEY}"}
+    assert masked["headers"] == {"X-Auth": "***"}
+    assert "sk-team" not in api.get("/admin/providers").text
     assert api.post("/admin/providers", json={"id": "pc", "base_url": c.url}).status_code == 409
     resp = api.post("/admin/deployments", json={"model": "n", "provider": "pc"})
     assert resp.status_code == 201

@@ -20,17 +20,22 @@ from fleetgate.store.kinds import ENTITY_KINDS, Entities, EntityKind, users_of
 if TYPE_CHECKING:
     from fleetgate.server.control import ControlPlane
 
-_SECRET_FIELDS = ("api_key",)
 EntityBody = Annotated[dict[str, Any], Body(description="the entity's config block")]
 
 
+def _mask(value: object) -> object:
+    return value if isinstance(value, str) and value.startswith("${") else "***"
+
+
 def public_body(body: dict[str, Any]) -> dict[str, Any]:
-    """A stored body as the API shows it: literal credentials masked, env references kept."""
+    """A stored body as the API shows it: literal credentials (`api_key`, each of `keys`,
+    and every header value, which may carry one) masked; env references shown."""
     out = dict(body)
-    for name in _SECRET_FIELDS:
-        value = out.get(name)
-        if isinstance(value, str) and not value.startswith("${"):
-            out[name] = "***"
+    if out.get("api_key") is not None:
+        out["api_key"] = _mask(out["api_key"])
+    for name in ("keys", "headers"):
+        if isinstance(out.get(name), dict):
+            out[name] = {k: _mask(v) for k, v in out[name].items()}
     return out
 
 
