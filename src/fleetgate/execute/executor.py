@@ -34,7 +34,7 @@ from fleetgate.execute.outcome import (
     parse_retry_after,
 )
 from fleetgate.execute.params import apply_params
-from fleetgate.execute.rewrite import ModelRewriter
+from fleetgate.execute.rewrite import ModelRewriter, rewriter_for
 from fleetgate.execute.sse import DONE
 from fleetgate.execute.upstream import UpstreamPool, request_headers
 from fleetgate.execute.worker_slots import WorkerSlots
@@ -227,7 +227,7 @@ class Executor:
                 attempt.upstream_body = body
                 attempt.latency = time.perf_counter() - started
                 return None
-            rewriter = ModelRewriter(dep.upstream_model, profile.model)
+            rewriter = rewriter_for(dep.upstream_model, profile.model)
             content_type = resp.headers.get("Content-Type", "application/json")
             framing = framing_for(content_type) if profile.stream else None
             if framing is not None:

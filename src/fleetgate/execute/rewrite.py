@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import orjson
 
 
@@ -40,3 +42,9 @@ class ModelRewriter:
             data["model"] = self._client
             return orjson.dumps(data)
         return body
+
+
+@lru_cache(maxsize=4096)
+def rewriter_for(upstream: str, client: str) -> ModelRewriter:
+    """One rewriter per name pair: it is immutable, so requests can share it."""
+    return ModelRewriter(upstream, client)

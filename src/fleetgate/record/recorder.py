@@ -58,9 +58,11 @@ class RecentRequests:
         self._records: OrderedDict[str, RequestRecord] = OrderedDict()
 
     async def write(self, records: list[RequestRecord]) -> None:
+        records_by_id = self._records
         for record in records:
-            self._records[record.request_id] = record
-            self._records.move_to_end(record.request_id)
+            if record.request_id in records_by_id:  # a client reused its X-Request-Id
+                records_by_id.move_to_end(record.request_id)
+            records_by_id[record.request_id] = record
         while len(self._records) > self.capacity:
             self._records.popitem(last=False)
 

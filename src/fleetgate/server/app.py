@@ -30,7 +30,7 @@ from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
 from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Fleet, FleetHolder
-from fleetgate.ingress.openai import parse_json_object, parse_openai
+from fleetgate.ingress.openai import parse_json_object
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.ingress.routes import INGRESS_ROUTES, Parser, error_protocol
 from fleetgate.record.metrics import Metrics
@@ -152,23 +152,26 @@ class Gateway:
             ("GET", "/v1/fleet/windows"): self.fleet_windows,
             ("POST", "/v1/fleet/windows/refresh"): self.refresh_windows,
         }
-        for path, (endpoint, parser) in INGRESS_ROUTES.items():
-            self.routes[("POST", path)] = self._proxy_for(endpoint, parser)
+        for path in INGRESS_ROUTES:
+            self.routes[("POST", path)] = self._proxy_route
 
     # ---- ASGI entry -----------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            await self._http(scope, receive, send)
-        elif scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await self._lifespan(receive, send)
+            return
         ex = Exchange(scope)
-        path: str = scope["path"]
-        handler = self.routes.get((scope["method"], path))
         try:
+            # the proxied endpoints go straight to `_proxy`: every async layer between the
+            # server and the upstream call costs CPU on each resume of the request
+            route = INGRESS_ROUTES.get(scope["path"]) if scope["method"] == "POST" else None
+            if route is not None:
+                await self._proxy(scope, route[0], route[1], receive, send, ex)
+                return
+            handler = self.routes.get((scope["method"], scope["path"]))
             if handler is None:
-                handler = self._fallback_route(scope["method"], path)
+                handler = self._fallback_route(scope["method"], scope["path"])
             await handler(scope, receive, send, ex)
         except GatewayError as exc:
             await self._send_error(send, ex, exc)
@@ -255,17 +258,22 @@ class Gateway:
         self.discovery.request_refresh(deployment_id)
 
     # ---- the proxied endpoints --------------------------------------------------------
-    def _proxy_for(self, endpoint: str, parser: Parser = parse_openai) -> Handler:
-        async def handler(scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
-            raw = await read_body(receive, self.max_body)
-            profile = parser(endpoint, raw)
-            profile.request_id = ex.request_id
-            profile.headers = ex.headers
-            if self.guard is not None:
-                ex.client_key = await self.guard.admit(scope, profile.model)
-            await self.proxy(profile, receive, send, ex)
+    async def _proxy_route(
+        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
+    ) -> None:
+        endpoint, parser = INGRESS_ROUTES[scope["path"]]
+        await self._proxy(scope, endpoint, parser, receive, send, ex)
 
-        return handler
+    async def _proxy(
+        self, scope: Scope, endpoint: str, parser: Parser, receive: Receive, send: Send,
+        ex: Exchange,
+    ) -> None:
+        profile = parser(endpoint, await read_body(receive, self.max_body))
+        profile.request_id = ex.request_id
+        profile.headers = ex.headers
+        if self.guard is not None:
+            ex.client_key = await self.guard.admit(scope, profile.model)
+        await self.proxy(profile, receive, send, ex)
 
     async def proxy(
         self, profile: RequestProfile, receive: Receive, send: Send, ex: Exchange
@@ -285,31 +293,25 @@ class Gateway:
                 extra.extend(_attempt_headers(exc.attempts))
                 await self._send_error(send, ex, exc, extra)
                 return
-            if outcome.stream is None:
-                await self._send_whole(send, ex, profile, plan, outcome)
-            else:
+            if outcome.stream is not None:
                 await self._send_stream(send, ex, profile, plan, outcome)
+                return
+            body = outcome.body
+            assert body is not None
+            if profile.endpoint in CHECKED_ENDPOINTS:
+                self._check_truncation(ex, profile, plan, outcome, body)
+            overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
+            headers = ex.base_headers()
+            headers.extend(_routing_headers(plan, outcome, overhead))
+            await send_body(send, outcome.status, body, headers, outcome.content_type.encode())
+            self._record(ex, profile, plan, outcome.status, None, outcome.attempts, outcome,
+                         overhead)
         except asyncio.CancelledError:
             if not watch.cancelled:
                 raise
             await watch.absorb()
         finally:
             watch.finish()
-
-    async def _send_whole(
-        self, send: Send, ex: Exchange, profile: RequestProfile, plan: RoutePlan,
-        outcome: Outcome,
-    ) -> None:
-        assert outcome.body is not None
-        if profile.endpoint in CHECKED_ENDPOINTS:
-            self._check_truncation(ex, profile, plan, outcome, outcome.body)
-        overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
-        headers = ex.base_headers()
-        headers.extend(_routing_headers(plan, outcome, overhead))
-        await send_body(send, outcome.status, outcome.body, headers,
-                        outcome.content_type.encode())
-        self._record(ex, profile, plan, outcome.status, None, outcome.attempts, outcome,
-                     overhead)
 
     async def _send_stream(
         self, send: Send, ex: Exchange, profile: RequestProfile, plan: RoutePlan,

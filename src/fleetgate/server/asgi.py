@@ -84,6 +84,14 @@ class DisconnectWatch:
     def finish(self) -> None:
         self.done = True
         if not self._task.done():
+            # uvicorn answers the pending receive() with http.disconnect once the response is
+            # complete, so the watcher normally ends by itself in this loop turn. Cancelling it
+            # at once would leave a CancelledError-traceback-frame cycle per request for the
+            # cyclic GC to find.
+            asyncio.get_running_loop().call_soon(self._reap)
+
+    def _reap(self) -> None:
+        if not self._task.done():
             self._task.cancel()
 
     async def absorb(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -23,7 +24,20 @@ def _uvicorn_kwargs() -> dict[str, object]:
         "access_log": False,
         "log_level": os.environ.get("FLEETGATE_LOG_LEVEL", "warning"),
         "timeout_graceful_shutdown": 10,
+        "proxy_headers": False,  # no X-Forwarded-* rewriting layer on every request
     }
+
+
+def tune_gc() -> None:
+    """Keep the cyclic GC off the hot path of a serving process.
+
+    Everything loaded at start-up (config, fleet, modules) is frozen out of the collector's
+    view, and the young generation is collected every 10,000 allocations instead of 700:
+    full collections otherwise cost tens of milliseconds of p99 under load.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 10)
 
 
 def gateway_for(config: FleetConfig) -> Gateway:
@@ -33,7 +47,9 @@ def gateway_for(config: FleetConfig) -> Gateway:
 
 def app_from_env() -> Gateway:
     """Factory for multi-worker mode: each worker loads the config named by FLEETGATE_CONFIG."""
-    return gateway_for(load_config_file(os.environ[CONFIG_ENV]))
+    app = gateway_for(load_config_file(os.environ[CONFIG_ENV]))
+    tune_gc()
+    return app
 
 
 def server_for(app: Gateway, host: str, port: int) -> uvicorn.Server:
@@ -59,4 +75,5 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int) ->
         )
         return
     server = server_for(gateway_for(config), host, port)
+    tune_gc()
     server.run()

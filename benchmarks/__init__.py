@@ -1,0 +1,1 @@
+"""Gateway overhead benchmark: a fast fake upstream, and the same load direct and via fleetgate."""

@@ -1,0 +1,750 @@
+"""Gateway overhead benchmark: the same load sent to a fake upstream directly and via fleetgate.
+
+Starts `benchmarks.upstream` (pinned to LOAD_CPU), `fleetgate serve` (one worker, pinned to
+GW_CPU) and, for reference, `benchmarks.baseline` (a bare pass-through, also on GW_CPU); checks
+answers through the gateway, then runs wrk (one thread, on LOAD_CPU) against each, scenario by
+scenario. Prints a Markdown table and writes JSON + Markdown to `benchmarks/results/`.
+See benchmarks/README.md for the knobs and what each column means.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import platform
+import shlex
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+LUA = HERE / "chat.lua"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# the issue's targets for one worker with the full pipeline
+TARGET_CPU_PLAIN_US = 200.0
+TARGET_CPU_STREAM_US = 400.0
+TARGET_ADDED_P50_C1_MS = 0.3
+TARGET_RSS_MB = 80.0
+TARGET_READY_S = 1.0
+
+CLIENT_MODELS = {
+    "plain": "bench-model",
+    "stream": "bench-model-stream",
+    "paced": "bench-model-paced",
+}
+UPSTREAM_MODELS = {k: v.replace("bench-model", "upstream-bench") for k, v in CLIENT_MODELS.items()}
+STREAM_CHUNKS = 20
+GATEWAY = "fleetgate"
+
+
+class BenchError(Exception):
+    """A check or a process failed; the run stops with this message."""
+
+
+def _ints(raw: str | None, default: list[int]) -> list[int]:
+    return default if raw is None else [int(x) for x in raw.replace(",", " ").split()]
+
+
+@dataclass
+class Settings:
+    duration: float = 5.0
+    warmup: float = 1.0
+    repeat: int = 1
+    concs: list[int] = field(default_factory=lambda: [1, 64])
+    stream_concs: list[int] = field(default_factory=lambda: [1, 64])
+    paced_concs: list[int] = field(default_factory=lambda: [16])
+    gap_ms: float = 1.0
+    gw_cpu: int = 1
+    load_cpu: int = 0
+    baseline: bool = True
+    profile: bool = False
+    gateway_cmd: list[str] = field(default_factory=lambda: [sys.executable, "-m", "fleetgate"])
+    out: Path = HERE / "results"
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ
+        s = cls()
+        s.duration = float(env.get("DURATION", s.duration))
+        s.warmup = float(env.get("WARMUP", s.warmup))
+        s.repeat = max(1, int(env.get("REPEAT", s.repeat)))
+        s.concs = _ints(env.get("CONCS"), s.concs)
+        s.stream_concs = _ints(env.get("STREAM_CONCS"), s.stream_concs)
+        s.paced_concs = _ints(env.get("PACED_CONCS"), s.paced_concs)
+        s.gap_ms = float(env.get("GAP_MS", s.gap_ms))
+        s.gw_cpu = int(env.get("GW_CPU", s.gw_cpu))
+        s.load_cpu = int(env.get("LOAD_CPU", s.load_cpu))
+        s.baseline = env.get("BASELINE", "1") not in ("0", "", "no", "false")
+        s.profile = env.get("PROFILE", "0") not in ("0", "", "no", "false")
+        if env.get("GATEWAY_CMD"):
+            s.gateway_cmd = shlex.split(env["GATEWAY_CMD"])
+        s.out = Path(env.get("OUT", s.out))
+        return s
+
+
+@dataclass
+class Scenario:
+    name: str
+    kind: str  # plain | stream | paced
+    conc: int
+
+    @property
+    def stream(self) -> bool:
+        return self.kind != "plain"
+
+    @property
+    def path(self) -> str:
+        return "/paced/v1/chat/completions" if self.kind == "paced" else "/v1/chat/completions"
+
+
+def scenarios(s: Settings) -> list[Scenario]:
+    out = [Scenario(f"c{c}", "plain", c) for c in s.concs]
+    out += [Scenario(f"stream-c{c}", "stream", c) for c in s.stream_concs]
+    out += [Scenario(f"paced-c{c}", "paced", c) for c in s.paced_concs]
+    return out
+
+
+def cpu_target(kind: str) -> float:
+    return TARGET_CPU_PLAIN_US if kind == "plain" else TARGET_CPU_STREAM_US
+
+
+# ---- processes and /proc ----------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _pinned(cpu: int) -> Any:
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
+def pin_all_threads(pid: int, cpu: int) -> None:
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), {cpu})
+
+
+@dataclass
+class ProcSample:
+    ticks: int
+    rss_kb: int
+    hwm_kb: int
+
+    @classmethod
+    def of(cls, pid: int) -> ProcSample:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        fields = stat[stat.rfind(")") + 2 :].split()
+        ticks = int(fields[11]) + int(fields[12])  # utime + stime, all threads
+        rss = hwm = 0
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1])
+                elif line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1])
+        return cls(ticks, rss, hwm)
+
+
+@dataclass
+class Server:
+    """A process under test (or the upstream), started by this run."""
+
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    ready_s: float = 0.0
+    idle_rss_mb: float = 0.0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+def start_server(
+    name: str,
+    cmd: list[str],
+    port: int,
+    ready_path: str,
+    cpu: int,
+    env: dict[str, str],
+    cwd: Path,
+    log: Path,
+) -> Server:
+    with open(log, "wb") as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_pinned(cpu),
+            start_new_session=True,
+        )
+    server = Server(name, port, proc)
+    try:
+        server.ready_s = wait_http(port, ready_path, started + 60, proc) - started
+    except BenchError as exc:
+        stop(proc)
+        raise BenchError(f"{name}: {exc}; see {log}") from None
+    return server
+
+
+def stop(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+# ---- HTTP helpers (stdlib, only for checks, never under load) -----------------------------
+
+
+def http_request(
+    port: int, method: str, path: str, body: dict[str, Any] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if data else {}
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def wait_http(port: int, path: str, deadline: float, proc: subprocess.Popen[bytes]) -> float:
+    """Poll until GET path answers 200; returns when it did (perf_counter)."""
+    while time.perf_counter() < deadline:
+        if proc.poll() is not None:
+            raise BenchError(f"exited with {proc.returncode} before answering {path}")
+        try:
+            status, _, _ = http_request(port, "GET", path)
+            if status == 200:
+                return time.perf_counter()
+        except OSError:
+            pass
+        time.sleep(0.005)
+    raise BenchError(f"no 200 from 127.0.0.1:{port}{path} in time")
+
+
+def chat_body(kind: str, model: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Say hello in five words."}],
+        "max_tokens": 32,
+    }
+    if kind != "plain":
+        body["stream"] = True
+    return body
+
+
+def sse_payloads(raw: bytes) -> list[bytes]:
+    return [line[5:].strip() for line in raw.split(b"\n") if line.startswith(b"data:")]
+
+
+def check_gateway(port: int, upstream_port: int) -> list[str]:
+    """Answers through the gateway are 200 and carry the client's model name; fail loudly."""
+    done = []
+    for kind, model in CLIENT_MODELS.items():
+        status, headers, raw = http_request(
+            port, "POST", "/v1/chat/completions", chat_body(kind, model)
+        )
+        where = f"gateway {kind} answer for {model!r}"
+        if status != 200:
+            raise BenchError(f"{where}: HTTP {status}: {raw[:300]!r}")
+        if "x-fleetgate-route" not in headers:
+            raise BenchError(f"{where}: no X-Fleetgate-Route header")
+        if kind == "plain":
+            answer = json.loads(raw)
+            if answer.get("model") != model:
+                raise BenchError(f"{where}: model is {answer.get('model')!r}")
+            if "bench-ok" not in answer["choices"][0]["message"]["content"]:
+                raise BenchError(f"{where}: unexpected content {raw[:200]!r}")
+        else:
+            if not headers.get("content-type", "").startswith("text/event-stream"):
+                raise BenchError(f"{where}: content-type {headers.get('content-type')!r}")
+            payloads = sse_payloads(raw)
+            if not payloads or payloads[-1] != b"[DONE]":
+                raise BenchError(f"{where}: the stream does not end with [DONE]")
+            chunks = [json.loads(p) for p in payloads[:-1]]
+            wrong = {c.get("model") for c in chunks} - {model}
+            if wrong:
+                raise BenchError(f"{where}: chunks carry model(s) {sorted(map(str, wrong))}")
+            with_choices = sum(1 for c in chunks if c.get("choices"))
+            if with_choices != STREAM_CHUNKS or "usage" not in chunks[-1]:
+                raise BenchError(
+                    f"{where}: {with_choices} completion chunks (want {STREAM_CHUNKS}) "
+                    "and a final usage chunk"
+                )
+        done.append(f"{kind}: 200, model {model!r}, route {headers['x-fleetgate-route']}")
+    _, _, raw = http_request(upstream_port, "GET", "/_stats")
+    seen = json.loads(raw)["models"]
+    for kind, name in UPSTREAM_MODELS.items():
+        if seen.get(name, 0) < 1:
+            raise BenchError(
+                f"the upstream never saw model {name!r} for {kind} (saw {sorted(seen)}): "
+                "the gateway did not rewrite the model name on the way up"
+            )
+    done.append(f"upstream saw {sorted(seen)}")
+    return done
+
+
+# ---- load ---------------------------------------------------------------------------------
+
+
+def run_wrk(url: str, sc: Scenario, duration: float, cpu: int) -> dict[str, Any]:
+    env = dict(os.environ, BENCH_MODEL=CLIENT_MODELS[sc.kind], BENCH_STREAM=str(int(sc.stream)))
+    cmd = [
+        "wrk",
+        "-t1",
+        f"-c{sc.conc}",
+        f"-d{max(1, round(duration))}s",  # wrk takes whole seconds
+        "--timeout",
+        "10s",
+        "--latency",
+        "-s",
+        str(LUA),
+        url,
+    ]
+    proc = subprocess.run(
+        cmd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=duration + 60,
+        preexec_fn=_pinned(cpu),
+        check=False,
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith("WRK_JSON "):
+            return dict(json.loads(line[len("WRK_JSON ") :]))
+    raise BenchError(f"wrk gave no result (rc {proc.returncode}): {proc.stderr or proc.stdout}")
+
+
+def start_profiler(pid: int, duration: float, cpu: int, out: Path) -> subprocess.Popen[bytes]:
+    if shutil.which("py-spy") is None:
+        raise BenchError("PROFILE=1 needs py-spy (pip install py-spy)")
+    cmd = [
+        "py-spy",
+        "record",
+        "--pid",
+        str(pid),
+        "--duration",
+        str(max(1, round(duration))),
+        "--rate",
+        "250",
+        "--format",
+        "raw",
+        "--nonblocking",
+        "-o",
+        str(out),
+    ]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_pinned(cpu)
+    )
+
+
+def measure(
+    target: Server,
+    sc: Scenario,
+    url: str,
+    upstream: Server | None,
+    s: Settings,
+    profile_to: Path | None = None,
+) -> dict[str, Any]:
+    """One closed-loop wrk run; CPU and memory of `target` (and the upstream) around it."""
+    if s.warmup > 0:
+        run_wrk(url, sc, s.warmup, s.load_cpu)
+    profiler = (
+        start_profiler(target.pid, s.duration, s.load_cpu, profile_to) if profile_to else None
+    )
+    before = ProcSample.of(target.pid)
+    up_before = ProcSample.of(upstream.pid) if upstream else None
+    t0 = time.perf_counter()
+    wrk = run_wrk(url, sc, s.duration, s.load_cpu)
+    wall = time.perf_counter() - t0
+    after = ProcSample.of(target.pid)
+    if profiler is not None:
+        profiler.wait(timeout=60)
+    requests = int(wrk["requests"])
+    cpu_s = (after.ticks - before.ticks) / CLK_TCK
+    row: dict[str, Any] = {
+        "target": target.name,
+        "scenario": sc.name,
+        "kind": sc.kind,
+        "conc": sc.conc,
+        "requests": requests,
+        "errors": sum(int(v) for v in wrk["errors"].values()),
+        "rps": requests / (wrk["duration_us"] / 1e6),
+        "p50_ms": wrk["p50_us"] / 1000,
+        "p90_ms": wrk["p90_us"] / 1000,
+        "p99_ms": wrk["p99_us"] / 1000,
+        "mean_ms": wrk["mean_us"] / 1000,
+        "cpu_s": cpu_s,
+        "cpu_pct": 100 * cpu_s / wall,
+        "cpu_us_per_req": 1e6 * cpu_s / requests if requests else None,
+        "rss_mb": after.rss_kb / 1024,
+        "hwm_mb": after.hwm_kb / 1024,
+    }
+    if upstream is not None and up_before is not None:
+        up_cpu = (ProcSample.of(upstream.pid).ticks - up_before.ticks) / CLK_TCK
+        row["upstream_cpu_us_per_req"] = 1e6 * up_cpu / requests if requests else None
+    if profile_to is not None:
+        row["profile"] = str(profile_to)
+    return row
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median req/s, with the range of all runs and the median CPU/request."""
+    ordered = sorted(runs, key=lambda r: r["rps"])
+    row = dict(ordered[(len(ordered) - 1) // 2])
+    row["runs"] = len(runs)
+    row["rps_min"], row["rps_max"] = ordered[0]["rps"], ordered[-1]["rps"]
+    cpu = [r["cpu_us_per_req"] for r in runs if r["cpu_us_per_req"] is not None]
+    row["cpu_us_per_req_runs"] = cpu
+    row["cpu_us_per_req"] = statistics.median(cpu) if cpu else None
+    row["errors"] = sum(r["errors"] for r in runs)
+    return row
+
+
+# ---- report -------------------------------------------------------------------------------
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _mark(ok: bool) -> str:
+    return "✅" if ok else "❌"
+
+
+def compare(rows: list[dict[str, Any]]) -> None:
+    """Add the versus-direct figures to every other target's rows."""
+    direct = {r["scenario"]: r for r in rows if r["target"] == "direct"}
+    for r in rows:
+        d = direct.get(r["scenario"])
+        if r["target"] == "direct" or d is None:
+            continue
+        r["added_p50_ms"] = r["p50_ms"] - d["p50_ms"]
+        r["p50_ratio"] = r["p50_ms"] / d["p50_ms"] if d["p50_ms"] else None
+        r["p99_ratio"] = r["p99_ms"] / d["p99_ms"] if d["p99_ms"] else None
+
+
+def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """fleetgate against the issue's targets. Paced streams are shown but informational:
+    the targets were set with whole-at-once streams, and even the floor misses them paced."""
+    checks = []
+    floor = {r["scenario"]: r for r in result["rows"] if r["target"] == "baseline"}
+
+    def add(what: str, limit: str, value: str, ok: bool, info: bool = False) -> None:
+        checks.append({"what": what, "limit": limit, "value": value, "ok": ok, "info": info})
+
+    for r in result["rows"]:
+        if r["target"] != GATEWAY:
+            continue
+        limit = cpu_target(r["kind"])
+        what = "CPU per request" if r["kind"] == "plain" else "CPU per 20-chunk stream"
+        us = r["cpu_us_per_req"]
+        if us is None:
+            add(f"{what} ({r['scenario']})", f"≤ {limit:g} µs", "no requests", False)
+            continue
+        value = f"{us:.0f} µs"
+        if r["scenario"] in floor:
+            value += f" (floor {floor[r['scenario']]['cpu_us_per_req']:.0f})"
+        add(
+            f"{what} ({r['scenario']})",
+            f"≤ {limit:g} µs",
+            value,
+            us <= limit,
+            info=r["kind"] == "paced",
+        )
+        if r["kind"] == "plain" and r["conc"] == 1 and "added_p50_ms" in r:
+            added = r["added_p50_ms"]
+            add(
+                "added p50 at c=1",
+                f"≤ {TARGET_ADDED_P50_C1_MS} ms",
+                f"{added:.3f} ms",
+                added <= TARGET_ADDED_P50_C1_MS,
+            )
+    errors = sum(r["errors"] for r in result["rows"] if r["target"] == GATEWAY)
+    add("errors under load (socket, timeout, non-2xx)", "0", str(errors), errors == 0)
+    gw = result["servers"][GATEWAY]
+    add(
+        "peak RSS (VmHWM)",
+        f"≤ {TARGET_RSS_MB:g} MB",
+        f"{gw['peak_rss_mb']:.1f} MB",
+        gw["peak_rss_mb"] <= TARGET_RSS_MB,
+    )
+    add(
+        "ready after start (/readyz 200)",
+        f"≤ {TARGET_READY_S:g} s",
+        f"{gw['ready_s']:.3f} s",
+        gw["ready_s"] <= TARGET_READY_S,
+    )
+    return checks
+
+
+def markdown(result: dict[str, Any]) -> str:
+    meta = result["meta"]
+    repeat = f", median of {meta['repeat']} runs by req/s" if meta["repeat"] > 1 else ""
+    lines = [
+        f"## fleetgate overhead benchmark — {meta['date']} (commit {meta['commit']})",
+        "",
+        f"Servers on CPU {meta['gw_cpu']} (one worker each), wrk -t1 and the fake upstream on "
+        f"CPU {meta['load_cpu']}; {meta['duration']:g} s per run after {meta['warmup']:g} s "
+        f"warm-up{repeat}. Streams: {STREAM_CHUNKS} chunks + usage + [DONE], sent at once "
+        f"(paced: one event every {meta['gap_ms']:g} ms). `direct` = the fake upstream itself "
+        "on the servers' CPU; `baseline` = a bare ASGI+aiohttp pass-through (the floor).",
+        "",
+        "| scenario | target | req/s | p50 ms | p90 ms | p99 ms | +p50 ms | p50 gw/direct "
+        "| p99 gw/direct | CPU µs/req | CPU % | upstream µs/req | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        cpu = _f(r["cpu_us_per_req"], 0)
+        if r["target"] == GATEWAY and r["cpu_us_per_req"] is not None:
+            limit = cpu_target(r["kind"])
+            cpu = f"{cpu} {_mark(r['cpu_us_per_req'] <= limit)} (≤{limit:g})"
+        rps = _f(r["rps"], 0)
+        if r.get("runs", 1) > 1:
+            rps += f" ({r['rps_min']:,.0f}-{r['rps_max']:,.0f})"
+        lines.append(
+            f"| {r['scenario']} | {r['target']} | {rps} | {_f(r['p50_ms'], 3)} "
+            f"| {_f(r['p90_ms'], 3)} | {_f(r['p99_ms'], 3)} | {_f(r.get('added_p50_ms'), 3)} "
+            f"| {_f(r.get('p50_ratio'), 2)} | {_f(r.get('p99_ratio'), 2)} | {cpu} "
+            f"| {_f(r['cpu_pct'], 0)} | {_f(r.get('upstream_cpu_us_per_req'), 0)} "
+            f"| {r['errors']} |"
+        )
+    lines += ["", "| fleetgate target | limit | measured | |", "|---|---|---:|---|"]
+    for c in result["checks"]:
+        mark = _mark(c["ok"]) + (" (info)" if c["info"] else "")
+        lines.append(f"| {c['what']} | {c['limit']} | {c['value']} | {mark} |")
+    lines.append("")
+    for name, info in result["servers"].items():
+        lines.append(
+            f"- {name}: ready {info['ready_s'] * 1000:.0f} ms after start; RSS idle "
+            f"{info['idle_rss_mb']:.1f} MB, peak (VmHWM) {info['peak_rss_mb']:.1f} MB"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# ---- the run ------------------------------------------------------------------------------
+
+
+def write_config(path: Path, upstream_port: int, gateway_port: int) -> None:
+    base = f"http://127.0.0.1:{upstream_port}"
+    # JSON is YAML; the upstream names differ from the client names so rewriting is exercised
+    config = {
+        "server": {"host": "127.0.0.1", "port": gateway_port},
+        "providers": [
+            {
+                "id": "bench-upstream",
+                "kind": "openai",
+                "base_url": f"{base}/v1",
+                "api_key": "sk-upstream-bench",
+            },
+            {
+                "id": "bench-upstream-paced",
+                "kind": "openai",
+                "base_url": f"{base}/paced/v1",
+                "api_key": "sk-upstream-bench",
+            },
+        ],
+        "deployments": [
+            {
+                "model": CLIENT_MODELS[kind],
+                "upstream_model": UPSTREAM_MODELS[kind],
+                "provider": "bench-upstream-paced" if kind == "paced" else "bench-upstream",
+                "context_window": 32768,
+            }
+            for kind in CLIENT_MODELS
+        ],
+    }
+    path.write_text(json.dumps(config, indent=2))
+
+
+def _git_commit() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        return git("rev-parse", "--short", "HEAD") + (
+            "+dirty" if git("status", "--porcelain", "src") else ""
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run(s: Settings) -> dict[str, Any]:
+    if shutil.which("wrk") is None:
+        raise BenchError("wrk is not installed (Debian/Ubuntu: apt-get install -y wrk)")
+    if not {s.gw_cpu, s.load_cpu} <= os.sched_getaffinity(0):
+        raise BenchError(f"CPUs {s.gw_cpu} and {s.load_cpu} are not both available here")
+    s.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    work = Path(tempfile.mkdtemp(prefix="fleetgate-bench-"))
+    # measure the checkout this file lives in, not whatever fleetgate is installed
+    pythonpath = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in pythonpath if p))
+    py = sys.executable
+    started: list[Server] = []
+    rows: list[dict[str, Any]] = []
+    servers: dict[str, dict[str, Any]] = {}
+    try:
+        up_port = _free_port()
+        upstream = start_server(
+            "upstream",
+            [
+                py,
+                "-m",
+                "benchmarks.upstream",
+                "--port",
+                str(up_port),
+                "--gap-ms",
+                str(s.gap_ms),
+                "--chunks",
+                str(STREAM_CHUNKS),
+            ],
+            up_port,
+            "/_stats",
+            s.load_cpu,
+            env,
+            ROOT,
+            work / "upstream.log",
+        )
+        started.append(upstream)
+        gw_port = _free_port()
+        config_path = work / "fleet.yaml"
+        write_config(config_path, up_port, gw_port)
+        log = s.out / f"{stamp}-fleetgate.log"
+        gateway = start_server(
+            GATEWAY,
+            [*s.gateway_cmd, "serve", "--config", str(config_path), "--port", str(gw_port)],
+            gw_port,
+            "/readyz",
+            s.gw_cpu,
+            env,
+            work,
+            log,
+        )
+        started.append(gateway)
+        for line in check_gateway(gateway.port, upstream.port):
+            print(f"check ok: {line}", file=sys.stderr)
+        targets = [gateway]
+        if s.baseline:
+            bl_port = _free_port()
+            baseline = start_server(
+                "baseline",
+                [
+                    py,
+                    "-m",
+                    "benchmarks.baseline",
+                    "--port",
+                    str(bl_port),
+                    "--upstream",
+                    upstream.url(""),
+                ],
+                bl_port,
+                "/readyz",
+                s.gw_cpu,
+                env,
+                ROOT,
+                work / "baseline.log",
+            )
+            started.append(baseline)
+            targets.insert(0, baseline)
+        for t in targets:
+            t.idle_rss_mb = ProcSample.of(t.pid).rss_kb / 1024
+
+        for sc in scenarios(s):
+            print(f"running {sc.name} …", file=sys.stderr, flush=True)
+            runs: dict[str, list[dict[str, Any]]] = {}
+            for rep in range(s.repeat):
+                # direct: the upstream plays the gateway's role, on the gateway's CPU
+                pin_all_threads(upstream.pid, s.gw_cpu)
+                try:
+                    row = measure(upstream, sc, upstream.url(sc.path), None, s)
+                    row["target"] = "direct"
+                    runs.setdefault("direct", []).append(row)
+                finally:
+                    pin_all_threads(upstream.pid, s.load_cpu)
+                for t in targets:
+                    prof = None
+                    if s.profile and t is gateway:
+                        prof = s.out / f"{stamp}-profile-{sc.name}-{rep}.txt"
+                    row = measure(t, sc, t.url("/v1/chat/completions"), upstream, s, prof)
+                    runs.setdefault(t.name, []).append(row)
+            rows += [median_run(r) for r in runs.values()]
+        for t in targets:
+            if t.proc.poll() is not None:
+                raise BenchError(f"{t.name} exited with {t.proc.returncode} during the run")
+            end = ProcSample.of(t.pid)
+            servers[t.name] = {
+                "ready_s": t.ready_s,
+                "idle_rss_mb": t.idle_rss_mb,
+                "peak_rss_mb": end.hwm_kb / 1024,
+            }
+    finally:
+        for server in reversed(started):
+            stop(server.proc)
+        shutil.rmtree(work, ignore_errors=True)
+
+    compare(rows)
+    result: dict[str, Any] = {
+        "meta": {
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "commit": _git_commit(),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(s).items()},
+        },
+        "servers": servers,
+        "rows": rows,
+    }
+    result["checks"] = target_checks(result)
+    result["all_targets_met"] = all(c["ok"] for c in result["checks"] if not c["info"])
+    table = markdown(result)
+    (s.out / f"{stamp}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (s.out / f"{stamp}.md").write_text(table)
+    shutil.copyfile(s.out / f"{stamp}.json", s.out / "latest.json")
+    print(table)
+    print(f"results: {s.out / (stamp + '.json')}", file=sys.stderr)
+    return result
+
+
+def main() -> int:
+    try:
+        result = run(Settings.from_env())
+    except BenchError as exc:
+        print(f"benchmark failed: {exc}", file=sys.stderr)
+        return 2
+    return 0 if result["all_targets_met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
