@@ -174,3 +174,26 @@ async def test_rows_wait_while_the_database_fails(sqlite_url: str) -> None:
         assert [r["id"] for r in (await log.page(limit=10)).rows] == ["r4", "r3", "r2"]
     finally:
         await engine.dispose()
+
+
+async def test_json_columns_round_trip(db_url: str) -> None:
+    from fleetgate.execute.outcome import Attempt
+    from fleetgate.store.database import migrate
+
+    engine = create_engine(database_url(db_url))
+    try:
+        await migrate(engine)
+        log = RequestLog(engine)
+        record = _record(1, time.time())
+        record.dropped = [{"deployment": "x", "filter": "context_fit", "reason": "too small"}]
+        record.attempts = [
+            Attempt(0, "d", "p", "up", "virtual", status=200, params={"temperature": 0.2})
+        ]
+        await log.write([record])
+        row = await log.get("r1")
+        assert row is not None
+        assert row["dropped"] == record.dropped
+        assert row["attempts"][0]["params"] == {"temperature": 0.2}
+        assert row["stream"] is False and row["tokens_estimated"] is False
+    finally:
+        await engine.dispose()

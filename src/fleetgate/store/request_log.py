@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, insert, or_, select
+import orjson
+from sqlalchemy import JSON, Table, and_, delete, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.store.tables import attempts, requests
-
-_BATCH = 500  # rows per INSERT statement
 
 log = logging.getLogger("fleetgate.record")
 
@@ -154,10 +153,9 @@ class RequestLog:
         attempt_rows = [a for _, rows in batch for a in rows]
         try:
             async with self.engine.begin() as conn:
-                for i in range(0, len(request_rows), _BATCH):
-                    await conn.execute(insert(requests), request_rows[i : i + _BATCH])
-                for i in range(0, len(attempt_rows), _BATCH):
-                    await conn.execute(insert(attempts), attempt_rows[i : i + _BATCH])
+                for table, rows in ((requests, request_rows), (attempts, attempt_rows)):
+                    if rows:
+                        await conn.exec_driver_sql(self._insert_sql(table), _as_tuples(table, rows))
         except (SQLAlchemyError, OSError) as exc:
             self.failures += 1
             log.warning(
@@ -169,6 +167,16 @@ class RequestLog:
         for _ in batch:
             self._pending.popleft()
         self.written += len(request_rows)
+
+    def _insert_sql(self, table: Table) -> str:
+        # Plain driver-level executemany: the log is the one bulk writer, and skipping
+        # SQLAlchemy's per-row parameter processing halves its CPU cost per row.
+        names = [c.name for c in table.columns]
+        if self.engine.dialect.paramstyle == "numeric_dollar":
+            marks = ", ".join(f"${i + 1}" for i in range(len(names)))
+        else:
+            marks = ", ".join("?" for _ in names)
+        return f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({marks})"
 
     async def purge(self, older_than: float, chunk: int = 1000) -> int:
         """Delete rows older than `older_than` (epoch seconds), `chunk` requests per
@@ -249,6 +257,22 @@ class RequestLog:
                 {k: v for k, v in a._mapping.items() if k != "request_uid"} for a in tries
             ]
         return _public(found)
+
+
+def _as_tuples(table: Table, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Rows in column order, JSON columns encoded (the driver gets them as text)."""
+    json_columns = {c.name for c in table.columns if isinstance(c.type, JSON)}
+    out = []
+    for row in rows:
+        out.append(
+            tuple(
+                orjson.dumps(row[c.name]).decode()
+                if c.name in json_columns and row[c.name] is not None
+                else row[c.name]
+                for c in table.columns
+            )
+        )
+    return out
 
 
 def _public(row: dict[str, Any]) -> dict[str, Any]:
