@@ -273,11 +273,6 @@ class Gateway:
         profile.headers = ex.headers
         if self.guard is not None:
             ex.client_key = await self.guard.admit(scope, profile.model)
-        await self.proxy(profile, receive, send, ex)
-
-    async def proxy(
-        self, profile: RequestProfile, receive: Receive, send: Send, ex: Exchange
-    ) -> None:
         fleet = self.holder.fleet
         plan = build_plan(profile, fleet, self.state, sticky=self.sticky, windows=self.windows)
         require_route(plan)
@@ -298,7 +293,9 @@ class Gateway:
                 return
             body = outcome.body
             assert body is not None
-            if profile.endpoint in CHECKED_ENDPOINTS:
+            if outcome.candidate.deployment.provider.kind == "ollama" and (
+                profile.endpoint in CHECKED_ENDPOINTS
+            ):  # only Ollama truncates silently (and answers 200)
                 self._check_truncation(ex, profile, plan, outcome, body)
             overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
             headers = ex.base_headers()

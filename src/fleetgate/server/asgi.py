@@ -64,22 +64,25 @@ class DisconnectWatch:
     Without it an abandoned request would keep its upstream request (and a GPU) busy.
     """
 
-    __slots__ = ("_task", "cancelled", "done")
+    __slots__ = ("_owner", "_task", "cancelled", "done")
 
     def __init__(self, receive: Receive) -> None:
         self.done = False
         self.cancelled = False
-        owner = asyncio.current_task()
-        self._task = asyncio.get_running_loop().create_task(self._watch(receive, owner))
+        self._owner = asyncio.current_task()
+        # The body has been read, so the only message left is http.disconnect: a task on
+        # receive() itself with a done-callback is the cheapest way to hear it.
+        self._task: asyncio.Task[Message] = asyncio.get_running_loop().create_task(
+            receive()  # type: ignore[arg-type]
+        )
+        self._task.add_done_callback(self._heard)
 
-    async def _watch(self, receive: Receive, owner: asyncio.Task[Any] | None) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
-        if not self.done and owner is not None:
+    def _heard(self, task: asyncio.Task[Message]) -> None:
+        if task.cancelled() or task.exception() is not None or self.done:
+            return
+        if task.result()["type"] == "http.disconnect" and self._owner is not None:
             self.cancelled = True
-            owner.cancel()
+            self._owner.cancel()
 
     def finish(self) -> None:
         self.done = True

@@ -38,12 +38,6 @@ class ContextFitFilter:
         if not windows:
             return candidates, []
         profile = ctx.profile
-        settings = context_settings(ctx.fleet)
-        estimate = profile.context
-        if estimate is None:
-            estimate = estimate_context_tokens(profile.body, profile.endpoint, settings)
-            profile.context = estimate
-        record_estimate(estimate, ctx.headers, ctx.notes)
         # per-deployment window, for the attempts' `provider_ctx` metric label
         ctx.notes["provider_ctx"] = {
             c.deployment.id: (of(c.deployment) if of else c.deployment.context_window)
@@ -51,6 +45,16 @@ class ContextFitFilter:
             for c in candidates
         }
         guard = guard_for(ctx.fleet, profile.model)
+        if guard == "allow" and len(set(windows)) < 2 and profile.context is None:
+            # one capacity and no guard: nothing here could change the plan, so the
+            # request routes exactly as it would without tiers, and skips the estimate
+            return candidates, []
+        settings = context_settings(ctx.fleet)
+        estimate = profile.context
+        if estimate is None:
+            estimate = estimate_context_tokens(profile.body, profile.endpoint, settings)
+            profile.context = estimate
+        record_estimate(estimate, ctx.headers, ctx.notes)
         if guard == "warn":
             # routed anyway (biggest window first, by the best-fit order), and flagged
             if fits_nowhere(candidates, estimate.total, of):
