@@ -40,6 +40,8 @@ def test_demo_serves_and_shows_a_fallback():
         out = "".join(lines)
         assert "Ctrl-C stops the demo" in out, out
         assert "answered by steady (attempts 2" in out and "fallback" in out
+        assert "prompt -> 200, answered by long" in out  # the long-context tier
+        assert "support-bot (virtual) -> 200, answered by steady" in out
         base = re.search(r"gateway on (http://127\.0\.0\.1:\d+)", out).group(1)
         client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
         seen = set()

@@ -23,6 +23,7 @@ ENGINES: dict[str, dict[str, Any]] = {
     # name -> FakeEngine settings
     "flaky": {"context_window": 8192, "reply_words": 12},
     "steady": {"context_window": 8192, "reply_words": 12, "latency": 0.02},
+    "long": {"context_window": 65536, "reply_words": 12, "latency": 0.05},
     "embedder": {"context_window": 8192},
 }
 
@@ -42,8 +43,17 @@ def demo_config(urls: dict[str, str], host: str, port: int) -> dict[str, Any]:
             {"id": "steady", "model": "demo-chat", "provider": "steady",
              "upstream_model": "sim/llama-8b-b", "context_window": 8192, "priority": 1,
              "price": {"input": 0.08, "output": 0.16}},
+            {"id": "long", "model": "demo-chat", "provider": "long",
+             "upstream_model": "sim/llama-8b-long", "context_window": 65536, "tier": "long",
+             "price": {"input": 0.30, "output": 0.60}},
             {"id": "embedder", "model": "demo-embed", "provider": "embedder",
              "upstream_model": "sim/embed-small", "context_window": 8192},
+        ],
+        "virtual_models": [
+            {"name": "support-bot", "routes": [
+                {"deployment": "steady", "params": {"temperature": 0.2, "max_tokens": 256}},
+                {"deployment": "long", "params": {"temperature": 0.3}},
+            ]},
         ],
         "models": [
             {"id": "demo-chat", "owned_by": "fleetgate-demo"},
@@ -52,12 +62,23 @@ def demo_config(urls: dict[str, str], host: str, port: int) -> dict[str, Any]:
     }
 
 
+def _sample_bodies() -> list[tuple[str, dict[str, Any]]]:
+    short = [{"role": "user", "content": "Say hello."}]
+    long = [{"role": "user", "content": "Summarise this: " + "lorem ipsum " * 8000}]
+    return [
+        ("demo-chat", {"model": "demo-chat", "messages": short}),
+        ("demo-chat", {"model": "demo-chat", "messages": short}),
+        ("demo-chat", {"model": "demo-chat", "messages": short}),
+        ("demo-chat, ~100 KB prompt", {"model": "demo-chat", "messages": long}),
+        ("support-bot (virtual)", {"model": "support-bot", "messages": short}),
+    ]
+
+
 async def _sample_requests(base: str) -> list[str]:
     """Send a few requests so the newcomer sees routing and a fallback right away."""
     lines = []
-    body = {"model": "demo-chat", "messages": [{"role": "user", "content": "Say hello."}]}
     async with aiohttp.ClientSession() as session:
-        for i in range(1, 4):
+        for i, (label, body) in enumerate(_sample_bodies(), 1):
             async with session.post(base + "/v1/chat/completions", json=body) as resp:
                 data = await resp.read()
                 h = resp.headers
@@ -65,10 +86,15 @@ async def _sample_requests(base: str) -> list[str]:
                 note = ""
                 if h.get("x-fleetgate-fallback-count", "0") != "0":
                     note = "  <- fallback: 'flaky' answered 503, the chain moved on"
+                elif h.get("x-fleetgate-context-tier") == "long":
+                    note = (f"  <- too big for 8k: long-context tier "
+                            f"(estimate {h.get('x-fleetgate-context-estimate')})")
+                elif h.get("x-fleetgate-virtual-model"):
+                    note = "  <- virtual model: its first route, with its own temperature"
                 lines.append(
-                    f"  #{i} POST /v1/chat/completions model=demo-chat -> {resp.status}, "
-                    f"answered by {h.get('x-fleetgate-route')} "
-                    f"(attempts {h.get('x-fleetgate-attempts')}, model in body {model!r}){note}"
+                    f"  #{i} {label} -> {resp.status}, answered by "
+                    f"{h.get('x-fleetgate-route')} (attempts {h.get('x-fleetgate-attempts')}, "
+                    f"model in body {model!r}){note}"
                 )
     return lines
 
@@ -76,8 +102,10 @@ async def _sample_requests(base: str) -> list[str]:
 def _instructions(base: str, samples: list[str], admin_key: str) -> str:
     return f"""
 fleetgate demo — gateway on {base}, in front of {len(ENGINES)} simulated engines
-  model demo-chat  -> deployment 'flaky' (priority 0; answers 503 to every 2nd request)
-                      then 'steady' (priority 1): the fallback
+  model demo-chat  -> deployment 'flaky' (8k window, priority 0; answers 503 to every
+                      2nd request), then 'steady' (8k, priority 1): the fallback;
+                      'long' (64k window, tier long) takes what the 8k hosts can't hold
+  support-bot      -> a virtual model: 'steady' (temperature 0.2), then 'long'
   model demo-embed -> deployment 'embedder'
 
 Requests sent just now:
