@@ -6,6 +6,13 @@ from typing import Any
 import openai
 import pytest
 
+from tests.backends import (  # noqa: F401  (fixtures)
+    db_url,
+    pg_url,
+    redis_namespace,
+    redis_url,
+    sqlite_url,
+)
 from tests.harness import LoopThread, Stack
 
 

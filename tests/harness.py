@@ -17,6 +17,7 @@ import uvicorn
 from fleetgate.config import validate_config
 from fleetgate.fleet import FleetHolder, build_fleet
 from fleetgate.server.app import Gateway
+from fleetgate.server.control import ControlOptions, build_gateway
 from fleetgate.testing import FakeEngine, FakeOllama
 
 T = TypeVar("T")
@@ -75,9 +76,14 @@ class Stack:
         self.workers[name] = worker
         return worker
 
-    def start_gateway(self, config: dict[str, Any]) -> Gateway:
-        holder = FleetHolder(build_fleet(fleet_config(config)))
-        gateway = Gateway(holder)
+    def start_gateway(
+        self, config: dict[str, Any], options: ControlOptions | None = None
+    ) -> Gateway:
+        """Serve a gateway; with `options` it runs with its control plane (store, admin)."""
+        if options is None:
+            gateway = Gateway(FleetHolder(build_fleet(fleet_config(config))))
+        else:
+            gateway = build_gateway(fleet_config(config), options)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
@@ -87,15 +93,24 @@ class Stack:
                            http="httptools")
         )
         self._task = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), self.lt.loop)
-        wait_until(lambda: server.started, 10, "gateway started")
+        task = self._task
+        wait_until(lambda: server.started or task.done(), 20, "gateway started")
+        if not server.started:
+            task.result()  # start-up failed: raise its error
+            raise AssertionError("the gateway exited during start-up")
         self.gateway, self._server = gateway, server
         self.url = f"http://127.0.0.1:{port}"
         return gateway
 
-    def close(self) -> None:
+    def stop_gateway(self) -> None:
+        """Shut the gateway down gracefully (lifespan shutdown included)."""
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
             self._task.result(15)
+        self._server = self._task = None
+
+    def close(self) -> None:
+        self.stop_gateway()
         for engine in self.engines.values():
             self.lt.run(engine.stop())
         for worker in self.workers.values():

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import httpx
 import openai
+
+
+def _checkout_env() -> dict[str, str]:
+    """Run this checkout's fleetgate in the subprocess, whatever is installed."""
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
 
 
 def test_demo_serves_and_shows_a_fallback():
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleetgate", "demo", "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=_checkout_env(),
     )
     try:
         lines = []
@@ -43,6 +53,12 @@ def test_demo_serves_and_shows_a_fallback():
             seen.add(raw.headers["x-fleetgate-fallback-count"])
         assert seen == {"0", "1"}
         assert client.embeddings.create(model="demo-embed", input="x").data
+        # the admin API runs on the demo's SQLite store, with the key it printed
+        key = re.search(r"Bearer (fg-admin-[\w-]+)", out).group(1)
+        logged = httpx.get(
+            base + "/admin/requests", headers={"Authorization": f"Bearer {key}"}, timeout=10
+        )
+        assert logged.status_code == 200 and logged.json()["data"], logged.text
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=15) == 0
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -13,6 +14,8 @@ import pytest
 import yaml
 
 from tests.harness import Stack, wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -43,6 +46,11 @@ def test_serve_from_config_file(stack: Stack, tmp_path: Path, workers: int):
         [sys.executable, "-m", "fleetgate", "serve", "--config", str(path), "--port", str(port),
          "--workers", str(workers)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={  # this checkout's code, and a fresh store
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+            "FLEETGATE_DATA_DIR": str(tmp_path / "data"),
+        },
     )
     try:
         wait_until(lambda: ready(url), 30, "gateway ready")

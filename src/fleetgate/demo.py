@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import signal
 import socket
+import tempfile
 from typing import Any
 
 import aiohttp
 import orjson
 
 from fleetgate.config import validate_config
-from fleetgate.fleet import FleetHolder, build_fleet
-from fleetgate.server.app import Gateway
+from fleetgate.server.control import ControlOptions, build_gateway
 from fleetgate.server.run import server_for
+from fleetgate.store.database import data_dir
 from fleetgate.testing import FakeEngine, Fault
 
 ENGINES: dict[str, dict[str, Any]] = {
@@ -97,7 +99,7 @@ async def _sample_requests(base: str) -> list[str]:
     return lines
 
 
-def _instructions(base: str, samples: list[str]) -> str:
+def _instructions(base: str, samples: list[str], admin_key: str) -> str:
     return f"""
 fleetgate demo — gateway on {base}, in front of {len(ENGINES)} simulated engines
   model demo-chat  -> deployment 'flaky' (8k window, priority 0; answers 503 to every
@@ -118,6 +120,10 @@ Try it:
   python3 -c "from openai import OpenAI; c = OpenAI(base_url='{base}/v1', api_key='x'); \\
 print(c.chat.completions.create(model='demo-chat', \\
 messages=[{{'role': 'user', 'content': 'hi'}}]).choices[0].message.content)"
+
+The admin API (docs at {base}/admin/docs) and the request log:
+  curl -s {base}/admin/fleet -H 'Authorization: Bearer {admin_key}'
+  curl -s '{base}/admin/requests?limit=5' -H 'Authorization: Bearer {admin_key}'
 
 Response headers X-Fleetgate-Route / -Attempts / -Fallback-Count show how each request was
 routed. Ctrl-C stops the demo.
@@ -142,7 +148,14 @@ async def _run(host: str, port: int) -> int:
         demo_config({n: e.url for n, e in engines.items()}, host, port)
     )
     assert config is not None, problems
-    server = server_for(Gateway(FleetHolder(build_fleet(config))), host, port)
+    # the demo's engines get new ports each run, so its store is fresh each run too: a
+    # SQLite file in a temporary directory under the data directory, removed at exit
+    base_dir = data_dir()
+    base_dir.mkdir(parents=True, exist_ok=True)
+    store_dir = tempfile.TemporaryDirectory(dir=base_dir, prefix="demo-")
+    admin_key = "fg-admin-" + secrets.token_urlsafe(12)
+    gateway = build_gateway(config, ControlOptions(data_dir=store_dir.name, admin_key=admin_key))
+    server = server_for(gateway, host, port)
     server.config.log_level = "warning"
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not server.started:
@@ -150,7 +163,7 @@ async def _run(host: str, port: int) -> int:
             return 1
         await asyncio.sleep(0.01)
     base = f"http://{host}:{port}"
-    print(_instructions(base, await _sample_requests(base)), flush=True)
+    print(_instructions(base, await _sample_requests(base), admin_key), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -161,6 +174,7 @@ async def _run(host: str, port: int) -> int:
     await serving
     for engine in engines.values():
         await engine.stop()
+    store_dir.cleanup()
     return 0
 
 

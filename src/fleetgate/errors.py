@@ -75,6 +75,31 @@ ERROR_KINDS: dict[str, ErrorKind] = _kinds(
     ErrorKind("unsupported_endpoint", 400, "invalid_request_error",
               "The chosen model's deployments do not serve this endpoint; pick another "
               "model."),
+    ErrorKind("invalid_api_key", 401, "authentication_error",
+              "Send a client key made through the admin API as `Authorization: Bearer "
+              "<key>` or `x-api-key: <key>`."),
+    ErrorKind("model_not_allowed", 403, "permission_error",
+              "This client key may not use the model; use one it allows, or ask an operator "
+              "to widen its `allowed_models`."),
+    ErrorKind("rate_limited", 429, "rate_limit_error",
+              "This client key is over its requests- or tokens-per-minute limit; retry after "
+              "`Retry-After` seconds."),
+    ErrorKind("budget_exceeded", 429, "rate_limit_error",
+              "This client key has spent its budget; ask an operator to raise it."),
+    ErrorKind("invalid_admin_key", 401, "authentication_error",
+              "Send the admin key (FLEETGATE_ADMIN_KEY or `admin.key`) as "
+              "`Authorization: Bearer <key>` or `x-api-key: <key>`."),
+    ErrorKind("admin_disabled", 403, "permission_error",
+              "The admin API is off because no admin key is set; set FLEETGATE_ADMIN_KEY or "
+              "`admin.key` and restart."),
+    ErrorKind("invalid_config", 422, "invalid_request_error",
+              "The change would make the fleet invalid and was not applied; fix what "
+              "`problems` lists and send it again."),
+    ErrorKind("already_exists", 409, "invalid_request_error",
+              "An entity with this id exists; PATCH or PUT it, or pick another id."),
+    ErrorKind("in_use", 409, "invalid_request_error",
+              "Other entities still use this one (`users` lists them); change or delete "
+              "them first."),
     ErrorKind("internal_error", 500, "internal_error",
               "A bug in fleetgate; report it with the X-Request-Id header."),
 )

@@ -380,9 +380,36 @@ class ServerConfig(_Strict):
     max_body_bytes: PositiveInt = 32 * 1024 * 1024
 
 
+class StorageConfig(_Strict):
+    database_url: str | None = None
+    """SQLAlchemy URL of the store; SQLite under `data_dir` when unset (env
+    FLEETGATE_DATABASE_URL overrides)."""
+    redis_url: str | None = None
+    """Shared runtime state for many replicas (env FLEETGATE_REDIS_URL overrides)."""
+    data_dir: str | None = None
+    """Where the default SQLite file lives (env FLEETGATE_DATA_DIR; default `./data`)."""
+    retention_days: PositiveFloat = 30.0
+    """Request-log rows older than this are purged in the background."""
+    log_buffer: PositiveInt = 10_000
+    """Request records held in memory before the oldest unflushed ones are dropped."""
+
+
+class AdminConfig(_Strict):
+    key: str | None = None
+    """The admin API key, a literal or `${ENV}` (env FLEETGATE_ADMIN_KEY overrides)."""
+
+
+class AuthConfig(_Strict):
+    enabled: bool = False
+    """When true, every proxied request needs a client key made through the admin API."""
+
+
 class FleetConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    admin: AdminConfig = Field(default_factory=AdminConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
     providers: list[ProviderConfig] = Field(default_factory=list)
     deployments: list[DeploymentConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)

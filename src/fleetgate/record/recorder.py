@@ -34,6 +34,7 @@ class RequestRecord:
     provider_id: str | None
     attempts: list[Attempt] = field(default_factory=list)
     dropped: list[dict[str, str]] = field(default_factory=list)
+    client_key_id: str | None = None
     notes: dict[str, Any] = field(default_factory=dict)  # numbers and ids from the stages
 
     def public(self) -> dict[str, Any]:
@@ -80,6 +81,10 @@ class Recorder:
         self._buffer: deque[RequestRecord] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
 
     def add(self, record: RequestRecord) -> None:
         if len(self._buffer) >= self.capacity:

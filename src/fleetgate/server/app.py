@@ -8,11 +8,13 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from fleetgate.auth.guard import record_usage
+from fleetgate.auth.keys import ClientKey
 from fleetgate.context.placement import TIER_HEADER
 from fleetgate.context.refine import ContextRefiner
 from fleetgate.context.truncation import (
@@ -54,6 +56,10 @@ from fleetgate.server.virtuals import (
 )
 from fleetgate.state.runtime import MemoryState, RuntimeState
 
+if TYPE_CHECKING:
+    from fleetgate.auth.guard import Guard
+    from fleetgate.server.control import ControlPlane
+
 log = logging.getLogger("fleetgate")
 
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -64,10 +70,11 @@ Handler = Callable[[Scope, Receive, Send, "Exchange"], Awaitable[None]]
 class Exchange:
     """Per-request facts the handlers share: id, start time, and the routing headers."""
 
-    __slots__ = ("headers", "protocol", "request_id", "started")
+    __slots__ = ("client_key", "headers", "protocol", "request_id", "started")
 
     def __init__(self, scope: Scope) -> None:
         self.started = time.perf_counter()
+        self.client_key: ClientKey | None = None
         self.protocol = error_protocol(scope["path"])  # the shape errors are answered in
         self.headers: dict[str, str] = {}
         request_id = None
@@ -129,6 +136,10 @@ class Gateway:
         self.executor.on_context_limit = self._context_limit_stated
         self.ready = False
         self.max_body = holder.fleet.config.server.max_body_bytes
+        # set by server/control.py when the gateway runs with a store (admin API, keys)
+        self.control: ControlPlane | None = None
+        self.guard: Guard | None = None
+        self.admin_app: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
         self.routes: dict[tuple[str, str], Handler] = {
             ("GET", "/v1/models"): self.models,
             ("POST", "/v1/routing/explain"): self.explain,
@@ -156,7 +167,7 @@ class Gateway:
             # server and the upstream call costs CPU on each resume of the request
             route = INGRESS_ROUTES.get(scope["path"]) if scope["method"] == "POST" else None
             if route is not None:
-                await self._proxy(route[0], route[1], receive, send, ex)
+                await self._proxy(scope, route[0], route[1], receive, send, ex)
                 return
             handler = self.routes.get((scope["method"], scope["path"]))
             if handler is None:
@@ -173,6 +184,8 @@ class Gateway:
     def _fallback_route(self, method: str, path: str) -> Handler:
         if method == "GET" and path.startswith("/v1/requests/"):
             return self.request_record
+        if self.admin_app is not None and (path == "/admin" or path.startswith("/admin/")):
+            return self._admin
         if any(p == path for _, p in self.routes):
             raise GatewayError("method_not_allowed", f"{method} is not allowed on {path}.")
         raise GatewayError("not_found", f"There is no endpoint at {path}.")
@@ -201,6 +214,8 @@ class Gateway:
                 return
 
     async def startup(self) -> None:
+        if self.control is not None:
+            await self.control.start()
         self.recorder.start()
         await self.discovery.start()
         self.ready = True
@@ -208,8 +223,14 @@ class Gateway:
     async def shutdown(self) -> None:
         self.ready = False
         await self.discovery.stop()
-        await self.recorder.stop()
+        await self.recorder.stop()  # flushes the last records into the store
+        if self.control is not None:
+            await self.control.stop()
         await self.pool.close()
+
+    async def _admin(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        assert self.admin_app is not None
+        await self.admin_app(scope, receive, send)
 
     def _check_truncation(
         self, ex: Exchange, profile: RequestProfile, plan: RoutePlan, outcome: Outcome,
@@ -241,14 +262,17 @@ class Gateway:
         self, scope: Scope, receive: Receive, send: Send, ex: Exchange
     ) -> None:
         endpoint, parser = INGRESS_ROUTES[scope["path"]]
-        await self._proxy(endpoint, parser, receive, send, ex)
+        await self._proxy(scope, endpoint, parser, receive, send, ex)
 
     async def _proxy(
-        self, endpoint: str, parser: Parser, receive: Receive, send: Send, ex: Exchange
+        self, scope: Scope, endpoint: str, parser: Parser, receive: Receive, send: Send,
+        ex: Exchange,
     ) -> None:
         profile = parser(endpoint, await read_body(receive, self.max_body))
         profile.request_id = ex.request_id
         profile.headers = ex.headers
+        if self.guard is not None:
+            ex.client_key = await self.guard.admit(scope, profile.model)
         fleet = self.holder.fleet
         plan = build_plan(profile, fleet, self.state, sticky=self.sticky, windows=self.windows)
         require_route(plan)
@@ -321,33 +345,40 @@ class Gateway:
         overhead: float,
     ) -> None:
         dep = outcome.candidate.deployment if outcome is not None else None
-        self.recorder.add(
-            RequestRecord(
-                request_id=ex.request_id,
-                time=time.time(),
-                endpoint=profile.endpoint,
-                requested_model=profile.model,
-                resolution=plan.resolution,
-                stream=profile.stream,
-                status=status,
-                error_code=error_code,
-                latency=time.perf_counter() - ex.started,
-                overhead=overhead,
-                deployment_id=dep.id if dep else None,
-                provider_id=dep.provider.id if dep else None,
-                attempts=attempts,
-                dropped=plan.describe()["dropped"] if plan.dropped else [],
-                notes=plan.notes,
-            )
+        key = ex.client_key
+        record = RequestRecord(
+            request_id=ex.request_id,
+            time=time.time(),
+            endpoint=profile.endpoint,
+            requested_model=profile.model,
+            resolution=plan.resolution,
+            stream=profile.stream,
+            status=status,
+            error_code=error_code,
+            latency=time.perf_counter() - ex.started,
+            overhead=overhead,
+            deployment_id=dep.id if dep else None,
+            provider_id=dep.provider.id if dep else None,
+            attempts=attempts,
+            dropped=plan.describe()["dropped"] if plan.dropped else [],
+            client_key_id=key.id if key is not None else None,
+            notes=plan.notes,
         )
+        self.recorder.add(record)
+        if key is not None and self.guard is not None:
+            self.guard.settle(key, *record_usage(record, self.holder.fleet))
 
     # ---- the gateway's own endpoints --------------------------------------------------
     async def models(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        if self.guard is not None:
+            self.guard.identify(scope)
         body = catalog(self.holder.fleet, self.windows)
         await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 
     async def explain(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         raw = await read_body(receive, self.max_body)
+        if self.guard is not None:
+            self.guard.identify(scope)
         result = explain_request(
             parse_json_object(raw),
             self.holder.fleet,

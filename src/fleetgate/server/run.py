@@ -10,8 +10,8 @@ import sys
 import uvicorn
 
 from fleetgate.config import FleetConfig, load_config_file
-from fleetgate.fleet import FleetHolder, build_fleet
 from fleetgate.server.app import Gateway
+from fleetgate.server.control import build_gateway
 
 CONFIG_ENV = "FLEETGATE_CONFIG"
 
@@ -41,7 +41,8 @@ def tune_gc() -> None:
 
 
 def gateway_for(config: FleetConfig) -> Gateway:
-    return Gateway(FleetHolder(build_fleet(config)))
+    """The gateway with its control plane (store, admin API, keys, Redis when set)."""
+    return build_gateway(config)
 
 
 def app_from_env() -> Gateway:

@@ -1,0 +1,1 @@
+"""The admin API (`/admin/*`): fleet CRUD, the live fleet, the request log, client keys."""

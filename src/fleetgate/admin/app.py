@@ -1,0 +1,70 @@
+"""The admin sub-application: FastAPI for its validation and OpenAPI docs (`/admin/docs`).
+
+It is mounted by path prefix from the raw-ASGI gateway, so the hot path pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import TYPE_CHECKING
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from fleetgate.admin import entities, fleet_view, keys, log
+from fleetgate.admin.errors import AdminError
+from fleetgate.auth.guard import presented_secret
+from fleetgate.errors import GatewayError
+
+if TYPE_CHECKING:
+    from fleetgate.server.control import ControlPlane
+
+
+def create_admin_app(control: ControlPlane) -> FastAPI:
+    async def require_admin(request: Request) -> None:
+        if not control.admin_key:
+            raise GatewayError(
+                "admin_disabled", "The admin API is off: no admin key is configured."
+            )
+        secret = presented_secret(request.scope) or ""
+        if not hmac.compare_digest(secret.encode(), control.admin_key.encode()):
+            raise GatewayError("invalid_admin_key", "The admin key is missing or wrong.")
+
+    app = FastAPI(
+        title="fleetgate admin API",
+        description="Change the fleet live, read the request log, manage client keys.",
+        docs_url="/admin/docs",
+        openapi_url="/admin/openapi.json",
+        redoc_url=None,
+        dependencies=[Depends(require_admin)],
+    )
+
+    @app.exception_handler(GatewayError)
+    async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        err = GatewayError(
+            codes.get(exc.status_code, "invalid_request"),
+            f"{request.method} {request.url.path}: {exc.detail}",
+            status=exc.status_code,
+        )
+        return JSONResponse(err.body(), status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"path": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in exc.errors()
+        ]
+        err = AdminError("invalid_request", "The request is invalid.", problems=problems)
+        return JSONResponse(err.body(), status_code=400)
+
+    app.include_router(fleet_view.router(control))
+    app.include_router(log.router(control))
+    app.include_router(keys.router(control))
+    app.include_router(entities.router(control))
+    return app

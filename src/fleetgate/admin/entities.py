@@ -1,0 +1,169 @@
+"""CRUD for fleet entities, one set of routes per registered kind.
+
+Every change is applied to the stored rows, the whole fleet is rebuilt from them and
+validated, and only then persisted and swapped in; an invalid result changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import APIRouter, Body, Response
+
+from fleetgate.admin.errors import AdminError
+from fleetgate.admin.merge import merge_patch
+from fleetgate.config.loader import ConfigError
+from fleetgate.errors import GatewayError
+from fleetgate.store.config_store import find
+from fleetgate.store.kinds import ENTITY_KINDS, Entities, EntityKind, users_of
+
+if TYPE_CHECKING:
+    from fleetgate.server.control import ControlPlane
+
+EntityBody = Annotated[dict[str, Any], Body(description="the entity's config block")]
+
+
+def _mask(value: object) -> object:
+    return value if isinstance(value, str) and value.startswith("${") else "***"
+
+
+def public_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A stored body as the API shows it: literal credentials (`api_key`, each of `keys`,
+    and every header value, which may carry one) masked; env references shown."""
+    out = dict(body)
+    if out.get("api_key") is not None:
+        out["api_key"] = _mask(out["api_key"])
+    for name in ("keys", "headers"):
+        if isinstance(out.get(name), dict):
+            out[name] = {k: _mask(v) for k, v in out[name].items()}
+    return out
+
+
+def _not_found(kind: str, entity_id: str) -> GatewayError:
+    return GatewayError("not_found", f"There is no {kind} entry {entity_id!r}.")
+
+
+def _id_of(kind: EntityKind, body: dict[str, Any]) -> str:
+    try:
+        entity_id = kind.id_of(body)
+    except KeyError as exc:
+        raise AdminError(
+            "invalid_request", f"The body needs `{exc.args[0]}` to name the entity."
+        ) from exc
+    if not isinstance(entity_id, str) or not entity_id:
+        raise AdminError("invalid_request", "The entity's id must be a non-empty string.")
+    return entity_id
+
+
+async def _apply(control: ControlPlane, edit: Any) -> None:
+    try:
+        await control.change(edit)
+    except ConfigError as exc:
+        problems = [{"path": p.path, "message": p.message} for p in exc.problems]
+        summary = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
+        raise AdminError(
+            "invalid_config", f"The fleet would be invalid: {summary}", problems=problems
+        ) from exc
+
+
+def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> None:
+    name = kind.name
+    base = f"/admin/{name}"
+
+    async def list_all() -> dict[str, Any]:
+        entities = await control.config_store.entities()
+        return {"data": [public_body(b) for b in entities.get(name, [])]}
+
+    async def get_one(entity_id: str) -> dict[str, Any]:
+        found = find(await control.config_store.entities(), name, entity_id)
+        if found is None:
+            raise _not_found(name, entity_id)
+        return public_body(found[1])
+
+    async def create(response: Response, body: EntityBody) -> dict[str, Any]:
+        entity_id = _id_of(kind, body)
+        body = {**body, kind.key_field: entity_id}  # pins a default deployment id
+
+        def edit(entities: Entities) -> Entities:
+            if find(entities, name, entity_id) is not None:
+                raise AdminError(
+                    "already_exists", f"{name} entry {entity_id!r} exists.", id=entity_id
+                )
+            entities.setdefault(name, []).append(body)
+            return entities
+
+        await _apply(control, edit)
+        response.status_code = 201
+        return public_body(body)
+
+    def _replacer(entity_id: str, make: Any) -> Any:
+        def edit(entities: Entities) -> Entities:
+            found = find(entities, name, entity_id)
+            if found is None:
+                raise _not_found(name, entity_id)
+            index, old = found
+            new = make(old)
+            if _id_of(kind, new) != entity_id:
+                raise AdminError(
+                    "invalid_request",
+                    f"The id cannot change ({entity_id!r}); create a new entry instead.",
+                )
+            entities[name][index] = new
+            return entities
+
+        return edit
+
+    async def replace(entity_id: str, body: EntityBody) -> dict[str, Any]:
+        body = {kind.key_field: entity_id, **body}  # the path names it when the body does not
+        await _apply(control, _replacer(entity_id, lambda old: body))
+        return await get_one(entity_id)
+
+    async def patch(entity_id: str, body: EntityBody) -> dict[str, Any]:
+        await _apply(control, _replacer(entity_id, lambda old: merge_patch(old, body)))
+        return await get_one(entity_id)
+
+    async def remove(entity_id: str) -> Response:
+        def edit(entities: Entities) -> Entities:
+            found = find(entities, name, entity_id)
+            if found is None:
+                raise _not_found(name, entity_id)
+            users = users_of(entities, name, entity_id)
+            if users:
+                listed = ", ".join(f"{u.user_kind}/{u.user_id}" for u in users)
+                raise AdminError(
+                    "in_use",
+                    f"{name} entry {entity_id!r} is still used by: {listed}.",
+                    users=[{"kind": u.user_kind, "id": u.user_id} for u in users],
+                )
+            del entities[name][found[0]]
+            return entities
+
+        await _apply(control, edit)
+        return Response(status_code=204)
+
+    tag = [name]
+    router.add_api_route(base, list_all, methods=["GET"], tags=tag, summary=f"List {name}")
+    router.add_api_route(
+        base, create, methods=["POST"], tags=tag, status_code=201, summary=f"Create one of {name}"
+    )
+    item = base + "/{entity_id:path}"
+    router.add_api_route(item, get_one, methods=["GET"], tags=tag, summary="Read one")
+    router.add_api_route(item, replace, methods=["PUT"], tags=tag, summary="Replace one")
+    router.add_api_route(
+        item, patch, methods=["PATCH"], tags=tag, summary="Merge a partial body into one (RFC 7396)"
+    )
+    router.add_api_route(
+        item,
+        remove,
+        methods=["DELETE"],
+        tags=tag,
+        status_code=204,
+        summary="Delete one (409 while others use it)",
+    )
+
+
+def router(control: ControlPlane) -> APIRouter:
+    r = APIRouter()
+    for kind in ENTITY_KINDS.values():
+        _routes_for(r, control, kind)
+    return r

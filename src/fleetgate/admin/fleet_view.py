@@ -1,0 +1,117 @@
+"""`GET /admin/fleet` (the live fleet with runtime state) and `GET /admin/status`."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter
+
+from fleetgate.config.checks import deployment_id
+from fleetgate.context.placement import effective_window
+from fleetgate.discovery.store import WindowStore
+from fleetgate.fleet import Deployment, Fleet
+from fleetgate.state.runtime import RuntimeState
+
+if TYPE_CHECKING:
+    from fleetgate.server.control import ControlPlane
+
+
+def window_source(fleet: Fleet, dep: Deployment) -> str | None:
+    """Which config field declares the deployment's window (None: none does)."""
+    if dep.context_window is None:
+        return None
+    for d in fleet.config.deployments:
+        if deployment_id(d) == dep.id and d.context_window is not None:
+            return "deployment.context_window"
+    model = next((m for m in fleet.config.models if m.id == dep.model), None)
+    if model is not None and model.long_context is not None:
+        if dep.tier == "long":
+            return "long_context.max_context_tokens"
+        return "long_context.base_max_context_tokens"
+    return "deployment.context_window"
+
+
+def _window(fleet: Fleet, dep: Deployment, windows: WindowStore | None) -> dict[str, Any]:
+    field = window_source(fleet, dep)
+    if windows is None:
+        declared = effective_window(dep)
+        source = "config" if declared is not None else "unknown"
+        return {"effective": declared, "source": source, "config_field": field}
+    view = windows.view(dep).public(dep.id)
+    view.pop("deployment", None)
+    return {"effective": view.pop("tokens"), **view, "config_field": field}
+
+
+def live_fleet(
+    fleet: Fleet,
+    state: RuntimeState,
+    windows: WindowStore | None = None,
+    now: float | None = None,
+) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    deployments = []
+    for dep in fleet.deployments.values():
+        h = state.health(dep.id)
+        deployments.append(
+            {
+                "id": dep.id,
+                "model": dep.model,
+                "provider": dep.provider.id,
+                "upstream_model": dep.upstream_model,
+                "tier": dep.tier,
+                "context_window": _window(fleet, dep, windows),
+                "health": {
+                    "circuit": h.circuit,
+                    "available": state.unavailable_reason(dep.id, now) is None,
+                    "unavailable_reason": state.unavailable_reason(dep.id, now),
+                    "cooldown_until": h.open_until if h.open_until > now else None,
+                    "consecutive_failures": h.consecutive_failures,
+                    "successes": h.successes,
+                    "failures": h.failures,
+                },
+                "inflight": h.inflight,
+                "ema": {
+                    "ttft_seconds": h.ttft_ema,
+                    "latency_seconds": h.latency_ema,
+                    "tokens_per_second": h.tps_ema,
+                },
+            }
+        )
+    return {
+        "version": fleet.version,
+        "providers": [
+            {
+                "id": p.id,
+                "kind": p.kind,
+                "base_url": p.base_url,
+                "has_credentials": p.has_credentials,
+                "max_concurrency": p.max_concurrency,
+            }
+            for p in fleet.providers.values()
+        ],
+        "models": [
+            {
+                "id": m.id,
+                "context_length": m.context_length,
+                "deployments": [d.id for d in m.deployments],
+            }
+            for m in fleet.models.values()
+        ],
+        "deployments": deployments,
+    }
+
+
+def router(control: ControlPlane) -> APIRouter:
+    r = APIRouter(tags=["fleet"])
+
+    @r.get("/admin/fleet", summary="The live fleet with each deployment's runtime state")
+    async def fleet() -> dict[str, Any]:
+        gateway = control.gateway
+        return live_fleet(control.fleet, gateway.state, getattr(gateway, "windows", None))
+
+    @r.get("/admin/status", summary="Store, request-log and Redis counters")
+    async def status() -> dict[str, Any]:
+        return control.status()
+
+    return r

@@ -1,0 +1,48 @@
+"""`GET /admin/requests` (filtered, cursor-paginated) and `GET /admin/requests/{id}`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Query
+
+from fleetgate.errors import GatewayError, invalid
+from fleetgate.store.request_log import parse_since
+
+if TYPE_CHECKING:
+    from fleetgate.server.control import ControlPlane
+
+
+def router(control: ControlPlane) -> APIRouter:
+    r = APIRouter(tags=["request log"])
+
+    @r.get("/admin/requests", summary="Logged requests, newest first")
+    async def list_requests(
+        model: str | None = None,
+        status: str | None = Query(None, description="an HTTP status, `ok` or `error`"),
+        since: str | None = Query(None, description="epoch seconds or ISO-8601"),
+        limit: int = Query(50, ge=1, le=1000),
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        if status is not None and status not in ("ok", "error") and not status.isdigit():
+            raise invalid("`status` must be an HTTP status, `ok` or `error`.", "status")
+        try:
+            since_ts = parse_since(since) if since is not None else None
+        except ValueError as exc:
+            raise invalid("`since` must be epoch seconds or an ISO-8601 time.", "since") from exc
+        try:
+            page = await control.request_log.page(
+                model=model, status=status, since=since_ts, limit=limit, cursor=cursor
+            )
+        except ValueError as exc:
+            raise invalid("`cursor` is not one this API gave out.", "cursor") from exc
+        return {"data": page.rows, "next_cursor": page.next_cursor}
+
+    @r.get("/admin/requests/{request_id:path}", summary="One request with its attempts")
+    async def get_request(request_id: str) -> dict[str, Any]:
+        row = await control.request_log.get(request_id)
+        if row is None:
+            raise GatewayError("not_found", f"No logged request {request_id!r}.")
+        return row
+
+    return r

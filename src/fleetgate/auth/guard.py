@@ -1,0 +1,115 @@
+"""The key check on the hot path: who is calling, may they use this model, are they in limits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fleetgate.auth.keys import ClientKey, KeyRing
+from fleetgate.auth.limits import Limiter, MemoryLimiter, retry_after
+from fleetgate.errors import GatewayError
+from fleetgate.fleet import Fleet
+from fleetgate.record.recorder import RequestRecord
+from fleetgate.server.asgi import Scope
+
+
+def presented_secret(scope: Scope) -> str | None:
+    """`Authorization: Bearer <key>` or `x-api-key: <key>`."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+        elif name == b"x-api-key" and value:
+            return value.decode("latin-1").strip()
+    return None
+
+
+class Guard:
+    def __init__(self, ring: KeyRing, enabled: bool, limiter: Limiter | None = None) -> None:
+        self.ring = ring
+        self.enabled = enabled
+        self.limiter: Limiter = limiter or MemoryLimiter()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        # told of each key's spend, so other replicas can count it (set with Redis)
+        self.on_spend: Callable[[str, float], None] | None = None
+
+    def identify(self, scope: Scope, model: str | None = None) -> ClientKey | None:
+        """The caller's key (401 when none), allowed to use `model` (403); no limits counted.
+        None when auth is off."""
+        if not self.enabled:
+            return None
+        secret = presented_secret(scope)
+        key = self.ring.lookup(secret) if secret else None
+        if key is None:
+            what = "is not valid" if secret else "is missing"
+            raise GatewayError(
+                "invalid_api_key",
+                f"The API key {what}. Send `Authorization: Bearer <key>` or `x-api-key` "
+                "with a key made through the admin API.",
+            )
+        if model is not None and not key.allows(model):
+            raise GatewayError(
+                "model_not_allowed",
+                f"This key may not use {model!r}; it may use: "
+                f"{', '.join(sorted(key.allowed_models or ())) or 'nothing'}.",
+                param="model",
+            )
+        return key
+
+    async def admit(self, scope: Scope, model: str) -> ClientKey | None:
+        """The caller's key, or a 401/403/429 GatewayError; None when auth is off."""
+        key = self.identify(scope, model)
+        if key is None:
+            return None
+        now = time.time()
+        if key.budget is not None and self.ring.spent(key) >= key.budget:
+            raise GatewayError(
+                "budget_exceeded",
+                f"This key has spent its budget of {key.budget:g}; ask an operator to raise it.",
+            )
+        if key.rpm is not None and not await self.limiter.hit(f"rpm:{key.id}", key.rpm, now):
+            raise self._limited(f"{key.rpm} requests per minute", now)
+        if key.tpm is not None and await self.limiter.used(f"tpm:{key.id}", now) >= key.tpm:
+            raise self._limited(f"{key.tpm} tokens per minute", now)
+        return key
+
+    @staticmethod
+    def _limited(what: str, now: float) -> GatewayError:
+        wait = max(1, round(retry_after(now) + 0.5))
+        return GatewayError(
+            "rate_limited",
+            f"This key is over its limit of {what}; retry in {wait}s.",
+            headers={"Retry-After": str(wait)},
+        )
+
+    def settle(self, key: ClientKey, tokens: int, cost: float) -> None:
+        """After a request: count its tokens and spend, off the response path."""
+        if cost:
+            self.ring.add_spend(key.id, cost)
+            if self.on_spend is not None:
+                self.on_spend(key.id, cost)
+        if key.tpm is not None and tokens:
+            task = asyncio.get_running_loop().create_task(
+                self.limiter.add(f"tpm:{key.id}", tokens, time.time())
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+
+def record_usage(record: RequestRecord, fleet: Fleet) -> tuple[int, float]:
+    """Tokens a request used and what they cost at its deployment's prices."""
+    if not record.attempts or record.deployment_id is None:
+        return 0, 0.0
+    last = record.attempts[-1]
+    estimate = record.notes.get("context_estimate")
+    # streams carry no usage here: count the gateway's own prompt estimate then
+    prompt = last.prompt_tokens or (estimate if isinstance(estimate, int) else 0)
+    completion = last.completion_tokens or 0
+    dep = fleet.deployments.get(record.deployment_id)
+    if dep is None:
+        return prompt + completion, 0.0
+    cost = (prompt * dep.price_input + completion * dep.price_output) / 1e6
+    return prompt + completion, cost

@@ -1,0 +1,301 @@
+"""The control plane of one gateway replica: store, request log, client keys, admin API,
+and (with Redis) the links to the other replicas.
+
+The hot path never waits on any of it: the fleet is swapped in whole, keys are looked up
+in memory, and records reach the store through the recorder's background batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fleetgate.auth.guard import Guard, record_usage
+from fleetgate.auth.keys import KeyRing
+from fleetgate.config.checks import ENV_REF
+from fleetgate.config.schema import FleetConfig
+from fleetgate.fleet import Fleet, build_fleet
+from fleetgate.record.recorder import RequestRecord
+from fleetgate.store.client_keys import KeyStore
+from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
+from fleetgate.store.database import create_engine, database_url, migrate
+from fleetgate.store.kinds import Entities
+from fleetgate.store.request_log import RequestLog, retention_cutoff
+
+if TYPE_CHECKING:
+    from fleetgate.server.app import Gateway
+    from fleetgate.state.redis_link import RedisLink
+
+log = logging.getLogger("fleetgate.control")
+
+ADMIN_KEY_ENV = "FLEETGATE_ADMIN_KEY"
+_KEYS_VERSION = "keys_version"
+REDIS_URL_ENV = "FLEETGATE_REDIS_URL"
+
+
+@dataclass(slots=True)
+class ControlOptions:
+    """Start-up settings that override the config file's `storage` and `admin` sections."""
+
+    database_url: str | None = None
+    data_dir: str | None = None
+    redis_url: str | None = None
+    redis_namespace: str = "fleetgate"
+    admin_key: str | None = None
+    purge_interval: float = 600.0
+    poll_interval: float = 1.0  # store polling when there is no working Redis
+
+
+def _resolve(value: str | None) -> str | None:
+    if value is None:
+        return None
+    match = ENV_REF.match(value)
+    return os.environ.get(match.group(1)) if match else value
+
+
+def _nonempty(entities: Entities) -> Entities:
+    return {k: v for k, v in entities.items() if v}
+
+
+def _has_entities(config: FleetConfig) -> bool:
+    return any(_nonempty(entities_of(config)).values())
+
+
+class SpendSink:
+    """Adds each key's spend to its row, one UPDATE per key per batch."""
+
+    def __init__(self, keys: KeyStore, fleet: Callable[[], Fleet]) -> None:
+        self.keys = keys
+        self.fleet = fleet
+
+    async def write(self, records: list[RequestRecord]) -> None:
+        fleet = self.fleet()
+        spend: dict[str, float] = {}
+        for r in records:
+            if r.client_key_id is not None:
+                cost = record_usage(r, fleet)[1]
+                if cost:
+                    spend[r.client_key_id] = spend.get(r.client_key_id, 0.0) + cost
+        if spend:
+            await self.keys.add_spend(spend)
+
+
+class ControlPlane:
+    def __init__(
+        self, gateway: Gateway, base: FleetConfig, options: ControlOptions | None = None
+    ) -> None:
+        self.gateway = gateway
+        self.base = base
+        self.options = options or ControlOptions()
+        storage = base.storage
+        self.url = database_url(
+            storage.database_url,
+            self.options.data_dir or storage.data_dir,
+            explicit=self.options.database_url,
+        )
+        self.admin_key = (
+            self.options.admin_key or os.environ.get(ADMIN_KEY_ENV) or _resolve(base.admin.key)
+        )
+        self.redis_url = (
+            self.options.redis_url or os.environ.get(REDIS_URL_ENV) or storage.redis_url
+        )
+        self.engine = create_engine(self.url)
+        self.config_store = ConfigStore(self.engine)
+        self.request_log = RequestLog(self.engine, base.storage.log_buffer)
+        self.keys = KeyStore(self.engine)
+        self.ring = KeyRing()
+        self.guard = Guard(self.ring, base.auth.enabled)
+        self.link: RedisLink | None = None
+        self._keys_version = 0
+        self._tasks: list[asyncio.Task[Any]] = []
+        gateway.recorder.capacity = storage.log_buffer
+
+    @property
+    def fleet(self) -> Fleet:
+        return self.gateway.holder.fleet
+
+    async def start(self) -> None:
+        await migrate(self.engine)
+        if await self.config_store.seed(self.base):
+            log.info("seeded the store from the config file")
+        elif _has_entities(self.base) and _nonempty(entities_of(self.base)) != _nonempty(
+            await self.config_store.entities()
+        ):
+            log.warning(
+                "the config file's fleet sections differ from the store (%s); the store "
+                "wins. Change the fleet through /admin, or point the data directory or "
+                "database_url at a fresh store to seed it from the file again.",
+                self.engine.url.render_as_string(hide_password=True),
+            )
+        await self.reload_fleet(force=True)
+        await self.reload_keys()
+        self.gateway.recorder.sinks.append(self.request_log)
+        self.gateway.recorder.sinks.append(SpendSink(self.keys, lambda: self.fleet))
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._purge_loop()))
+        self._tasks.append(loop.create_task(self._poll_loop()))
+        if self.redis_url:
+            from fleetgate.state.redis_link import RedisLink
+
+            self.link = RedisLink(self.redis_url, self.options.redis_namespace)
+            self.link.on("config", self._on_event)
+            self.link.on("keys", self._on_event)
+            self.link.on("resync", self._on_event)
+            self.link.on("spend", self._on_event)
+            state = self.gateway.state
+            if hasattr(state, "attach"):
+                state.attach(self.link)
+            await self.link.start()
+            self.guard.limiter = self.link.limiter()
+            link = self.link
+            self.guard.on_spend = lambda key_id, cost: link.announce(
+                {"type": "spend", "key": key_id, "cost": cost}
+            )
+            self._export_redis_metrics(self.link)
+
+    def _export_redis_metrics(self, link: RedisLink) -> None:
+        from prometheus_client import Gauge
+
+        registry = self.gateway.metrics.registry
+        Gauge(
+            "fleetgate_redis_connected", "1 while the link to Redis is up.", registry=registry
+        ).set_function(lambda: float(link.healthy))
+        Gauge(
+            "fleetgate_redis_errors",
+            "Redis operations that failed; the replica used its local state instead.",
+            registry=registry,
+        ).set_function(lambda: float(link.errors))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        close_state = getattr(self.gateway.state, "close", None)
+        if close_state is not None:
+            await close_state()
+        if self.link is not None:
+            await self.link.stop()
+        await self.engine.dispose()
+
+    # ---- the fleet ----------------------------------------------------------------------
+    async def reload_fleet(self, force: bool = False) -> bool:
+        """Rebuild the fleet from the store when its version moved; True when swapped."""
+        version = await self.config_store.version()
+        if not force and version <= self.fleet.version:
+            return False
+        entities = await self.config_store.entities()
+        config = compose_or_raise(self.base, entities)
+        self.gateway.holder.swap(build_fleet(config, version))
+        return True
+
+    async def change(self, edit: Callable[[Entities], Entities]) -> Fleet:
+        """Edit the stored entities; the whole result is validated before anything is kept."""
+        version, config = await self.config_store.change(
+            edit, lambda entities: compose_or_raise(self.base, entities)
+        )
+        fleet = build_fleet(config, version)
+        if version > self.fleet.version:
+            self.gateway.holder.swap(fleet)
+        if self.link is not None:
+            self.link.announce({"type": "config", "version": version})
+        return fleet
+
+    # ---- client keys ------------------------------------------------------------------
+    async def reload_keys(self) -> None:
+        self._keys_version = await self.config_store.counter(_KEYS_VERSION)
+        self.ring.replace(await self.keys.active())
+
+    async def keys_changed(self) -> None:
+        await self.config_store.bump(_KEYS_VERSION)
+        await self.reload_keys()
+        if self.link is not None:
+            self.link.announce({"type": "keys"})
+
+    # ---- other replicas -----------------------------------------------------------------
+    async def _on_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "config":
+            if int(event.get("version", 0)) > self.fleet.version:
+                await self.reload_fleet()
+        elif kind == "keys":
+            await self.reload_keys()
+        elif kind == "spend":  # another replica's spend, until the stored total catches up
+            self.ring.add_spend(str(event["key"]), float(event["cost"]))
+        elif kind == "resync":  # back from a Redis outage: changes may have been missed
+            await self.reload_fleet()
+            await self.reload_keys()
+
+    # ---- without (working) Redis: notice other processes' changes by polling -------------
+    async def _poll_loop(self) -> None:
+        """Several workers on one store without Redis (or while it is down) still converge:
+        each polls the store's change counters, one cheap SELECT each per interval."""
+        while True:
+            await asyncio.sleep(self.options.poll_interval)
+            if self.link is not None and self.link.healthy:
+                continue
+            try:
+                await self.reload_fleet()
+                if await self.config_store.counter(_KEYS_VERSION) != self._keys_version:
+                    await self.reload_keys()
+            except Exception:
+                log.exception("polling the store for changes failed; retrying")
+
+    # ---- retention ----------------------------------------------------------------------
+    async def purge_once(self, now: float | None = None, chunk: int = 1000) -> int:
+        cutoff = retention_cutoff(self.base.storage.retention_days, now)
+        return await self.request_log.purge(cutoff, chunk)
+
+    async def _purge_loop(self) -> None:
+        while True:
+            try:
+                gone = await self.purge_once()
+                if gone:
+                    log.info("purged %d request-log rows past retention", gone)
+            except Exception:
+                log.exception("request-log purge failed; retrying later")
+            await asyncio.sleep(self.options.purge_interval)
+
+    def status(self) -> dict[str, Any]:
+        recorder = self.gateway.recorder
+        return {
+            "config_version": self.fleet.version,
+            "database": self.engine.dialect.name,
+            "records_dropped": recorder.dropped,
+            "records_buffered": recorder.buffered,
+            "records_written": self.request_log.written,
+            "records_unwritten": self.request_log.dropped,
+            "log_write_failures": self.request_log.failures,
+            "client_keys": len(self.ring),
+            "auth_enabled": self.guard.enabled,
+            "redis": self.link.status() if self.link is not None else None,
+            "time": time.time(),
+        }
+
+
+def build_gateway(config: FleetConfig, options: ControlOptions | None = None) -> Gateway:
+    """A gateway with its control plane: store, request log, keys, admin API, Redis."""
+    from fleetgate.admin.app import create_admin_app
+    from fleetgate.fleet import FleetHolder
+    from fleetgate.server.app import Gateway
+    from fleetgate.state.runtime import MemoryState, RuntimeState
+
+    options = options or ControlOptions()
+    state: RuntimeState = MemoryState()
+    if options.redis_url or os.environ.get(REDIS_URL_ENV) or config.storage.redis_url:
+        from fleetgate.state.redis_state import RedisState
+
+        state = RedisState()
+    gateway = Gateway(FleetHolder(build_fleet(config)), state)
+    control = ControlPlane(gateway, config, options)
+    gateway.control = control
+    if config.auth.enabled:  # with auth off the hot path does not even look at keys
+        gateway.guard = control.guard
+    gateway.admin_app = create_admin_app(control)
+    return gateway

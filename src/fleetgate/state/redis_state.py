@@ -1,0 +1,132 @@
+"""Runtime state shared between replicas through Redis.
+
+Reads stay synchronous on a local mirror (a `MemoryState`), so routing never awaits.
+Every change to a deployment's circuit, cooldown or EMAs is applied locally first, then
+queued to Redis (a hash other replicas load at start-up, and a pub/sub event they apply
+at once). In-flight counts are approximate: each replica publishes its own counts about
+twice a second (while they change or are non-zero), and every replica's mirror holds its
+own count plus the others' last published ones; a replica that stops publishing drops
+out after a few seconds. Without Redis this is a `MemoryState`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from fleetgate.config.schema import CircuitConfig
+from fleetgate.state.redis_link import RedisLink
+from fleetgate.state.runtime import MemoryState
+
+_SHARED = (
+    "consecutive_failures",
+    "open_until",
+    "open_reason",
+    "ttft_ema",
+    "tps_ema",
+    "latency_ema",
+)
+
+
+INFLIGHT_INTERVAL = 0.5  # seconds between in-flight publications
+INFLIGHT_STALE = 5.0  # a replica silent this long no longer counts
+
+
+class RedisState(MemoryState):
+    def __init__(self) -> None:
+        super().__init__()
+        self.link: RedisLink | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        # other replicas' in-flight counts: replica -> (counts by deployment, when heard)
+        self._remote: dict[str, tuple[dict[str, int], float]] = {}
+        self._published: dict[str, int] = {}
+
+    def attach(self, link: RedisLink) -> None:
+        self.link = link
+        link.on("health", self._apply)
+        link.on("inflight", self._apply_inflight)
+        link.on("resync", lambda _event: self._load_snapshot())
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._load_snapshot()),
+            loop.create_task(self._publish_inflight()),
+        ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    def _remote_count(self, deployment_id: str) -> int:
+        return sum(counts.get(deployment_id, 0) for counts, _ in self._remote.values())
+
+    def local_inflight(self, deployment_id: str) -> int:
+        return self.health(deployment_id).inflight - self._remote_count(deployment_id)
+
+    def _set_remote(self, replica: str, counts: dict[str, int] | None, now: float) -> None:
+        old = self._remote.pop(replica, ({}, 0.0))[0]
+        if counts is not None:
+            self._remote[replica] = (counts, now)
+        for dep_id in set(old) | set(counts or {}):
+            # the mirror's count is local + remote, so shift it by the remote change
+            self.health(dep_id).inflight += (counts or {}).get(dep_id, 0) - old.get(dep_id, 0)
+
+    def _apply_inflight(self, event: dict[str, Any]) -> None:
+        counts = {str(k): int(v) for k, v in event.get("counts", {}).items()}
+        self._set_remote(str(event["origin"]), counts, time.monotonic())
+
+    async def _publish_inflight(self) -> None:
+        while True:
+            await asyncio.sleep(INFLIGHT_INTERVAL)
+            now = time.monotonic()
+            for replica, (_, heard) in list(self._remote.items()):
+                if now - heard > INFLIGHT_STALE:
+                    self._set_remote(replica, None, now)
+            if self.link is None:
+                continue
+            local = {d: n for d in self._health if (n := self.local_inflight(d))}
+            if local or self._published:
+                self.link.announce({"type": "inflight", "counts": local})
+            self._published = local
+
+    async def _load_snapshot(self) -> None:
+        assert self.link is not None
+        for dep_id, fields in (await self.link.read_hash("health")).items():
+            self._apply({"deployment": dep_id, "fields": fields})
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        h = self.health(str(event["deployment"]))
+        for name, value in event["fields"].items():
+            if name in _SHARED:
+                setattr(h, name, value)
+        if h.open_until and h.open_until > time.time():
+            h.probing = False
+
+    def _share(self, deployment_id: str) -> None:
+        if self.link is None:
+            return
+        h = self.health(deployment_id)
+        fields = {name: getattr(h, name) for name in _SHARED}
+        self.link.store_hash("health", deployment_id, fields)
+        self.link.announce({"type": "health", "deployment": deployment_id, "fields": fields})
+
+    def record_success(
+        self, deployment_id: str, ttft: float | None, latency: float, tokens: int | None
+    ) -> None:
+        super().record_success(deployment_id, ttft, latency, tokens)
+        self._share(deployment_id)
+
+    def record_failure(self, deployment_id: str, now: float, circuit: CircuitConfig) -> None:
+        super().record_failure(deployment_id, now, circuit)
+        self._share(deployment_id)
+
+    def record_rate_limit(
+        self, deployment_id: str, now: float, retry_after: float | None, circuit: CircuitConfig
+    ) -> float:
+        until = super().record_rate_limit(deployment_id, now, retry_after, circuit)
+        self._share(deployment_id)
+        return until

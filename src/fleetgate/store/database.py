@@ -1,0 +1,113 @@
+"""Opening the store: the database URL, the async engine, and migrations at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, event, text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+DATA_DIR_ENV = "FLEETGATE_DATA_DIR"
+DATABASE_URL_ENV = "FLEETGATE_DATABASE_URL"
+SQLITE_FILE = "fleetgate.db"
+
+# Any constant works; it only has to be the same in every replica.
+_MIGRATION_LOCK = 0x666C6565  # "flee"
+_MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def data_dir(configured: str | None = None) -> Path:
+    return Path(os.environ.get(DATA_DIR_ENV) or configured or "./data")
+
+
+def database_url(
+    configured: str | None = None, data_directory: str | None = None, explicit: str | None = None
+) -> str:
+    """The URL to use: `explicit`, then env, then config, then SQLite under the data dir."""
+    url = explicit or os.environ.get(DATABASE_URL_ENV) or configured
+    if not url:
+        directory = data_dir(data_directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        return f"sqlite+aiosqlite:///{(directory / SQLITE_FILE).resolve()}"
+    # plain driver-less URLs get the async driver this package ships with
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url.removeprefix(prefix)
+    if url.startswith("sqlite:///"):
+        return "sqlite+aiosqlite:///" + url.removeprefix("sqlite:///")
+    return url
+
+
+def is_postgres(engine: AsyncEngine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
+def create_engine(url: str) -> AsyncEngine:
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            # WAL lets the request log write while the admin API reads; foreign keys make
+            # attempt rows go with their request.
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        return engine
+    return create_async_engine(url, pool_size=5, max_overflow=5, pool_pre_ping=True)
+
+
+def _upgrade(connection: Connection) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+async def migrate(engine: AsyncEngine) -> None:
+    """Bring the schema to the newest revision.
+
+    Replicas that start at the same moment are serialised: the first one migrates, the
+    others wait, then find nothing left to do. PostgreSQL uses a transaction-scoped
+    advisory lock; SQLite (whose DDL is not transactional here) an exclusive lock on a
+    file next to the database.
+    """
+    if is_postgres(engine):
+        async with engine.begin() as conn:
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+            await conn.run_sync(_upgrade)
+        return
+    path = engine.url.database
+    if not path or path == ":memory:":
+        async with engine.begin() as conn:
+            await conn.run_sync(_upgrade)
+        return
+    async with _local_lock(path):
+        lock_file = open(path + ".migrate-lock", "a+")  # noqa: ASYNC230, SIM115  (tiny, local)
+        try:
+            await asyncio.to_thread(fcntl.flock, lock_file, fcntl.LOCK_EX)
+            async with engine.begin() as conn:
+                await conn.run_sync(_upgrade)
+        finally:
+            lock_file.close()  # releases the flock
+
+
+_LOCAL_LOCKS: dict[str, asyncio.Lock] = {}
+
+
+def _local_lock(path: str) -> asyncio.Lock:
+    # flock does not exclude a second open file in the same process; this lock does
+    return _LOCAL_LOCKS.setdefault(path, asyncio.Lock())
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    async with engine.connect() as conn:
+        row = (await conn.execute(text("SELECT version_num FROM alembic_version"))).first()
+    return row[0] if row else None

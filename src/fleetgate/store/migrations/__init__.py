@@ -1,0 +1,1 @@
+"""Alembic migrations for the store, run programmatically at start-up (see store/migrate.py)."""
