@@ -62,3 +62,17 @@ def test_metrics_count_requests_attempts_and_fallbacks(stack: Stack):
     assert ('fleetgate_attempts_total{deployment="pa",error_class="server_error",'
             'provider="pa",provider_ctx="unbounded",status="503"} 1.0') in text
     assert "private" not in text
+
+
+def test_requests_refused_before_any_upstream_call_are_recorded(stack: Stack):
+    a = stack.engine("a")
+    stack.start_gateway({"providers": [provider("pa", a)], "deployments": [deployment("m", "pa")]})
+    resp = httpx.post(stack.url + "/v1/chat/completions", json={
+        "model": "no-such-model", "messages": [{"role": "user", "content": "x"}]})
+    assert resp.status_code == 404
+    rid = resp.headers["x-request-id"]
+    wait_until(lambda: httpx.get(f"{stack.url}/v1/requests/{rid}").status_code == 200, 5)
+    record = httpx.get(f"{stack.url}/v1/requests/{rid}").json()
+    assert (record["status"], record["error_code"]) == (404, "model_not_found")
+    assert record["resolution"] == "rejected" and record["attempts"] == []
+    assert a.requests == []

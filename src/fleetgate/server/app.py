@@ -271,12 +271,19 @@ class Gateway:
         profile = parser(endpoint, await read_body(receive, self.max_body))
         profile.request_id = ex.request_id
         profile.headers = ex.headers
-        if self.guard is not None:
-            ex.client_key = await self.guard.admit(scope, profile.model)
         fleet = self.holder.fleet
-        plan = build_plan(profile, fleet, self.state, sticky=self.sticky, windows=self.windows)
-        require_route(plan)
-        await self.refiner.refine(plan, profile, fleet)  # exact count near a tier boundary
+        plan: RoutePlan | None = None
+        try:
+            if self.guard is not None:
+                ex.client_key = await self.guard.admit(scope, profile.model)
+            plan = build_plan(
+                profile, fleet, self.state, sticky=self.sticky, windows=self.windows
+            )
+            require_route(plan)
+            await self.refiner.refine(plan, profile, fleet)  # exact count near a boundary
+        except GatewayError as exc:  # refused before any upstream call: logged all the same
+            self._record(ex, profile, plan, exc.status, exc.code, [], None, 0.0)
+            raise
         watch = DisconnectWatch(receive)
         try:
             try:
@@ -340,7 +347,7 @@ class Gateway:
                          overhead)
 
     def _record(
-        self, ex: Exchange, profile: RequestProfile, plan: RoutePlan, status: int,
+        self, ex: Exchange, profile: RequestProfile, plan: RoutePlan | None, status: int,
         error_code: str | None, attempts: list[Attempt], outcome: Outcome | None,
         overhead: float,
     ) -> None:
@@ -351,7 +358,7 @@ class Gateway:
             time=time.time(),
             endpoint=profile.endpoint,
             requested_model=profile.model,
-            resolution=plan.resolution,
+            resolution=plan.resolution if plan is not None else "rejected",
             stream=profile.stream,
             status=status,
             error_code=error_code,
@@ -360,9 +367,9 @@ class Gateway:
             deployment_id=dep.id if dep else None,
             provider_id=dep.provider.id if dep else None,
             attempts=attempts,
-            dropped=plan.describe()["dropped"] if plan.dropped else [],
+            dropped=plan.describe()["dropped"] if plan is not None and plan.dropped else [],
             client_key_id=key.id if key is not None else None,
-            notes=plan.notes,
+            notes=plan.notes if plan is not None else {},
         )
         self.recorder.add(record)
         if key is not None and self.guard is not None:
