@@ -34,8 +34,11 @@ def stack(loop_thread: LoopThread) -> Iterator[Stack]:
 def client_for() -> Callable[..., openai.OpenAI]:
     def make(stack: Stack, **kwargs: Any) -> openai.OpenAI:
         return openai.OpenAI(
-            base_url=stack.url + "/v1", api_key="sk-test", max_retries=0,
-            timeout=kwargs.pop("timeout", 10), **kwargs,
+            base_url=stack.url + "/v1",
+            api_key="sk-test",
+            max_retries=0,
+            timeout=kwargs.pop("timeout", 10),
+            **kwargs,
         )
 
     return make

@@ -89,8 +89,9 @@ class Stack:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         server = uvicorn.Server(
-            uvicorn.Config(gateway, lifespan="on", log_level="warning", access_log=False,
-                           http="httptools")
+            uvicorn.Config(
+                gateway, lifespan="on", log_level="warning", access_log=False, http="httptools"
+            )
         )
         self._task = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), self.lt.loop)
         task = self._task

@@ -63,8 +63,10 @@ deployments:
 
 
 def test_unknown_fields_are_rejected():
-    problems = [str(p) for p in check_config_text("providers: [{id: p, base_url: 'http://h', "
-                                                  "timeout: 3}]\n")]
+    problems = [
+        str(p)
+        for p in check_config_text("providers: [{id: p, base_url: 'http://h', timeout: 3}]\n")
+    ]
     assert problems and "providers[0].timeout: unknown field" in problems[0]
 
 
@@ -88,12 +90,16 @@ deployments: [{model: m, provider: p}]
 def test_missing_credentials_drop_the_deployment_with_a_reason(stack: Stack, monkeypatch):
     monkeypatch.delenv("FG_MISSING_KEY", raising=False)
     a = stack.engine("a")
-    stack.start_gateway({
-        "providers": [provider("pa", a, api_key="${FG_MISSING_KEY}")],
-        "deployments": [deployment("m", "pa")],
-    })
-    resp = httpx.post(stack.url + "/v1/chat/completions",
-                      json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+    stack.start_gateway(
+        {
+            "providers": [provider("pa", a, api_key="${FG_MISSING_KEY}")],
+            "deployments": [deployment("m", "pa")],
+        }
+    )
+    resp = httpx.post(
+        stack.url + "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+    )
     assert resp.status_code == 503
     err = resp.json()["error"]
     assert err["code"] == "no_route"
@@ -103,12 +109,16 @@ def test_missing_credentials_drop_the_deployment_with_a_reason(stack: Stack, mon
 def test_api_key_is_sent_upstream(stack: Stack, monkeypatch):
     monkeypatch.setenv("FG_UP_KEY", "sk-upstream")
     a = stack.engine("a")
-    stack.start_gateway({
-        "providers": [provider("pa", a, api_key="${FG_UP_KEY}", headers={"X-Org": "o1"})],
-        "deployments": [deployment("m", "pa")],
-    })
-    httpx.post(stack.url + "/v1/chat/completions",
-               json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+    stack.start_gateway(
+        {
+            "providers": [provider("pa", a, api_key="${FG_UP_KEY}", headers={"X-Org": "o1"})],
+            "deployments": [deployment("m", "pa")],
+        }
+    )
+    httpx.post(
+        stack.url + "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+    )
     headers = a.requests[-1].headers
     assert headers["Authorization"] == "Bearer sk-upstream"
     assert headers["X-Org"] == "o1"
@@ -117,25 +127,40 @@ def test_api_key_is_sent_upstream(stack: Stack, monkeypatch):
 def test_fleet_swap_changes_routing_for_the_next_request(stack: Stack):
     a = stack.engine("a")
     b = stack.engine("b")
-    gateway = stack.start_gateway({
-        "providers": [provider("pa", a), provider("pb", b)],
-        "deployments": [deployment("m", "pa")],
-    })
+    gateway = stack.start_gateway(
+        {
+            "providers": [provider("pa", a), provider("pb", b)],
+            "deployments": [deployment("m", "pa")],
+        }
+    )
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
-    assert httpx.post(stack.url + "/v1/chat/completions", json=body).headers[
-        "x-fleetgate-route"] == "pa"
-    gateway.holder.swap(build_fleet(fleet_config({
-        "providers": [provider("pa", a), provider("pb", b)],
-        "deployments": [deployment("m", "pb")],
-    })))
-    assert httpx.post(stack.url + "/v1/chat/completions", json=body).headers[
-        "x-fleetgate-route"] == "pb"
+    assert (
+        httpx.post(stack.url + "/v1/chat/completions", json=body).headers["x-fleetgate-route"]
+        == "pa"
+    )
+    gateway.holder.swap(
+        build_fleet(
+            fleet_config(
+                {
+                    "providers": [provider("pa", a), provider("pb", b)],
+                    "deployments": [deployment("m", "pb")],
+                }
+            )
+        )
+    )
+    assert (
+        httpx.post(stack.url + "/v1/chat/completions", json=body).headers["x-fleetgate-route"]
+        == "pb"
+    )
 
 
 def run_cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "fleetgate", *args], capture_output=True, text=True,
-        input=stdin.decode() if stdin else None, timeout=60,
+        [sys.executable, "-m", "fleetgate", *args],
+        capture_output=True,
+        text=True,
+        input=stdin.decode() if stdin else None,
+        timeout=60,
     )
 
 
@@ -148,8 +173,10 @@ def test_check_command_prints_every_problem_with_location(tmp_path: Path):
         result.stdout
     )
     good = tmp_path / "good.yaml"
-    good.write_text("providers: [{id: p, base_url: 'http://h/v1'}]\n"
-                    "deployments: [{model: m, provider: p, context_window: 4096}]\n")
+    good.write_text(
+        "providers: [{id: p, base_url: 'http://h/v1'}]\n"
+        "deployments: [{model: m, provider: p, context_window: 4096}]\n"
+    )
     result = run_cli("check", "--config", str(good))
     assert result.returncode == 0, result.stderr
     assert "ok: 1 provider(s), 1 deployment(s), 1 model(s)" in result.stdout

@@ -23,7 +23,9 @@ def _checkout_env() -> dict[str, str]:
 def test_demo_serves_and_shows_a_fallback():
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleetgate", "demo", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env=_checkout_env(),
     )
     try:

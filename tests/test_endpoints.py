@@ -20,14 +20,20 @@ def test_health_and_readiness(stack: Stack):
 def test_request_record_lists_every_attempt_without_text(stack: Stack):
     a = stack.engine("a")
     b = stack.engine("b")
-    stack.start_gateway({
-        "providers": [provider("pa", a), provider("pb", b)],
-        "deployments": [deployment("m", "pa", upstream_model="up-a"),
-                        deployment("m", "pb", priority=1, upstream_model="up-b")],
-    })
+    stack.start_gateway(
+        {
+            "providers": [provider("pa", a), provider("pb", b)],
+            "deployments": [
+                deployment("m", "pa", upstream_model="up-a"),
+                deployment("m", "pb", priority=1, upstream_model="up-b"),
+            ],
+        }
+    )
     a.fail_next(Fault("status", status=503))
-    resp = httpx.post(stack.url + "/v1/chat/completions", json={
-        "model": "m", "messages": [{"role": "user", "content": "secret prompt words"}]})
+    resp = httpx.post(
+        stack.url + "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "secret prompt words"}]},
+    )
     rid = resp.headers["x-request-id"]
 
     def fetch() -> httpx.Response:
@@ -37,7 +43,9 @@ def test_request_record_lists_every_attempt_without_text(stack: Stack):
     record = fetch().json()
     assert record["deployment_id"] == "pb"
     assert [(t["deployment_id"], t["status"], t["error_class"]) for t in record["attempts"]] == [
-        ("pa", 503, "server_error"), ("pb", 200, None)]
+        ("pa", 503, "server_error"),
+        ("pb", 200, None),
+    ]
     assert record["attempts"][1]["upstream_model"] == "up-b"
     assert record["attempts"][1]["prompt_tokens"] == 4
     assert "secret" not in fetch().text
@@ -47,28 +55,36 @@ def test_request_record_lists_every_attempt_without_text(stack: Stack):
 def test_metrics_count_requests_attempts_and_fallbacks(stack: Stack):
     a = stack.engine("a")
     b = stack.engine("b")
-    stack.start_gateway({
-        "providers": [provider("pa", a), provider("pb", b)],
-        "deployments": [deployment("m", "pa"), deployment("m", "pb", priority=1)],
-    })
+    stack.start_gateway(
+        {
+            "providers": [provider("pa", a), provider("pb", b)],
+            "deployments": [deployment("m", "pa"), deployment("m", "pb", priority=1)],
+        }
+    )
     a.fail_next(Fault("status", status=503))
     body = {"model": "m", "messages": [{"role": "user", "content": "private words"}]}
     for _ in range(2):
         assert httpx.post(stack.url + "/v1/chat/completions", json=body).status_code == 200
     text = httpx.get(stack.url + "/metrics").text
-    assert ('fleetgate_requests_total{context_tier="default",endpoint="chat.completions",'
-            'error_code="",model="m",status="200"} 2.0') in text
+    assert (
+        'fleetgate_requests_total{context_tier="default",endpoint="chat.completions",'
+        'error_code="",model="m",status="200"} 2.0'
+    ) in text
     assert 'fleetgate_fallbacks_total{model="m"} 1.0' in text
-    assert ('fleetgate_attempts_total{deployment="pa",error_class="server_error",'
-            'provider="pa",provider_ctx="unbounded",status="503"} 1.0') in text
+    assert (
+        'fleetgate_attempts_total{deployment="pa",error_class="server_error",'
+        'provider="pa",provider_ctx="unbounded",status="503"} 1.0'
+    ) in text
     assert "private" not in text
 
 
 def test_requests_refused_before_any_upstream_call_are_recorded(stack: Stack):
     a = stack.engine("a")
     stack.start_gateway({"providers": [provider("pa", a)], "deployments": [deployment("m", "pa")]})
-    resp = httpx.post(stack.url + "/v1/chat/completions", json={
-        "model": "no-such-model", "messages": [{"role": "user", "content": "x"}]})
+    resp = httpx.post(
+        stack.url + "/v1/chat/completions",
+        json={"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]},
+    )
     assert resp.status_code == 404
     rid = resp.headers["x-request-id"]
     wait_until(lambda: httpx.get(f"{stack.url}/v1/requests/{rid}").status_code == 200, 5)

@@ -22,8 +22,9 @@ def gw(stack: Stack) -> Stack:
 
 
 def post(stack: Stack, path: str, content: bytes | str) -> httpx.Response:
-    return httpx.post(stack.url + path, content=content, timeout=5,
-                      headers={"content-type": "application/json"})
+    return httpx.post(
+        stack.url + path, content=content, timeout=5, headers={"content-type": "application/json"}
+    )
 
 
 @pytest.mark.parametrize(
@@ -37,12 +38,21 @@ def post(stack: Stack, path: str, content: bytes | str) -> httpx.Response:
         ('{"model": "m"}', "invalid_request", "messages"),
         ('{"model": "m", "messages": "hi"}', "invalid_request", "messages"),
         ('{"model": "m", "messages": [{"content": "x"}]}', "invalid_request", "messages[0]"),
-        ('{"model": "m", "messages": [{"role": "user"}], "stream": "yes"}',
-         "invalid_request", "stream"),
-        ('{"model": "m", "messages": [{"role": "user"}], "max_tokens": -1}',
-         "invalid_request", "max_tokens"),
-        ('{"model": "m", "messages": [{"role": "user"}], "max_tokens": 1.5}',
-         "invalid_request", "max_tokens"),
+        (
+            '{"model": "m", "messages": [{"role": "user"}], "stream": "yes"}',
+            "invalid_request",
+            "stream",
+        ),
+        (
+            '{"model": "m", "messages": [{"role": "user"}], "max_tokens": -1}',
+            "invalid_request",
+            "max_tokens",
+        ),
+        (
+            '{"model": "m", "messages": [{"role": "user"}], "max_tokens": 1.5}',
+            "invalid_request",
+            "max_tokens",
+        ),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(gw: Stack, body: str, code: str, param):
@@ -78,10 +88,13 @@ def test_unknown_path_and_wrong_method(gw: Stack):
 
 def test_body_limit(stack: Stack):
     a = stack.engine("a")
-    stack.start_gateway({
-        "server": {"max_body_bytes": 1000},
-        "providers": [provider("pa", a)], "deployments": [deployment("m", "pa")],
-    })
+    stack.start_gateway(
+        {
+            "server": {"max_body_bytes": 1000},
+            "providers": [provider("pa", a)],
+            "deployments": [deployment("m", "pa")],
+        }
+    )
     big = '{"model": "m", "messages": [{"role": "user", "content": "' + "x" * 2000 + '"}]}'
     resp = post(stack, "/v1/chat/completions", big)
     assert resp.status_code == 413

@@ -206,8 +206,9 @@ def test_client_disconnect_cancels_upstream(stack: Stack):
     a = stack.engines["a"]
     a.fail_next(Fault("hang"))
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(stack.url + "/v1/chat/completions",
-                   json={"model": "m", "messages": MSG}, timeout=0.5)
+        httpx.post(
+            stack.url + "/v1/chat/completions", json={"model": "m", "messages": MSG}, timeout=0.5
+        )
     wait_until(lambda: a.cancelled == 1, 5, "upstream request cancelled")
     wait_until(lambda: stack.gateway.state.health("pa").inflight == 0, 5, "in-flight released")
 
@@ -217,8 +218,12 @@ def test_client_disconnect_mid_stream_cancels_upstream(stack: Stack):
     a = stack.engines["a"]
     a.tokens_per_second = 20  # a slow stream
     a.reply_words = 200
-    with httpx.stream("POST", stack.url + "/v1/chat/completions",
-                      json={"model": "m", "messages": MSG, "stream": True}, timeout=5) as r:
+    with httpx.stream(
+        "POST",
+        stack.url + "/v1/chat/completions",
+        json={"model": "m", "messages": MSG, "stream": True},
+        timeout=5,
+    ) as r:
         for line in r.iter_lines():
             if line.startswith("data:"):
                 break

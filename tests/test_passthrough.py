@@ -12,15 +12,23 @@ from tests.harness import Stack, deployment, provider
 def one(stack: Stack):
     a = stack.engine("a", context_window=4096)
     b = stack.engine("b", context_window=16384)
-    stack.start_gateway({
-        "providers": [provider("pa", a), provider("pb", b)],
-        "deployments": [
-            deployment("chat-m", "pa", upstream_model="org/upstream-a", context_window=4096),
-            deployment("other-m", "pb", upstream_model="org/upstream-b", context_window=16384),
-            {"id": "pb-small", "model": "chat-m", "provider": "pb",
-             "upstream_model": "org/upstream-b", "context_window": 4096, "priority": 5},
-        ],
-    })
+    stack.start_gateway(
+        {
+            "providers": [provider("pa", a), provider("pb", b)],
+            "deployments": [
+                deployment("chat-m", "pa", upstream_model="org/upstream-a", context_window=4096),
+                deployment("other-m", "pb", upstream_model="org/upstream-b", context_window=16384),
+                {
+                    "id": "pb-small",
+                    "model": "chat-m",
+                    "provider": "pb",
+                    "upstream_model": "org/upstream-b",
+                    "context_window": 4096,
+                    "priority": 5,
+                },
+            ],
+        }
+    )
     return stack
 
 
@@ -53,8 +61,12 @@ def test_response_keeps_unknown_fields_usage_and_gets_client_model(one: Stack, c
 
 
 def test_tool_calls_pass_through(one: Stack, client_for):
-    tools = [{"type": "function", "function": {
-        "name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
+        }
+    ]
     resp = client_for(one).chat.completions.create(
         model="chat-m", messages=[{"role": "user", "content": "weather?"}], tools=tools
     )
@@ -66,7 +78,9 @@ def test_tool_calls_pass_through(one: Stack, client_for):
 
 def test_streaming_chunks_carry_client_model_and_arrive_whole(one: Stack, client_for):
     stream = client_for(one).chat.completions.create(
-        model="chat-m", messages=[{"role": "user", "content": "hi"}], stream=True,
+        model="chat-m",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
@@ -114,7 +128,8 @@ def test_catalog_lists_each_model_once_with_largest_window(one: Stack, client_fo
 
 def test_routing_headers(one: Stack, client_for):
     raw = client_for(one).chat.completions.with_raw_response.create(
-        model="chat-m", messages=[{"role": "user", "content": "hi"}],
+        model="chat-m",
+        messages=[{"role": "user", "content": "hi"}],
         extra_headers={"X-Request-Id": "req-abc.123"},
     )
     h = raw.headers
@@ -125,10 +140,15 @@ def test_routing_headers(one: Stack, client_for):
     assert h["x-fleetgate-fallback-count"] == "0"
     overhead = float(h["x-fleetgate-overhead-ms"])
     assert 0 <= overhead < 1000
-    generated = client_for(one).chat.completions.with_raw_response.create(
-        model="chat-m", messages=[{"role": "user", "content": "hi"}],
-        extra_headers={"X-Request-Id": "bad id with spaces"},
-    ).headers["x-request-id"]
+    generated = (
+        client_for(one)
+        .chat.completions.with_raw_response.create(
+            model="chat-m",
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"X-Request-Id": "bad id with spaces"},
+        )
+        .headers["x-request-id"]
+    )
     assert generated != "bad id with spaces" and len(generated) == 24
 
 

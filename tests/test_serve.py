@@ -43,9 +43,20 @@ def test_serve_from_config_file(stack: Stack, tmp_path: Path, workers: int):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetgate", "serve", "--config", str(path), "--port", str(port),
-         "--workers", str(workers)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "fleetgate",
+            "serve",
+            "--config",
+            str(path),
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         env={  # this checkout's code, and a fresh store
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
@@ -54,8 +65,10 @@ def test_serve_from_config_file(stack: Stack, tmp_path: Path, workers: int):
     )
     try:
         wait_until(lambda: ready(url), 30, "gateway ready")
-        resp = httpx.post(url + "/v1/chat/completions",
-                          json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+        resp = httpx.post(
+            url + "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        )
         assert resp.status_code == 200
         assert resp.json()["model"] == "m"
         assert engine.requests[-1].body["model"] == "up"
@@ -72,7 +85,9 @@ def test_serve_refuses_an_invalid_config(tmp_path: Path):
     path.write_text("deployments: [{model: m, provider: nowhere}]\n")
     result = subprocess.run(
         [sys.executable, "-m", "fleetgate", "serve", "--config", str(path)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 1
     assert "deployments[0].provider: unknown provider 'nowhere'" in result.stderr

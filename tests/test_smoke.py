@@ -5,10 +5,12 @@ from tests.harness import Stack, deployment, provider
 
 def test_chat_roundtrip(stack: Stack, client_for) -> None:
     a = stack.engine("a")
-    stack.start_gateway({
-        "providers": [provider("pa", a)],
-        "deployments": [deployment("m", "pa", upstream_model="up-m", context_window=4096)],
-    })
+    stack.start_gateway(
+        {
+            "providers": [provider("pa", a)],
+            "deployments": [deployment("m", "pa", upstream_model="up-m", context_window=4096)],
+        }
+    )
     client = client_for(stack)
     resp = client.chat.completions.with_raw_response.create(
         model="m", messages=[{"role": "user", "content": "hello there"}]

@@ -16,3 +16,15 @@ def test_ruff_check_is_clean():
         [ruff, "check", "src", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_is_clean():
+    ruff = shutil.which("ruff")
+    assert ruff
+    result = subprocess.run(
+        [ruff, "format", "--check", "src", "tests", "benchmarks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -32,28 +32,58 @@ def demo_config(urls: dict[str, str], host: str, port: int) -> dict[str, Any]:
     return {
         "server": {"host": host, "port": port},
         "providers": [
-            {"id": name, "kind": "vllm", "base_url": url + "/v1",
-             "timeouts": {"connect": 2, "first_byte": 10, "total": 60}}
+            {
+                "id": name,
+                "kind": "vllm",
+                "base_url": url + "/v1",
+                "timeouts": {"connect": 2, "first_byte": 10, "total": 60},
+            }
             for name, url in urls.items()
         ],
         "deployments": [
-            {"id": "flaky", "model": "demo-chat", "provider": "flaky",
-             "upstream_model": "sim/llama-8b-a", "context_window": 8192, "priority": 0,
-             "price": {"input": 0.05, "output": 0.10}},
-            {"id": "steady", "model": "demo-chat", "provider": "steady",
-             "upstream_model": "sim/llama-8b-b", "context_window": 8192, "priority": 1,
-             "price": {"input": 0.08, "output": 0.16}},
-            {"id": "long", "model": "demo-chat", "provider": "long",
-             "upstream_model": "sim/llama-8b-long", "context_window": 65536, "tier": "long",
-             "price": {"input": 0.30, "output": 0.60}},
-            {"id": "embedder", "model": "demo-embed", "provider": "embedder",
-             "upstream_model": "sim/embed-small", "context_window": 8192},
+            {
+                "id": "flaky",
+                "model": "demo-chat",
+                "provider": "flaky",
+                "upstream_model": "sim/llama-8b-a",
+                "context_window": 8192,
+                "priority": 0,
+                "price": {"input": 0.05, "output": 0.10},
+            },
+            {
+                "id": "steady",
+                "model": "demo-chat",
+                "provider": "steady",
+                "upstream_model": "sim/llama-8b-b",
+                "context_window": 8192,
+                "priority": 1,
+                "price": {"input": 0.08, "output": 0.16},
+            },
+            {
+                "id": "long",
+                "model": "demo-chat",
+                "provider": "long",
+                "upstream_model": "sim/llama-8b-long",
+                "context_window": 65536,
+                "tier": "long",
+                "price": {"input": 0.30, "output": 0.60},
+            },
+            {
+                "id": "embedder",
+                "model": "demo-embed",
+                "provider": "embedder",
+                "upstream_model": "sim/embed-small",
+                "context_window": 8192,
+            },
         ],
         "virtual_models": [
-            {"name": "support-bot", "routes": [
-                {"deployment": "steady", "params": {"temperature": 0.2, "max_tokens": 256}},
-                {"deployment": "long", "params": {"temperature": 0.3}},
-            ]},
+            {
+                "name": "support-bot",
+                "routes": [
+                    {"deployment": "steady", "params": {"temperature": 0.2, "max_tokens": 256}},
+                    {"deployment": "long", "params": {"temperature": 0.3}},
+                ],
+            },
         ],
         "models": [
             {"id": "demo-chat", "owned_by": "fleetgate-demo"},
@@ -87,8 +117,10 @@ async def _sample_requests(base: str) -> list[str]:
                 if h.get("x-fleetgate-fallback-count", "0") != "0":
                     note = "  <- fallback: 'flaky' answered 503, the chain moved on"
                 elif h.get("x-fleetgate-context-tier") == "long":
-                    note = (f"  <- too big for 8k: long-context tier "
-                            f"(estimate {h.get('x-fleetgate-context-estimate')})")
+                    note = (
+                        f"  <- too big for 8k: long-context tier "
+                        f"(estimate {h.get('x-fleetgate-context-estimate')})"
+                    )
                 elif h.get("x-fleetgate-virtual-model"):
                     note = "  <- virtual model: its first route, with its own temperature"
                 lines.append(
@@ -140,8 +172,10 @@ async def _run(host: str, port: int) -> int:
     try:
         sock.bind((host, port))
     except OSError as exc:
-        print(f"fleetgate demo: cannot listen on {host}:{port}: {exc.strerror}. "
-              "Pick another port with --port (0 picks a free one).")
+        print(
+            f"fleetgate demo: cannot listen on {host}:{port}: {exc.strerror}. "
+            "Pick another port with --port (0 picks a free one)."
+        )
         return 1
     port = sock.getsockname()[1]
     config, problems = validate_config(

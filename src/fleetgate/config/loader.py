@@ -95,8 +95,10 @@ def _message(err: Any) -> str:
     kind = err["type"]
     ctx = err.get("ctx") or {}
     if kind == "greater_than" and ctx.get("gt") == 0:
-        return "must be a positive number" if "float" in str(err.get("input")) else (
-            "must be a positive integer"
+        return (
+            "must be a positive number"
+            if "float" in str(err.get("input"))
+            else ("must be a positive integer")
         )
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return "must be an integer"

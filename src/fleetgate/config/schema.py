@@ -18,9 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-ProviderKind = Literal[
-    "openai", "vllm", "sglang", "llamacpp", "ollama", "openrouter", "anthropic"
-]
+ProviderKind = Literal["openai", "vllm", "sglang", "llamacpp", "ollama", "openrouter", "anthropic"]
 
 ContextGuard = Literal["allow", "reject"]
 

@@ -32,9 +32,7 @@ def effective_window(dep: Deployment) -> int | None:
     return dep.context_window
 
 
-def known_windows(
-    candidates: Iterable[Candidate], window_of: WindowOf | None = None
-) -> set[int]:
+def known_windows(candidates: Iterable[Candidate], window_of: WindowOf | None = None) -> set[int]:
     of = window_of or effective_window
     windows = set()
     for c in candidates:

@@ -97,8 +97,12 @@ class ChainExhausted(GatewayError):
 
     def __init__(self, error: GatewayError, attempts: list[Attempt]) -> None:
         super().__init__(
-            error.code, error.message, param=error.param, status=error.status,
-            headers=error.headers, upstream_body=error.upstream_body,
+            error.code,
+            error.message,
+            param=error.param,
+            status=error.status,
+            headers=error.headers,
+            upstream_body=error.upstream_body,
         )
         self.attempts = attempts
 
@@ -188,8 +192,7 @@ class Executor:
             if window is not None:
                 exceeded_window = max(window, exceeded_window or 0)
             if exceeded_window is None or not any(
-                _larger(c.deployment, exceeded_window, of)
-                for c in plan.candidates[position + 1 :]
+                _larger(c.deployment, exceeded_window, of) for c in plan.candidates[position + 1 :]
             ):
                 raise ChainExhausted(self._exhausted(plan, attempts), attempts)
         if queue_full and not attempts:
@@ -236,11 +239,20 @@ class Executor:
                     return None
                 handed_over = True
                 return Outcome(
-                    attempts=[], candidate=candidate, status=resp.status,
+                    attempts=[],
+                    candidate=candidate,
+                    status=resp.status,
                     content_type=content_type,
                     stream=self._rest_of_stream(
-                        resp, rewriter, framing, first, attempt, started, circuit,
-                        profile.endpoint, release,
+                        resp,
+                        rewriter,
+                        framing,
+                        first,
+                        attempt,
+                        started,
+                        circuit,
+                        profile.endpoint,
+                        release,
                     ),
                 )
             body = await resp.read()
@@ -251,8 +263,11 @@ class Executor:
                 dep.id, attempt.ttft, attempt.latency, attempt.completion_tokens
             )
             return Outcome(
-                attempts=[], candidate=candidate, status=resp.status,
-                content_type=content_type, body=rewriter.json(body),
+                attempts=[],
+                candidate=candidate,
+                status=resp.status,
+                content_type=content_type,
+                body=rewriter.json(body),
             )
         except aiohttp.ConnectionTimeoutError as exc:
             self._fail(attempt, CONNECT, f"connect timeout: {exc}", started)
@@ -341,7 +356,9 @@ class Executor:
             attempt.error_class = STREAM_BROKEN
             attempt.message = f"upstream stream broke: {type(exc).__name__}"
             yield stream_error_event(
-                endpoint, framing, "stream_interrupted",
+                endpoint,
+                framing,
+                "stream_interrupted",
                 "The upstream stream broke after output had started "
                 f"({type(exc).__name__}); retry the request.",
             )
@@ -377,9 +394,7 @@ class Executor:
         usage = data.get("usage")
         if isinstance(usage, dict):  # OpenAI; Anthropic and Responses say input/output
             attempt.prompt_tokens = usage.get("prompt_tokens", usage.get("input_tokens"))
-            attempt.completion_tokens = usage.get(
-                "completion_tokens", usage.get("output_tokens")
-            )
+            attempt.completion_tokens = usage.get("completion_tokens", usage.get("output_tokens"))
         elif "prompt_eval_count" in data:  # Ollama native
             attempt.prompt_tokens = data.get("prompt_eval_count")
             attempt.completion_tokens = data.get("eval_count")
@@ -416,8 +431,7 @@ class Executor:
                 headers={"Retry-After": "1"},
             )
         summary = "; ".join(
-            f"{a.deployment_id}: {a.status or a.error_class} {a.message}".rstrip()
-            for a in tried
+            f"{a.deployment_id}: {a.status or a.error_class} {a.message}".rstrip() for a in tried
         )
         contexts = [a for a in tried if a.error_class == CONTEXT_EXCEEDED]
         if contexts:
@@ -514,5 +528,3 @@ def _status_in(data: bytes) -> int:
         if "context" in str(err.get("message", "")).lower():
             return 400
     return 500
-
-

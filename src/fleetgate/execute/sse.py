@@ -38,9 +38,7 @@ def event_data(event: bytes) -> bytes | None:
     """The payload of an event's `data:` lines (joined), or None for comments etc."""
     if event.startswith(b"data:") and b"\n" not in event:
         return event[5:].lstrip(b" ")
-    parts = [
-        line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")
-    ]
+    parts = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
     return b"\n".join(parts) if parts else None
 
 

@@ -24,36 +24,52 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
-            "fleetgate_requests", "Requests answered, by outcome.",
-            ["model", "endpoint", "status", "error_code", "context_tier"], registry=r,
+            "fleetgate_requests",
+            "Requests answered, by outcome.",
+            ["model", "endpoint", "status", "error_code", "context_tier"],
+            registry=r,
         )
         self.attempts = Counter(
-            "fleetgate_attempts", "Upstream attempts, by deployment and outcome.",
-            ["deployment", "provider", "status", "error_class", "provider_ctx"], registry=r,
+            "fleetgate_attempts",
+            "Upstream attempts, by deployment and outcome.",
+            ["deployment", "provider", "status", "error_class", "provider_ctx"],
+            registry=r,
         )
         self.fallbacks = Counter(
-            "fleetgate_fallbacks", "Requests answered after at least one failed attempt.",
-            ["model"], registry=r,
+            "fleetgate_fallbacks",
+            "Requests answered after at least one failed attempt.",
+            ["model"],
+            registry=r,
         )
         self.latency = Histogram(
-            "fleetgate_request_seconds", "Whole request latency seen by the gateway.",
-            ["model"], buckets=_LATENCY_BUCKETS, registry=r,
+            "fleetgate_request_seconds",
+            "Whole request latency seen by the gateway.",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.overhead = Histogram(
-            "fleetgate_overhead_seconds", "Time spent in the gateway itself (upstream excluded).",
-            buckets=_OVERHEAD_BUCKETS, registry=r,
+            "fleetgate_overhead_seconds",
+            "Time spent in the gateway itself (upstream excluded).",
+            buckets=_OVERHEAD_BUCKETS,
+            registry=r,
         )
         self.ttft = Histogram(
-            "fleetgate_attempt_ttft_seconds", "Time to first byte of successful attempts.",
-            ["deployment"], buckets=_LATENCY_BUCKETS, registry=r,
+            "fleetgate_attempt_ttft_seconds",
+            "Time to first byte of successful attempts.",
+            ["deployment"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.truncations = Counter(
             "fleetgate_truncation_suspected",
             "Answers whose reported prompt tokens were below the gateway's lower bound.",
-            ["deployment"], registry=r,
+            ["deployment"],
+            registry=r,
         )
         self.records_dropped = Gauge(
-            "fleetgate_records_dropped", "Request records dropped because the buffer was full.",
+            "fleetgate_records_dropped",
+            "Request records dropped because the buffer was full.",
             registry=r,
         )
 
@@ -79,8 +95,15 @@ class Metrics:
             ctx = rec.notes.get("provider_ctx") or {}
             for a in rec.attempts:
                 window = ctx.get(a.deployment_id, "unbounded") if isinstance(ctx, dict) else ""
-                attempts[(a.deployment_id, a.provider_id, str(a.status or ""),
-                          a.error_class or "", str(window))] += 1
+                attempts[
+                    (
+                        a.deployment_id,
+                        a.provider_id,
+                        str(a.status or ""),
+                        a.error_class or "",
+                        str(window),
+                    )
+                ] += 1
                 if a.ok and a.ttft is not None:
                     ttft[a.deployment_id].append(a.ttft)
         for labels, n in requests.items():

@@ -233,7 +233,11 @@ class Gateway:
         await self.admin_app(scope, receive, send)
 
     def _check_truncation(
-        self, ex: Exchange, profile: RequestProfile, plan: RoutePlan, outcome: Outcome,
+        self,
+        ex: Exchange,
+        profile: RequestProfile,
+        plan: RoutePlan,
+        outcome: Outcome,
         answer: bytes,
     ) -> None:
         found = suspect(profile.body, answer)
@@ -245,7 +249,11 @@ class Gateway:
         plan.notes["truncation_suspected"] = {"reported": reported, "lower_bound": bound}
         log.warning(
             "suspected silent truncation: request %s on %s reported %d prompt tokens, "
-            "lower bound %d", ex.request_id, dep.id, reported, bound,
+            "lower bound %d",
+            ex.request_id,
+            dep.id,
+            reported,
+            bound,
         )
 
     def _windows_on_swap(self, _old: Fleet, new: Fleet) -> None:
@@ -258,14 +266,17 @@ class Gateway:
         self.discovery.request_refresh(deployment_id)
 
     # ---- the proxied endpoints --------------------------------------------------------
-    async def _proxy_route(
-        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
-    ) -> None:
+    async def _proxy_route(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         endpoint, parser = INGRESS_ROUTES[scope["path"]]
         await self._proxy(scope, endpoint, parser, receive, send, ex)
 
     async def _proxy(
-        self, scope: Scope, endpoint: str, parser: Parser, receive: Receive, send: Send,
+        self,
+        scope: Scope,
+        endpoint: str,
+        parser: Parser,
+        receive: Receive,
+        send: Send,
         ex: Exchange,
     ) -> None:
         profile = parser(endpoint, await read_body(receive, self.max_body))
@@ -276,9 +287,7 @@ class Gateway:
         try:
             if self.guard is not None:
                 ex.client_key = await self.guard.admit(scope, profile.model)
-            plan = build_plan(
-                profile, fleet, self.state, sticky=self.sticky, windows=self.windows
-            )
+            plan = build_plan(profile, fleet, self.state, sticky=self.sticky, windows=self.windows)
             require_route(plan)
             await self.refiner.refine(plan, profile, fleet)  # exact count near a boundary
         except GatewayError as exc:  # refused before any upstream call: logged all the same
@@ -308,8 +317,9 @@ class Gateway:
             headers = ex.base_headers()
             headers.extend(_routing_headers(plan, outcome, overhead))
             await send_body(send, outcome.status, body, headers, outcome.content_type.encode())
-            self._record(ex, profile, plan, outcome.status, None, outcome.attempts, outcome,
-                         overhead)
+            self._record(
+                ex, profile, plan, outcome.status, None, outcome.attempts, outcome, overhead
+            )
         except asyncio.CancelledError:
             if not watch.cancelled:
                 raise
@@ -318,7 +328,11 @@ class Gateway:
             watch.finish()
 
     async def _send_stream(
-        self, send: Send, ex: Exchange, profile: RequestProfile, plan: RoutePlan,
+        self,
+        send: Send,
+        ex: Exchange,
+        profile: RequestProfile,
+        plan: RoutePlan,
         outcome: Outcome,
     ) -> None:
         assert outcome.stream is not None
@@ -343,12 +357,19 @@ class Gateway:
             await stream.aclose()  # type: ignore[attr-defined]
             last = outcome.attempts[-1]
             code = "stream_interrupted" if last.error_class else None
-            self._record(ex, profile, plan, outcome.status, code, outcome.attempts, outcome,
-                         overhead)
+            self._record(
+                ex, profile, plan, outcome.status, code, outcome.attempts, outcome, overhead
+            )
 
     def _record(
-        self, ex: Exchange, profile: RequestProfile, plan: RoutePlan | None, status: int,
-        error_code: str | None, attempts: list[Attempt], outcome: Outcome | None,
+        self,
+        ex: Exchange,
+        profile: RequestProfile,
+        plan: RoutePlan | None,
+        status: int,
+        error_code: str | None,
+        attempts: list[Attempt],
+        outcome: Outcome | None,
         overhead: float,
     ) -> None:
         dep = outcome.candidate.deployment if outcome is not None else None
@@ -409,9 +430,7 @@ class Gateway:
         body = ollama_api.ps(self.holder.fleet, self.windows)
         await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 
-    async def fleet_windows(
-        self, scope: Scope, receive: Receive, send: Send, ex: Exchange
-    ) -> None:
+    async def fleet_windows(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         body = windows_view(self.holder.fleet, self.windows)
         await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 
@@ -433,16 +452,24 @@ class Gateway:
             status = 503
         else:
             status = 200
-            body = {"status": "ready", "models": len(fleet.models),
-                    "deployments": len(fleet.deployments)}
+            body = {
+                "status": "ready",
+                "models": len(fleet.models),
+                "deployments": len(fleet.deployments),
+            }
         await send_body(send, status, orjson.dumps(body), ex.base_headers())
 
     async def metrics_endpoint(
         self, scope: Scope, receive: Receive, send: Send, ex: Exchange
     ) -> None:
         await self.recorder.flush()
-        await send_body(send, 200, self.metrics.render(self.recorder), ex.base_headers(),
-                        CONTENT_TYPE_LATEST.encode())
+        await send_body(
+            send,
+            200,
+            self.metrics.render(self.recorder),
+            ex.base_headers(),
+            CONTENT_TYPE_LATEST.encode(),
+        )
 
     async def request_record(
         self, scope: Scope, receive: Receive, send: Send, ex: Exchange

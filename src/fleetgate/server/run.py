@@ -70,8 +70,12 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int) ->
     if workers > 1:
         os.environ[CONFIG_ENV] = os.path.abspath(config_path)
         uvicorn.run(
-            "fleetgate.server.run:app_from_env", factory=True, host=host, port=port,
-            workers=workers, **_uvicorn_kwargs(),
+            "fleetgate.server.run:app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            **_uvicorn_kwargs(),
         )
         return
     server = server_for(gateway_for(config), host, port)

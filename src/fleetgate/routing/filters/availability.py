@@ -59,6 +59,7 @@ class AvailabilityFilter:
             "all_routes_rate_limited",
             f"Every eligible deployment of {plan.requested_model!r} is cooling down after a "
             f"rate limit; retry in {wait}s. ("
-            + "; ".join(f"{d.deployment_id}: {d.reason}" for d in mine) + ")",
+            + "; ".join(f"{d.deployment_id}: {d.reason}" for d in mine)
+            + ")",
             headers={**plan.headers, "Retry-After": str(wait)},
         )
