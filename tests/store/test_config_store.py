@@ -87,3 +87,15 @@ async def test_migrations_match_the_table_definitions(db_url: str) -> None:
         assert diff == []
     finally:
         await engine.dispose()
+
+
+def test_schema_head_constant_is_alembics_head() -> None:
+    """`migrate` skips Alembic when the store is at SCHEMA_HEAD: it must be the real head."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from fleetgate.store import database
+
+    config = Config()
+    config.set_main_option("script_location", str(database._MIGRATIONS))
+    assert ScriptDirectory.from_config(config).get_current_head() == database.SCHEMA_HEAD

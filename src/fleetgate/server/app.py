@@ -184,7 +184,7 @@ class Gateway:
     def _fallback_route(self, method: str, path: str) -> Handler:
         if method == "GET" and path.startswith("/v1/requests/"):
             return self.request_record
-        if self.admin_app is not None and (path == "/admin" or path.startswith("/admin/")):
+        if self.control is not None and (path == "/admin" or path.startswith("/admin/")):
             return self._admin
         if any(p == path for _, p in self.routes):
             raise GatewayError("method_not_allowed", f"{method} is not allowed on {path}.")
@@ -229,7 +229,13 @@ class Gateway:
         await self.pool.close()
 
     async def _admin(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
-        assert self.admin_app is not None
+        if self.admin_app is None:
+            # built on first use: FastAPI and the admin models cost start-up time and memory
+            # that a gateway nobody administers should not pay
+            from fleetgate.admin.app import create_admin_app
+
+            assert self.control is not None
+            self.admin_app = create_admin_app(self.control)
         await self.admin_app(scope, receive, send)
 
     def _check_truncation(

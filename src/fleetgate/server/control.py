@@ -281,7 +281,6 @@ class ControlPlane:
 
 def build_gateway(config: FleetConfig, options: ControlOptions | None = None) -> Gateway:
     """A gateway with its control plane: store, request log, keys, admin API, Redis."""
-    from fleetgate.admin.app import create_admin_app
     from fleetgate.fleet import FleetHolder
     from fleetgate.server.app import Gateway
     from fleetgate.state.runtime import MemoryState, RuntimeState
@@ -297,5 +296,4 @@ def build_gateway(config: FleetConfig, options: ControlOptions | None = None) ->
     gateway.control = control
     if config.auth.enabled:  # with auth off the hot path does not even look at keys
         gateway.guard = control.guard
-    gateway.admin_app = create_admin_app(control)
     return gateway

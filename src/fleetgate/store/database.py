@@ -7,8 +7,6 @@ import fcntl
 import os
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Connection, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -64,7 +62,15 @@ def create_engine(url: str) -> AsyncEngine:
     return create_async_engine(url, pool_size=5, max_overflow=5, pool_pre_ping=True)
 
 
+# The newest migration's revision. A store already there skips Alembic entirely (importing
+# and running it costs ~0.2 s of start-up); a test keeps this equal to Alembic's head.
+SCHEMA_HEAD = "0001"
+
+
 def _upgrade(connection: Connection) -> None:
+    from alembic import command
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection
@@ -79,6 +85,8 @@ async def migrate(engine: AsyncEngine) -> None:
     advisory lock; SQLite (whose DDL is not transactional here) an exclusive lock on a
     file next to the database.
     """
+    if await _at_head(engine):
+        return
     if is_postgres(engine):
         async with engine.begin() as conn:
             await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
@@ -105,6 +113,13 @@ _LOCAL_LOCKS: dict[str, asyncio.Lock] = {}
 def _local_lock(path: str) -> asyncio.Lock:
     # flock does not exclude a second open file in the same process; this lock does
     return _LOCAL_LOCKS.setdefault(path, asyncio.Lock())
+
+
+async def _at_head(engine: AsyncEngine) -> bool:
+    try:
+        return await current_revision(engine) == SCHEMA_HEAD
+    except Exception:  # no alembic_version table yet: a new store
+        return False
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:
