@@ -7,7 +7,13 @@ from sqlalchemy import inspect
 
 from fleetgate.config.loader import ConfigError
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, find
-from fleetgate.store.database import create_engine, current_revision, database_url, migrate
+from fleetgate.store.database import (
+    alembic_upgrade,
+    create_engine,
+    current_revision,
+    database_url,
+    migrate,
+)
 from tests.harness import fleet_config
 
 BASE = {
@@ -79,7 +85,8 @@ async def test_migrations_match_the_table_definitions(db_url: str) -> None:
 
     engine = create_engine(database_url(db_url))
     try:
-        await migrate(engine)
+        async with engine.begin() as conn:  # the migrations themselves, not create_all
+            await conn.run_sync(alembic_upgrade)
         async with engine.connect() as conn:
             diff = await conn.run_sync(
                 lambda c: compare_metadata(MigrationContext.configure(c), metadata)
@@ -99,3 +106,17 @@ def test_schema_head_constant_is_alembics_head() -> None:
     config = Config()
     config.set_main_option("script_location", str(database._MIGRATIONS))
     assert ScriptDirectory.from_config(config).get_current_head() == database.SCHEMA_HEAD
+
+
+async def test_a_new_store_is_created_and_stamped_without_alembic(db_url: str) -> None:
+    """A fresh store gets tables.py's tables and the head revision; Alembic then finds
+    nothing to do, which proves the stamp is right."""
+    engine = create_engine(database_url(db_url))
+    try:
+        await migrate(engine)
+        assert await current_revision(engine) == "0001"
+        async with engine.begin() as conn:
+            await conn.run_sync(alembic_upgrade)
+        assert await current_revision(engine) == "0001"
+    finally:
+        await engine.dispose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,21 @@ SEMANTIC_CHECKS: list[SemanticCheck] = []
 def semantic_check(fn: SemanticCheck) -> SemanticCheck:
     SEMANTIC_CHECKS.append(fn)
     return fn
+
+
+@cache
+def registered_checks() -> tuple[SemanticCheck, ...]:
+    """Every whole-tree check. The modules are imported here, on first validation, not
+    when the config package is: they use modules (capabilities, routing preferences) that
+    themselves import the config schema."""
+    from fleetgate.config import (  # noqa: F401
+        chain_checks,
+        checks,
+        context_checks,
+        preference_checks,
+    )
+
+    return tuple(SEMANTIC_CHECKS)
 
 
 def format_loc(loc: Loc) -> str:
@@ -126,7 +142,7 @@ def validate_config(data: Any, text: str | None = None) -> tuple[FleetConfig | N
             problems.append(Problem(format_loc(loc), _message(err), _nearest_line(lines, loc)))
         return None, problems
     problems = []
-    for check in SEMANTIC_CHECKS:
+    for check in registered_checks():
         for loc, message in check(config):
             severity = "warning" if message.startswith("warning: ") else "error"
             problems.append(

@@ -7,7 +7,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from sqlalchemy import Connection, event, text
+from sqlalchemy import Connection, event, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 DATA_DIR_ENV = "FLEETGATE_DATA_DIR"
@@ -56,6 +56,9 @@ def create_engine(url: str) -> AsyncEngine:
             cursor = dbapi_conn.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
+            # WAL with synchronous=NORMAL: durable across crashes of the process, one fsync
+            # per checkpoint instead of per commit of a log batch
+            cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
         return engine
@@ -68,6 +71,26 @@ SCHEMA_HEAD = "0001"
 
 
 def _upgrade(connection: Connection) -> None:
+    """A new, empty store gets the tables of tables.py and is stamped at SCHEMA_HEAD (the
+    "create_all, then stamp head" way Alembic recommends for fresh databases; a test keeps
+    the migrations equal to tables.py). A store with tables is upgraded by Alembic."""
+    if not inspect(connection).get_table_names():
+        from fleetgate.store.tables import metadata
+
+        metadata.create_all(connection)
+        connection.execute(
+            text(
+                "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "
+                "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num))"
+            )
+        )
+        connection.execute(text("INSERT INTO alembic_version VALUES (:v)"), {"v": SCHEMA_HEAD})
+        return
+    alembic_upgrade(connection)
+
+
+def alembic_upgrade(connection: Connection) -> None:
+    """Run the migrations up to head (imported only when a store needs it)."""
     from alembic import command
     from alembic.config import Config
 

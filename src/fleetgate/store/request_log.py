@@ -8,12 +8,14 @@ completion text, never secrets.
 from __future__ import annotations
 
 import base64
+import itertools
 import logging
-import os
+import random
 import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 import orjson
@@ -129,6 +131,15 @@ def parse_since(value: str) -> float:
     return when.timestamp()
 
 
+_uid_counter = itertools.count()
+
+
+def _time_ordered_uid() -> str:
+    """Unique and increasing with time, so rows append to the primary-key index instead of
+    landing at random places in it."""
+    return f"{time.time_ns():016x}{next(_uid_counter) & 0xFFFF:04x}{random.getrandbits(16):04x}"
+
+
 class RequestLog:
     """A `RecordSink`. When the database is unreachable, rows wait (up to `capacity`
     requests, the oldest dropped and counted) and go with the next batch."""
@@ -143,7 +154,7 @@ class RequestLog:
 
     async def write(self, records: list[RequestRecord]) -> None:
         for record in records:
-            uid = os.urandom(12).hex()
+            uid = _time_ordered_uid()
             if len(self._pending) >= self.capacity:
                 self._pending.popleft()
                 self.dropped += 1
@@ -259,20 +270,22 @@ class RequestLog:
         return _public(found)
 
 
+@cache
+def _columns(table: Table) -> tuple[tuple[str, bool], ...]:
+    """(name, is JSON) for each column, in table order."""
+    return tuple((c.name, isinstance(c.type, JSON)) for c in table.columns)
+
+
 def _as_tuples(table: Table, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """Rows in column order, JSON columns encoded (the driver gets them as text)."""
-    json_columns = {c.name for c in table.columns if isinstance(c.type, JSON)}
-    out = []
-    for row in rows:
-        out.append(
-            tuple(
-                orjson.dumps(row[c.name]).decode()
-                if c.name in json_columns and row[c.name] is not None
-                else row[c.name]
-                for c in table.columns
-            )
+    columns = _columns(table)
+    return [
+        tuple(
+            orjson.dumps(row[name]).decode() if is_json and row[name] is not None else row[name]
+            for name, is_json in columns
         )
-    return out
+        for row in rows
+    ]
 
 
 def _public(row: dict[str, Any]) -> dict[str, Any]:
