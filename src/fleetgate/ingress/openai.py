@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 
 from fleetgate.errors import GatewayError, invalid
+from fleetgate.ingress.fields import positive_int, require_model, stream_flag
 from fleetgate.ingress.needs import derive_needs
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.preferences import parse_request_preferences
@@ -33,27 +34,10 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _positive_int(body: dict[str, Any], name: str) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if type(value) is not int or value < 1:
-        raise invalid(f"`{name}` must be a positive integer.", name)
-    return value
-
-
 def parse_openai(endpoint: str, raw: bytes) -> RequestProfile:
     body = parse_json_object(raw)
-    model = body.get("model")
-    if model is None:
-        raise invalid("`model` is required: name a model from GET /v1/models.", "model")
-    if not isinstance(model, str) or not model:
-        raise invalid("`model` must be a non-empty string.", "model")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise invalid("`stream` must be true or false.", "stream")
+    model = require_model(body)
+    stream = stream_flag(body, default=False)
     if stream and endpoint == "embeddings":
         raise invalid("Embeddings cannot be streamed; drop `stream`.", "stream")
     name, types, what = _REQUIRED[endpoint]
@@ -71,7 +55,7 @@ def parse_openai(endpoint: str, raw: bytes) -> RequestProfile:
                 )
     reserve = None
     for field_name in _OUTPUT_FIELDS:
-        reserve = _positive_int(body, field_name) or reserve
+        reserve = positive_int(body, field_name) or reserve
     # routing preferences are for fleetgate, never for the upstream
     preferences = parse_request_preferences(body.pop("provider", None))
     return RequestProfile(
