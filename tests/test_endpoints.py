@@ -92,3 +92,19 @@ def test_requests_refused_before_any_upstream_call_are_recorded(stack: Stack):
     assert (record["status"], record["error_code"]) == (404, "model_not_found")
     assert record["resolution"] == "rejected" and record["attempts"] == []
     assert a.requests == []
+
+
+def test_streamed_usage_reaches_the_record(stack: Stack, client_for):
+    a = stack.engine("a", reply_words=6)
+    stack.start_gateway({"providers": [provider("pa", a)], "deployments": [deployment("m", "pa")]})
+    raw = client_for(stack).chat.completions.with_raw_response.create(
+        model="m",
+        messages=[{"role": "user", "content": "three words here"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    list(raw.parse())
+    rid = raw.headers["x-request-id"]
+    wait_until(lambda: httpx.get(f"{stack.url}/v1/requests/{rid}").status_code == 200, 5)
+    attempt = httpx.get(f"{stack.url}/v1/requests/{rid}").json()["attempts"][0]
+    assert (attempt["prompt_tokens"], attempt["completion_tokens"]) == (4, 6)

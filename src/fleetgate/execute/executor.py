@@ -335,10 +335,13 @@ class Executor:
         # data events (NDJSON lines) after the first one: tokens for the throughput EMA
         marker = b"data:" if framing.name == "sse" else b"\n"
         events = max(first.count(marker) - 1, 0)
+        self._stream_usage(attempt, first, framing)  # Anthropic's message_start: input tokens
+        tail = b""  # the stream's end, where usage is reported
         try:
             yield first
             async for chunk in resp.content.iter_any():
                 events += chunk.count(marker)
+                tail = (tail + chunk)[-_USAGE_TAIL:]
                 if rewriter.identity:
                     yield chunk
                     continue
@@ -352,6 +355,7 @@ class Executor:
             if carry:
                 yield framing.rewrite(rewriter, carry)
             completed = True
+            self._stream_usage(attempt, tail, framing)
         except (aiohttp.ClientError, TimeoutError) as exc:
             attempt.error_class = STREAM_BROKEN
             attempt.message = f"upstream stream broke: {type(exc).__name__}"
@@ -389,15 +393,24 @@ class Executor:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
             return
-        if not isinstance(data, dict):
+        _take_usage(attempt, data)
+
+    @staticmethod
+    def _stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
+        """Usage from the last event of a stream block that reports it."""
+        if b'"usage"' not in block and b'"prompt_eval_count"' not in block:
             return
-        usage = data.get("usage")
-        if isinstance(usage, dict):  # OpenAI; Anthropic and Responses say input/output
-            attempt.prompt_tokens = usage.get("prompt_tokens", usage.get("input_tokens"))
-            attempt.completion_tokens = usage.get("completion_tokens", usage.get("output_tokens"))
-        elif "prompt_eval_count" in data:  # Ollama native
-            attempt.prompt_tokens = data.get("prompt_eval_count")
-            attempt.completion_tokens = data.get("eval_count")
+        for event in reversed(block.replace(b"\r\n", b"\n").split(framing.separator)):
+            data = framing.payload(event)
+            if not data or (b'"usage"' not in data and b'"prompt_eval_count"' not in data):
+                continue
+            if b'"usage":null' in data or b'"usage": null' in data:
+                continue  # OpenAI chunks carry an empty usage until the last one
+            try:
+                _take_usage(attempt, orjson.loads(data))
+            except orjson.JSONDecodeError:
+                continue  # the tail may start mid-event
+            return
 
     def _record_failure(self, attempt: Attempt, fleet: Fleet, now: float) -> None:
         if attempt.error_class == RATE_LIMITED:
@@ -512,6 +525,31 @@ def _queue_full(plan: RoutePlan, skipped: list[str], state: RuntimeState) -> Gat
         f"with a full queue; retry in {wait}s.",
         headers={"Retry-After": str(wait)},
     )
+
+
+_USAGE_TAIL = 4096  # bytes of a stream's end kept to read its usage
+
+
+def _take_usage(attempt: Attempt, data: object) -> None:
+    """Token counts from an OpenAI, Anthropic, Responses or Ollama body or stream event."""
+    if not isinstance(data, dict):
+        return
+    usage = data.get("usage")
+    for holder in ("response", "message"):  # Responses' completed event, Anthropic's start
+        inner = data.get(holder)
+        if usage is None and isinstance(inner, dict):
+            usage = inner.get("usage")
+    if isinstance(usage, dict):
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        completion = usage.get("completion_tokens", usage.get("output_tokens"))
+    elif "prompt_eval_count" in data:  # Ollama native
+        prompt, completion = data.get("prompt_eval_count"), data.get("eval_count")
+    else:
+        return
+    if isinstance(prompt, int):
+        attempt.prompt_tokens = prompt
+    if isinstance(completion, int):
+        attempt.completion_tokens = completion
 
 
 def _status_in(data: bytes) -> int:
