@@ -291,6 +291,7 @@ class FakeEngine:
         reply_words: int = 8,
         error_style: str = "vllm",
         served_model: str = "fake-model",
+        answer_model: str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -304,6 +305,9 @@ class FakeEngine:
         self.reply_words = reply_words
         self.error_style = cast(ErrorStyle, error_style)
         self.served_model = served_model
+        # the `model` answers carry; None echoes the request's (vLLM answers with its first
+        # served name whatever alias was asked, so a gateway cannot rely on an echo)
+        self.answer_model = answer_model
         self.host = host
         self.port = port
         self.tokenize_delay = 0.0
@@ -504,7 +508,7 @@ class FakeEngine:
             function = tools[0].get("function", {}) if isinstance(tools[0], dict) else {}
             tool_name = str(function.get("name", "tool"))
             finish = "tool_calls"
-        model = str(body.get("model") or self.served_model)
+        model = self.answer_model or str(body.get("model") or self.served_model)
         return _Reply(model, prompt, completion, finish, tool_name)
 
     def _pieces(self, reply: _Reply) -> list[str]:
