@@ -555,9 +555,12 @@ def _take_usage(attempt: Attempt, data: object) -> None:
 def _status_in(data: bytes) -> int:
     """The HTTP-like status an in-stream error event carries (500 when it says none)."""
     try:
-        err = orjson.loads(data).get("error")
+        obj = orjson.loads(data)
+        err = obj.get("error")
     except (orjson.JSONDecodeError, AttributeError):
         return 500
+    if err is None and obj.get("type") == "error":
+        err = obj  # a Responses `error` event is flat: {"type": "error", "code", "message"}
     if isinstance(err, dict):
         for key in ("code", "status"):
             value = err.get(key)

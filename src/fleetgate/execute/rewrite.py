@@ -12,7 +12,9 @@ class ModelRewriter:
 
     JSON escapes every quote inside a string, so the byte pattern `"model":"NAME"` can only
     be the key itself; replacing it is exact. Bodies whose `model` differs from the name sent
-    upstream (providers that answer with a dated name) are parsed and rewritten.
+    upstream (providers that answer with a dated name, vLLM answering an alias with its first
+    served name) are parsed and rewritten, including the message / response object that
+    Anthropic `message_start` and Responses stream events nest it in.
     """
 
     __slots__ = ("_client", "_patterns", "_replacements", "identity")
@@ -38,10 +40,14 @@ class ModelRewriter:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
             return body
-        if isinstance(data, dict) and "model" in data and data["model"] != self._client:
-            data["model"] = self._client
-            return orjson.dumps(data)
-        return body
+        if not isinstance(data, dict):
+            return body
+        changed = False
+        for obj in (data, data.get("message"), data.get("response")):
+            if isinstance(obj, dict) and "model" in obj and obj["model"] != self._client:
+                obj["model"] = self._client
+                changed = True
+        return orjson.dumps(data) if changed else body
 
 
 @lru_cache(maxsize=4096)

@@ -1,24 +1,30 @@
 """A fake OpenAI-compatible inference engine: a real aiohttp HTTP server on loopback.
 
 Used as the demo's backends and as the upstreams of the test suite. It speaks the
-OpenAI API under ``/v1`` (chat completions, completions, embeddings, models) plus
-vLLM's ``POST /tokenize`` at the root, and can inject faults on demand.
+OpenAI API under ``/v1`` (chat completions, completions, embeddings, models, and the
+Responses API ``/v1/responses``), the Anthropic Messages API ``/v1/messages`` as vLLM
+serves it, plus vLLM's ``POST /tokenize`` at the root, and can inject faults on demand.
 
 Deterministic token rule (tests depend on it):
 
 * ``prompt_tokens`` = number of whitespace-separated words in all text of the request:
-  each message's ``content`` (a string, or the ``text`` of ``{"type": "text"}`` parts),
-  ``prompt`` (string or list of strings) and ``input`` (string or list of strings),
+  each message's ``content`` (a string, or the ``text`` of ``text`` / ``input_text`` /
+  ``output_text`` parts), ``prompt``, ``input`` (a string, a list of strings, or a list of
+  Responses input items, each counted as a message), ``system`` and ``instructions``,
   plus 1 per message.
 * ``completion_tokens`` = ``reply_words``, capped by ``max_tokens`` /
-  ``max_completion_tokens`` when given (``finish_reason`` is then ``"length"``).
+  ``max_completion_tokens`` / ``max_output_tokens`` when given (``finish_reason`` is then
+  ``"length"``; Anthropic ``stop_reason`` ``"max_tokens"``, Responses ``"incomplete"``).
 * The reply text is ``f"{name} says:"`` followed by `` w1 w2 ... wN`` with
   N = ``completion_tokens``. A stream sends the prefix as the first content chunk
   (which also carries the role) and then one chunk per word, so a stream has
   ``completion_tokens + 1`` content chunks, one finish chunk, a usage chunk when
-  ``stream_options.include_usage`` is true, then ``data: [DONE]``.
+  ``stream_options.include_usage`` is true, then ``data: [DONE]``. Messages and Responses
+  streams are named events (``event: ...``), one text delta per piece, without ``[DONE]``.
 * Context enforcement: ``prompt_tokens + (max_tokens or max_completion_tokens or 0)
   > context_window`` is answered with the ``error_style`` engine's context-length 400.
+  On ``/v1/messages`` every error is wrapped as vLLM does it:
+  ``{"type": "error", "error": {"type": <the engine's type>, "message": ...}}``.
 
 Timing: ``latency`` is awaited before every JSON answer of the inference endpoints
 (success or error); ``ttft`` after the stream's headers and before its first event;
@@ -45,6 +51,14 @@ from typing import Any, Literal, NoReturn, cast
 import orjson
 from aiohttp import web
 
+from fleetgate.testing.protocol_shapes import (
+    Event,
+    anthropic_answer,
+    anthropic_error,
+    responses_answer,
+    responses_error_event,
+)
+
 FaultKind = Literal[
     "status", "reset", "hang", "break_stream", "context_error", "bad_request", "stream_error_event"
 ]
@@ -55,7 +69,10 @@ _INFERENCE_PATHS = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completion",
     "/v1/embeddings": "embedding",
+    "/v1/messages": "messages",
+    "/v1/responses": "responses",
 }
+_EVENT_KINDS = ("messages", "responses")  # named SSE events, no [DONE]
 
 
 @dataclass(frozen=True)
@@ -125,23 +142,41 @@ def _texts(value: Any) -> list[str]:
     return out
 
 
+def _content_texts(value: Any) -> list[str]:
+    """`_texts`, plus the Responses API's ``input_text`` / ``output_text`` parts."""
+    out = _texts(value)
+    if isinstance(value, list):
+        for part in value:
+            if isinstance(part, dict) and part.get("type") in ("input_text", "output_text"):
+                text = part.get("text")
+                if isinstance(text, str):
+                    out.append(text)
+    return out
+
+
 def count_prompt_tokens(body: Mapping[str, Any]) -> int:
     """Prompt tokens of a request body under the module's deterministic token rule."""
     texts: list[str] = []
     messages = body.get("messages")
+    items = body.get("input")
+    if not (isinstance(items, list) and any(isinstance(i, dict) for i in items)):
+        texts += _texts(items)
+        items = []
     n_messages = 0
-    if isinstance(messages, list):
-        for message in messages:
-            n_messages += 1
-            if isinstance(message, dict):
-                texts += _texts(message.get("content"))
-    texts += _texts(body.get("prompt")) + _texts(body.get("input"))
+    for group in (messages, items):  # chat/Anthropic messages, Responses input items
+        if isinstance(group, list):
+            for message in group:
+                n_messages += 1
+                if isinstance(message, dict):
+                    texts += _content_texts(message.get("content"))
+    for key in ("prompt", "system", "instructions"):
+        texts += _texts(body.get(key))
     return n_messages + sum(len(t.split()) for t in texts)
 
 
 def requested_completion_tokens(body: Mapping[str, Any]) -> int:
-    """``max_tokens or max_completion_tokens or 0``."""
-    for key in ("max_tokens", "max_completion_tokens"):
+    """``max_tokens or max_completion_tokens or max_output_tokens or 0``."""
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         value = body.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
@@ -229,8 +264,17 @@ async def _forever() -> NoReturn:
     raise AssertionError("unreachable")
 
 
-def _sse(payload: Any) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+def _sse(payload: Any, name: str | None = None) -> bytes:
+    head = b"event: " + name.encode() + b"\n" if name else b""
+    return head + b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _in_protocol(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """An error body as the endpoint answers it: vLLM wraps it for the Messages API."""
+    if kind != "messages":
+        return body
+    err = body.get("error", body)
+    return anthropic_error(str(err.get("type", "BadRequestError")), str(err.get("message")))
 
 
 class FakeEngine:
@@ -247,6 +291,7 @@ class FakeEngine:
         reply_words: int = 8,
         error_style: str = "vllm",
         served_model: str = "fake-model",
+        answer_model: str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -260,6 +305,9 @@ class FakeEngine:
         self.reply_words = reply_words
         self.error_style = cast(ErrorStyle, error_style)
         self.served_model = served_model
+        # the `model` answers carry; None echoes the request's (vLLM answers with its first
+        # served name whatever alias was asked, so a gateway cannot rely on an echo)
+        self.answer_model = answer_model
         self.host = host
         self.port = port
         self.tokenize_delay = 0.0
@@ -320,11 +368,11 @@ class FakeEngine:
         self._fault = fault
 
     def fail_next(self, fault: Fault, count: int = 1) -> None:
-        """Apply ``fault`` to the next ``count`` chat/completion/embedding requests."""
+        """Apply ``fault`` to the next ``count`` inference requests (any ``/v1`` POST)."""
         self._queued.extend([fault] * count)
 
     def fail_every(self, n: int, fault: Fault | None) -> None:
-        """Apply ``fault`` to every ``n``-th chat/completion/embedding request (None stops)."""
+        """Apply ``fault`` to every ``n``-th inference request (None stops)."""
         self._every = (n, fault) if fault is not None else None
         self._inference_count = 0
 
@@ -436,12 +484,14 @@ class FakeEngine:
         requested = requested_completion_tokens(body)
         if prompt + requested > self.context_window:
             error = context_exceeded_error(self.error_style, self.context_window, prompt, requested)
-            return await self._json(400, error)
+            return await self._json(400, _in_protocol(kind, error))
         if kind == "embedding":
             return await self._embeddings(body, prompt)
         reply = self._reply(body, kind, prompt, requested)
         if body.get("stream"):
             return await self._stream(request, kind, body, reply, call)
+        if kind in _EVENT_KINDS:
+            return await self._json(200, self._answer(kind, reply)[0])
         return await self._json(200, self._completion_body(kind, reply))
 
     def _reply(self, body: Mapping[str, Any], kind: str, prompt: int, requested: int) -> _Reply:
@@ -458,7 +508,7 @@ class FakeEngine:
             function = tools[0].get("function", {}) if isinstance(tools[0], dict) else {}
             tool_name = str(function.get("name", "tool"))
             finish = "tool_calls"
-        model = str(body.get("model") or self.served_model)
+        model = self.answer_model or str(body.get("model") or self.served_model)
         return _Reply(model, prompt, completion, finish, tool_name)
 
     def _pieces(self, reply: _Reply) -> list[str]:
@@ -508,12 +558,24 @@ class FakeEngine:
             "usage": reply.usage,
         }
 
-    def _stream_events(self, kind: str, body: Mapping[str, Any], reply: _Reply) -> list[Any]:
+    def _answer(self, kind: str, reply: _Reply) -> tuple[dict[str, Any], list[Event]]:
+        """The Messages or Responses body and stream of ``reply``."""
+        pieces = self._pieces(reply)
+        tokens = (reply.prompt_tokens, reply.completion_tokens, reply.finish_reason)
+        if kind == "messages":
+            return anthropic_answer(f"msg_{reply.rid}", reply.model, pieces, *tokens)
+        rid, mid = f"resp_{reply.rid}", f"msg_{reply.rid}"
+        return responses_answer(rid, mid, reply.model, pieces, *tokens)
+
+    def _stream_events(self, kind: str, body: Mapping[str, Any], reply: _Reply) -> list[Event]:
+        if kind in _EVENT_KINDS:
+            return self._answer(kind, reply)[1]
+
         def event(choice: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
             choices = [] if choice is None else [{"index": 0, "logprobs": None, **choice}]
             return {**self._envelope(kind, reply, chunk=True), "choices": choices, **extra}
 
-        events: list[Any] = []
+        events: list[dict[str, Any]] = []
         if kind == "completion":
             for piece in self._pieces(reply):
                 events.append(event({"text": piece, "finish_reason": None}))
@@ -531,7 +593,7 @@ class FakeEngine:
         options = body.get("stream_options")
         if isinstance(options, dict) and options.get("include_usage"):
             events.append(event(None, usage=reply.usage))
-        return events
+        return [(None, e) for e in events]
 
     async def _stream(
         self,
@@ -545,15 +607,16 @@ class FakeEngine:
         resp = await self._open_stream(request)
         await asyncio.sleep(self.ttft)
         gap = 1.0 / self.tokens_per_second if self.tokens_per_second else 0.0
-        for i, payload in enumerate(self._stream_events(kind, body, reply)):
+        for i, (name, payload) in enumerate(self._stream_events(kind, body, reply)):
             if i == break_after:
                 await self._drop_connection(request, call)
             if i and gap:
                 await asyncio.sleep(gap)
-            await resp.write(_sse(payload))
+            await resp.write(_sse(payload, name))
         if break_after is not None:
             await self._drop_connection(request, call)
-        await resp.write(b"data: [DONE]\n\n")
+        if kind not in _EVENT_KINDS:
+            await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
 
@@ -598,30 +661,41 @@ class FakeEngine:
             headers = {}
             if fault.retry_after is not None:
                 headers["Retry-After"] = f"{fault.retry_after:g}"
-            return await self._json(
-                fault.status, _error(message, err_type, fault.status), headers=headers
-            )
+            error = _in_protocol(kind, _error(message, err_type, fault.status))
+            return await self._json(fault.status, error, headers=headers)
         if fault.kind == "hang":
             await _forever()
         if fault.kind == "context_error":
-            limit = self.context_window
-            return await self._json(
-                400, context_exceeded_error(self.error_style, limit, prompt, requested)
-            )
+            error = context_exceeded_error(self.error_style, self.context_window, prompt, requested)
+            return await self._json(400, _in_protocol(kind, error))
         if fault.kind == "bad_request":
             message = fault.message or "invalid parameter: the request was rejected by the engine"
-            return await self._json(400, _error(message, "BadRequestError", 400))
+            return await self._json(
+                400, _in_protocol(kind, _error(message, "BadRequestError", 400))
+            )
         if fault.kind == "stream_error_event":
             error = context_exceeded_error(self.error_style, self.context_window, prompt, requested)
             resp = await self._open_stream(request)
             await asyncio.sleep(self.ttft)
-            await resp.write(_sse({"error": error.get("error", error)}))
+            await resp.write(self._error_event(kind, error))
             await resp.write_eof()
             return resp
-        if fault.kind == "break_stream" and body.get("stream") and kind in ("chat", "completion"):
+        if fault.kind == "break_stream" and body.get("stream") and kind != "embedding":
             reply = self._reply(body, kind, prompt, requested)
             return await self._stream(request, kind, body, reply, call, fault.after_chunks)
         await self._drop_connection(request, call)  # "reset", or break_stream without a stream
+
+    @staticmethod
+    def _error_event(kind: str, error: dict[str, Any]) -> bytes:
+        """An in-stream error event in the endpoint's own shape."""
+        if kind == "messages":
+            return _sse(_in_protocol(kind, error), "error")
+        err = error.get("error", error)
+        if kind == "responses":
+            return _sse(
+                responses_error_event(err.get("code", 400), err.get("message", "")), "error"
+            )
+        return _sse({"error": err})
 
     async def _drop_connection(self, request: web.BaseRequest, call: _Call) -> NoReturn:
         """Abort the TCP connection without a (complete) response."""
