@@ -271,21 +271,24 @@ class RequestLog:
 
 
 @cache
-def _columns(table: Table) -> tuple[tuple[str, bool], ...]:
-    """(name, is JSON) for each column, in table order."""
-    return tuple((c.name, isinstance(c.type, JSON)) for c in table.columns)
+def _columns(table: Table) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The column names in table order, and the positions of the JSON ones."""
+    names = tuple(c.name for c in table.columns)
+    json_at = tuple(i for i, c in enumerate(table.columns) if isinstance(c.type, JSON))
+    return names, json_at
 
 
 def _as_tuples(table: Table, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """Rows in column order, JSON columns encoded (the driver gets them as text)."""
-    columns = _columns(table)
-    return [
-        tuple(
-            orjson.dumps(row[name]).decode() if is_json and row[name] is not None else row[name]
-            for name, is_json in columns
-        )
-        for row in rows
-    ]
+    names, json_at = _columns(table)
+    out = []
+    for row in rows:
+        values = [row[name] for name in names]
+        for i in json_at:
+            if values[i] is not None:
+                values[i] = orjson.dumps(values[i]).decode()
+        out.append(tuple(values))
+    return out
 
 
 def _public(row: dict[str, Any]) -> dict[str, Any]:
