@@ -32,6 +32,7 @@ import orjson
 from aiohttp import web
 
 from fleetgate.testing.fake_engine import ReceivedRequest, _embedding, _texts
+from fleetgate.testing.protocol_shapes import anthropic_answer, responses_answer
 
 VERSION = "0.12.6"
 
@@ -450,179 +451,29 @@ class FakeOllama:
         self, request: web.BaseRequest, body: dict[str, Any], model: OllamaModel
     ) -> web.StreamResponse:
         prompt, pieces = self._run(model, body)
-        mid = f"msg_{uuid.uuid4().hex[:12]}"
-        usage = {"input_tokens": prompt, "output_tokens": len(pieces) - 1}
-        message = {
-            "id": mid,
-            "type": "message",
-            "role": "assistant",
-            "model": model.name,
-            "content": [{"type": "text", "text": "".join(pieces)}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": usage,
-        }
+        message, events = anthropic_answer(
+            f"msg_{uuid.uuid4().hex[:12]}", model.name, pieces, prompt, len(pieces) - 1, "stop"
+        )
         if not body.get("stream"):
             return _json(200, message)
-        start = {
-            **message,
-            "content": [],
-            "stop_reason": None,
-            "usage": {"input_tokens": prompt, "output_tokens": 0},
-        }
-        events: list[tuple[str | None, Any]] = [
-            ("message_start", {"type": "message_start", "message": start}),
-            (
-                "content_block_start",
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {"type": "text", "text": ""},
-                },
-            ),
-            ("ping", {"type": "ping"}),
-        ]
-        for piece in pieces:
-            events.append(
-                (
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": 0,
-                        "delta": {"type": "text_delta", "text": piece},
-                    },
-                )
-            )
-        events += [
-            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            (
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                    "usage": {"output_tokens": len(pieces) - 1},
-                },
-            ),
-            ("message_stop", {"type": "message_stop"}),
-        ]
-        return await _sse(request, events, False, self._take_break())
+        return await _sse(request, list(events), False, self._take_break())
 
     async def _responses(
         self, request: web.BaseRequest, body: dict[str, Any], model: OllamaModel
     ) -> web.StreamResponse:
         prompt, pieces = self._run(model, body)
-        text = "".join(pieces)
-        rid, mid = f"resp_{uuid.uuid4().hex[:12]}", f"msg_{uuid.uuid4().hex[:12]}"
-        usage = {
-            "input_tokens": prompt,
-            "output_tokens": len(pieces) - 1,
-            "total_tokens": prompt + len(pieces) - 1,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 0},
-        }
-        part = {"type": "output_text", "text": text, "annotations": []}
-        item = {
-            "id": mid,
-            "type": "message",
-            "status": "completed",
-            "role": "assistant",
-            "content": [part],
-        }
-
-        def response(status: str, output: list[Any], use: Any) -> dict[str, Any]:
-            return {
-                "id": rid,
-                "object": "response",
-                "created_at": int(time.time()),
-                "model": model.name,
-                "status": status,
-                "output": output,
-                "parallel_tool_calls": True,
-                "tool_choice": "auto",
-                "tools": [],
-                "usage": use,
-                "error": None,
-                "incomplete_details": None,
-            }
-
+        answer, events = responses_answer(
+            f"resp_{uuid.uuid4().hex[:12]}",
+            f"msg_{uuid.uuid4().hex[:12]}",
+            model.name,
+            pieces,
+            prompt,
+            len(pieces) - 1,
+            "stop",
+        )
         if not body.get("stream"):
-            return _json(200, response("completed", [item], usage))
-        events: list[tuple[str | None, Any]] = [
-            (
-                "response.created",
-                {"type": "response.created", "response": response("in_progress", [], None)},
-            ),
-            (
-                "response.in_progress",
-                {"type": "response.in_progress", "response": response("in_progress", [], None)},
-            ),
-            (
-                "response.output_item.added",
-                {
-                    "type": "response.output_item.added",
-                    "output_index": 0,
-                    "item": {**item, "status": "in_progress", "content": []},
-                },
-            ),
-            (
-                "response.content_part.added",
-                {
-                    "type": "response.content_part.added",
-                    "item_id": mid,
-                    "output_index": 0,
-                    "content_index": 0,
-                    "part": {**part, "text": ""},
-                },
-            ),
-        ]
-        for piece in pieces:
-            events.append(
-                (
-                    "response.output_text.delta",
-                    {
-                        "type": "response.output_text.delta",
-                        "item_id": mid,
-                        "output_index": 0,
-                        "content_index": 0,
-                        "delta": piece,
-                        "logprobs": [],
-                    },
-                )
-            )
-        events += [
-            (
-                "response.output_text.done",
-                {
-                    "type": "response.output_text.done",
-                    "item_id": mid,
-                    "output_index": 0,
-                    "content_index": 0,
-                    "text": text,
-                    "logprobs": [],
-                },
-            ),
-            (
-                "response.content_part.done",
-                {
-                    "type": "response.content_part.done",
-                    "item_id": mid,
-                    "output_index": 0,
-                    "content_index": 0,
-                    "part": part,
-                },
-            ),
-            (
-                "response.output_item.done",
-                {"type": "response.output_item.done", "output_index": 0, "item": item},
-            ),
-            (
-                "response.completed",
-                {"type": "response.completed", "response": response("completed", [item], usage)},
-            ),
-        ]
-        for i, (_, payload) in enumerate(events):
-            payload["sequence_number"] = i
-        return await _sse(request, events, False, self._take_break())
+            return _json(200, answer)
+        return await _sse(request, list(events), False, self._take_break())
 
 
 _INFERENCE = {
