@@ -113,6 +113,7 @@ class ControlPlane:
         self.guard = Guard(self.ring, base.auth.enabled)
         self.link: RedisLink | None = None
         self._keys_version = 0
+        self._fleet_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
         gateway.recorder.capacity = storage.log_buffer
 
@@ -186,14 +187,21 @@ class ControlPlane:
 
     # ---- the fleet ----------------------------------------------------------------------
     async def reload_fleet(self, force: bool = False) -> bool:
-        """Rebuild the fleet from the store when its version moved; True when swapped."""
-        version = await self.config_store.version()
-        if not force and version <= self.fleet.version:
-            return False
-        entities = await self.config_store.entities()
-        config = compose_or_raise(self.base, entities)
-        self.gateway.holder.swap(build_fleet(config, version))
-        return True
+        """Rebuild the fleet from the store when its version moved; True when swapped.
+
+        Serialised with the swaps of local edits, and never swapping to an older version:
+        a reload that read version N must not replace the N+1 a local edit installed while
+        it was reading (that replica would then stay behind until the next change)."""
+        async with self._fleet_lock:
+            version = await self.config_store.version()
+            if not force and version <= self.fleet.version:
+                return False
+            entities = await self.config_store.entities()
+            config = compose_or_raise(self.base, entities)
+            if not force and version <= self.fleet.version:
+                return False
+            self.gateway.holder.swap(build_fleet(config, version))
+            return True
 
     async def change(self, edit: Callable[[Entities], Entities]) -> Fleet:
         """Edit the stored entities; the whole result is validated before anything is kept."""
@@ -201,8 +209,9 @@ class ControlPlane:
             edit, lambda entities: compose_or_raise(self.base, entities)
         )
         fleet = build_fleet(config, version)
-        if version > self.fleet.version:
-            self.gateway.holder.swap(fleet)
+        async with self._fleet_lock:
+            if version > self.fleet.version:
+                self.gateway.holder.swap(fleet)
         if self.link is not None:
             self.link.announce({"type": "config", "version": version})
         return fleet
