@@ -2,36 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 DONE = b"[DONE]"
-
-
-class EventSplitter:
-    """Cuts a byte stream into whole SSE events (without the blank line that ends each)."""
-
-    __slots__ = ("_buffer",)
-
-    def __init__(self) -> None:
-        self._buffer = b""
-
-    def feed(self, chunk: bytes) -> Iterator[bytes]:
-        if b"\r" in chunk:
-            chunk = chunk.replace(b"\r\n", b"\n")
-        buffer = self._buffer + chunk if self._buffer else chunk
-        start = 0
-        while True:
-            end = buffer.find(b"\n\n", start)
-            if end < 0:
-                break
-            if end > start:
-                yield buffer[start:end]
-            start = end + 2
-        self._buffer = buffer[start:]
-
-    def rest(self) -> bytes:
-        rest, self._buffer = self._buffer.strip(), b""
-        return rest
 
 
 def event_data(event: bytes) -> bytes | None:

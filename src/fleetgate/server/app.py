@@ -152,8 +152,6 @@ class Gateway:
             ("GET", "/v1/fleet/windows"): self.fleet_windows,
             ("POST", "/v1/fleet/windows/refresh"): self.refresh_windows,
         }
-        for path in INGRESS_ROUTES:
-            self.routes[("POST", path)] = self._proxy_route
 
     # ---- ASGI entry -----------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -186,7 +184,7 @@ class Gateway:
             return self.request_record
         if self.control is not None and (path == "/admin" or path.startswith("/admin/")):
             return self._admin
-        if any(p == path for _, p in self.routes):
+        if path in INGRESS_ROUTES or any(p == path for _, p in self.routes):
             raise GatewayError("method_not_allowed", f"{method} is not allowed on {path}.")
         raise GatewayError("not_found", f"There is no endpoint at {path}.")
 
@@ -272,10 +270,6 @@ class Gateway:
         self.discovery.request_refresh(deployment_id)
 
     # ---- the proxied endpoints --------------------------------------------------------
-    async def _proxy_route(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
-        endpoint, parser = INGRESS_ROUTES[scope["path"]]
-        await self._proxy(scope, endpoint, parser, receive, send, ex)
-
     async def _proxy(
         self,
         scope: Scope,
@@ -563,7 +557,3 @@ def explain_request(
     except GatewayError as exc:
         result["error"] = exc.body()["error"]
     return result
-
-
-def create_app(holder: FleetHolder, state: RuntimeState | None = None) -> Gateway:
-    return Gateway(holder, state)
