@@ -8,6 +8,7 @@ from sqlalchemy import inspect
 from fleetgate.config.loader import ConfigError
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, find
 from fleetgate.store.database import (
+    SCHEMA_HEAD,
     alembic_upgrade,
     create_engine,
     current_revision,
@@ -32,10 +33,10 @@ async def test_migrations_create_the_tables_and_are_idempotent(db_url: str) -> N
         # several replicas starting at once: every upgrade must succeed
         await asyncio.gather(*(migrate(engine) for _ in range(3)))
         await migrate(engine)
-        assert await current_revision(engine) == "0001"
+        assert await current_revision(engine) == SCHEMA_HEAD
         async with engine.connect() as conn:
             names = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
-        assert {"config_entities", "requests", "attempts", "client_keys"} <= names
+        assert {"config_entities", "requests", "client_keys"} <= names
     finally:
         await engine.dispose()
 
@@ -114,9 +115,9 @@ async def test_a_new_store_is_created_and_stamped_without_alembic(db_url: str) -
     engine = create_engine(database_url(db_url))
     try:
         await migrate(engine)
-        assert await current_revision(engine) == "0001"
+        assert await current_revision(engine) == SCHEMA_HEAD
         async with engine.begin() as conn:
             await conn.run_sync(alembic_upgrade)
-        assert await current_revision(engine) == "0001"
+        assert await current_revision(engine) == SCHEMA_HEAD
     finally:
         await engine.dispose()

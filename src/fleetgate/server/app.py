@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
+import random
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -84,7 +84,10 @@ class Exchange:
             elif name.startswith(b"x-fleetgate-"):
                 self.headers[name.decode("latin-1")] = value.decode("latin-1")
         if request_id is None or not _REQUEST_ID_OK.match(request_id):
-            request_id = os.urandom(12).hex()
+            # unique, not secret: microseconds then 44 random bits (the PRNG is seeded
+            # from the OS and reseeded after fork; no system call on the hot path). Ids
+            # that grow with time keep the request log's index on them append-only.
+            request_id = f"{time.time_ns() // 1000:013x}{random.getrandbits(44):011x}"
         self.request_id = request_id
 
     def base_headers(self) -> Headers:

@@ -6,9 +6,13 @@ import asyncio
 import fcntl
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, event, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 DATA_DIR_ENV = "FLEETGATE_DATA_DIR"
 DATABASE_URL_ENV = "FLEETGATE_DATABASE_URL"
@@ -67,7 +71,7 @@ def create_engine(url: str) -> AsyncEngine:
 
 # The newest migration's revision. A store already there skips Alembic entirely (importing
 # and running it costs ~0.2 s of start-up); a test keeps this equal to Alembic's head.
-SCHEMA_HEAD = "0001"
+SCHEMA_HEAD = "0002"
 
 
 def _upgrade(connection: Connection) -> None:
@@ -89,15 +93,20 @@ def _upgrade(connection: Connection) -> None:
     alembic_upgrade(connection)
 
 
-def alembic_upgrade(connection: Connection) -> None:
-    """Run the migrations up to head (imported only when a store needs it)."""
+def alembic_upgrade(connection: Connection, revision: str = "head") -> None:
+    """Run the migrations up to `revision` (imported only when a store needs it)."""
     from alembic import command
+
+    command.upgrade(alembic_config(connection), revision)
+
+
+def alembic_config(connection: Connection) -> Config:
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection
-    command.upgrade(config, "head")
+    return config
 
 
 async def migrate(engine: AsyncEngine) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     Float,
-    ForeignKey,
     Index,
     Integer,
     MetaData,
@@ -39,10 +39,13 @@ store_meta = Table(
     Column("value", Text, nullable=False),
 )
 
+# The request log: one row per request, its attempts inline as a JSON list (read only with
+# their request). The integer key appends to its index; no foreign key to check per row.
 requests = Table(
     "requests",
     metadata,
-    Column("uid", String(32), primary_key=True),  # ours; request ids may come from clients
+    # ours, increasing; request ids may come from clients and repeat
+    Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
     Column("request_id", String(128), nullable=False),
     Column("time", Float, nullable=False),
     Column("client_key_id", String(64)),
@@ -69,37 +72,11 @@ requests = Table(
     Column("context_exact", Boolean),
     Column("fallback_count", Integer, nullable=False),
     Column("dropped", JSON),
+    Column("attempts", JSON, nullable=False),  # [{idx, deployment_id, status, ...}, ...]
 )
 Index("ix_requests_time", requests.c.time)
 Index("ix_requests_request_id", requests.c.request_id)
 Index("ix_requests_model_time", requests.c.requested_model, requests.c.time)
-
-attempts = Table(
-    "attempts",
-    metadata,
-    Column(
-        "request_uid", String(32), ForeignKey("requests.uid", ondelete="CASCADE"), primary_key=True
-    ),
-    Column("idx", Integer, primary_key=True),  # fallback index: 0 is the first try
-    Column("deployment_id", String(255), nullable=False),
-    Column("provider_id", String(255), nullable=False),
-    Column("upstream_model", String(255), nullable=False),
-    Column("scope", String(64), nullable=False),
-    Column("status", Integer),
-    Column("error_class", String(64)),
-    Column("latency", Float, nullable=False),
-    Column("ttft", Float),
-    Column("retry_after", Float),
-    Column("prompt_tokens", Integer),
-    Column("completion_tokens", Integer),
-    Column("params", JSON),
-    Column("key_label", String(255)),
-    Column("virtual_model", String(255)),
-    Column("tier", String(255)),
-    Column("quantization", String(64)),
-    Column("dropped_params", JSON),
-    Column("preferences", JSON),
-)
 
 client_keys = Table(
     "client_keys",
