@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from fleetgate.testing import Fault
 from tests.harness import Stack, deployment, provider, wait_until
@@ -71,6 +72,18 @@ def test_metrics_count_requests_attempts_and_fallbacks(stack: Stack):
         'error_code="",model="m",status="200"} 2.0'
     ) in text
     assert 'fleetgate_fallbacks_total{model="m"} 1.0' in text
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    latency = {k: v for k, v in samples.items() if k[0].startswith("fleetgate_request_seconds")}
+    assert latency[("fleetgate_request_seconds_count", (("model", "m"),))] == 2
+    assert latency[("fleetgate_request_seconds_bucket", (("le", "+Inf"), ("model", "m")))] == 2
+    assert latency[("fleetgate_request_seconds_sum", (("model", "m"),))] > 0
+    assert samples[("fleetgate_overhead_seconds_count", ())] == 2
+    ttft = [v for k, v in samples.items() if k[0] == "fleetgate_attempt_ttft_seconds_count"]
+    assert sum(ttft) == 2  # the two successful attempts; the 503 has no first byte
     assert (
         'fleetgate_attempts_total{deployment="pa",error_class="server_error",'
         'provider="pa",provider_ctx="unbounded",status="503"} 1.0'

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections import Counter as Counter_
 from collections import defaultdict
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from fleetgate.record.histograms import BatchHistogram
 from fleetgate.record.recorder import Recorder, RequestRecord
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -41,25 +42,26 @@ class Metrics:
             ["model"],
             registry=r,
         )
-        self.latency = Histogram(
+        self.latency = BatchHistogram(
             "fleetgate_request_seconds",
             "Whole request latency seen by the gateway.",
             ["model"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            _LATENCY_BUCKETS,
+            r,
         )
-        self.overhead = Histogram(
+        self.overhead = BatchHistogram(
             "fleetgate_overhead_seconds",
             "Time spent in the gateway itself (upstream excluded).",
-            buckets=_OVERHEAD_BUCKETS,
-            registry=r,
+            [],
+            _OVERHEAD_BUCKETS,
+            r,
         )
-        self.ttft = Histogram(
+        self.ttft = BatchHistogram(
             "fleetgate_attempt_ttft_seconds",
             "Time to first byte of successful attempts.",
             ["deployment"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            _LATENCY_BUCKETS,
+            r,
         )
         self.truncations = Counter(
             "fleetgate_truncation_suspected",
@@ -81,12 +83,13 @@ class Metrics:
         fallbacks: Counter_[str] = Counter_()
         latency: dict[str, list[float]] = defaultdict(list)
         ttft: dict[str, list[float]] = defaultdict(list)
+        overhead: list[float] = []
         for rec in records:
             model = rec.requested_model
             tier = str(rec.notes.get("context_tier", "default"))
             requests[(model, rec.endpoint, str(rec.status), rec.error_code or "", tier)] += 1
             latency[model].append(rec.latency)
-            self.overhead.observe(max(rec.overhead, 0.0))
+            overhead.append(max(rec.overhead, 0.0))
             if rec.error_code is None and len(rec.attempts) > 1:
                 fallbacks[model] += 1
             if "truncation_suspected" in rec.notes and rec.deployment_id:
@@ -113,13 +116,10 @@ class Metrics:
         for model, n in fallbacks.items():
             self.fallbacks.labels(model).inc(n)
         for model, values in latency.items():
-            observe = self.latency.labels(model).observe
-            for v in values:
-                observe(v)
+            self.latency.observe((model,), values)
         for dep, values in ttft.items():
-            observe = self.ttft.labels(dep).observe
-            for v in values:
-                observe(v)
+            self.ttft.observe((dep,), values)
+        self.overhead.observe((), overhead)
 
     def render(self, recorder: Recorder) -> bytes:
         self.records_dropped.set(recorder.dropped)
