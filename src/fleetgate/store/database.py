@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 DATA_DIR_ENV = "FLEETGATE_DATA_DIR"
 DATABASE_URL_ENV = "FLEETGATE_DATABASE_URL"
 SQLITE_FILE = "fleetgate.db"
+SQLITE_CACHE_KIB = 256  # SQLite page cache per connection
 
 # Any constant works; it only has to be the same in every replica.
 _MIGRATION_LOCK = 0x666C6565  # "flee"
@@ -63,6 +64,10 @@ def create_engine(url: str) -> AsyncEngine:
             # WAL with synchronous=NORMAL: durable across crashes of the process, one fsync
             # per checkpoint instead of per commit of a log batch
             cursor.execute("PRAGMA synchronous=NORMAL")
+            # The page cache is per connection and 2 MB by default, most of the memory the
+            # store adds under load. The request log appends; its reads go through indexes;
+            # the OS caches the file anyway. 256 KiB measured ~3 MB less peak RSS.
+            cursor.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
             cursor.close()
 
         return engine
