@@ -51,7 +51,8 @@ class RecordSink(Protocol):
 
 
 class RecentRequests:
-    """Keeps the last `capacity` records in memory, for `GET /v1/requests/{id}`."""
+    """Keeps the last `capacity` records in memory, for `GET /v1/requests/{id}` (fewer when
+    the store logs every request: see `server/control.py`)."""
 
     def __init__(self, capacity: int = 2000) -> None:
         self.capacity = capacity
