@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from fleetgate.execute.outcome import Attempt
 from fleetgate.record.recorder import RequestRecord
-from fleetgate.store.database import create_engine, database_url, migrate
+from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.request_log import RequestLog
 
 
@@ -66,10 +66,10 @@ def _record(i: int) -> RequestRecord:
 
 async def _run(requests: int, batch: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        engine = create_engine(database_url(f"sqlite:///{directory}/fleetgate.db"))
+        db = open_database(database_url(f"sqlite:///{directory}/fleetgate.db"))
         try:
-            await migrate(engine)
-            log = RequestLog(engine)
+            await migrate(db)
+            log = RequestLog(db)
             batches = [
                 [_record(b * batch + i) for i in range(batch)] for b in range(requests // batch)
             ]
@@ -82,7 +82,7 @@ async def _run(requests: int, batch: int) -> None:
             wall_us = (time.perf_counter() - wall) / count * 1e6
             print(f"{count} requests: {cpu_us:.1f} µs CPU/request, {wall_us:.1f} µs wall/request")
         finally:
-            await engine.dispose()
+            await db.dispose()
 
 
 def main() -> None:

@@ -6,13 +6,12 @@ silently skipping the shared-state tests (`.ci/run` starts both servers first).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg
+import psycopg
 import pytest
 import redis
 
@@ -20,16 +19,9 @@ PG_URL = os.environ.get("FLEETGATE_TEST_PG", "postgresql://postgres@127.0.0.1:54
 REDIS_URL = os.environ.get("FLEETGATE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
 
-async def _pg_admin(sql: str) -> None:
-    conn = await asyncpg.connect(PG_URL, timeout=5)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
-def _run(coro) -> None:  # type: ignore[no-untyped-def]
-    asyncio.run(coro)
+def _pg_admin(sql: str) -> None:
+    with psycopg.connect(PG_URL, connect_timeout=5, autocommit=True) as conn:
+        conn.execute(sql.encode())  # bytes: a query built at run time
 
 
 def _base(url: str) -> str:
@@ -41,11 +33,11 @@ def pg_url() -> Iterator[str]:
     """A new, empty PostgreSQL database for one test, dropped afterwards."""
     name = "fg_test_" + uuid.uuid4().hex[:12]
     try:
-        _run(_pg_admin(f'CREATE DATABASE "{name}"'))
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        _pg_admin(f'CREATE DATABASE "{name}"')
+    except (OSError, psycopg.Error, TimeoutError) as exc:
         pytest.fail(f"PostgreSQL is not reachable at {PG_URL}: {exc!r} (start it; see .ci/run)")
     yield f"{_base(PG_URL)}/{name}"
-    _run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

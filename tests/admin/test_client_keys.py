@@ -7,7 +7,7 @@ import asyncio
 import httpx
 from sqlalchemy import select
 
-from fleetgate.store.database import create_engine, database_url
+from fleetgate.store.database import database_url, open_database
 from fleetgate.store.tables import client_keys
 from tests.admin.helpers import admin, early_in_a_minute, options, two_tier_fleet
 from tests.harness import Stack, wait_until
@@ -48,13 +48,12 @@ def test_keys_auth_allow_lists_and_rpm(stack: Stack, db_url: str) -> None:
     assert "key_hash" not in listed[0]
 
     async def stored() -> list[str]:
-        engine = create_engine(database_url(db_url))
+        db = open_database(database_url(db_url))
         try:
-            async with engine.connect() as conn:
-                rows = (await conn.execute(select(client_keys))).all()
+            rows = await db.read(lambda c: c.execute(select(client_keys)).all())
             return [str(tuple(r)) for r in rows]
         finally:
-            await engine.dispose()
+            await db.dispose()
 
     assert all(secret not in row for row in asyncio.run(stored()))
 

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from fleetgate.record.recorder import RequestRecord
-from fleetgate.store.database import create_engine, database_url
+from fleetgate.store.database import database_url, open_database
 from fleetgate.store.request_log import RequestLog
 from fleetgate.testing import Fault
 from tests.admin.helpers import admin, options, two_tier_fleet
@@ -108,11 +108,11 @@ def test_buffer_full_is_counted_and_shutdown_flushes(stack: Stack, db_url: str, 
     stack.stop_gateway()
 
     async def count() -> int:
-        engine = create_engine(database_url(db_url))
+        db = open_database(database_url(db_url))
         try:
-            return len((await RequestLog(engine).page(limit=100)).rows)
+            return len((await RequestLog(db).page(limit=100)).rows)
         finally:
-            await engine.dispose()
+            await db.dispose()
 
     assert asyncio.run(count()) == 4  # 1 flushed early + the 3 the buffer kept
 
@@ -137,10 +137,10 @@ def _record(i: int, when: float) -> RequestRecord:
 async def test_retention_purge_in_chunks(db_url: str) -> None:
     from fleetgate.store.database import migrate
 
-    engine = create_engine(database_url(db_url))
+    db = open_database(database_url(db_url))
     try:
-        await migrate(engine)
-        log = RequestLog(engine)
+        await migrate(db)
+        log = RequestLog(db)
         now = time.time()
         old = [_record(i, now - 40 * 86400 - i) for i in range(7)]
         await log.write([*old, _record(100, now - 3600), _record(101, now)])
@@ -149,7 +149,7 @@ async def test_retention_purge_in_chunks(db_url: str) -> None:
         assert left == ["r101", "r100"]
         assert await log.purge(now - 30 * 86400, chunk=3) == 0
     finally:
-        await engine.dispose()
+        await db.dispose()
 
 
 async def test_rows_wait_while_the_database_fails(sqlite_url: str) -> None:
@@ -157,33 +157,35 @@ async def test_rows_wait_while_the_database_fails(sqlite_url: str) -> None:
 
     from fleetgate.store.database import migrate
 
-    engine = create_engine(database_url(sqlite_url))
+    db = open_database(database_url(sqlite_url))
     try:
-        await migrate(engine)
-        log = RequestLog(engine, capacity=3)
-        async with engine.begin() as conn:  # the table "goes away" for a while
-            await conn.execute(text("ALTER TABLE requests RENAME TO requests_away"))
+        await migrate(db)
+        log = RequestLog(db, capacity=3)
+        await db.transaction(  # the table "goes away" for a while
+            lambda c: c.execute(text("ALTER TABLE requests RENAME TO requests_away"))
+        )
         now = time.time()
         await log.write([_record(1, now), _record(2, now + 1)])
         await log.write([_record(3, now + 2), _record(4, now + 3)])
         assert log.failures == 2 and log.dropped == 1 and log.written == 0
-        async with engine.begin() as conn:
-            await conn.execute(text("ALTER TABLE requests_away RENAME TO requests"))
+        await db.transaction(
+            lambda c: c.execute(text("ALTER TABLE requests_away RENAME TO requests"))
+        )
         await log.write([])
         assert log.written == 3
         assert [r["id"] for r in (await log.page(limit=10)).rows] == ["r4", "r3", "r2"]
     finally:
-        await engine.dispose()
+        await db.dispose()
 
 
 async def test_json_columns_round_trip(db_url: str) -> None:
     from fleetgate.execute.outcome import Attempt
     from fleetgate.store.database import migrate
 
-    engine = create_engine(database_url(db_url))
+    db = open_database(database_url(db_url))
     try:
-        await migrate(engine)
-        log = RequestLog(engine)
+        await migrate(db)
+        log = RequestLog(db)
         record = _record(1, time.time())
         record.dropped = [{"deployment": "x", "filter": "context_fit", "reason": "too small"}]
         record.attempts = [
@@ -196,4 +198,4 @@ async def test_json_columns_round_trip(db_url: str) -> None:
         assert row["attempts"][0]["params"] == {"temperature": 0.2}
         assert row["stream"] is False and row["tokens_estimated"] is False
     finally:
-        await engine.dispose()
+        await db.dispose()

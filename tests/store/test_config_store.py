@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect
@@ -10,10 +11,10 @@ from fleetgate.store.config_store import ConfigStore, compose_or_raise, find
 from fleetgate.store.database import (
     SCHEMA_HEAD,
     alembic_upgrade,
-    create_engine,
     current_revision,
     database_url,
     migrate,
+    open_database,
 )
 from tests.harness import fleet_config
 
@@ -28,24 +29,23 @@ BASE = {
 
 
 async def test_migrations_create_the_tables_and_are_idempotent(db_url: str) -> None:
-    engine = create_engine(database_url(db_url))
+    db = open_database(database_url(db_url))
     try:
         # several replicas starting at once: every upgrade must succeed
-        await asyncio.gather(*(migrate(engine) for _ in range(3)))
-        await migrate(engine)
-        assert await current_revision(engine) == SCHEMA_HEAD
-        async with engine.connect() as conn:
-            names = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
+        await asyncio.gather(*(migrate(db) for _ in range(3)))
+        await migrate(db)
+        assert await current_revision(db) == SCHEMA_HEAD
+        names = await db.read(lambda c: set(inspect(c).get_table_names()))
         assert {"config_entities", "requests", "client_keys"} <= names
     finally:
-        await engine.dispose()
+        await db.dispose()
 
 
 async def test_seed_once_then_edits_persist(db_url: str) -> None:
-    engine = create_engine(database_url(db_url))
+    db = open_database(database_url(db_url))
     try:
-        await migrate(engine)
-        store = ConfigStore(engine)
+        await migrate(db)
+        store = ConfigStore(db)
         base = fleet_config(BASE)
         assert await store.seed(base) is True
         assert await store.seed(base) is False  # seeding happens once
@@ -74,7 +74,7 @@ async def test_seed_once_then_edits_persist(db_url: str) -> None:
         assert find(after, "deployments", "long")[1]["context_window"] == 200_000  # type: ignore[index]
         assert await store.version() == 2
     finally:
-        await engine.dispose()
+        await db.dispose()
 
 
 async def test_migrations_match_the_table_definitions(db_url: str) -> None:
@@ -84,17 +84,13 @@ async def test_migrations_match_the_table_definitions(db_url: str) -> None:
 
     from fleetgate.store.tables import metadata
 
-    engine = create_engine(database_url(db_url))
+    db = open_database(database_url(db_url))
     try:
-        async with engine.begin() as conn:  # the migrations themselves, not create_all
-            await conn.run_sync(alembic_upgrade)
-        async with engine.connect() as conn:
-            diff = await conn.run_sync(
-                lambda c: compare_metadata(MigrationContext.configure(c), metadata)
-            )
+        await db.transaction(alembic_upgrade)  # the migrations themselves, not create_all
+        diff = await db.read(lambda c: compare_metadata(MigrationContext.configure(c), metadata))
         assert diff == []
     finally:
-        await engine.dispose()
+        await db.dispose()
 
 
 def test_schema_head_constant_is_alembics_head() -> None:
@@ -112,12 +108,31 @@ def test_schema_head_constant_is_alembics_head() -> None:
 async def test_a_new_store_is_created_and_stamped_without_alembic(db_url: str) -> None:
     """A fresh store gets tables.py's tables and the head revision; Alembic then finds
     nothing to do, which proves the stamp is right."""
-    engine = create_engine(database_url(db_url))
+    db = open_database(database_url(db_url))
     try:
-        await migrate(engine)
-        assert await current_revision(engine) == SCHEMA_HEAD
-        async with engine.begin() as conn:
-            await conn.run_sync(alembic_upgrade)
-        assert await current_revision(engine) == SCHEMA_HEAD
+        await migrate(db)
+        assert await current_revision(db) == SCHEMA_HEAD
+        await db.transaction(alembic_upgrade)
+        assert await current_revision(db) == SCHEMA_HEAD
     finally:
-        await engine.dispose()
+        await db.dispose()
+
+
+def test_database_urls_get_the_shipped_drivers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg 3 for PostgreSQL, the standard library's sqlite3 for SQLite; URLs naming the
+    async drivers of earlier versions keep working."""
+    pg = "postgresql+psycopg://u@h:5432/db"
+    for url in (
+        "postgresql://u@h:5432/db",
+        "postgres://u@h:5432/db",
+        "postgresql+asyncpg://u@h:5432/db",
+    ):
+        assert database_url(explicit=url) == pg
+    assert database_url(explicit="sqlite:////x/f.db") == "sqlite:////x/f.db"
+    assert database_url(explicit="sqlite+aiosqlite:////x/f.db") == "sqlite:////x/f.db"
+    monkeypatch.delenv("FLEETGATE_DATABASE_URL", raising=False)
+    monkeypatch.delenv("FLEETGATE_DATA_DIR", raising=False)
+    default = database_url(data_directory=str(tmp_path))
+    assert default == f"sqlite:///{(tmp_path / 'fleetgate.db').resolve()}"

@@ -4,11 +4,12 @@ attempt, upgrading and downgrading, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from alembic import command
 from sqlalchemy import Connection, text
 
-from fleetgate.store.database import alembic_config, alembic_upgrade, create_engine, database_url
+from fleetgate.store.database import alembic_config, alembic_upgrade, database_url, open_database
 from fleetgate.store.request_log import RequestLog
 
 _REQUEST = (
@@ -69,16 +70,28 @@ def _old_rows(conn: Connection) -> None:
     )
 
 
-async def test_upgrade_inlines_attempts_and_downgrade_splits_them(db_url: str) -> None:
-    engine = create_engine(database_url(db_url))
-    try:
-        async with engine.begin() as conn:
-            await conn.run_sync(alembic_upgrade, "0001")
-            await conn.run_sync(_old_rows)
-        async with engine.begin() as conn:
-            await conn.run_sync(alembic_upgrade)
+def _at_0001_with_old_rows(conn: Connection) -> None:
+    alembic_upgrade(conn, "0001")
+    _old_rows(conn)
 
-        log = RequestLog(engine)
+
+def _split_rows(conn: Connection) -> tuple[list[Any], int]:
+    rows = conn.execute(
+        text(
+            "SELECT r.request_id, a.idx, a.deployment_id, a.status, a.params "
+            "FROM attempts a JOIN requests r ON r.uid = a.request_uid ORDER BY a.idx"
+        )
+    ).all()
+    return list(rows), conn.execute(text("SELECT count(*) FROM requests")).scalar_one()
+
+
+async def test_upgrade_inlines_attempts_and_downgrade_splits_them(db_url: str) -> None:
+    db = open_database(database_url(db_url))
+    try:
+        await db.transaction(_at_0001_with_old_rows)
+        await db.transaction(alembic_upgrade)
+
+        log = RequestLog(db)
         fb = await log.get("fb-1")
         assert fb is not None
         assert [(a["idx"], a["deployment_id"], a["status"]) for a in fb["attempts"]] == [
@@ -95,21 +108,11 @@ async def test_upgrade_inlines_attempts_and_downgrade_splits_them(db_url: str) -
         assert refused["stream"] is True and refused["tokens_estimated"] is True
         assert [r["id"] for r in (await log.page()).rows] == ["refused", "fb-1"]
 
-        async with engine.begin() as conn:
-            await conn.run_sync(lambda c: command.downgrade(alembic_config(c), "0001"))
-        async with engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    text(
-                        "SELECT r.request_id, a.idx, a.deployment_id, a.status, a.params "
-                        "FROM attempts a JOIN requests r ON r.uid = a.request_uid ORDER BY a.idx"
-                    )
-                )
-            ).all()
-            requests = (await conn.execute(text("SELECT count(*) FROM requests"))).scalar()
+        await db.transaction(lambda c: command.downgrade(alembic_config(c), "0001"))
+        rows, requests = await db.read(_split_rows)
         assert requests == 2
         assert [tuple(r[:4]) for r in rows] == [("fb-1", 0, "pa", 503), ("fb-1", 1, "pb", 200)]
         params = rows[0][4]
         assert (json.loads(params) if isinstance(params, str) else params) == {"temperature": 0.2}
     finally:
-        await engine.dispose()
+        await db.dispose()

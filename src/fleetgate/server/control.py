@@ -24,7 +24,7 @@ from fleetgate.fleet import Fleet, build_fleet
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
-from fleetgate.store.database import create_engine, database_url, migrate
+from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.kinds import Entities
 from fleetgate.store.request_log import RequestLog, retention_cutoff
 
@@ -108,10 +108,10 @@ class ControlPlane:
         self.redis_url = (
             self.options.redis_url or os.environ.get(REDIS_URL_ENV) or storage.redis_url
         )
-        self.engine = create_engine(self.url)
-        self.config_store = ConfigStore(self.engine)
-        self.request_log = RequestLog(self.engine, base.storage.log_buffer)
-        self.keys = KeyStore(self.engine)
+        self.db = open_database(self.url)
+        self.config_store = ConfigStore(self.db)
+        self.request_log = RequestLog(self.db, base.storage.log_buffer)
+        self.keys = KeyStore(self.db)
         self.ring = KeyRing()
         self.guard = Guard(self.ring, base.auth.enabled)
         self.link: RedisLink | None = None
@@ -126,7 +126,7 @@ class ControlPlane:
         return self.gateway.holder.fleet
 
     async def start(self) -> None:
-        await migrate(self.engine)
+        await migrate(self.db)
         if await self.config_store.seed(self.base):
             log.info("seeded the store from the config file")
         elif _has_entities(self.base) and _nonempty(entities_of(self.base)) != _nonempty(
@@ -136,7 +136,7 @@ class ControlPlane:
                 "the config file's fleet sections differ from the store (%s); the store "
                 "wins. Change the fleet through /admin, or point the data directory or "
                 "database_url at a fresh store to seed it from the file again.",
-                self.engine.url.render_as_string(hide_password=True),
+                self.db.url.render_as_string(hide_password=True),
             )
         await self.reload_fleet(force=True)
         await self.reload_keys()
@@ -187,7 +187,7 @@ class ControlPlane:
             await close_state()
         if self.link is not None:
             await self.link.stop()
-        await self.engine.dispose()
+        await self.db.dispose()
 
     # ---- the fleet ----------------------------------------------------------------------
     async def reload_fleet(self, force: bool = False) -> bool:
@@ -279,7 +279,7 @@ class ControlPlane:
         recorder = self.gateway.recorder
         return {
             "config_version": self.fleet.version,
-            "database": self.engine.dialect.name,
+            "database": self.db.dialect.name,
             "records_dropped": recorder.dropped,
             "records_buffered": recorder.buffered,
             "records_written": self.request_log.written,

@@ -6,10 +6,10 @@ import os
 import time
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Connection, delete, insert, select, update
 
 from fleetgate.auth.keys import ClientKey, hash_secret, new_secret
+from fleetgate.store.db import Database
 from fleetgate.store.tables import client_keys
 
 EDITABLE = ("name", "allowed_models", "rpm", "tpm", "budget", "disabled")
@@ -26,8 +26,10 @@ def _by_id(key_id: str) -> Any:
 
 
 class KeyStore:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
+    """Each method is one function of a connection, run whole in a DB thread."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     async def create(self, fields: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """A new key; returns its row and the secret, which is never readable again."""
@@ -45,61 +47,76 @@ class KeyStore:
             "disabled": bool(fields.get("disabled", False)),
             "created_at": time.time(),
         }
-        async with self.engine.begin() as conn:
-            await conn.execute(insert(client_keys).values(**row))
+        await self.db.transaction(_insert, row)
         row.pop("key_hash")
         return row, secret
 
     async def list(self) -> list[dict[str, Any]]:
-        async with self.engine.connect() as conn:
-            rows = await conn.execute(select(client_keys).order_by(client_keys.c.created_at))
-            return [_public(r) for r in rows]
+        return await self.db.read(_list)
 
     async def get(self, key_id: str) -> dict[str, Any] | None:
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(_by_id(key_id))).first()
-        return _public(row) if row else None
+        return await self.db.read(_get, key_id)
 
     async def update(self, key_id: str, fields: dict[str, Any]) -> dict[str, Any] | None:
         values = {k: v for k, v in fields.items() if k in EDITABLE}
-        async with self.engine.begin() as conn:
-            if values:
-                await conn.execute(
-                    update(client_keys).where(client_keys.c.id == key_id).values(**values)
-                )
-            row = (await conn.execute(_by_id(key_id))).first()
-        return _public(row) if row else None
+        return await self.db.transaction(_update, key_id, values)
 
     async def delete(self, key_id: str) -> bool:
-        async with self.engine.begin() as conn:
-            result = await conn.execute(delete(client_keys).where(client_keys.c.id == key_id))
-        return bool(result.rowcount)
+        return await self.db.transaction(_delete, key_id)
 
     async def add_spend(self, spend: dict[str, float]) -> None:
-        async with self.engine.begin() as conn:
-            for key_id, cost in spend.items():
-                await conn.execute(
-                    update(client_keys)
-                    .where(client_keys.c.id == key_id)
-                    .values(spent=client_keys.c.spent + cost)
-                )
+        await self.db.transaction(_add_spend, spend)
 
     async def active(self) -> dict[str, ClientKey]:
         """Every enabled key by hash, for the key ring."""
-        async with self.engine.connect() as conn:
-            rows = await conn.execute(select(client_keys).where(client_keys.c.disabled.is_(False)))
-            out = {}
-            for r in rows:
-                allowed = r.allowed_models
-                out[r.key_hash] = ClientKey(
-                    id=r.id,
-                    name=r.name,
-                    allowed_models=frozenset(m.lower() for m in allowed)
-                    if allowed is not None
-                    else None,
-                    rpm=r.rpm,
-                    tpm=r.tpm,
-                    budget=r.budget,
-                    spent=r.spent,
-                )
-        return out
+        return await self.db.read(_active)
+
+
+def _insert(conn: Connection, row: dict[str, Any]) -> None:
+    conn.execute(insert(client_keys).values(**row))
+
+
+def _list(conn: Connection) -> list[dict[str, Any]]:
+    rows = conn.execute(select(client_keys).order_by(client_keys.c.created_at))
+    return [_public(r) for r in rows]
+
+
+def _get(conn: Connection, key_id: str) -> dict[str, Any] | None:
+    row = conn.execute(_by_id(key_id)).first()
+    return _public(row) if row else None
+
+
+def _update(conn: Connection, key_id: str, values: dict[str, Any]) -> dict[str, Any] | None:
+    if values:
+        conn.execute(update(client_keys).where(client_keys.c.id == key_id).values(**values))
+    return _get(conn, key_id)
+
+
+def _delete(conn: Connection, key_id: str) -> bool:
+    return bool(conn.execute(delete(client_keys).where(client_keys.c.id == key_id)).rowcount)
+
+
+def _add_spend(conn: Connection, spend: dict[str, float]) -> None:
+    for key_id, cost in spend.items():
+        conn.execute(
+            update(client_keys)
+            .where(client_keys.c.id == key_id)
+            .values(spent=client_keys.c.spent + cost)
+        )
+
+
+def _active(conn: Connection) -> dict[str, ClientKey]:
+    rows = conn.execute(select(client_keys).where(client_keys.c.disabled.is_(False)))
+    out = {}
+    for r in rows:
+        allowed = r.allowed_models
+        out[r.key_hash] = ClientKey(
+            id=r.id,
+            name=r.name,
+            allowed_models=frozenset(m.lower() for m in allowed) if allowed is not None else None,
+            rpm=r.rpm,
+            tpm=r.tpm,
+            budget=r.budget,
+            spent=r.spent,
+        )
+    return out

@@ -7,13 +7,12 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from fleetgate.config import FleetConfig, Problem, validate_config
 from fleetgate.config.loader import ConfigError
-from fleetgate.store.database import is_postgres
+from fleetgate.store.db import Database
 from fleetgate.store.kinds import ENTITY_KINDS, Body, Entities
 from fleetgate.store.tables import config_entities, store_meta
 
@@ -56,51 +55,31 @@ def compose_or_raise(base: FleetConfig, entities: Entities) -> FleetConfig:
 
 
 class ConfigStore:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
+    """Each method is one function of a connection, run whole in a DB thread."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     async def seed(self, config: FleetConfig) -> bool:
         """Fill an empty store from the config file; False when it was seeded before."""
         try:
-            async with self.engine.begin() as conn:
-                await conn.execute(insert(store_meta).values(key=_SEEDED, value=str(time.time())))
-                await conn.execute(insert(store_meta).values(key=_VERSION, value="1"))
-                await self._write(conn, {}, entities_of(config))
+            await self.db.transaction(_seed, entities_of(config))
         except IntegrityError:
             return False  # another replica (or an earlier start) seeded it
         return True
 
     async def entities(self) -> Entities:
-        async with self.engine.connect() as conn:
-            return await self._load(conn)
+        return await self.db.read(_load)
 
     async def version(self) -> int:
-        async with self.engine.connect() as conn:
-            return await self._version(conn)
+        return await self.db.read(_version)
 
     async def counter(self, name: str) -> int:
         """A change counter kept in the store (e.g. `keys_version`); 0 before the first bump."""
-        async with self.engine.connect() as conn:
-            row = (
-                await conn.execute(select(store_meta.c.value).where(store_meta.c.key == name))
-            ).first()
-        return int(row[0]) if row else 0
+        return await self.db.read(_counter, name)
 
     async def bump(self, name: str) -> int:
-        async with self.engine.begin() as conn:
-            if is_postgres(self.engine):
-                await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CONFIG_LOCK})")
-            row = (
-                await conn.execute(select(store_meta.c.value).where(store_meta.c.key == name))
-            ).first()
-            value = int(row[0]) + 1 if row else 1
-            if row:
-                await conn.execute(
-                    update(store_meta).where(store_meta.c.key == name).values(value=str(value))
-                )
-            else:
-                await conn.execute(insert(store_meta).values(key=name, value=str(value)))
-        return value
+        return await self.db.transaction(_bump, name)
 
     async def change(
         self, edit: Callable[[Entities], Entities], check: Callable[[Entities], T]
@@ -108,79 +87,109 @@ class ConfigStore:
         """Apply `edit` to the stored entities, `check` the result, persist it, bump the version.
 
         Either callable may raise; then nothing is written. Edits from all replicas are
-        serialised so that each one validates against the latest rows.
+        serialised so that each one validates against the latest rows. Both run in the DB
+        thread, inside the transaction.
         """
-        async with self.engine.begin() as conn:
-            if is_postgres(self.engine):
-                await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CONFIG_LOCK})")
-            before = await self._load(conn)
-            after = edit(copy.deepcopy(before))
-            result = check(after)
-            await self._write(conn, before, after)
-            version = await self._version(conn) + 1
-            await conn.execute(
-                update(store_meta).where(store_meta.c.key == _VERSION).values(value=str(version))
+        return await self.db.transaction(_change, edit, check)
+
+
+def _lock_config(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CONFIG_LOCK})")
+
+
+def _seed(conn: Connection, entities: Entities) -> None:
+    conn.execute(insert(store_meta).values(key=_SEEDED, value=str(time.time())))
+    conn.execute(insert(store_meta).values(key=_VERSION, value="1"))
+    _write(conn, {}, entities)
+
+
+def _counter(conn: Connection, name: str) -> int:
+    row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == name)).first()
+    return int(row[0]) if row else 0
+
+
+def _bump(conn: Connection, name: str) -> int:
+    _lock_config(conn)
+    row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == name)).first()
+    value = int(row[0]) + 1 if row else 1
+    if row:
+        conn.execute(update(store_meta).where(store_meta.c.key == name).values(value=str(value)))
+    else:
+        conn.execute(insert(store_meta).values(key=name, value=str(value)))
+    return value
+
+
+def _change(
+    conn: Connection, edit: Callable[[Entities], Entities], check: Callable[[Entities], T]
+) -> tuple[int, T]:
+    _lock_config(conn)
+    before = _load(conn)
+    after = edit(copy.deepcopy(before))
+    result = check(after)
+    _write(conn, before, after)
+    version = _version(conn) + 1
+    conn.execute(update(store_meta).where(store_meta.c.key == _VERSION).values(value=str(version)))
+    return version, result
+
+
+def _version(conn: Connection) -> int:
+    return _counter(conn, _VERSION)
+
+
+def _load(conn: Connection) -> Entities:
+    rows = conn.execute(
+        select(config_entities.c.kind, config_entities.c.body).order_by(
+            config_entities.c.kind, config_entities.c.position
+        )
+    )
+    out: Entities = {name: [] for name in ENTITY_KINDS}
+    for kind, body in rows:
+        out.setdefault(kind, []).append(body)
+    return out
+
+
+def _write(conn: Connection, before: Entities, after: Entities) -> None:
+    now = time.time()
+    for name in set(before) | set(after):
+        id_of = ENTITY_KINDS[name].id_of if name in ENTITY_KINDS else lambda b: b["id"]
+        old = {id_of(b): (i, b) for i, b in enumerate(before.get(name, []))}
+        new_ids = [id_of(b) for b in after.get(name, [])]
+        gone = [i for i in old if i not in set(new_ids)]
+        if gone:
+            conn.execute(
+                delete(config_entities).where(
+                    config_entities.c.kind == name, config_entities.c.id.in_(gone)
+                )
             )
-        return version, result
-
-    async def _version(self, conn: AsyncConnection) -> int:
-        row = (
-            await conn.execute(select(store_meta.c.value).where(store_meta.c.key == _VERSION))
-        ).first()
-        return int(row[0]) if row else 0
-
-    async def _load(self, conn: AsyncConnection) -> Entities:
-        rows = await conn.execute(
-            select(config_entities.c.kind, config_entities.c.body).order_by(
-                config_entities.c.kind, config_entities.c.position
+        rows = conn.execute(
+            select(config_entities.c.id, config_entities.c.position).where(
+                config_entities.c.kind == name
             )
         )
-        out: Entities = {name: [] for name in ENTITY_KINDS}
-        for kind, body in rows:
-            out.setdefault(kind, []).append(body)
-        return out
-
-    async def _write(self, conn: AsyncConnection, before: Entities, after: Entities) -> None:
-        now = time.time()
-        for name in set(before) | set(after):
-            id_of = ENTITY_KINDS[name].id_of if name in ENTITY_KINDS else lambda b: b["id"]
-            old = {id_of(b): (i, b) for i, b in enumerate(before.get(name, []))}
-            new_ids = [id_of(b) for b in after.get(name, [])]
-            gone = [i for i in old if i not in set(new_ids)]
-            if gone:
-                await conn.execute(
-                    delete(config_entities).where(
-                        config_entities.c.kind == name, config_entities.c.id.in_(gone)
+        positions = dict(rows.all())
+        next_position = max(positions.values(), default=-1) + 1
+        for entity_id, body in zip(new_ids, after.get(name, []), strict=True):
+            previous = old.get(entity_id)
+            if previous is not None and previous[1] == body:
+                continue
+            if entity_id in positions:
+                conn.execute(
+                    update(config_entities)
+                    .where(config_entities.c.kind == name, config_entities.c.id == entity_id)
+                    .values(body=body, updated_at=now)
+                )
+            else:
+                conn.execute(
+                    insert(config_entities).values(
+                        kind=name,
+                        id=entity_id,
+                        position=next_position,
+                        body=body,
+                        updated_at=now,
                     )
                 )
-            rows = await conn.execute(
-                select(config_entities.c.id, config_entities.c.position).where(
-                    config_entities.c.kind == name
-                )
-            )
-            positions = dict(rows.all())
-            next_position = max(positions.values(), default=-1) + 1
-            for entity_id, body in zip(new_ids, after.get(name, []), strict=True):
-                previous = old.get(entity_id)
-                if previous is not None and previous[1] == body:
-                    continue
-                if entity_id in positions:
-                    await conn.execute(
-                        update(config_entities)
-                        .where(config_entities.c.kind == name, config_entities.c.id == entity_id)
-                        .values(body=body, updated_at=now)
-                    )
-                else:
-                    await conn.execute(
-                        insert(config_entities).values(
-                            kind=name,
-                            id=entity_id,
-                            position=next_position,
-                            body=body,
-                            updated_at=now,
-                        )
-                    )
-                    next_position += 1
+                next_position += 1
 
 
 def find(entities: Entities, kind: str, entity_id: str) -> tuple[int, Body] | None:

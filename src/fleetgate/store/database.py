@@ -1,4 +1,4 @@
-"""Opening the store: the database URL, the async engine, and migrations at start-up."""
+"""Opening the store: the database URL, the engine, and migrations at start-up."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, event, inspect, text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy import Connection, Engine, event, inspect, text
+from sqlalchemy import create_engine as _sa_create_engine
+
+from fleetgate.store.db import Database
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -36,25 +38,29 @@ def database_url(
     if not url:
         directory = data_dir(data_directory)
         directory.mkdir(parents=True, exist_ok=True)
-        return f"sqlite+aiosqlite:///{(directory / SQLITE_FILE).resolve()}"
-    # plain driver-less URLs get the async driver this package ships with
-    for prefix in ("postgresql://", "postgres://"):
+        return f"sqlite:///{(directory / SQLITE_FILE).resolve()}"
+    # PostgreSQL URLs without a driver get the one this package ships with (psycopg 3), as
+    # do URLs naming the async drivers of earlier versions; SQLite's driver is the standard
+    # library's sqlite3, SQLAlchemy's default
+    for prefix in ("postgresql://", "postgres://", "postgresql+asyncpg://"):
         if url.startswith(prefix):
-            return "postgresql+asyncpg://" + url.removeprefix(prefix)
-    if url.startswith("sqlite:///"):
-        return "sqlite+aiosqlite:///" + url.removeprefix("sqlite:///")
+            return "postgresql+psycopg://" + url.removeprefix(prefix)
+    if url.startswith("sqlite+aiosqlite://"):
+        return "sqlite://" + url.removeprefix("sqlite+aiosqlite://")
     return url
 
 
-def is_postgres(engine: AsyncEngine) -> bool:
-    return engine.dialect.name == "postgresql"
+def open_database(url: str) -> Database:
+    """The store at `url` (as `database_url` returns it), its work run in DB threads."""
+    return Database(create_engine(url))
 
 
-def create_engine(url: str) -> AsyncEngine:
+def create_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        # sqlite3's busy timeout: a writer waits up to 30 s for another one's lock
+        engine = _sa_create_engine(url, connect_args={"timeout": 30})
 
-        @event.listens_for(engine.sync_engine, "connect")
+        @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
             # WAL lets the request log write while the admin API reads; foreign keys make
             # attempt rows go with their request.
@@ -71,7 +77,7 @@ def create_engine(url: str) -> AsyncEngine:
             cursor.close()
 
         return engine
-    return create_async_engine(url, pool_size=5, max_overflow=5, pool_pre_ping=True)
+    return _sa_create_engine(url, pool_size=5, max_overflow=5, pool_pre_ping=True)
 
 
 # The newest migration's revision. A store already there skips Alembic entirely (importing
@@ -114,34 +120,37 @@ def alembic_config(connection: Connection) -> Config:
     return config
 
 
-async def migrate(engine: AsyncEngine) -> None:
+async def migrate(db: Database) -> None:
     """Bring the schema to the newest revision.
 
     Replicas that start at the same moment are serialised: the first one migrates, the
     others wait, then find nothing left to do. PostgreSQL uses a transaction-scoped
     advisory lock; SQLite (whose DDL is not transactional here) an exclusive lock on a
-    file next to the database.
+    file next to the database, held until the migration has committed.
     """
-    if await _at_head(engine):
+    if await _at_head(db):
         return
-    if is_postgres(engine):
-        async with engine.begin() as conn:
-            await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
-            await conn.run_sync(_upgrade)
+    if db.is_postgres:
+        await db.transaction(_upgrade_locked)
         return
-    path = engine.url.database
+    path = db.url.database
     if not path or path == ":memory:":
-        async with engine.begin() as conn:
-            await conn.run_sync(_upgrade)
+        await db.transaction(_upgrade)
         return
     async with _local_lock(path):
-        lock_file = open(path + ".migrate-lock", "a+")  # noqa: ASYNC230, SIM115  (tiny, local)
-        try:
-            await asyncio.to_thread(fcntl.flock, lock_file, fcntl.LOCK_EX)
-            async with engine.begin() as conn:
-                await conn.run_sync(_upgrade)
-        finally:
-            lock_file.close()  # releases the flock
+        await db.run(_upgrade_sqlite, db.engine, path)
+
+
+def _upgrade_locked(connection: Connection) -> None:
+    connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+    _upgrade(connection)
+
+
+def _upgrade_sqlite(engine: Engine, path: str) -> None:
+    with open(path + ".migrate-lock", "a+") as lock_file:  # closing releases the flock
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        with engine.begin() as connection:
+            _upgrade(connection)
 
 
 _LOCAL_LOCKS: dict[str, asyncio.Lock] = {}
@@ -152,14 +161,17 @@ def _local_lock(path: str) -> asyncio.Lock:
     return _LOCAL_LOCKS.setdefault(path, asyncio.Lock())
 
 
-async def _at_head(engine: AsyncEngine) -> bool:
+async def _at_head(db: Database) -> bool:
     try:
-        return await current_revision(engine) == SCHEMA_HEAD
+        return await current_revision(db) == SCHEMA_HEAD
     except Exception:  # no alembic_version table yet: a new store
         return False
 
 
-async def current_revision(engine: AsyncEngine) -> str | None:
-    async with engine.connect() as conn:
-        row = (await conn.execute(text("SELECT version_num FROM alembic_version"))).first()
+async def current_revision(db: Database) -> str | None:
+    return await db.read(_revision)
+
+
+def _revision(connection: Connection) -> str | None:
+    row = connection.execute(text("SELECT version_num FROM alembic_version")).first()
     return row[0] if row else None

@@ -16,12 +16,12 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import and_, delete, or_, select
+from sqlalchemy import Connection, Select, and_, delete, or_, select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from fleetgate.execute.outcome import Attempt
 from fleetgate.record.recorder import RequestRecord
+from fleetgate.store.db import Database
 from fleetgate.store.tables import requests
 
 log = logging.getLogger("fleetgate.record")
@@ -133,14 +133,14 @@ class RequestLog:
     """A `RecordSink`. When the database is unreachable, rows wait (up to `capacity`
     requests, the oldest dropped and counted) and go with the next batch."""
 
-    def __init__(self, engine: AsyncEngine, capacity: int = 10_000) -> None:
-        self.engine = engine
+    def __init__(self, db: Database, capacity: int = 10_000) -> None:
+        self.db = db
         self.capacity = capacity
         self.written = 0
         self.dropped = 0  # rows lost because the database stayed unreachable
         self.failures = 0  # batches that could not be written (and were kept)
         self._pending: deque[tuple[Any, ...]] = deque()
-        self._insert = self._insert_sql()
+        self._insert = _insert_sql(db.dialect.paramstyle)
 
     async def write(self, records: list[RequestRecord]) -> None:
         pending = self._pending
@@ -153,8 +153,8 @@ class RequestLog:
             return
         batch = list(pending)
         try:
-            async with self.engine.begin() as conn:
-                await conn.exec_driver_sql(self._insert, batch)
+            # one hop to a DB thread: BEGIN, executemany, COMMIT
+            await self.db.transaction(_insert_rows, self._insert, batch)
         except (SQLAlchemyError, OSError) as exc:
             self.failures += 1
             log.warning(
@@ -167,25 +167,12 @@ class RequestLog:
             pending.popleft()
         self.written += len(batch)
 
-    def _insert_sql(self) -> str:
-        # Plain driver-level executemany: the log is the one bulk writer, and skipping
-        # SQLAlchemy's per-row parameter processing halves its CPU cost per row.
-        if self.engine.dialect.paramstyle == "numeric_dollar":
-            marks = ", ".join(f"${i + 1}" for i in range(len(_COLUMNS)))
-        else:
-            marks = ", ".join("?" for _ in _COLUMNS)
-        return f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({marks})"
-
     async def purge(self, older_than: float, chunk: int = 1000) -> int:
         """Delete rows older than `older_than` (epoch seconds), `chunk` requests per
         transaction so a big backlog never holds long locks. Returns how many went."""
         total = 0
         while True:
-            oldest = select(requests.c.seq).where(requests.c.time < older_than).limit(chunk)
-            async with self.engine.begin() as conn:
-                gone = (
-                    await conn.execute(delete(requests).where(requests.c.seq.in_(oldest)))
-                ).rowcount
+            gone = await self.db.transaction(_purge_chunk, older_than, chunk)
             total += gone
             if gone < chunk:
                 return total
@@ -218,8 +205,7 @@ class RequestLog:
                 or_(requests.c.time < when, and_(requests.c.time == when, requests.c.seq < seq))
             )
         query = query.order_by(requests.c.time.desc(), requests.c.seq.desc()).limit(limit + 1)
-        async with self.engine.connect() as conn:
-            rows = [dict(r._mapping) for r in await conn.execute(query)]
+        rows = await self.db.read(_rows, query)
         more = len(rows) > limit
         rows = rows[:limit]
         next_cursor = encode_cursor(rows[-1]["time"], rows[-1]["seq"]) if more else None
@@ -233,9 +219,35 @@ class RequestLog:
             .order_by(requests.c.time.desc(), requests.c.seq.desc())
             .limit(1)
         )
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(query)).first()
-        return None if row is None else _public(dict(row._mapping))
+        rows = await self.db.read(_rows, query)
+        return _public(rows[0]) if rows else None
+
+
+def _insert_sql(paramstyle: str) -> str:
+    # Plain driver-level executemany: the log is the one bulk writer, and skipping
+    # SQLAlchemy's per-row parameter processing halves its CPU cost per row. The
+    # placeholders are the driver's own: sqlite3's `?`, psycopg's `%s`.
+    if paramstyle == "qmark":
+        mark = "?"
+    elif paramstyle in ("format", "pyformat"):
+        mark = "%s"
+    else:
+        raise ValueError(f"the request log has no INSERT for paramstyle {paramstyle!r}")
+    marks = ", ".join(mark for _ in _COLUMNS)
+    return f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({marks})"
+
+
+def _insert_rows(conn: Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    conn.exec_driver_sql(sql, rows)
+
+
+def _purge_chunk(conn: Connection, older_than: float, chunk: int) -> int:
+    oldest = select(requests.c.seq).where(requests.c.time < older_than).limit(chunk)
+    return conn.execute(delete(requests).where(requests.c.seq.in_(oldest))).rowcount
+
+
+def _rows(conn: Connection, query: Select[Any]) -> list[dict[str, Any]]:
+    return [dict(r._mapping) for r in conn.execute(query)]
 
 
 # what a listing shows: everything but the attempts (one request's view has them)
