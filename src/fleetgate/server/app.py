@@ -138,6 +138,7 @@ class Gateway:
         holder.on_swap(self._windows_on_swap)
         self.executor.on_context_limit = self._context_limit_stated
         self.ready = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, from startup
         self.max_body = holder.fleet.config.server.max_body_bytes
         # set by server/control.py when the gateway runs with a store (admin API, keys)
         self.control: ControlPlane | None = None
@@ -215,6 +216,7 @@ class Gateway:
                 return
 
     async def startup(self) -> None:
+        self._loop = asyncio.get_running_loop()
         if self.control is not None:
             await self.control.start()
         self.recorder.start()
@@ -296,7 +298,7 @@ class Gateway:
         except GatewayError as exc:  # refused before any upstream call: logged all the same
             self._record(ex, profile, plan, exc.status, exc.code, [], None, 0.0)
             raise
-        watch = DisconnectWatch(receive)
+        watch = DisconnectWatch(receive, self._loop or asyncio.get_running_loop())
         try:
             try:
                 outcome = await self.executor.run(plan, profile, fleet)

@@ -64,17 +64,18 @@ class DisconnectWatch:
     Without it an abandoned request would keep its upstream request (and a GPU) busy.
     """
 
-    __slots__ = ("_owner", "_task", "cancelled", "done")
+    __slots__ = ("_loop", "_owner", "_task", "cancelled", "done")
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, loop: asyncio.AbstractEventLoop) -> None:
+        # `loop` is the running loop, passed in: asking asyncio for it costs a getpid()
+        # system call each time (its fork check), three per request here
         self.done = False
         self.cancelled = False
-        self._owner = asyncio.current_task()
+        self._loop = loop
+        self._owner = asyncio.current_task(loop)
         # The body has been read, so the only message left is http.disconnect: a task on
         # receive() itself with a done-callback is the cheapest way to hear it.
-        self._task: asyncio.Task[Message] = asyncio.get_running_loop().create_task(
-            receive()  # type: ignore[arg-type]
-        )
+        self._task: asyncio.Task[Message] = loop.create_task(receive())  # type: ignore[arg-type]
         self._task.add_done_callback(self._heard)
 
     def _heard(self, task: asyncio.Task[Message]) -> None:
@@ -91,7 +92,7 @@ class DisconnectWatch:
             # complete, so the watcher normally ends by itself in this loop turn. Cancelling it
             # at once would leave a CancelledError-traceback-frame cycle per request for the
             # cyclic GC to find.
-            asyncio.get_running_loop().call_soon(self._reap)
+            self._loop.call_soon(self._reap)
 
     def _reap(self) -> None:
         if not self._task.done():
