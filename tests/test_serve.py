@@ -91,3 +91,37 @@ def test_serve_refuses_an_invalid_config(tmp_path: Path):
     )
     assert result.returncode == 1
     assert "deployments[0].provider: unknown provider 'nowhere'" in result.stderr
+
+
+def _serve_with_store(tmp_path: Path, url: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "providers: [{id: p, base_url: 'http://127.0.0.1:9/v1'}]\n"
+        "deployments: [{model: m, provider: p}]\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "fleetgate", "serve", "--config", str(path), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "FLEETGATE_DATABASE_URL": url},
+    )
+
+
+def test_serve_refuses_an_unsupported_database_url(tmp_path: Path):
+    result = _serve_with_store(tmp_path, "mysql://u:secret@db/fleet")
+    assert result.returncode == 1
+    assert "database URL mysql://…" in result.stderr
+    assert "sqlite:///PATH" in result.stderr and "FLEETGATE_DATABASE_URL" in result.stderr
+    assert "secret" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_serve_says_which_store_it_cannot_open(tmp_path: Path):
+    port = free_port()  # nothing listens there
+    result = _serve_with_store(tmp_path, f"postgresql://fleet:secret@127.0.0.1:{port}/fleet")
+    assert result.returncode != 0
+    assert f"cannot open the store at postgresql+psycopg://fleet:***@127.0.0.1:{port}/fleet" in (
+        result.stderr
+    )
+    assert "Check that the database is running" in result.stderr
+    assert "secret" not in result.stderr and "Traceback" not in result.stderr

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from fleetgate.config import ConfigError, check_config_text, load_config_file
+from fleetgate.store.errors import StoreUnavailable
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except ConfigError as exc:
+    except (ConfigError, StoreUnavailable) as exc:
         print(str(exc), file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -55,6 +55,7 @@ from fleetgate.server.virtuals import (
     virtual_catalog,
 )
 from fleetgate.state.runtime import MemoryState, RuntimeState
+from fleetgate.store.errors import StoreUnavailable
 
 if TYPE_CHECKING:
     from fleetgate.auth.guard import Guard
@@ -208,7 +209,11 @@ class Gateway:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                await self.startup()
+                try:
+                    await self.startup()
+                except StoreUnavailable as exc:  # one clear line instead of a traceback
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.shutdown()

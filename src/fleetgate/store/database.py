@@ -12,6 +12,7 @@ from sqlalchemy import Connection, Engine, event, inspect, text
 from sqlalchemy import create_engine as _sa_create_engine
 
 from fleetgate.store.db import Database
+from fleetgate.store.errors import StoreUnavailable
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -47,7 +48,24 @@ def database_url(
             return "postgresql+psycopg://" + url.removeprefix(prefix)
     if url.startswith("sqlite+aiosqlite://"):
         return "sqlite://" + url.removeprefix("sqlite+aiosqlite://")
+    if not url.startswith(("sqlite://", "postgresql+psycopg://")):
+        scheme = url.partition("://")[0] or url
+        raise StoreUnavailable(
+            f"database URL {scheme}://…: fleetgate keeps its store in SQLite "
+            "(sqlite:///PATH) or PostgreSQL (postgresql://USER@HOST:PORT/DB); fix "
+            f"storage.database_url or {DATABASE_URL_ENV}."
+        )
     return url
+
+
+def unavailable(db: Database, exc: Exception) -> StoreUnavailable:
+    """A failure to reach or migrate the store, as one line an operator can act on."""
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    where = db.url.render_as_string(hide_password=True)
+    return StoreUnavailable(
+        f"cannot open the store at {where}: {reason}. Check that the database is running "
+        f"and reachable, and storage.database_url / {DATABASE_URL_ENV}."
+    )
 
 
 def open_database(url: str) -> Database:
