@@ -62,6 +62,12 @@ def test_keys_auth_allow_lists_and_rpm(stack: Stack, db_url: str) -> None:
     assert httpx.get(stack.url + "/v1/models", timeout=10).status_code == 401
     models = httpx.get(stack.url + "/v1/models", headers={"x-api-key": secret}, timeout=10)
     assert models.status_code == 200
+    # a key sees the models it may use: "m", not "n"
+    assert [m["id"] for m in models.json()["data"]] == ["m"]
+    assert httpx.get(stack.url + "/api/tags", timeout=10).status_code == 401
+    tags = httpx.get(stack.url + "/api/tags", headers={"x-api-key": secret}, timeout=10)
+    assert [m["model"] for m in tags.json()["models"]] == ["m"]
+    assert httpx.get(stack.url + "/api/ps", timeout=10).status_code == 401
     explain = httpx.post(
         stack.url + "/v1/routing/explain", json={"model": "m", "messages": MSG}, timeout=10
     )

@@ -407,10 +407,18 @@ class Gateway:
             self.guard.settle(key, *record_usage(record, self.holder.fleet))
 
     # ---- the gateway's own endpoints --------------------------------------------------
+    def _listed(self, scope: Scope) -> Callable[[str], bool]:
+        """Which models a catalog shows the caller: with auth on, a key (401 without one)
+        sees the models it may use, nothing more."""
+        key = self.guard.identify(scope) if self.guard is not None else None
+        if key is None or key.allowed_models is None:
+            return lambda _model: True
+        return key.allows
+
     async def models(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
-        if self.guard is not None:
-            self.guard.identify(scope)
+        listed = self._listed(scope)
         body = catalog(self.holder.fleet, self.windows)
+        body["data"] = [entry for entry in body["data"] if listed(entry["id"])]
         await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 
     async def explain(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
@@ -428,7 +436,9 @@ class Gateway:
         await send_body(send, 200, orjson.dumps(result), ex.base_headers())
 
     async def ollama_tags(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        listed = self._listed(scope)
         body = ollama_api.tags(self.holder.fleet)
+        body["models"] = [entry for entry in body["models"] if listed(entry["model"])]
         await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 
     async def ollama_version(
@@ -437,7 +447,9 @@ class Gateway:
         await send_body(send, 200, orjson.dumps(ollama_api.version()), ex.base_headers())
 
     async def ollama_ps(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        listed = self._listed(scope)
         body = ollama_api.ps(self.holder.fleet, self.windows)
+        body["models"] = [entry for entry in body["models"] if listed(entry["model"])]
         await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 
     async def fleet_windows(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
