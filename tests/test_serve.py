@@ -93,14 +93,17 @@ def test_serve_refuses_an_invalid_config(tmp_path: Path):
     assert "deployments[0].provider: unknown provider 'nowhere'" in result.stderr
 
 
-def _serve_with_store(tmp_path: Path, url: str) -> subprocess.CompletedProcess[str]:
+def _serve_with_store(
+    tmp_path: Path, url: str, workers: int = 1
+) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "fleet.yaml"
     path.write_text(
         "providers: [{id: p, base_url: 'http://127.0.0.1:9/v1'}]\n"
         "deployments: [{model: m, provider: p}]\n"
     )
+    argv = ["serve", "--config", str(path), "--port", "0", "--workers", str(workers)]
     return subprocess.run(
-        [sys.executable, "-m", "fleetgate", "serve", "--config", str(path), "--port", "0"],
+        [sys.executable, "-m", "fleetgate", *argv],
         capture_output=True,
         text=True,
         timeout=60,
@@ -108,17 +111,20 @@ def _serve_with_store(tmp_path: Path, url: str) -> subprocess.CompletedProcess[s
     )
 
 
-def test_serve_refuses_an_unsupported_database_url(tmp_path: Path):
-    result = _serve_with_store(tmp_path, "mysql://u:secret@db/fleet")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_refuses_an_unsupported_database_url(tmp_path: Path, workers: int):
+    result = _serve_with_store(tmp_path, "mysql://u:secret@db/fleet", workers)
     assert result.returncode == 1
     assert "database URL mysql://…" in result.stderr
     assert "sqlite:///PATH" in result.stderr and "FLEETGATE_DATABASE_URL" in result.stderr
     assert "secret" not in result.stderr and "Traceback" not in result.stderr
 
 
-def test_serve_says_which_store_it_cannot_open(tmp_path: Path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_says_which_store_it_cannot_open(tmp_path: Path, workers: int):
     port = free_port()  # nothing listens there
-    result = _serve_with_store(tmp_path, f"postgresql://fleet:secret@127.0.0.1:{port}/fleet")
+    url = f"postgresql://fleet:secret@127.0.0.1:{port}/fleet"
+    result = _serve_with_store(tmp_path, url, workers)
     assert result.returncode != 0
     assert f"cannot open the store at postgresql+psycopg://fleet:***@127.0.0.1:{port}/fleet" in (
         result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import signal
@@ -12,6 +13,7 @@ import uvicorn
 from fleetgate.config import FleetConfig, load_config_file
 from fleetgate.server.app import Gateway
 from fleetgate.server.control import build_gateway
+from fleetgate.store.database import database_url, prepare
 
 CONFIG_ENV = "FLEETGATE_CONFIG"
 
@@ -68,6 +70,9 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int) ->
     host = host or config.server.host
     port = config.server.port if port is None else port
     if workers > 1:
+        # an unusable store stops the start here, once, with one clear error: workers
+        # that failed on their own would leave the supervisor exiting with status 0
+        asyncio.run(prepare(database_url(config.storage.database_url, config.storage.data_dir)))
         os.environ[CONFIG_ENV] = os.path.abspath(config_path)
         uvicorn.run(
             "fleetgate.server.run:app_from_env",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, event, inspect, text
 from sqlalchemy import create_engine as _sa_create_engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from fleetgate.store.db import Database
 from fleetgate.store.errors import StoreUnavailable
@@ -193,3 +194,16 @@ async def current_revision(db: Database) -> str | None:
 def _revision(connection: Connection) -> str | None:
     row = connection.execute(text("SELECT version_num FROM alembic_version")).first()
     return row[0] if row else None
+
+
+async def prepare(url: str) -> None:
+    """Open and migrate the store at `url` once, then close it: what a supervisor runs before
+    starting workers, so a store they could not use stops the start with one clear error
+    (StoreUnavailable) instead of every worker failing on its own."""
+    db = open_database(url)
+    try:
+        await migrate(db)
+    except (SQLAlchemyError, OSError) as exc:
+        raise unavailable(db, exc) from exc
+    finally:
+        await db.dispose()
