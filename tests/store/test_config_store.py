@@ -136,3 +136,49 @@ def test_database_urls_get_the_shipped_drivers(
     monkeypatch.delenv("FLEETGATE_DATA_DIR", raising=False)
     default = database_url(data_directory=str(tmp_path))
     assert default == f"sqlite:///{(tmp_path / 'fleetgate.db').resolve()}"
+
+
+async def test_concurrent_edits_from_two_processes_lose_nothing(db_url: str) -> None:
+    """Two replicas (two engines on one store) edit one deployment at the same moment: the
+    second edit must see the first one's result, never overwrite it with what it read."""
+    import threading
+
+    first_db = open_database(database_url(db_url))
+    second_db = open_database(database_url(db_url))
+    try:
+        await migrate(first_db)
+        base = fleet_config(BASE)
+        await ConfigStore(first_db).seed(base)
+        second_read = threading.Event()
+        first_checking = threading.Event()
+
+        def set_on_long(field: str, value: int, note: threading.Event | None = None):  # type: ignore[no-untyped-def]
+            def edit(e):  # type: ignore[no-untyped-def]
+                if note is not None:
+                    note.set()
+                find(e, "deployments", "long")[1][field] = value  # type: ignore[index]
+                return e
+
+            return edit
+
+        def slow_check(e):  # type: ignore[no-untyped-def]
+            # hold the first edit open; if the second could read the store meanwhile, it
+            # reads it now (serialised edits make it wait for this one's commit instead)
+            first_checking.set()
+            second_read.wait(timeout=1.0)
+            return compose_or_raise(base, e)
+
+        first = asyncio.ensure_future(
+            ConfigStore(first_db).change(set_on_long("context_window", 200_000), slow_check)
+        )
+        assert await asyncio.to_thread(first_checking.wait, 10), "first edit never ran"
+        second = ConfigStore(second_db).change(
+            set_on_long("priority", 5, second_read), lambda e: compose_or_raise(base, e)
+        )
+        versions = sorted(v for v, _ in await asyncio.gather(first, second))
+        assert versions == [2, 3]
+        long = find(await ConfigStore(first_db).entities(), "deployments", "long")[1]  # type: ignore[index]
+        assert (long["context_window"], long["priority"]) == (200_000, 5)
+    finally:
+        await first_db.dispose()
+        await second_db.dispose()

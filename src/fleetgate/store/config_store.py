@@ -94,8 +94,17 @@ class ConfigStore:
 
 
 def _lock_config(conn: Connection) -> None:
+    """Serialise config edits across processes before anything is read."""
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CONFIG_LOCK})")
+        return
+    # SQLite: a write first takes the database's write lock (a second editor waits here,
+    # up to the busy timeout), and the reads after it see every edit committed before
+    # it. Without it, two editors could both read, then the later one write back a stale
+    # copy of an entity the earlier one had changed.
+    conn.execute(
+        update(store_meta).where(store_meta.c.key == _SEEDED).values(value=store_meta.c.value)
+    )
 
 
 def _seed(conn: Connection, entities: Entities) -> None:
