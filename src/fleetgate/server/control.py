@@ -16,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from fleetgate.auth.guard import Guard, record_usage
 from fleetgate.auth.keys import KeyRing
 from fleetgate.config.checks import ENV_REF
@@ -26,7 +24,7 @@ from fleetgate.fleet import Fleet, build_fleet
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
-from fleetgate.store.database import database_url, migrate, open_database, unavailable
+from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.kinds import Entities
 from fleetgate.store.request_log import RequestLog, retention_cutoff
 
@@ -128,10 +126,7 @@ class ControlPlane:
         return self.gateway.holder.fleet
 
     async def start(self) -> None:
-        try:
-            await migrate(self.db)
-        except (SQLAlchemyError, OSError) as exc:
-            raise unavailable(self.db, exc) from exc
+        await migrate(self.db)
         if await self.config_store.seed(self.base):
             log.info("seeded the store from the config file")
         elif _has_entities(self.base) and _nonempty(entities_of(self.base)) != _nonempty(

@@ -59,7 +59,7 @@ def database_url(
     return url
 
 
-def unavailable(db: Database, exc: Exception) -> StoreUnavailable:
+def _unavailable(db: Database, exc: Exception) -> StoreUnavailable:
     """A failure to reach or migrate the store, as one line an operator can act on."""
     reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
     where = db.url.render_as_string(hide_password=True)
@@ -81,8 +81,8 @@ def create_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
-            # WAL lets the request log write while the admin API reads; foreign keys make
-            # attempt rows go with their request.
+            # WAL lets the request log write while the admin API reads; foreign keys are
+            # enforced wherever a schema declares them (revision 0001's attempts table).
             cursor = dbapi_conn.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
@@ -140,13 +140,21 @@ def alembic_config(connection: Connection) -> Config:
 
 
 async def migrate(db: Database) -> None:
-    """Bring the schema to the newest revision.
+    """Bring the schema to the newest revision; StoreUnavailable (one line an operator can
+    act on) when the database cannot be reached or migrated.
 
     Replicas that start at the same moment are serialised: the first one migrates, the
     others wait, then find nothing left to do. PostgreSQL uses a transaction-scoped
     advisory lock; SQLite (whose DDL is not transactional here) an exclusive lock on a
     file next to the database, held until the migration has committed.
     """
+    try:
+        await _migrate(db)
+    except (SQLAlchemyError, OSError) as exc:
+        raise _unavailable(db, exc) from exc
+
+
+async def _migrate(db: Database) -> None:
     if await _at_head(db):
         return
     if db.is_postgres:
@@ -203,7 +211,5 @@ async def prepare(url: str) -> None:
     db = open_database(url)
     try:
         await migrate(db)
-    except (SQLAlchemyError, OSError) as exc:
-        raise unavailable(db, exc) from exc
     finally:
         await db.dispose()
