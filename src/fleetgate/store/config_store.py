@@ -120,6 +120,11 @@ def _counter(conn: Connection, name: str) -> int:
 
 def _bump(conn: Connection, name: str) -> int:
     _lock_config(conn)
+    return _increment(conn, name)
+
+
+def _increment(conn: Connection, name: str) -> int:
+    """Add one to a counter in store_meta (created at 1); the caller holds the config lock."""
     row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == name)).first()
     value = int(row[0]) + 1 if row else 1
     if row:
@@ -137,9 +142,7 @@ def _change(
     after = edit(copy.deepcopy(before))
     result = check(after)
     _write(conn, before, after)
-    version = _version(conn) + 1
-    conn.execute(update(store_meta).where(store_meta.c.key == _VERSION).values(value=str(version)))
-    return version, result
+    return _increment(conn, _VERSION), result
 
 
 def _version(conn: Connection) -> int:
