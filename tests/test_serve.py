@@ -24,6 +24,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def one_model_config(stack: Stack, tmp_path: Path) -> Path:
+    """A fleet file: model `m` on fake engine `a` (upstream name `up`)."""
+    config = {
+        "providers": [{"id": "p", "kind": "vllm", "base_url": stack.engine("a").url + "/v1"}],
+        "deployments": [{"model": "m", "provider": "p", "upstream_model": "up"}],
+    }
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def checkout_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment for a `fleetgate` subprocess: this checkout's code, a fresh store."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+        "FLEETGATE_DATA_DIR": str(tmp_path / "data"),
+        **extra,
+    }
+
+
 def ready(url: str) -> bool:
     try:
         return httpx.get(url + "/readyz", timeout=1).status_code == 200
@@ -33,13 +54,8 @@ def ready(url: str) -> bool:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_serve_from_config_file(stack: Stack, tmp_path: Path, workers: int):
-    engine = stack.engine("a")
-    config = {
-        "providers": [{"id": "p", "kind": "vllm", "base_url": engine.url + "/v1"}],
-        "deployments": [{"model": "m", "provider": "p", "upstream_model": "up"}],
-    }
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = one_model_config(stack, tmp_path)
+    engine = stack.engines["a"]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
@@ -57,11 +73,7 @@ def test_serve_from_config_file(stack: Stack, tmp_path: Path, workers: int):
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env={  # this checkout's code, and a fresh store
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
-            "FLEETGATE_DATA_DIR": str(tmp_path / "data"),
-        },
+        env=checkout_env(tmp_path),
     )
     try:
         wait_until(lambda: ready(url), 30, "gateway ready")
@@ -107,7 +119,7 @@ def _serve_with_store(
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "FLEETGATE_DATABASE_URL": url},
+        env=checkout_env(tmp_path, FLEETGATE_DATABASE_URL=url),
     )
 
 

@@ -5,17 +5,15 @@ cannot afford. (Alembic, imported only to upgrade an older store, may import it.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
-import yaml
 
 from tests.harness import Stack, wait_until
-from tests.test_serve import ROOT, free_port, ready
+from tests.test_serve import checkout_env, free_port, one_model_config, ready
 
 ADMIN_KEY = "admin-secret"
 FORBIDDEN = ("sqlalchemy.orm", "sqlalchemy.ext.asyncio", "aiosqlite", "asyncpg", "greenlet")
@@ -30,13 +28,7 @@ raise SystemExit(main(sys.argv[2:]))
 
 
 def test_fleetgate_serve_never_imports_the_orm(stack: Stack, tmp_path: Path) -> None:
-    engine = stack.engine("a")
-    config = {
-        "providers": [{"id": "p", "kind": "vllm", "base_url": engine.url + "/v1"}],
-        "deployments": [{"model": "m", "provider": "p", "upstream_model": "up"}],
-    }
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = one_model_config(stack, tmp_path)
     modules = tmp_path / "modules.json"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -45,12 +37,7 @@ def test_fleetgate_serve_never_imports_the_orm(stack: Stack, tmp_path: Path) -> 
         [sys.executable, "-c", _SERVE, str(modules), *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env={  # this checkout's code, and a fresh SQLite store
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
-            "FLEETGATE_DATA_DIR": str(tmp_path / "data"),
-            "FLEETGATE_ADMIN_KEY": ADMIN_KEY,
-        },
+        env=checkout_env(tmp_path, FLEETGATE_ADMIN_KEY=ADMIN_KEY),  # a fresh SQLite store
     )
     try:
         wait_until(lambda: ready(url), 30, "gateway ready")
