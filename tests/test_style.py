@@ -13,7 +13,10 @@ def test_ruff_check_is_clean():
     ruff = shutil.which("ruff")
     assert ruff, "ruff is part of the test extra; install with pip install -e '.[test]'"
     result = subprocess.run(
-        [ruff, "check", "src", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True
+        [ruff, "check", "src", "tests", "benchmarks", "scripts"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -22,7 +25,7 @@ def test_ruff_format_is_clean():
     ruff = shutil.which("ruff")
     assert ruff
     result = subprocess.run(
-        [ruff, "format", "--check", "src", "tests", "benchmarks"],
+        [ruff, "format", "--check", "src", "tests", "benchmarks", "scripts"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,0 +1,40 @@
+"""Real llama.cpp engines for tests (see fleetgate.testing.llama): started once per session.
+
+A missing build FAILS the test that needs it (scripts/test builds it first): CI must never
+pass by skipping the real engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from fleetgate.testing.llama import EngineMissing, LlamaServer
+
+LlamaFactory = Callable[..., LlamaServer]
+
+
+@pytest.fixture(scope="session")
+def llama() -> Iterator[LlamaFactory]:
+    """`llama(n_ctx=512, slots=1, extra=())`: a running engine, shared by every test that
+    asks for the same settings. Tests must not change an engine's state for others."""
+    running: dict[tuple[Any, ...], LlamaServer] = {}
+
+    def get(n_ctx: int = 512, slots: int = 1, extra: tuple[str, ...] = ()) -> LlamaServer:
+        key = (n_ctx, slots, extra)
+        if key not in running:
+            try:
+                running[key] = LlamaServer(n_ctx=n_ctx, slots=slots, extra=extra).start()
+            except EngineMissing as exc:
+                pytest.fail(str(exc))
+        return running[key]
+
+    yield get
+    for server in running.values():
+        server.stop()
+
+
+def llama_provider(name: str, server: LlamaServer, **extra: Any) -> dict[str, Any]:
+    return {"id": name, "kind": "llamacpp", "base_url": server.base_url, **extra}
