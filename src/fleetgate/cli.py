@@ -1,4 +1,4 @@
-"""The `fleetgate` command: serve, demo, explain, check."""
+"""The `fleetgate` command: serve, demo, explain, check, diff, keys."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from fleetgate.config import ConfigError, check_config_text, load_config_file
 from fleetgate.store.errors import StoreUnavailable
@@ -66,6 +67,58 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0 if not result.get("error") else 1
 
 
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from fleetgate.commands.diff import run
+
+    try:
+        return run(args.config)
+    except (ConfigError, StoreUnavailable) as exc:  # 1 means "they differ", as for diff(1)
+        print(str(exc), file=sys.stderr)
+        return 2
+
+
+def _cmd_keys(args: argparse.Namespace) -> int:
+    from fleetgate.commands.keys import run
+
+    return run(args)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _amount(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def _keys_parser(sub: Any) -> None:
+    p = sub.add_parser("keys", help="create, list, disable or delete client keys in the store")
+    config_help = "fleet config file naming the store (default: the environment, then ./data)"
+    p.add_argument("--config", default=None, help=config_help)
+    actions = p.add_subparsers(dest="action", required=True)
+    c = actions.add_parser("create", help="a new key; its secret is printed once")
+    c.add_argument("--name")
+    c.add_argument("--models", help="comma-separated model ids or virtual models (default: all)")
+    c.add_argument("--rpm", type=_positive, help="requests per minute")
+    c.add_argument("--tpm", type=_positive, help="tokens per minute")
+    c.add_argument("--budget", type=_amount, help="spend limit in the fleet's price unit")
+    listing = actions.add_parser("list", help="every key (never the secrets)")
+    d = actions.add_parser("disable", help="stop accepting a key (kept; --enable undoes it)")
+    d.add_argument("key_id")
+    d.add_argument("--enable", action="store_true", help="accept the key again")
+    r = actions.add_parser("delete", help="revoke a key for good")
+    r.add_argument("key_id")
+    for action in (c, listing, d, r):  # `keys create --config F` works as `keys --config F …`
+        action.add_argument("--config", default=argparse.SUPPRESS, help=config_help)
+    p.set_defaults(func=_cmd_keys)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -91,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="validate a config and print every problem")
     p.add_argument("--config", required=True)
     p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("diff", help="show the fleet file against the store, applying nothing")
+    p.add_argument("--config", required=True)
+    p.set_defaults(func=_cmd_diff)
+
+    _keys_parser(sub)
     return parser
 
 

@@ -111,10 +111,12 @@ def test_changes_persist_across_restart_and_yaml_only_seeds(
     assert api.delete("/admin/models/m").status_code == 204
     stack.stop_gateway()
 
-    # restart with the same YAML: the store wins, the YAML does not re-seed (and says so)
-    with caplog.at_level(logging.WARNING, logger="fleetgate.control"):
+    # restart with the same YAML: unchanged since it seeded the store, so the runtime edits
+    # stay (and the log says which)
+    with caplog.at_level(logging.INFO, logger="fleetgate.control"):
         gw = stack.start_gateway(config, options(db_url))
-    assert "differ from the store" in caplog.text
+    assert "the fleet file is unchanged since it was last applied" in caplog.text
+    assert "changed deployments/pb; removed models/m" in caplog.text
     wait_until(lambda: gw.ready, 10, "ready")
     assert gw.holder.fleet.deployments["pb"].context_window == 200_000
     api = admin(stack)

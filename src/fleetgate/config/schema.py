@@ -390,6 +390,9 @@ class StorageConfig(_Strict):
     """Request-log rows older than this are purged in the background."""
     log_buffer: PositiveInt = 10_000
     """Request records held in memory before the oldest unflushed ones are dropped."""
+    fleet_source: Literal["file", "store"] | None = None
+    """Who owns the fleet sections: `file` (a changed file is applied at start) or `store`
+    (the admin API; the file only seeds). Unset: `file` when this file has fleet sections."""
 
 
 class AdminConfig(_Strict):

@@ -25,6 +25,15 @@ from fleetgate.record.recorder import RequestRecord
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
 from fleetgate.store.database import database_url, migrate, open_database
+from fleetgate.store.fleet_file import (
+    apply_summary,
+    changes,
+    fleet_source,
+    kept_summary,
+    replaced_edits,
+    runtime_edits,
+    same,
+)
 from fleetgate.store.kinds import Entities
 from fleetgate.store.request_log import RequestLog, retention_cutoff
 
@@ -35,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fleetgate.control")
 
 ADMIN_KEY_ENV = "FLEETGATE_ADMIN_KEY"
-_KEYS_VERSION = "keys_version"
+KEYS_VERSION = "keys_version"
 REDIS_URL_ENV = "FLEETGATE_REDIS_URL"
 # `GET /v1/requests/{id}` keeps this many records in memory when the store logs every
 # request (`GET /admin/requests/{id}`): 2000 held ~2 MB of the peak RSS under load.
@@ -62,12 +71,8 @@ def _resolve(value: str | None) -> str | None:
     return os.environ.get(match.group(1)) if match else value
 
 
-def _nonempty(entities: Entities) -> Entities:
-    return {k: v for k, v in entities.items() if v}
-
-
 def _has_entities(config: FleetConfig) -> bool:
-    return any(_nonempty(entities_of(config)).values())
+    return any(entities_of(config).values())
 
 
 class SpendSink:
@@ -127,17 +132,7 @@ class ControlPlane:
 
     async def start(self) -> None:
         await migrate(self.db)
-        if await self.config_store.seed(self.base):
-            log.info("seeded the store from the config file")
-        elif _has_entities(self.base) and _nonempty(entities_of(self.base)) != _nonempty(
-            await self.config_store.entities()
-        ):
-            log.warning(
-                "the config file's fleet sections differ from the store (%s); the store "
-                "wins. Change the fleet through /admin, or point the data directory or "
-                "database_url at a fresh store to seed it from the file again.",
-                self.db.url.render_as_string(hide_password=True),
-            )
+        applied = await self._fleet_from_file()
         await self.reload_fleet(force=True)
         await self.reload_keys()
         self.gateway.recorder.sinks.append(self.request_log)
@@ -157,6 +152,8 @@ class ControlPlane:
             if hasattr(state, "attach"):
                 state.attach(self.link)
             await self.link.start()
+            if applied is not None:  # replicas running already serve the fleet before it
+                self.link.announce({"type": "config", "version": applied})
             self.guard.limiter = self.link.limiter()
             link = self.link
             self.guard.on_spend = lambda key_id, cost: link.announce(
@@ -190,6 +187,37 @@ class ControlPlane:
         await self.db.dispose()
 
     # ---- the fleet ----------------------------------------------------------------------
+    async def _fleet_from_file(self) -> int | None:
+        """Seed an empty store from the file; then, when the file owns the fleet
+        (`storage.fleet_source`), apply it if it changed since it was last applied.
+        Returns the new config version when the file was applied."""
+        store_url = self.db.url.render_as_string(hide_password=True)
+        if await self.config_store.seed(self.base):
+            log.info("seeded the store (%s) from the config file", store_url)
+            return None
+        file = entities_of(self.base)
+        if fleet_source(self.base, _has_entities(self.base)) == "store":
+            if _has_entities(self.base) and not same(file, await self.config_store.entities()):
+                log.warning(
+                    "storage.fleet_source is `store`: the config file's fleet sections differ "
+                    "from the store (%s) and are not applied; `fleetgate diff --config FILE` "
+                    "shows how. Change the fleet through /admin, or set fleet_source: file.",
+                    store_url,
+                )
+            return None
+        result = await self.config_store.apply_file(
+            file, lambda entities: compose_or_raise(self.base, entities)
+        )
+        if result.outcome == "applied":
+            applied = changes(result.store, file)
+            replaced = replaced_edits(result.store, file, result.last_file)
+            log.warning(apply_summary(applied, replaced, result.version))
+            return result.version
+        edits = runtime_edits(result.store, result.last_file)
+        if result.outcome == "unchanged" and edits:
+            log.info(kept_summary(edits))
+        return None
+
     async def reload_fleet(self, force: bool = False) -> bool:
         """Rebuild the fleet from the store when its version moved; True when swapped.
 
@@ -222,11 +250,11 @@ class ControlPlane:
 
     # ---- client keys ------------------------------------------------------------------
     async def reload_keys(self) -> None:
-        self._keys_version = await self.config_store.counter(_KEYS_VERSION)
+        self._keys_version = await self.config_store.counter(KEYS_VERSION)
         self.ring.replace(await self.keys.active())
 
     async def keys_changed(self) -> None:
-        await self.config_store.bump(_KEYS_VERSION)
+        await self.config_store.bump(KEYS_VERSION)
         await self.reload_keys()
         if self.link is not None:
             self.link.announce({"type": "keys"})
@@ -255,7 +283,7 @@ class ControlPlane:
                 continue
             try:
                 await self.reload_fleet()
-                if await self.config_store.counter(_KEYS_VERSION) != self._keys_version:
+                if await self.config_store.counter(KEYS_VERSION) != self._keys_version:
                     await self.reload_keys()
             except Exception:
                 log.exception("polling the store for changes failed; retrying")
@@ -287,6 +315,7 @@ class ControlPlane:
             "log_write_failures": self.request_log.failures,
             "client_keys": len(self.ring),
             "auth_enabled": self.guard.enabled,
+            "fleet_source": fleet_source(self.base, _has_entities(self.base)),
             "redis": self.link.status() if self.link is not None else None,
             "time": time.time(),
         }

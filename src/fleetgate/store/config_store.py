@@ -5,14 +5,17 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import orjson
 from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from fleetgate.config import FleetConfig, Problem, validate_config
 from fleetgate.config.loader import ConfigError
 from fleetgate.store.db import Database
+from fleetgate.store.fleet_file import same
 from fleetgate.store.kinds import ENTITY_KINDS, Body, Entities
 from fleetgate.store.tables import config_entities, store_meta
 
@@ -20,6 +23,7 @@ T = TypeVar("T")
 
 _SEEDED = "seeded"
 _VERSION = "config_version"
+_FILE = "fleet_file"  # the fleet file's entities as last applied (or seeded), as JSON
 _CONFIG_LOCK = 0x666C6567  # serialises config edits across replicas on PostgreSQL
 
 
@@ -54,6 +58,16 @@ def compose_or_raise(base: FleetConfig, entities: Entities) -> FleetConfig:
     return config
 
 
+@dataclass(frozen=True, slots=True)
+class FileApply:
+    """What a start with `fleet_source: file` found and did (see `ConfigStore.apply_file`)."""
+
+    outcome: str  # "unchanged" (file as last applied) | "matches" (store equals it) | "applied"
+    version: int  # the config version after it
+    store: Entities  # the store's entities before
+    last_file: Entities | None  # the file as last applied; None: never recorded
+
+
 class ConfigStore:
     """Each method is one function of a connection, run whole in a DB thread."""
 
@@ -70,6 +84,19 @@ class ConfigStore:
 
     async def entities(self) -> Entities:
         return await self.db.read(_load)
+
+    async def last_file(self) -> Entities | None:
+        """The fleet file's entities as last applied or seeded; None when never recorded."""
+        return await self.db.read(_last_file)
+
+    async def apply_file(self, file: Entities, check: Callable[[Entities], object]) -> FileApply:
+        """Make the stored fleet the file's, if the file changed since it was last applied.
+
+        One transaction under the config lock, like an admin change: `check` validates the
+        whole result before anything is written, and the version goes up by one. A file
+        equal to the one last applied changes nothing (runtime edits stay); so does a file
+        the store already equals (only the record of it is written)."""
+        return await self.db.transaction(_apply_file, file, check)
 
     async def version(self) -> int:
         return await self.db.read(_version)
@@ -111,6 +138,35 @@ def _seed(conn: Connection, entities: Entities) -> None:
     conn.execute(insert(store_meta).values(key=_SEEDED, value=str(time.time())))
     conn.execute(insert(store_meta).values(key=_VERSION, value="1"))
     _write(conn, {}, entities)
+    _record_file(conn, entities)
+
+
+def _last_file(conn: Connection) -> Entities | None:
+    row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == _FILE)).first()
+    return orjson.loads(row[0]) if row else None
+
+
+def _record_file(conn: Connection, entities: Entities) -> None:
+    value = orjson.dumps(entities, option=orjson.OPT_SORT_KEYS).decode()
+    if conn.execute(select(store_meta.c.key).where(store_meta.c.key == _FILE)).first():
+        conn.execute(update(store_meta).where(store_meta.c.key == _FILE).values(value=value))
+    else:
+        conn.execute(insert(store_meta).values(key=_FILE, value=value))
+
+
+def _apply_file(conn: Connection, file: Entities, check: Callable[[Entities], object]) -> FileApply:
+    _lock_config(conn)
+    last = _last_file(conn)
+    before = _load(conn)
+    if last is not None and same(last, file):
+        return FileApply("unchanged", _version(conn), before, last)
+    if same(before, file):
+        _record_file(conn, file)
+        return FileApply("matches", _version(conn), before, last)
+    check(copy.deepcopy(file))
+    _write(conn, before, file)
+    _record_file(conn, file)
+    return FileApply("applied", _increment(conn, _VERSION), before, last)
 
 
 def _counter(conn: Connection, name: str) -> int:

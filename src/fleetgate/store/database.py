@@ -59,7 +59,7 @@ def database_url(
     return url
 
 
-def _unavailable(db: Database, exc: Exception) -> StoreUnavailable:
+def store_unavailable(db: Database, exc: Exception) -> StoreUnavailable:
     """A failure to reach or migrate the store, as one line an operator can act on."""
     reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
     where = db.url.render_as_string(hide_password=True)
@@ -151,7 +151,7 @@ async def migrate(db: Database) -> None:
     try:
         await _migrate(db)
     except (SQLAlchemyError, OSError) as exc:
-        raise _unavailable(db, exc) from exc
+        raise store_unavailable(db, exc) from exc
 
 
 async def _migrate(db: Database) -> None:

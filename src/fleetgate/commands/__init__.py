@@ -1,0 +1,1 @@
+"""`fleetgate` subcommands that work on the configured store without a running gateway."""
