@@ -122,6 +122,10 @@ class MaxPrice(_Strict):
     """Highest accepted output price per million tokens."""
 
 
+# provider or deployment ids (or quantizations): bounded, as a request may carry them
+_PreferenceNames = Annotated[list[Annotated[str, Field(max_length=255)]], Field(max_length=256)]
+
+
 class ProviderPreferences(_Strict):
     """OpenRouter-compatible provider routing preferences (docs/routing-preferences.md).
 
@@ -130,13 +134,13 @@ class ProviderPreferences(_Strict):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    only: list[str] | None = None
-    ignore: list[str] | None = None
-    order: list[str] | None = None
+    only: _PreferenceNames | None = None
+    ignore: _PreferenceNames | None = None
+    order: _PreferenceNames | None = None
     allow_fallbacks: bool | None = None
     sort: Annotated[SortSpec | None, BeforeValidator(_sort_shorthand)] = None
     max_price: MaxPrice | None = None
-    quantizations: list[str] | None = None
+    quantizations: _PreferenceNames | None = None
     require_parameters: bool | None = None
 
 

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from fleetgate.errors import invalid
-from fleetgate.ingress.fields import positive_int, require_model, stream_flag
+from fleetgate.ingress.fields import (
+    check_user_ids,
+    positive_int,
+    require_model,
+    stream_flag,
+    take_preferences,
+)
 from fleetgate.ingress.openai import parse_json_object
 from fleetgate.ingress.profile import RequestProfile
 
@@ -22,6 +28,8 @@ def parse_messages(endpoint: str, raw: bytes) -> RequestProfile:
     system = body.get("system")
     if system is not None and not isinstance(system, (str, list)):
         raise invalid("`system` must be a string or an array of text blocks.", "system")
+    check_user_ids(body)
+    preferences = take_preferences(body)
     return RequestProfile(
         protocol="anthropic",
         endpoint=endpoint,
@@ -29,4 +37,5 @@ def parse_messages(endpoint: str, raw: bytes) -> RequestProfile:
         stream=stream_flag(body, default=False),
         body=body,
         output_reserve=positive_int(body, "max_tokens"),
+        preferences=preferences,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleetgate.errors import invalid
-from fleetgate.ingress.fields import require_model, stream_flag
+from fleetgate.ingress.fields import require_model, stream_flag, take_preferences
 from fleetgate.ingress.openai import parse_json_object
 from fleetgate.ingress.profile import RequestProfile
 
@@ -63,6 +63,7 @@ def parse_ollama(endpoint: str, raw: bytes) -> RequestProfile:
     options = _options(body)
     requested_num_ctx(options)
     reserve = options.get("num_predict")
+    preferences = take_preferences(body)
     return RequestProfile(
         protocol="ollama",
         endpoint=endpoint,
@@ -70,4 +71,5 @@ def parse_ollama(endpoint: str, raw: bytes) -> RequestProfile:
         stream=stream_flag(body, default=True) if endpoint in _STREAMING else False,
         body=body,
         output_reserve=reserve if type(reserve) is int and reserve > 0 else None,
+        preferences=preferences,
     )

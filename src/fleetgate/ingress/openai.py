@@ -7,10 +7,15 @@ from typing import Any
 import orjson
 
 from fleetgate.errors import GatewayError, invalid
-from fleetgate.ingress.fields import positive_int, require_model, stream_flag
+from fleetgate.ingress.fields import (
+    check_user_ids,
+    positive_int,
+    require_model,
+    stream_flag,
+    take_preferences,
+)
 from fleetgate.ingress.needs import derive_needs
 from fleetgate.ingress.profile import RequestProfile
-from fleetgate.routing.preferences import parse_request_preferences
 
 _OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")
 
@@ -56,8 +61,8 @@ def parse_openai(endpoint: str, raw: bytes) -> RequestProfile:
     reserve = None
     for field_name in _OUTPUT_FIELDS:
         reserve = positive_int(body, field_name) or reserve
-    # routing preferences are for fleetgate, never for the upstream
-    preferences = parse_request_preferences(body.pop("provider", None))
+    check_user_ids(body)
+    preferences = take_preferences(body)
     return RequestProfile(
         protocol="openai",
         endpoint=endpoint,

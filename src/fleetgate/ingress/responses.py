@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from fleetgate.errors import invalid
-from fleetgate.ingress.fields import positive_int, require_model, stream_flag
+from fleetgate.ingress.fields import (
+    check_user_ids,
+    positive_int,
+    require_model,
+    stream_flag,
+    take_preferences,
+)
 from fleetgate.ingress.openai import parse_json_object
 from fleetgate.ingress.profile import RequestProfile
 
@@ -19,6 +25,8 @@ def parse_responses(endpoint: str, raw: bytes) -> RequestProfile:
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise invalid("`instructions` must be a string.", "instructions")
+    check_user_ids(body)
+    preferences = take_preferences(body)
     return RequestProfile(
         protocol="openai",
         endpoint=endpoint,
@@ -26,4 +34,5 @@ def parse_responses(endpoint: str, raw: bytes) -> RequestProfile:
         stream=stream_flag(body, default=False),
         body=body,
         output_reserve=positive_int(body, "max_output_tokens"),
+        preferences=preferences,
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -25,7 +24,7 @@ from fleetgate.context.truncation import (
 )
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
-from fleetgate.errors import GatewayError
+from fleetgate.errors import GatewayError, invalid
 from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
 from fleetgate.execute.upstream import UpstreamPool
@@ -45,6 +44,7 @@ from fleetgate.server.asgi import (
     Receive,
     Scope,
     Send,
+    new_request_id,
     read_body,
     send_body,
 )
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fleetgate")
 
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+MAX_HEADER_VALUE = 256  # an X-Fleetgate-* header names a tier or a conversation: short
 
 Handler = Callable[[Scope, Receive, Send, "Exchange"], Awaitable[None]]
 
@@ -71,25 +72,32 @@ Handler = Callable[[Scope, Receive, Send, "Exchange"], Awaitable[None]]
 class Exchange:
     """Per-request facts the handlers share: id, start time, and the routing headers."""
 
-    __slots__ = ("client_key", "headers", "protocol", "request_id", "started")
+    __slots__ = ("client_key", "headers", "protocol", "refused", "request_id", "started")
 
     def __init__(self, scope: Scope) -> None:
         self.started = time.perf_counter()
         self.client_key: ClientKey | None = None
         self.protocol = error_protocol(scope["path"])  # the shape errors are answered in
         self.headers: dict[str, str] = {}
+        self.refused: GatewayError | None = None  # a header no request may carry
         request_id = None
         for name, value in scope["headers"]:
             if name == b"x-request-id":
                 request_id = value.decode("latin-1")
+                if not _REQUEST_ID_OK.match(request_id):
+                    self.refused = invalid(
+                        "`X-Request-Id` must be 1 to 128 letters, digits or . _ : -",
+                        "X-Request-Id",
+                    )
+                    request_id = None
             elif name.startswith(b"x-fleetgate-"):
+                if len(value) > MAX_HEADER_VALUE:
+                    header = name.decode("latin-1")
+                    self.refused = invalid(
+                        f"`{header}` is longer than {MAX_HEADER_VALUE} characters.", header
+                    )
                 self.headers[name.decode("latin-1")] = value.decode("latin-1")
-        if request_id is None or not _REQUEST_ID_OK.match(request_id):
-            # unique, not secret: microseconds then 44 random bits (the PRNG is seeded
-            # from the OS and reseeded after fork; no system call on the hot path). Ids
-            # that grow with time keep the request log's index on them append-only.
-            request_id = f"{time.time_ns() // 1000:013x}{random.getrandbits(44):011x}"
-        self.request_id = request_id
+        self.request_id = request_id or new_request_id()
 
     def base_headers(self) -> Headers:
         return [(b"x-request-id", self.request_id.encode())]
@@ -166,6 +174,8 @@ class Gateway:
             return
         ex = Exchange(scope)
         try:
+            if ex.refused is not None:
+                raise ex.refused
             # the proxied endpoints go straight to `_proxy`: every async layer between the
             # server and the upstream call costs CPU on each resume of the request
             route = INGRESS_ROUTES.get(scope["path"]) if scope["method"] == "POST" else None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -20,6 +22,13 @@ Send = Callable[[Message], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
 JSON = b"application/json"
+
+
+def new_request_id() -> str:
+    """Unique, not secret: microseconds then 44 random bits (the PRNG is seeded from the OS
+    and reseeded after fork; no system call on the hot path). Ids that grow with time keep
+    the request log's index on them append-only."""
+    return f"{time.time_ns() // 1000:013x}{random.getrandbits(44):011x}"
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:

@@ -313,6 +313,7 @@ class ControlPlane:
             "records_written": self.request_log.written,
             "records_unwritten": self.request_log.dropped,
             "log_write_failures": self.request_log.failures,
+            "records_rejected": self.request_log.rejected,
             "client_keys": len(self.ring),
             "auth_enabled": self.guard.enabled,
             "fleet_source": fleet_source(self.base, _has_entities(self.base)),

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import Connection, Select, and_, delete, or_, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
 from fleetgate.execute.outcome import Attempt
 from fleetgate.record.recorder import RequestRecord
@@ -25,6 +25,10 @@ from fleetgate.store.db import Database
 from fleetgate.store.tables import requests
 
 log = logging.getLogger("fleetgate.record")
+
+# what the database says of a row it cannot hold (a value too long, a NUL in a string, a
+# missing value), as opposed to being unreachable: the row is at fault, not the database
+_ROW_REJECTED = (DataError, IntegrityError)
 
 
 def _attempt(a: Attempt) -> dict[str, Any]:
@@ -131,7 +135,9 @@ def parse_since(value: str) -> float:
 
 class RequestLog:
     """A `RecordSink`. When the database is unreachable, rows wait (up to `capacity`
-    requests, the oldest dropped and counted) and go with the next batch."""
+    requests, the oldest dropped and counted) and go with the next batch. A row the
+    database rejects (a value it cannot hold) is set apart, counted and dropped: it never
+    holds back the rows after it."""
 
     def __init__(self, db: Database, capacity: int = 10_000) -> None:
         self.db = db
@@ -139,6 +145,7 @@ class RequestLog:
         self.written = 0
         self.dropped = 0  # rows lost because the database stayed unreachable
         self.failures = 0  # batches that could not be written (and were kept)
+        self.rejected = 0  # rows the database refused to hold (dropped)
         self._pending: deque[tuple[Any, ...]] = deque()
         self._insert = _insert_sql(db.dialect.paramstyle)
 
@@ -155,17 +162,53 @@ class RequestLog:
         try:
             # one hop to a DB thread: BEGIN, executemany, COMMIT
             await self.db.transaction(_insert_rows, self._insert, batch)
+            done = len(batch)
+            self.written += done
+        except _ROW_REJECTED:
+            done = await self._isolate(batch)
         except (SQLAlchemyError, OSError) as exc:
-            self.failures += 1
-            log.warning(
-                "request log: cannot write %d row(s) (%s); keeping them for the next batch",
-                len(batch),
-                type(exc).__name__,
-            )
+            self._keep(batch, exc)
             return
-        for _ in batch:
+        for _ in range(done):
             pending.popleft()
-        self.written += len(batch)
+
+    async def _isolate(self, batch: list[tuple[Any, ...]]) -> int:
+        """Write a batch the database refused, halving it until each refused row stands
+        alone (that one is dropped and counted). Returns how many leading rows of the
+        batch are settled; the rest stay pending when the database goes away meanwhile."""
+        done = 0
+        todo = [(len(batch) // 2, len(batch)), (0, len(batch) // 2)]  # popped left first
+        while todo:
+            lo, hi = todo.pop()
+            if lo == hi:
+                continue
+            try:
+                await self.db.transaction(_insert_rows, self._insert, batch[lo:hi])
+                self.written += hi - lo
+            except _ROW_REJECTED as exc:
+                if hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    todo += [(mid, hi), (lo, mid)]
+                    continue
+                self.rejected += 1
+                log.warning(
+                    "request log: the database refused request %.128r (%s); row dropped",
+                    batch[lo][0],
+                    type(exc.orig).__name__,
+                )
+            except (SQLAlchemyError, OSError) as exc:
+                self._keep(batch[lo:], exc)
+                return done
+            done = hi
+        return done
+
+    def _keep(self, rows: list[tuple[Any, ...]], exc: BaseException) -> None:
+        self.failures += 1
+        log.warning(
+            "request log: cannot write %d row(s) (%s); keeping them for the next batch",
+            len(rows),
+            type(exc).__name__,
+        )
 
     async def purge(self, older_than: float, chunk: int = 1000) -> int:
         """Delete rows older than `older_than` (epoch seconds), `chunk` requests per
