@@ -16,6 +16,7 @@ from fleetgate.discovery.evidence import (
     parse_openai_models,
     parse_sglang_model_info,
 )
+from fleetgate.execute.upstream import UpstreamSession
 from fleetgate.fleet import Deployment, Provider
 
 DISCOVERABLE = frozenset({"ollama", "vllm", "sglang", "llamacpp"})
@@ -24,7 +25,7 @@ DISCOVERABLE = frozenset({"ollama", "vllm", "sglang", "llamacpp"})
 class ProbeCache:
     """Answers shared by the deployments of one provider within one refresh."""
 
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+    def __init__(self, session: UpstreamSession) -> None:
         self.session = session
         self._answers: dict[tuple[str, str, str], Any] = {}
 
@@ -43,7 +44,7 @@ class ProbeCache:
             request = self.session.post(url, data=orjson.dumps(body), headers=headers)
         async with request as resp:
             raw = await resp.read()
-            if resp.status >= 400:
+            if resp.status >= 300:  # a redirect is never followed (execute/upstream.py)
                 raise aiohttp.ClientResponseError(
                     resp.request_info, (), status=resp.status, message=f"HTTP {resp.status}"
                 )

@@ -12,6 +12,7 @@ import aiohttp
 
 from fleetgate.discovery.probes import DISCOVERABLE, ProbeCache, probe
 from fleetgate.discovery.store import WindowStore
+from fleetgate.execute.upstream import UpstreamSession
 from fleetgate.fleet import Deployment, FleetHolder
 
 log = logging.getLogger("fleetgate.discovery")
@@ -28,7 +29,7 @@ class DiscoveryService:
         self.holder = holder
         self.store = store
         self.refreshes = 0  # completed refresh rounds (tests wait on it)
-        self._session: aiohttp.ClientSession | None = None
+        self._session: UpstreamSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._pending: set[str] = set()
@@ -36,7 +37,7 @@ class DiscoveryService:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=PROBE_TIMEOUT)
+        self._session = UpstreamSession(timeout=PROBE_TIMEOUT)
         self._loop = asyncio.get_running_loop()
         self._task = self._loop.create_task(self._run())
 

@@ -25,6 +25,7 @@ from fleetgate.execute.outcome import (
     CONNECT,
     CONTEXT_EXCEEDED,
     RATE_LIMITED,
+    REDIRECTED,
     SKIPPED,
     STREAM_BROKEN,
     TIMEOUT,
@@ -32,6 +33,7 @@ from fleetgate.execute.outcome import (
     classify_status,
     error_message,
     parse_retry_after,
+    redirect_message,
 )
 from fleetgate.execute.params import apply_params
 from fleetgate.execute.rewrite import ModelRewriter, rewriter_for
@@ -222,11 +224,15 @@ class Executor:
                 timeout=client.timeout,
             )
             attempt.status = resp.status
-            if resp.status >= 400:
+            if resp.status >= 300:  # redirects are never followed: see execute/upstream.py
                 body = await resp.read()
                 attempt.error_class = classify_status(resp.status)
                 attempt.retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                attempt.message = error_message(body)
+                attempt.message = (
+                    redirect_message(resp.headers.get("Location"))
+                    if attempt.error_class == REDIRECTED
+                    else error_message(body)
+                )
                 attempt.upstream_body = body
                 attempt.latency = time.perf_counter() - started
                 return None

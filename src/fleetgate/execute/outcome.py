@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from yarl import URL
 
 # error classes, recorded per attempt
 CONNECT = "connect"
@@ -19,8 +20,10 @@ STREAM_BROKEN = "stream_broken"
 SKIPPED = "skipped"
 # an upstream's context-length 400: moves on only to a strictly larger window; no cooldown
 CONTEXT_EXCEEDED = "context_exceeded"
+# a 3xx: never followed (it would take the credentials along); a failure of the deployment
+REDIRECTED = "redirected"
 
-RETRYABLE = frozenset({CONNECT, TIMEOUT, RATE_LIMITED, SERVER_ERROR})
+RETRYABLE = frozenset({CONNECT, TIMEOUT, RATE_LIMITED, SERVER_ERROR, REDIRECTED})
 
 
 @dataclass(slots=True)
@@ -76,13 +79,27 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def classify_status(status: int) -> str | None:
-    if status < 400:
+    if status < 300:
         return None
+    if status < 400:
+        return REDIRECTED
     if status == 429:
         return RATE_LIMITED
     if status >= 500 or status == 408:
         return SERVER_ERROR
     return CLIENT_ERROR
+
+
+def redirect_message(location: str | None) -> str:
+    """What a redirect answer is said to be: where it pointed (scheme and host only)."""
+    where = "elsewhere"
+    if location:
+        url = URL(location)
+        where = f"{url.scheme}://{url.host}" if url.absolute and url.host else "another path"
+    return (
+        f"redirected to {where}; fleetgate never follows an upstream's redirects "
+        "(check the provider's base_url)"
+    )
 
 
 def error_message(body: bytes, limit: int = 500) -> str:

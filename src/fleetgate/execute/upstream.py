@@ -1,19 +1,56 @@
-"""Pooled keep-alive HTTP sessions to providers, one per provider, with its timeouts."""
+"""Pooled keep-alive HTTP sessions to providers, one per provider, with its timeouts.
+
+Every call fleetgate makes to an upstream (proxied requests, discovery probes, tokenize
+counts, engine polls) goes through an `UpstreamSession`, which never follows a redirect:
+a 3xx would carry the provider's credentials to whatever host it names.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import orjson
+from aiohttp.client import _RequestContextManager
+from yarl import URL
 
 from fleetgate.fleet import Provider
 
 
+class UpstreamSession:
+    """An aiohttp session whose requests never follow redirects (the one way to open one).
+
+    A redirect answer comes back as it is, for the caller to treat as an upstream error.
+    """
+
+    __slots__ = ("_session",)
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._session = aiohttp.ClientSession(**kwargs)
+
+    def request(self, method: str, url: str | URL, **kwargs: Any) -> _RequestContextManager:
+        kwargs["allow_redirects"] = False
+        return self._session.request(method, url, **kwargs)
+
+    def get(self, url: str | URL, **kwargs: Any) -> _RequestContextManager:
+        return self.request("GET", url, **kwargs)
+
+    def post(self, url: str | URL, **kwargs: Any) -> _RequestContextManager:
+        return self.request("POST", url, **kwargs)
+
+    @property
+    def closed(self) -> bool:
+        return self._session.closed
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderClient:
-    session: aiohttp.ClientSession
+    session: UpstreamSession
     timeout: aiohttp.ClientTimeout
     headers: dict[str, str]
     base_url: str
@@ -52,7 +89,7 @@ class UpstreamPool:
 
     def __init__(self) -> None:
         self._clients: dict[str, tuple[Provider, ProviderClient]] = {}
-        self._retired: list[aiohttp.ClientSession] = []
+        self._retired: list[UpstreamSession] = []
 
     def client(self, provider: Provider) -> ProviderClient:
         entry = self._clients.get(provider.id)
@@ -82,7 +119,7 @@ class UpstreamPool:
             keepalive_timeout=60,
             ttl_dns_cache=300,
         )
-        session = aiohttp.ClientSession(
+        session = UpstreamSession(
             connector=connector,
             json_serialize=lambda o: orjson.dumps(o).decode(),
             skip_auto_headers=("User-Agent",),
