@@ -1,18 +1,42 @@
 """Prometheus metrics, computed from request records off the hot path.
 
 The metrics sink consumes the same batches as the request log, so the hot path pays for
-one deque append per request and nothing per metric. Labels carry ids and numbers only.
+one deque append per request and nothing per metric. Labels carry ids and numbers only,
+and only ids the fleet defines: a name a client sent that the fleet does not know is
+`_unknown`, so no client can grow the label sets (and a scrape) without bound.
 """
 
 from __future__ import annotations
 
 from collections import Counter as Counter_
 from collections import defaultdict
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from fleetgate.fleet import Fleet
 from fleetgate.record.histograms import BatchHistogram
 from fleetgate.record.recorder import Recorder, RequestRecord
+from fleetgate.routing.auto import AUTO_MODEL
+
+UNKNOWN = "_unknown"
+
+
+def model_label(fleet: Fleet | None, name: str) -> str:
+    """The metric label of a requested name: the fleet's own spelling of a model,
+    deployment, virtual model or tier it names (`auto` when configured), else `_unknown`."""
+    if fleet is None:
+        return UNKNOWN
+    if name in fleet.models or name in fleet.deployments or name in fleet.tiers:
+        return name
+    virtual = fleet.virtual_models.get(name.lower())
+    if virtual is not None:
+        return virtual.name
+    auto = fleet.config.auto
+    if name == AUTO_MODEL and auto is not None and auto.enabled:
+        return name
+    return UNKNOWN
+
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
@@ -21,7 +45,8 @@ _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
 class Metrics:
     """Every metric fleetgate exports, in one registry."""
 
-    def __init__(self) -> None:
+    def __init__(self, fleet: Callable[[], Fleet] | None = None) -> None:
+        self.fleet = fleet  # the live fleet, whose names are the only label values
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -84,8 +109,12 @@ class Metrics:
         latency: dict[str, list[float]] = defaultdict(list)
         ttft: dict[str, list[float]] = defaultdict(list)
         overhead: list[float] = []
+        fleet = self.fleet() if self.fleet is not None else None
+        labels_of: dict[str, str] = {}
         for rec in records:
-            model = rec.requested_model
+            model = labels_of.get(rec.requested_model)
+            if model is None:
+                model = labels_of[rec.requested_model] = model_label(fleet, rec.requested_model)
             tier = str(rec.notes.get("context_tier", "default"))
             requests[(model, rec.endpoint, str(rec.status), rec.error_code or "", tier)] += 1
             latency[model].append(rec.latency)

@@ -138,7 +138,7 @@ class Gateway:
         self.executor = Executor(self.pool, self.state)
         self.refiner = ContextRefiner(self.pool)
         self.recent = RecentRequests()
-        self.metrics = Metrics()
+        self.metrics = Metrics(lambda: self.holder.fleet)
         self.recorder = Recorder([self.recent, self.metrics])
         self.sticky = sticky_tiers_for(holder.fleet)
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
