@@ -23,8 +23,12 @@ if TYPE_CHECKING:
 EntityBody = Annotated[dict[str, Any], Body(description="the entity's config block")]
 
 
+MASK = "***"
+_SECRET_MAPS = ("keys", "headers")  # every value of these may be a credential
+
+
 def _mask(value: object) -> object:
-    return value if isinstance(value, str) and value.startswith("${") else "***"
+    return value if isinstance(value, str) and value.startswith("${") else MASK
 
 
 def public_body(body: dict[str, Any]) -> dict[str, Any]:
@@ -33,9 +37,35 @@ def public_body(body: dict[str, Any]) -> dict[str, Any]:
     out = dict(body)
     if out.get("api_key") is not None:
         out["api_key"] = _mask(out["api_key"])
-    for name in ("keys", "headers"):
+    for name in _SECRET_MAPS:
         if isinstance(out.get(name), dict):
             out[name] = {k: _mask(v) for k, v in out[name].items()}
+    return out
+
+
+def unmask(new: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+    """A body written back with masked secrets (as GET showed it): each `***` means "keep
+    the stored value". A mask with no stored value behind it is refused, never stored."""
+    out = dict(new)
+
+    def keep(value: object, stored: object, where: str) -> object:
+        if value != MASK:
+            return value
+        if stored is None:
+            raise AdminError(
+                "invalid_request",
+                f"`{where}` is the mask `{MASK}` but no value is stored there; send the "
+                "real value (or an ${ENV} reference).",
+            )
+        return stored
+
+    if "api_key" in out:
+        out["api_key"] = keep(out["api_key"], (old or {}).get("api_key"), "api_key")
+    for name in _SECRET_MAPS:
+        values, stored = out.get(name), (old or {}).get(name)
+        if isinstance(values, dict):
+            stored = stored if isinstance(stored, dict) else {}
+            out[name] = {k: keep(v, stored.get(k), f"{name}.{k}") for k, v in values.items()}
     return out
 
 
@@ -82,7 +112,7 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
 
     async def create(response: Response, body: EntityBody) -> dict[str, Any]:
         entity_id = _id_of(kind, body)
-        body = {**body, kind.key_field: entity_id}  # pins a default deployment id
+        body = unmask({**body, kind.key_field: entity_id}, None)  # pins a default dep. id
 
         def edit(entities: Entities) -> Entities:
             if find(entities, name, entity_id) is not None:
@@ -102,7 +132,7 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
             if found is None:
                 raise _not_found(name, entity_id)
             index, old = found
-            new = make(old)
+            new = unmask(make(old), old)
             if _id_of(kind, new) != entity_id:
                 raise AdminError(
                     "invalid_request",
