@@ -28,6 +28,7 @@ from fleetgate.fleet_routes import (
     build_virtual_models,
     params_dict,
 )
+from fleetgate.redact import Redactor, redactor_for
 from fleetgate.routing.preferences import env_preferences
 
 
@@ -117,6 +118,8 @@ class Fleet:
     # enabled virtual models by lower-cased name, and named tiers (see fleet_routes.py)
     virtual_models: dict[str, VirtualModel] = field(default_factory=dict)
     tiers: dict[str, Tier] = field(default_factory=dict)
+    # removes every provider credential from upstream text leaving the gateway
+    redactor: Redactor = field(default_factory=Redactor)
 
 
 def _resolve_key(raw: str | None) -> tuple[str | None, str | None]:
@@ -198,6 +201,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
         env_preferences=env_preferences()[0],
         virtual_models=build_virtual_models(config, deployments, models),
         tiers=build_tiers(config, deployments, models),
+        redactor=redactor_for(providers.values()),
     )
 
 

@@ -33,3 +33,39 @@ class Redirector:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+class Echo:
+    """A hostile upstream: answers every request with `status` and an OpenAI-shaped error
+    whose message quotes every header it was sent (credentials included), after `pad`
+    characters (so that a message cut at some length cuts through the first header)."""
+
+    def __init__(self, status: int = 401, pad: int = 0) -> None:
+        self.status = status
+        self.pad = pad
+        self.port = 0
+        self._runner: web.ServerRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        await request.read()
+        first = request.headers.get("Authorization") or request.headers.get("x-api-key", "")
+        quoted = "; ".join(f"{k}={v}" for k, v in request.headers.items())
+        message = f"rejected, you sent: {'.' * self.pad}{first}; {quoted}"
+        return web.json_response(
+            {"error": {"message": message, "type": "auth_error"}},
+            status=self.status,
+        )
+
+    async def start(self) -> None:
+        self._runner = web.ServerRunner(web.Server(self._handle), handle_signals=False)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

@@ -16,8 +16,10 @@ from fleetgate.discovery.evidence import (
     parse_openai_models,
     parse_sglang_model_info,
 )
+from fleetgate.execute.outcome import error_message
 from fleetgate.execute.upstream import UpstreamSession
 from fleetgate.fleet import Deployment, Provider
+from fleetgate.redact import redactor_for
 
 DISCOVERABLE = frozenset({"ollama", "vllm", "sglang", "llamacpp"})
 
@@ -45,8 +47,14 @@ class ProbeCache:
         async with request as resp:
             raw = await resp.read()
             if resp.status >= 300:  # a redirect is never followed (execute/upstream.py)
+                said = "a redirect"
+                if resp.status >= 400:  # the answer may quote the credential it was sent
+                    said = error_message(redactor_for([provider]).bytes(raw), 200)
                 raise aiohttp.ClientResponseError(
-                    resp.request_info, (), status=resp.status, message=f"HTTP {resp.status}"
+                    resp.request_info,
+                    (),
+                    status=resp.status,
+                    message=f"HTTP {resp.status}: {said}",
                 )
         answer = orjson.loads(raw)
         self._answers[key] = answer

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 import aiohttp
 
@@ -81,9 +82,10 @@ class DiscoveryService:
             cache = ProbeCache(self._session)
             results = await asyncio.gather(*(probe(cache, d) for d in deps))
             for dep, evidence in zip(deps, results, strict=True):
-                self.store.record(dep.id, evidence)
-                if evidence.error:
+                if evidence.error:  # shown by /v1/fleet/windows and logged: no secrets
+                    evidence = replace(evidence, error=fleet.redactor.text(evidence.error))
                     log.info("discovery: %s: %s", dep.id, evidence.error)
+                self.store.record(dep.id, evidence)
             self.refreshes += 1
         return len(deps)
 

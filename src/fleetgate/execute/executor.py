@@ -42,6 +42,7 @@ from fleetgate.execute.upstream import UpstreamPool, request_headers
 from fleetgate.execute.worker_slots import WorkerSlots
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
+from fleetgate.redact import Redactor
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
 from fleetgate.state.runtime import RuntimeState
 
@@ -225,7 +226,7 @@ class Executor:
             )
             attempt.status = resp.status
             if resp.status >= 300:  # redirects are never followed: see execute/upstream.py
-                body = await resp.read()
+                body = client.redactor.bytes(await resp.read())  # it may quote the key
                 attempt.error_class = classify_status(resp.status)
                 attempt.retry_after = parse_retry_after(resp.headers.get("Retry-After"))
                 attempt.message = (
@@ -240,7 +241,9 @@ class Executor:
             content_type = resp.headers.get("Content-Type", "application/json")
             framing = framing_for(content_type) if profile.stream else None
             if framing is not None:
-                first = await self._first_events(resp, rewriter, framing, attempt, started)
+                first = await self._first_events(
+                    resp, rewriter, framing, attempt, started, client.redactor
+                )
                 if first is None:
                     return None
                 handed_over = True
@@ -296,6 +299,7 @@ class Executor:
         framing: Framing,
         attempt: Attempt,
         started: float,
+        redactor: Redactor,
     ) -> bytes | None:
         """Read until the first whole data event; None when it is an error event."""
         buffer = b""
@@ -310,6 +314,7 @@ class Executor:
                 if data is None or data == DONE:
                     continue
                 if framing.is_error(data):
+                    data = redactor.bytes(data)
                     attempt.status = _status_in(data)
                     attempt.error_class = classify_status(attempt.status)
                     attempt.message = error_message(data)

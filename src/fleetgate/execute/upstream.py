@@ -17,6 +17,7 @@ from aiohttp.client import _RequestContextManager
 from yarl import URL
 
 from fleetgate.fleet import Provider
+from fleetgate.redact import Redactor, redactor_for
 
 
 class UpstreamSession:
@@ -54,6 +55,8 @@ class ProviderClient:
     timeout: aiohttp.ClientTimeout
     headers: dict[str, str]
     base_url: str
+    # this provider's credentials out of its error text, before any of it is cut short
+    redactor: Redactor
 
 
 def _auth(provider: Provider, key: str) -> dict[str, str]:
@@ -107,9 +110,7 @@ class UpstreamPool:
             prev, client = old
             same = (prev.base_url, prev.max_concurrency)
             if same == (provider.base_url, provider.max_concurrency):
-                client = ProviderClient(
-                    client.session, _timeout(provider), _headers(provider), provider.base_url
-                )
+                client = _client(client.session, provider)
                 self._clients[provider.id] = (provider, client)
                 return client
             self._retired.append(client.session)
@@ -125,7 +126,7 @@ class UpstreamPool:
             skip_auto_headers=("User-Agent",),
             auto_decompress=True,
         )
-        client = ProviderClient(session, _timeout(provider), _headers(provider), provider.base_url)
+        client = _client(session, provider)
         self._clients[provider.id] = (provider, client)
         return client
 
@@ -140,4 +141,14 @@ def _timeout(provider: Provider) -> aiohttp.ClientTimeout:
     t = provider.timeouts
     return aiohttp.ClientTimeout(
         total=t.total, connect=t.connect, sock_connect=t.connect, sock_read=t.first_byte
+    )
+
+
+def _client(session: UpstreamSession, provider: Provider) -> ProviderClient:
+    return ProviderClient(
+        session,
+        _timeout(provider),
+        _headers(provider),
+        provider.base_url,
+        redactor_for([provider]),
     )

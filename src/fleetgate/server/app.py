@@ -85,11 +85,7 @@ class Exchange:
             if name == b"x-request-id":
                 request_id = value.decode("latin-1")
                 if not _REQUEST_ID_OK.match(request_id):
-                    self.refused = invalid(
-                        "`X-Request-Id` must be 1 to 128 letters, digits or . _ : -",
-                        "X-Request-Id",
-                    )
-                    request_id = None
+                    request_id = None  # outside the rule (and the log's column): ours instead
             elif name.startswith(b"x-fleetgate-"):
                 if len(value) > MAX_HEADER_VALUE:
                     header = name.decode("latin-1")
@@ -210,6 +206,10 @@ class Gateway:
         headers.extend((k.lower().encode(), v.encode()) for k, v in exc.headers.items())
         if extra:
             headers.extend(extra)
+        redactor = self.holder.fleet.redactor  # upstream text may quote a credential
+        exc.message = redactor.text(exc.message)
+        if exc.upstream_body:
+            exc.upstream_body = redactor.bytes(exc.upstream_body)
         body = error_body(ex.protocol, exc)
         if exc.code == "upstream_rejected" and exc.upstream_body:
             body = upstream_error_body(ex.protocol, exc.upstream_body) or body
