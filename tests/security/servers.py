@@ -5,13 +5,10 @@ from __future__ import annotations
 from aiohttp import web
 
 
-class Redirector:
-    """Answers every request with a redirect to the same path on `target`."""
+class _Upstream:
+    """An aiohttp server on a free loopback port answering every request with `_handle`."""
 
-    def __init__(self, target: str, status: int = 302) -> None:
-        self.target = target
-        self.status = status
-        self.hits: list[str] = []
+    def __init__(self) -> None:
         self.port = 0
         self._runner: web.ServerRunner | None = None
 
@@ -20,9 +17,7 @@ class Redirector:
         return f"http://127.0.0.1:{self.port}"
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        self.hits.append(request.path)
-        await request.read()
-        return web.Response(status=self.status, headers={"Location": self.target + request.path_qs})
+        raise NotImplementedError
 
     async def start(self) -> None:
         self._runner = web.ServerRunner(web.Server(self._handle), handle_signals=False)
@@ -35,20 +30,30 @@ class Redirector:
             await self._runner.cleanup()
 
 
-class Echo:
+class Redirector(_Upstream):
+    """Answers every request with a redirect to the same path on `target`."""
+
+    def __init__(self, target: str, status: int = 302) -> None:
+        super().__init__()
+        self.target = target
+        self.status = status
+        self.hits: list[str] = []
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        self.hits.append(request.path)
+        await request.read()
+        return web.Response(status=self.status, headers={"Location": self.target + request.path_qs})
+
+
+class Echo(_Upstream):
     """A hostile upstream: answers every request with `status` and an OpenAI-shaped error
     whose message quotes every header it was sent (credentials included), after `pad`
     characters (so that a message cut at some length cuts through the first header)."""
 
     def __init__(self, status: int = 401, pad: int = 0) -> None:
+        super().__init__()
         self.status = status
         self.pad = pad
-        self.port = 0
-        self._runner: web.ServerRunner | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         await request.read()
@@ -56,16 +61,5 @@ class Echo:
         quoted = "; ".join(f"{k}={v}" for k, v in request.headers.items())
         message = f"rejected, you sent: {'.' * self.pad}{first}; {quoted}"
         return web.json_response(
-            {"error": {"message": message, "type": "auth_error"}},
-            status=self.status,
+            {"error": {"message": message, "type": "auth_error"}}, status=self.status
         )
-
-    async def start(self) -> None:
-        self._runner = web.ServerRunner(web.Server(self._handle), handle_signals=False)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.port = self._runner.addresses[0][1]
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
