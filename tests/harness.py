@@ -18,7 +18,7 @@ from fleetgate.config import validate_config
 from fleetgate.fleet import FleetHolder, build_fleet
 from fleetgate.server.app import Gateway
 from fleetgate.server.control import ControlOptions, build_gateway
-from fleetgate.testing import FakeEngine, FakeOllama
+from fleetgate.testing import FakeAnthropic, FakeEngine, FakeOllama
 
 T = TypeVar("T")
 
@@ -59,6 +59,7 @@ class Stack:
         self.lt = lt
         self.engines: dict[str, FakeEngine] = {}
         self.workers: dict[str, FakeOllama] = {}
+        self.apis: dict[str, FakeAnthropic] = {}
         self.gateway: Gateway | None = None
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Future[Any] | None = None
@@ -75,6 +76,12 @@ class Stack:
         self.lt.run(worker.start())
         self.workers[name] = worker
         return worker
+
+    def anthropic(self, name: str, **kwargs: Any) -> FakeAnthropic:
+        api = FakeAnthropic(name, **kwargs)
+        self.lt.run(api.start())
+        self.apis[name] = api
+        return api
 
     def start_gateway(
         self, config: dict[str, Any], options: ControlOptions | None = None
@@ -116,6 +123,8 @@ class Stack:
             self.lt.run(engine.stop())
         for worker in self.workers.values():
             self.lt.run(worker.stop())
+        for api in self.apis.values():
+            self.lt.run(api.stop())
 
 
 def provider(name: str, engine: FakeEngine, **extra: Any) -> dict[str, Any]:
@@ -128,3 +137,7 @@ def deployment(model: str, provider_id: str, **extra: Any) -> dict[str, Any]:
 
 def ollama_provider(name: str, worker: FakeOllama, **extra: Any) -> dict[str, Any]:
     return {"id": name, "kind": "ollama", "base_url": worker.url, **extra}
+
+
+def anthropic_provider(name: str, api: FakeAnthropic, **extra: Any) -> dict[str, Any]:
+    return {"id": name, "kind": "anthropic", "base_url": api.url + "/v1", "api_key": "k", **extra}

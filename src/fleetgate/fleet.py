@@ -51,6 +51,8 @@ class Provider:
     discovery: bool = True
     # alternative credentials: (label, resolved key or None, env var named or None)
     keys: tuple[tuple[str, str | None, str | None], ...] = ()
+    # client protocols served natively (`protocols: [...]`); None: the kind's own list
+    protocols: frozenset[str] | None = None
 
     @property
     def has_credentials(self) -> bool:
@@ -153,6 +155,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             unified_kv=p.unified_kv,
             discovery=p.discovery if p.discovery is not None else p.kind == "ollama",
             keys=tuple((label, *_resolve_key(raw)) for label, raw in p.keys.items()),
+            protocols=frozenset(p.protocols) if p.protocols is not None else None,
         )
     deployments: dict[str, Deployment] = {}
     by_model: dict[str, list[Deployment]] = {}

@@ -8,7 +8,7 @@ import ollama
 import orjson
 import pytest
 
-from fleetgate.testing import OllamaModel
+from fleetgate.testing import Fault, OllamaModel
 from tests.harness import Stack, deployment, ollama_provider, provider, wait_until
 
 
@@ -98,10 +98,12 @@ def test_ollama_errors_have_ollama_shape(fleet: Stack) -> None:
     with pytest.raises(ollama.ResponseError) as err:
         client.chat(model="nope", messages=[{"role": "user", "content": "x"}], stream=False)
     assert err.value.status_code == 404 and "nope" in err.value.error
+    # a translated deployment's OpenAI-shaped refusal reaches the client in Ollama's shape
+    fleet.engines["v"].fail_next(Fault("bad_request", message="bad sampling options"))
     resp = httpx.post(fleet.url + "/api/chat", timeout=5, json={"model": "vonly", "messages": []})
     assert resp.status_code == 400
     body = resp.json()
-    assert set(body) == {"error"} and "does not serve /api/chat" in body["error"]
+    assert set(body) == {"error"} and "bad sampling options" in body["error"]
     bad = httpx.post(
         fleet.url + "/api/chat",
         timeout=5,

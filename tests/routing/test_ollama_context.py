@@ -197,8 +197,11 @@ def test_a_context_error_stating_the_limit_updates_the_window_at_once(
     assert second.headers["x-fleetgate-attempts"] == "1" and short.requests == []
 
 
-def test_native_requests_are_judged_against_workers_that_serve_them(stack: Stack) -> None:
-    """A big vLLM deployment of the same model cannot hold an /api/chat request."""
+def test_native_requests_too_big_for_workers_go_to_a_larger_translated_window(
+    stack: Stack,
+) -> None:
+    """A big vLLM deployment of the same model serves an /api/chat request (translated)
+    that no Ollama worker's window holds."""
     w = stack.ollama("w", OllamaModel("llama3.2", num_ctx=2048))
     v = stack.engine("v", context_window=65536)
     stack.start_gateway(
@@ -213,8 +216,10 @@ def test_native_requests_are_judged_against_workers_that_serve_them(stack: Stack
     )
     httpx.post(stack.url + "/v1/fleet/windows/refresh", timeout=10)
     resp = native_chat(stack, words(2000))
-    assert resp.status_code == 400 and "2048 tokens" in resp.json()["error"]
+    assert resp.status_code == 200 and resp.headers["x-fleetgate-route"] == "v"
+    assert resp.json()["done"] is True and resp.json()["message"]["content"].startswith("v says")
     assert not w.inference_requests()
+    assert v.requests[-1].path == "/v1/chat/completions"
     emb = httpx.post(stack.url + "/api/embed", timeout=10, json={"model": "m", "input": words(800)})
     assert emb.status_code == 200  # no output reserve for embeddings
 

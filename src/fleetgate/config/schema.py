@@ -89,6 +89,9 @@ class ProviderConfig(_Strict):
     others (set true for vLLM, SGLang and llama.cpp)."""
     keys: dict[Identifier, str] = Field(default_factory=dict)
     """Alternative credentials by label (literal or `${ENV}`), chosen by a route's `key_label`."""
+    protocols: list[Literal["openai", "responses", "anthropic", "ollama"]] | None = None
+    """The client protocols the provider serves natively; replaces its kind's list (the
+    others are translated; see docs/protocols.md)."""
 
 
 class Price(_Strict):

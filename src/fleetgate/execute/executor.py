@@ -35,8 +35,7 @@ from fleetgate.execute.outcome import (
     parse_retry_after,
     redirect_message,
 )
-from fleetgate.execute.params import apply_params
-from fleetgate.execute.rewrite import ModelRewriter, rewriter_for
+from fleetgate.execute.rewrite import ModelRewriter
 from fleetgate.execute.sse import DONE
 from fleetgate.execute.upstream import UpstreamPool, request_headers
 from fleetgate.execute.worker_slots import WorkerSlots
@@ -45,31 +44,29 @@ from fleetgate.ingress.profile import RequestProfile
 from fleetgate.redact import Redactor
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
 from fleetgate.state.runtime import RuntimeState
+from fleetgate.translate.registry import Protocols
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamRoute:
-    """Where an endpoint goes upstream, how it streams, and which provider kinds serve it."""
+    """Where an endpoint goes upstream and how it streams (which kinds serve it, natively
+    or translated, is `translate/registry.py`)."""
 
     path: str  # under the base URL; `/api/...` paths are under the server root (no `/v1`)
     framing: str  # "sse" | "ndjson" | "none"
-    kinds: frozenset[str]
 
-
-_OPENAI_KINDS = frozenset({"openai", "vllm", "sglang", "llamacpp", "ollama", "openrouter"})
-_OLLAMA = frozenset({"ollama"})
 
 # endpoint -> its upstream route: the one table of what is sent where
 UPSTREAM_PATHS: dict[str, UpstreamRoute] = {
-    "chat.completions": UpstreamRoute("/chat/completions", "sse", _OPENAI_KINDS),
-    "completions": UpstreamRoute("/completions", "sse", _OPENAI_KINDS),
-    "embeddings": UpstreamRoute("/embeddings", "none", _OPENAI_KINDS),
-    "messages": UpstreamRoute("/messages", "sse", frozenset({"ollama", "vllm", "anthropic"})),
-    "responses": UpstreamRoute("/responses", "sse", frozenset({"ollama", "vllm", "openai"})),
-    "ollama.chat": UpstreamRoute("/api/chat", "ndjson", _OLLAMA),
-    "ollama.generate": UpstreamRoute("/api/generate", "ndjson", _OLLAMA),
-    "ollama.embed": UpstreamRoute("/api/embed", "none", _OLLAMA),
-    "ollama.show": UpstreamRoute("/api/show", "none", _OLLAMA),
+    "chat.completions": UpstreamRoute("/chat/completions", "sse"),
+    "completions": UpstreamRoute("/completions", "sse"),
+    "embeddings": UpstreamRoute("/embeddings", "none"),
+    "messages": UpstreamRoute("/messages", "sse"),
+    "responses": UpstreamRoute("/responses", "sse"),
+    "ollama.chat": UpstreamRoute("/api/chat", "ndjson"),
+    "ollama.generate": UpstreamRoute("/api/generate", "ndjson"),
+    "ollama.embed": UpstreamRoute("/api/embed", "none"),
+    "ollama.show": UpstreamRoute("/api/show", "none"),
 }
 
 
@@ -110,15 +107,6 @@ class ChainExhausted(GatewayError):
         self.attempts = attempts
 
 
-def upstream_body(profile: RequestProfile, candidate: Candidate) -> bytes:
-    body = profile.body
-    if candidate.drop_params:
-        body = {k: v for k, v in body.items() if k not in candidate.drop_params}
-    if candidate.params:
-        body = apply_params(body, candidate.params, profile.endpoint)
-    return orjson.dumps({**body, "model": candidate.deployment.upstream_model})
-
-
 class Executor:
     def __init__(self, pool: UpstreamPool, state: RuntimeState) -> None:
         self.pool = pool
@@ -126,11 +114,11 @@ class Executor:
         # told (deployment id, tokens) when a context error states the worker's window
         self.on_context_limit: Callable[[str, int], None] | None = None
         self.slots = WorkerSlots()
+        self.protocols = Protocols()  # native or translated, per attempt
 
     async def run(self, plan: RoutePlan, profile: RequestProfile, fleet: Fleet) -> Outcome:
         attempts: list[Attempt] = []
         upstream_seconds = 0.0
-        route = UPSTREAM_PATHS[profile.endpoint]
         exceeded_window: int | None = None  # set once an upstream said the context is too long
         of = plan.window_of or _declared_window
         queue_full: list[str] = []  # deployments skipped: their worker's queue was full
@@ -177,7 +165,7 @@ class Executor:
             attempts.append(attempt)
             started = time.perf_counter()
             outcome = await self._attempt(
-                profile, candidate, route, attempt, started, fleet.circuit, release
+                profile, candidate, attempt, started, fleet.circuit, release
             )
             upstream_seconds += time.perf_counter() - started
             if outcome is not None:
@@ -206,7 +194,6 @@ class Executor:
         self,
         profile: RequestProfile,
         candidate: Candidate,
-        route: UpstreamRoute,
         attempt: Attempt,
         started: float,
         circuit: CircuitConfig,
@@ -214,19 +201,27 @@ class Executor:
     ) -> Outcome | None:
         dep = candidate.deployment
         client = self.pool.client(dep.provider)
-        payload = upstream_body(profile, candidate)
+        wire = self.protocols.wire(profile, dep)
         resp: aiohttp.ClientResponse | None = None
         handed_over = False
         try:
-            resp = await client.session.post(
-                upstream_url(client.base_url, dep.provider.kind, route),
-                data=payload,
-                headers=request_headers(client, dep.provider, candidate.key_label),
-                timeout=client.timeout,
-            )
+            while True:
+                resp = await client.session.post(
+                    upstream_url(client.base_url, dep.provider.kind, UPSTREAM_PATHS[wire.endpoint]),
+                    data=wire.payload(profile, candidate),
+                    headers=request_headers(client, dep.provider, candidate.key_label),
+                    timeout=client.timeout,
+                )
+                if resp.status < 300:
+                    break
+                body = client.redactor.bytes(await resp.read())  # it may quote the key
+                fallback = self.protocols.refused(wire, profile, dep, resp.status, body)
+                if fallback is None:
+                    break
+                resp.release()  # the host lacks the endpoint: speak chat to it instead
+                wire = fallback
             attempt.status = resp.status
             if resp.status >= 300:  # redirects are never followed: see execute/upstream.py
-                body = client.redactor.bytes(await resp.read())  # it may quote the key
                 attempt.error_class = classify_status(resp.status)
                 attempt.retry_after = parse_retry_after(resp.headers.get("Retry-After"))
                 attempt.message = (
@@ -237,7 +232,7 @@ class Executor:
                 attempt.upstream_body = body
                 attempt.latency = time.perf_counter() - started
                 return None
-            rewriter = rewriter_for(dep.upstream_model, profile.model)
+            rewriter = wire.rewriter(dep.upstream_model, profile.model)
             content_type = resp.headers.get("Content-Type", "application/json")
             framing = framing_for(content_type) if profile.stream else None
             if framing is not None:
@@ -251,17 +246,20 @@ class Executor:
                     attempts=[],
                     candidate=candidate,
                     status=resp.status,
-                    content_type=content_type,
-                    stream=self._rest_of_stream(
-                        resp,
-                        rewriter,
-                        framing,
-                        first,
-                        attempt,
-                        started,
-                        circuit,
-                        profile.endpoint,
-                        release,
+                    content_type=wire.content_type(content_type),
+                    stream=wire.stream(
+                        self._rest_of_stream(
+                            resp,
+                            rewriter,
+                            framing,
+                            first,
+                            attempt,
+                            started,
+                            circuit,
+                            wire.endpoint,
+                            release,
+                        ),
+                        profile.model,
                     ),
                 )
             body = await resp.read()
@@ -275,8 +273,8 @@ class Executor:
                 attempts=[],
                 candidate=candidate,
                 status=resp.status,
-                content_type=content_type,
-                body=rewriter.json(body),
+                content_type=wire.content_type(content_type),
+                body=wire.answer(rewriter.json(body), profile.model),
             )
         except aiohttp.ConnectionTimeoutError as exc:
             self._fail(attempt, CONNECT, f"connect timeout: {exc}", started)

@@ -10,6 +10,7 @@ from fleetgate.ingress.fields import (
     stream_flag,
     take_preferences,
 )
+from fleetgate.ingress.needs import anthropic_needs
 from fleetgate.ingress.openai import parse_json_object
 from fleetgate.ingress.profile import RequestProfile
 
@@ -37,5 +38,6 @@ def parse_messages(endpoint: str, raw: bytes) -> RequestProfile:
         stream=stream_flag(body, default=False),
         body=body,
         output_reserve=positive_int(body, "max_tokens"),
+        needs=anthropic_needs(body),
         preferences=preferences,
     )

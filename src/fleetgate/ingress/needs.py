@@ -73,3 +73,150 @@ def _modalities(messages: list[Any]) -> set[str]:
             elif kind in _AUDIO_PARTS:
                 found.add(cap.AUDIO_INPUT)
     return found
+
+
+# The other protocols' needs, in the same vocabulary: a request has the needs of its chat
+# translation (tests/translate/test_properties.py holds each to `derive_needs` of it),
+# read straight from the body so that native pass-through pays no translation.
+
+
+def _present(body: dict[str, Any], names: tuple[str, ...], needs: set[str]) -> None:
+    for name in names:
+        if body.get(name) is not None:
+            needs.add(_PRESENCE[name])
+
+
+def anthropic_needs(body: dict[str, Any]) -> frozenset[str]:
+    """The needs of an Anthropic Messages body."""
+    needs: set[str] = set()
+    _present(body, ("temperature", "top_p", "top_k"), needs)
+    if body.get("stop_sequences"):
+        needs.add("stop")
+    tools = body.get("tools")
+    if isinstance(tools, list) and any(_chat_tool(t) for t in tools):
+        needs.add(cap.TOOLS)
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict):
+            if choice.get("type") in ("any", "tool", "none"):
+                needs.add(cap.TOOL_CHOICE)
+            if choice.get("disable_parallel_tool_use") is True:
+                needs.add("parallel_tool_calls")
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        needs.add("reasoning")
+    for message in body.get("messages") or ():
+        user = isinstance(message, dict) and message.get("role") != "assistant"
+        if user and _has_anthropic_image(message.get("content")):
+            needs.add(cap.IMAGE_INPUT)
+            break
+    return frozenset(needs)
+
+
+def _chat_tool(tool: Any) -> bool:
+    """An Anthropic tool a chat deployment can call (server tools have no chat form)."""
+    return (
+        isinstance(tool, dict)
+        and "name" in tool
+        and ("input_schema" in tool or tool.get("type") in (None, "custom"))
+    )
+
+
+def _has_anthropic_image(content: Any) -> bool:
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "image" and _image_source(block):
+            return True
+        if block.get("type") == "tool_result" and _has_anthropic_image(block.get("content")):
+            return True
+    return False
+
+
+def _image_source(block: dict[str, Any]) -> bool:
+    source = block.get("source")
+    return isinstance(source, dict) and source.get("type") in ("base64", "url")
+
+
+def responses_needs(body: dict[str, Any]) -> frozenset[str]:
+    """The needs of an OpenAI Responses body."""
+    needs: set[str] = set()
+    _present(body, ("temperature", "top_p", "parallel_tool_calls", "top_logprobs"), needs)
+    if body.get("top_logprobs"):
+        needs.add(cap.LOGPROBS)
+    tools = body.get("tools")
+    if isinstance(tools, list) and any(
+        isinstance(t, dict) and t.get("type") == "function" for t in tools
+    ):
+        needs.add(cap.TOOLS)
+        choice = body.get("tool_choice")
+        if choice in ("none", "required") or (
+            isinstance(choice, dict) and choice.get("type") == "function"
+        ):
+            needs.add(cap.TOOL_CHOICE)
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema"):
+        needs.add(cap.RESPONSE_FORMAT)
+        if fmt.get("type") == "json_schema" and fmt.get("strict") is True:
+            needs.add(cap.STRUCTURED_OUTPUTS)
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, dict) and isinstance(reasoning.get("effort"), str):
+        needs.add("reasoning")
+    items = body.get("input")
+    for item in items if isinstance(items, list) else ():
+        content = item.get("content") if isinstance(item, dict) else None
+        if isinstance(content, list) and any(
+            isinstance(p, dict) and p.get("type") == "input_image" and _image_url(p)
+            for p in content
+        ):
+            needs.add(cap.IMAGE_INPUT)
+            break
+    return frozenset(needs)
+
+
+def _image_url(part: dict[str, Any]) -> bool:
+    url = part.get("image_url")
+    return isinstance(url.get("url") if isinstance(url, dict) else url, str)
+
+
+# Ollama `options` -> the chat field (and so the need) of the same meaning
+_OLLAMA_OPTIONS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "seed": "seed",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "repeat_penalty": "repetition_penalty",
+}
+
+
+def ollama_needs(endpoint: str, body: dict[str, Any]) -> frozenset[str]:
+    """The needs of an Ollama `/api/chat` or `/api/generate` body."""
+    if endpoint not in ("ollama.chat", "ollama.generate"):
+        return frozenset()
+    needs: set[str] = set()
+    options = body.get("options")
+    if isinstance(options, dict):
+        needs |= {need for name, need in _OLLAMA_OPTIONS.items() if options.get(name) is not None}
+        if options.get("stop"):
+            needs.add("stop")
+    completion = endpoint == "ollama.generate" and (body.get("raw") or body.get("suffix"))
+    fmt = body.get("format")
+    if not completion and (fmt == "json" or isinstance(fmt, dict)):
+        needs.add(cap.RESPONSE_FORMAT)
+    think = body.get("think")
+    if not completion and isinstance(think, str) and think in ("low", "medium", "high"):
+        needs.add("reasoning")
+    if endpoint == "ollama.chat":
+        if body.get("tools"):
+            needs.add(cap.TOOLS)
+        messages = body.get("messages")
+        if isinstance(messages, list) and any(
+            isinstance(m, dict) and m.get("images") for m in messages
+        ):
+            needs.add(cap.IMAGE_INPUT)
+    elif body.get("images") and not completion:
+        needs.add(cap.IMAGE_INPUT)
+    return frozenset(needs)

@@ -11,6 +11,7 @@ from typing import Any
 
 from fleetgate.errors import invalid
 from fleetgate.ingress.fields import require_model, stream_flag, take_preferences
+from fleetgate.ingress.needs import ollama_needs
 from fleetgate.ingress.openai import parse_json_object
 from fleetgate.ingress.profile import RequestProfile
 
@@ -71,5 +72,6 @@ def parse_ollama(endpoint: str, raw: bytes) -> RequestProfile:
         stream=stream_flag(body, default=True) if endpoint in _STREAMING else False,
         body=body,
         output_reserve=reserve if type(reserve) is int and reserve > 0 else None,
+        needs=ollama_needs(endpoint, body),
         preferences=preferences,
     )

@@ -48,7 +48,7 @@ from fleetgate.server.asgi import (
     read_body,
     send_body,
 )
-from fleetgate.server.error_shapes import error_body, upstream_error_body
+from fleetgate.server.error_shapes import error_body, error_status, upstream_error_body
 from fleetgate.server.virtuals import (
     configure_sticky,
     sticky_tiers_for,
@@ -213,7 +213,7 @@ class Gateway:
         body = error_body(ex.protocol, exc)
         if exc.code == "upstream_rejected" and exc.upstream_body:
             body = upstream_error_body(ex.protocol, exc.upstream_body) or body
-        await send_body(send, exc.status, body, headers)
+        await send_body(send, error_status(ex.protocol, exc), body, headers)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

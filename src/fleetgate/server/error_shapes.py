@@ -5,28 +5,29 @@ from __future__ import annotations
 import orjson
 
 from fleetgate.errors import GatewayError
+from fleetgate.execute.context_errors import parse_context_error
+from fleetgate.translate.errors import ANTHROPIC_STATUS, anthropic_error, prompt_too_long
 
-# Anthropic's error `type` for an HTTP status (its SDK maps status to exception classes)
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-    529: "overloaded_error",
-}
+
+def error_status(protocol: str, exc: GatewayError) -> int:
+    """The HTTP status in the client's protocol (Anthropic says "overloaded" with 529)."""
+    if protocol == "anthropic":
+        return ANTHROPIC_STATUS.get(exc.status, exc.status)
+    return exc.status
 
 
 def error_body(protocol: str, exc: GatewayError) -> bytes:
     if protocol == "ollama":
         return orjson.dumps({"error": exc.message})
     if protocol == "anthropic":
-        kind = _ANTHROPIC_TYPES.get(exc.status)
-        if kind is None:
-            kind = "api_error" if exc.status >= 500 else "invalid_request_error"
-        return orjson.dumps({"type": "error", "error": {"type": kind, "message": exc.message}})
+        message = exc.message
+        if exc.code == "context_too_large":
+            message = prompt_too_long(None, message)
+        elif exc.code == "upstream_rejected" and exc.upstream_body:
+            exceeded = parse_context_error(exc.upstream_body)
+            if exceeded is not None:  # Claude Code compacts on this wording
+                message = prompt_too_long(exceeded, message)
+        return orjson.dumps(anthropic_error(error_status(protocol, exc), message))
     return exc.to_json()
 
 
@@ -42,5 +43,10 @@ def upstream_error_body(protocol: str, body: bytes) -> bytes | None:
     if protocol == "ollama":
         return body if isinstance(err, str) else None
     if protocol == "anthropic":
-        return body if data.get("type") == "error" and isinstance(err, dict) else None
-    return body if isinstance(err, dict) else None
+        if data.get("type") != "error" or not isinstance(err, dict):
+            return None
+        if "prompt is too long" not in str(err.get("message")) and parse_context_error(body):
+            return None  # an engine's own wording: answered as "prompt is too long"
+        return body
+    # an Anthropic-shaped error (`"type": "error"`) is not OpenAI's, though it nests `error`
+    return body if isinstance(err, dict) and data.get("type") != "error" else None

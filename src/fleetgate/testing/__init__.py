@@ -1,5 +1,7 @@
-"""Test helpers for fleetgate: a fake OpenAI-compatible inference engine, a fake Ollama."""
+"""Test helpers for fleetgate: a fake OpenAI-compatible inference engine, a fake Ollama,
+a fake Anthropic API."""
 
+from fleetgate.testing.fake_anthropic import FakeAnthropic
 from fleetgate.testing.fake_engine import (
     ErrorStyle,
     FakeEngine,
@@ -14,6 +16,7 @@ from fleetgate.testing.fake_ollama import FakeOllama, OllamaModel
 
 __all__ = [
     "ErrorStyle",
+    "FakeAnthropic",
     "FakeEngine",
     "FakeOllama",
     "Fault",

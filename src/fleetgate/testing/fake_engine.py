@@ -26,6 +26,13 @@ Deterministic token rule (tests depend on it):
   On ``/v1/messages`` every error is wrapped as vLLM does it:
   ``{"type": "error", "error": {"type": <the engine's type>, "message": ...}}``.
 
+Tools: a chat request with ``tools`` (and ``tool_choice`` not ``"none"``) is answered with
+``tool_calls`` calls (default 1), cycling through the tools; each call's arguments give
+every declared property the value ``"a<i>"`` (``{}`` without properties). A stream sends
+each call's id and name, then its arguments in two pieces.
+
+``missing_paths`` are answered 404, as by a host that lacks those endpoints.
+
 Timing: ``latency`` is awaited before every JSON answer of the inference endpoints
 (success or error); ``ttft`` after the stream's headers and before its first event;
 ``1 / tokens_per_second`` between stream events. ``tokenize_delay`` delays ``/tokenize``.
@@ -113,6 +120,8 @@ class _Reply:
     completion_tokens: int
     finish_reason: str
     tool_name: str | None = None
+    # every tool call of the turn: (name, JSON arguments)
+    calls: list[tuple[str, str]] = field(default_factory=list)
     created: int = field(default_factory=lambda: int(time.time()))
     rid: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
 
@@ -181,6 +190,14 @@ def requested_completion_tokens(body: Mapping[str, Any]) -> int:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return 0
+
+
+def _arguments(parameters: Any, i: int) -> str:
+    """A call's JSON arguments: `"a<i>"` for each declared property (none: `{}`)."""
+    props = parameters.get("properties") if isinstance(parameters, dict) else None
+    if not isinstance(props, dict) or not props:
+        return "{}"
+    return orjson.dumps({name: f"a{i}" for name in props}).decode()
 
 
 def _error(message: str, err_type: str, code: int | str) -> dict[str, Any]:
@@ -291,6 +308,8 @@ class FakeEngine:
         reply_words: int = 8,
         error_style: str = "vllm",
         served_model: str = "fake-model",
+        tool_calls: int = 1,
+        missing_paths: tuple[str, ...] = (),
         answer_model: str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -305,6 +324,8 @@ class FakeEngine:
         self.reply_words = reply_words
         self.error_style = cast(ErrorStyle, error_style)
         self.served_model = served_model
+        self.tool_calls = tool_calls  # tool calls in one turn, when the request has tools
+        self.missing_paths = frozenset(missing_paths)  # answered 404, as a host without them
         # the `model` answers carry; None echoes the request's (vLLM answers with its first
         # served name whatever alias was asked, so a gateway cannot rely on an echo)
         self.answer_model = answer_model
@@ -430,6 +451,8 @@ class FakeEngine:
         self, request: web.BaseRequest, body: Any, malformed: bool, call: _Call
     ) -> web.StreamResponse:
         kind = _INFERENCE_PATHS.get(request.path) if request.method == "POST" else None
+        if request.path in self.missing_paths:
+            kind = None
         if kind is not None:
             fault = self._take_fault(inference=True)
             return await self._inference(request, kind, body, malformed, fault, call)
@@ -498,6 +521,7 @@ class FakeEngine:
         completion = min(self.reply_words, requested) if requested else self.reply_words
         finish = "length" if completion < self.reply_words else "stop"
         tool_name = None
+        calls: list[tuple[str, str]] = []
         tools = body.get("tools")
         if (
             kind == "chat"
@@ -507,9 +531,13 @@ class FakeEngine:
         ):
             function = tools[0].get("function", {}) if isinstance(tools[0], dict) else {}
             tool_name = str(function.get("name", "tool"))
+            for i in range(self.tool_calls):
+                tool = tools[i % len(tools)]
+                fn = tool.get("function", {}) if isinstance(tool, dict) else {}
+                calls.append((str(fn.get("name", "tool")), _arguments(fn.get("parameters"), i)))
             finish = "tool_calls"
         model = self.answer_model or str(body.get("model") or self.served_model)
-        return _Reply(model, prompt, completion, finish, tool_name)
+        return _Reply(model, prompt, completion, finish, tool_name, calls)
 
     def _pieces(self, reply: _Reply) -> list[str]:
         return [f"{self.name} says:"] + [f" w{i}" for i in range(1, reply.completion_tokens + 1)]
@@ -528,12 +556,15 @@ class FakeEngine:
             "fake_engine": self.name,
         }
 
-    def _tool_call(self, reply: _Reply) -> dict[str, Any]:
-        return {
-            "id": f"call_{reply.rid}",
-            "type": "function",
-            "function": {"name": reply.tool_name, "arguments": "{}"},
-        }
+    def _tool_calls(self, reply: _Reply) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": f"call_{reply.rid}_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+            for i, (name, arguments) in enumerate(reply.calls)
+        ]
 
     def _completion_body(self, kind: str, reply: _Reply) -> dict[str, Any]:
         text = "".join(self._pieces(reply))
@@ -548,7 +579,7 @@ class FakeEngine:
             choice["message"] = {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [self._tool_call(reply)],
+                "tool_calls": self._tool_calls(reply),
             }
         else:
             choice["message"] = {"role": "assistant", "content": text}
@@ -581,9 +612,18 @@ class FakeEngine:
                 events.append(event({"text": piece, "finish_reason": None}))
             events.append(event({"text": "", "finish_reason": reply.finish_reason}))
         elif reply.tool_name is not None:
-            call = {"index": 0, **self._tool_call(reply)}
-            delta = {"role": "assistant", "content": None, "tool_calls": [call]}
-            events.append(event({"delta": delta, "finish_reason": None}))
+            # each call: its id and name, then its arguments in two pieces (as engines do)
+            for i, call in enumerate(self._tool_calls(reply)):
+                arguments = call["function"]["arguments"]
+                half = len(arguments) // 2
+                head = {**call, "function": {"name": call["function"]["name"], "arguments": ""}}
+                delta = {"tool_calls": [{"index": i, **head}]}
+                if i == 0:
+                    delta = {"role": "assistant", "content": None, **delta}
+                events.append(event({"delta": delta, "finish_reason": None}))
+                for piece in (arguments[:half], arguments[half:]):
+                    part = {"index": i, "function": {"arguments": piece}}
+                    events.append(event({"delta": {"tool_calls": [part]}, "finish_reason": None}))
             events.append(event({"delta": {}, "finish_reason": reply.finish_reason}))
         else:
             for i, piece in enumerate(self._pieces(reply)):

@@ -19,8 +19,8 @@ from fleetgate.context.placement import (
     near_boundary,
     record_estimate,
 )
-from fleetgate.execute.executor import UPSTREAM_PATHS
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext
+from fleetgate.translate.registry import unserved_reason
 
 GUARD_PENDING = "context_guard_pending"
 # `context_guard: warn`: the request fits no window; the value is the largest window
@@ -66,9 +66,12 @@ class ContextFitFilter:
         # judged against every deployment of the model, so that a big host in cooldown
         # gives a retryable no_route later rather than a permanent context_too_large
         model = ctx.fleet.models.get(profile.model)
-        kinds = UPSTREAM_PATHS[profile.endpoint].kinds  # only those serving the endpoint
-        everyone = (
-            [Candidate(d) for d in model.deployments if d.provider.kind in kinds]
+        everyone = (  # only those serving the endpoint
+            [
+                Candidate(d)
+                for d in model.deployments
+                if unserved_reason(profile.endpoint, profile.body, d.provider) is None
+            ]
             if model
             else candidates
         )

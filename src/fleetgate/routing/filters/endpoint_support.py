@@ -1,9 +1,9 @@
-"""Drops deployments whose provider kind does not serve the request's endpoint."""
+"""Drops deployments that cannot serve the request's endpoint, natively or translated."""
 
 from __future__ import annotations
 
-from fleetgate.execute.executor import UPSTREAM_PATHS
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext
+from fleetgate.translate.registry import unserved_reason
 
 
 class EndpointSupportFilter:
@@ -12,14 +12,14 @@ class EndpointSupportFilter:
     def apply(
         self, ctx: PlanContext, candidates: list[Candidate]
     ) -> tuple[list[Candidate], list[Dropped]]:
-        route = UPSTREAM_PATHS[ctx.profile.endpoint]
+        endpoint = ctx.profile.endpoint
+        body = ctx.profile.body
         kept: list[Candidate] = []
         dropped: list[Dropped] = []
         for c in candidates:
-            kind = c.deployment.provider.kind
-            if kind in route.kinds:
+            reason = unserved_reason(endpoint, body, c.deployment.provider)
+            if reason is None:
                 kept.append(c)
             else:
-                reason = f"a {kind} provider does not serve {route.path}"
                 dropped.append(Dropped(c.deployment.id, self.name, reason))
         return kept, dropped

@@ -1,0 +1,145 @@
+"""Stream events as translators see them, and the byte framing around them.
+
+A translated stream is a chain: upstream bytes are cut into events (SSE or NDJSON), each
+event's JSON goes through one or more `StreamStage`s, and what comes out is framed in the
+client's protocol. Nothing is buffered beyond one partial event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol
+
+import orjson
+
+# one event: (the SSE `event:` name or None, its JSON payload); NDJSON ignores the name
+Event = tuple[str | None, dict[str, Any]]
+
+DONE = b"[DONE]"
+
+
+class StreamStage(Protocol):
+    """Turns the events of one protocol's stream into those of another, incrementally."""
+
+    def feed(self, event: Event) -> list[Event]:
+        """Events to emit for one upstream event (an error event included)."""
+        ...
+
+    def finish(self) -> list[Event]:
+        """Events to emit when the upstream stream has ended (`[DONE]` or its last byte)."""
+        ...
+
+
+class Chain:
+    """Stages run one after the other: the first consumes upstream events."""
+
+    __slots__ = ("stages",)
+
+    def __init__(self, stages: Sequence[StreamStage]) -> None:
+        self.stages = stages
+
+    def feed(self, event: Event) -> list[Event]:
+        events = [event]
+        for stage in self.stages:
+            events = [out for e in events for out in stage.feed(e)]
+        return events
+
+    def finish(self) -> list[Event]:
+        events: list[Event] = []
+        for stage in self.stages:
+            events = [out for e in events for out in stage.feed(e)] + stage.finish()
+        return events
+
+
+def encode_sse(events: list[Event]) -> bytes:
+    out = []
+    for name, payload in events:
+        data = b"[DONE]" if payload is DONE_PAYLOAD else orjson.dumps(payload)
+        if name is None:
+            out.append(b"data: " + data + b"\n\n")
+        else:
+            out.append(b"event: " + name.encode() + b"\ndata: " + data + b"\n\n")
+    return b"".join(out)
+
+
+def encode_ndjson(events: list[Event]) -> bytes:
+    return b"".join(orjson.dumps(payload) + b"\n" for _, payload in events)
+
+
+# the payload of OpenAI's closing `data: [DONE]` event (compared by identity)
+DONE_PAYLOAD: dict[str, Any] = {}
+DONE_EVENT: Event = (None, DONE_PAYLOAD)
+
+Encoder = Callable[[list[Event]], bytes]
+
+
+def _sse_payload(event: bytes) -> tuple[str | None, bytes | None]:
+    name = None
+    data: list[bytes] = []
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            data.append(line[5:].lstrip(b" "))
+        elif line.startswith(b"event:"):
+            name = line[6:].strip().decode("utf-8", "replace")
+    return name, (b"\n".join(data) if data else None)
+
+
+async def translate_stream(
+    upstream: AsyncIterator[bytes], stage: StreamStage, ndjson_in: bool, encode: Encoder
+) -> AsyncIterator[bytes]:
+    """Upstream bytes in, the client's bytes out: one stage call per whole event."""
+    sep = b"\n" if ndjson_in else b"\n\n"
+    carry = b""
+    finished = False
+    try:
+        async for chunk in upstream:
+            block = carry + (chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk)
+            cut = block.rfind(sep)
+            if cut < 0:
+                carry = block
+                continue
+            carry = block[cut + len(sep) :]
+            out: list[Event] = []
+            for raw in block[:cut].split(sep):
+                event = _decode(raw, ndjson_in)
+                if event is None:
+                    continue
+                if event is DONE_EVENT:
+                    if not finished:
+                        finished = True
+                        out.extend(stage.finish())
+                    continue
+                out.extend(stage.feed(event))
+            if out:
+                yield encode(out)
+        tail: list[Event] = []
+        event = _decode(carry, ndjson_in) if carry.strip() else None
+        if event is not None and event is not DONE_EVENT:
+            tail.extend(stage.feed(event))
+        if not finished:
+            tail.extend(stage.finish())
+        if tail:
+            yield encode(tail)
+    finally:
+        closer = getattr(upstream, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+def _decode(raw: bytes, ndjson_in: bool) -> Event | None:
+    """One whole upstream event; DONE_EVENT for `[DONE]`; None for comments and junk."""
+    if ndjson_in:
+        name, data = None, raw.strip()
+        if not data:
+            return None
+    else:
+        name, data = _sse_payload(raw)
+        if data is None:
+            return None  # a comment or keep-alive
+        if data == DONE:
+            return DONE_EVENT
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return (name, payload) if isinstance(payload, dict) else None

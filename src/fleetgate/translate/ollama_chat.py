@@ -1,0 +1,391 @@
+"""Ollama's native API → OpenAI-compatible: `/api/chat`, `/api/generate`, `/api/embed`.
+
+Requests: `options` become sampling fields (`num_predict` → `max_tokens`), `format` a
+`response_format`, `images` image parts, `tools`/`tool_calls` their chat forms;
+`/api/generate` goes to chat with `system` and `prompt` as turns, or (with `raw` or a
+`suffix`) to completions. Answers and NDJSON streams are Ollama's, the final `done` line
+carrying `prompt_eval_count` / `eval_count` from the usage chunk and durations measured
+here (or the engine's own `timings`, when it reports them).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from fleetgate.translate.anthropic_chat import _json_args
+from fleetgate.translate.events import Event
+
+# options -> chat fields of the same meaning
+_OPTIONS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "seed": "seed",
+    "stop": "stop",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "repeat_penalty": "repetition_penalty",
+}
+_DONE_REASON = {"stop": "stop", "length": "length", "tool_calls": "stop"}
+
+
+def _stamp() -> str:
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e9):09d}Z"
+
+
+def _media_type(data: str) -> str:
+    for prefix, media in (("iVBOR", "image/png"), ("R0lG", "image/gif"), ("UklG", "image/webp")):
+        if data.startswith(prefix):
+            return media
+    return "image/jpeg"
+
+
+def _image(data: Any) -> dict[str, Any]:
+    url = str(data)
+    if not url.startswith(("data:", "http://", "https://")):
+        url = f"data:{_media_type(url)};base64,{url}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _sampling(body: dict[str, Any], out: dict[str, Any]) -> None:
+    options = body.get("options")
+    if isinstance(options, dict):
+        for name, field in _OPTIONS.items():
+            if options.get(name) is not None:
+                out[field] = options[name]
+        predict = options.get("num_predict")
+        if type(predict) is int and predict > 0:
+            out["max_tokens"] = predict
+    fmt = body.get("format")
+    if fmt == "json":
+        out["response_format"] = {"type": "json_object"}
+    elif isinstance(fmt, dict):
+        out["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "response", "schema": fmt},
+        }
+    think = body.get("think")
+    if isinstance(think, str) and think in ("low", "medium", "high"):
+        out["reasoning_effort"] = think
+    if body.get("stream", True) is not False:
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+
+
+def _chat_message(message: dict[str, Any], ids: list[str], n: int) -> dict[str, Any]:
+    role = message.get("role")
+    content = message.get("content")
+    text = content if isinstance(content, str) else ""
+    out: dict[str, Any] = {"role": role, "content": text}
+    images = message.get("images")
+    if images:
+        out["content"] = [{"type": "text", "text": text}, *(_image(i) for i in images)]
+    calls = message.get("tool_calls")
+    if role == "assistant" and calls:
+        chat_calls = []
+        for i, call in enumerate(calls):
+            function = call.get("function") or {} if isinstance(call, dict) else {}
+            call_id = f"call_{n}_{i}"
+            ids.append(call_id)
+            arguments = function.get("arguments")
+            chat_calls.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {
+                        "name": function.get("name", ""),
+                        "arguments": arguments
+                        if isinstance(arguments, str)
+                        else orjson.dumps(arguments or {}).decode(),
+                    },
+                }
+            )
+        out["tool_calls"] = chat_calls
+        out["content"] = text or None
+    if role == "tool":
+        # Ollama's tool results name no call: they answer the calls in order
+        out["tool_call_id"] = ids.pop(0) if ids else str(message.get("tool_name", ""))
+    thinking = message.get("thinking")
+    if role == "assistant" and isinstance(thinking, str) and thinking:
+        out["reasoning_content"] = thinking
+    return out
+
+
+def ollama_chat_to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    ids: list[str] = []
+    messages = [
+        _chat_message(m, ids, n)
+        for n, m in enumerate(body.get("messages") or ())
+        if isinstance(m, dict)
+    ]
+    out: dict[str, Any] = {"messages": messages}
+    if body.get("tools"):
+        out["tools"] = body["tools"]
+    _sampling(body, out)
+    return out
+
+
+def generate_to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    if isinstance(body.get("system"), str) and body["system"]:
+        messages.append({"role": "system", "content": body["system"]})
+    user: dict[str, Any] = {"role": "user", "content": str(body.get("prompt") or "")}
+    if body.get("images"):
+        user["content"] = [
+            {"type": "text", "text": user["content"]},
+            *(_image(i) for i in body["images"]),
+        ]
+    messages.append(user)
+    out: dict[str, Any] = {"messages": messages}
+    _sampling(body, out)
+    return out
+
+
+def generate_to_completions(body: dict[str, Any]) -> dict[str, Any]:
+    """`raw` (no template) or fill-in-the-middle (`suffix`) prompts: plain completions."""
+    prompt = str(body.get("prompt") or "")
+    system = body.get("system")
+    if not body.get("raw") and isinstance(system, str) and system:
+        prompt = system + "\n\n" + prompt
+    out: dict[str, Any] = {"prompt": prompt}
+    if isinstance(body.get("suffix"), str) and body["suffix"]:
+        out["suffix"] = body["suffix"]
+    _sampling(body, out)
+    out.pop("response_format", None)  # completions take no response format
+    return out
+
+
+def embed_to_embeddings(body: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"input": body.get("input")}
+    if type(body.get("dimensions")) is int:
+        out["dimensions"] = body["dimensions"]
+    return out
+
+
+# ---- answers --------------------------------------------------------------------------------
+
+
+def _counts(usage: Any, timings: Any, elapsed_ns: int, first_ns: int) -> dict[str, Any]:
+    usage = usage if isinstance(usage, dict) else {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    prompt_ns = first_ns
+    eval_ns = max(elapsed_ns - first_ns, 0)
+    if isinstance(timings, dict):  # llama.cpp reports its own milliseconds
+        if isinstance(timings.get("prompt_ms"), (int, float)):
+            prompt_ns = int(timings["prompt_ms"] * 1e6)
+        if isinstance(timings.get("predicted_ms"), (int, float)):
+            eval_ns = int(timings["predicted_ms"] * 1e6)
+    return {
+        "total_duration": elapsed_ns,
+        "load_duration": 0,
+        "prompt_eval_count": prompt,
+        "prompt_eval_duration": prompt_ns,
+        "eval_count": completion,
+        "eval_duration": eval_ns,
+    }
+
+
+def _ollama_calls(calls: Any) -> list[dict[str, Any]]:
+    out = []
+    for i, call in enumerate(calls or ()):
+        function = call.get("function") or {} if isinstance(call, dict) else {}
+        out.append(
+            {
+                "function": {
+                    "index": i,
+                    "name": function.get("name", ""),
+                    "arguments": _json_args(function.get("arguments")),
+                }
+            }
+        )
+    return out
+
+
+def _reasoning(message: dict[str, Any]) -> str | None:
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _final(model: str, key: str, value: Any, finish: Any, counts: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "model": model,
+        "created_at": _stamp(),
+        key: value,
+        "done": True,
+        "done_reason": _DONE_REASON.get(str(finish), "stop"),
+        **counts,
+    }
+
+
+def _choice(answer: dict[str, Any]) -> dict[str, Any]:
+    choices = answer.get("choices") or [{}]
+    return choices[0] if isinstance(choices[0], dict) else {}
+
+
+def chat_to_ollama_chat_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
+    choice = _choice(answer)
+    message = choice.get("message") or {}
+    out: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
+    reasoning = _reasoning(message)
+    if reasoning:
+        out["thinking"] = reasoning
+    if message.get("tool_calls"):
+        out["tool_calls"] = _ollama_calls(message["tool_calls"])
+    counts = _counts(answer.get("usage"), answer.get("timings"), 0, 0)
+    return _final(model, "message", out, choice.get("finish_reason"), counts)
+
+
+def chat_to_generate_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
+    choice = _choice(answer)
+    message = choice.get("message") or {}
+    counts = _counts(answer.get("usage"), answer.get("timings"), 0, 0)
+    out = _final(
+        model, "response", message.get("content") or "", choice.get("finish_reason"), counts
+    )
+    reasoning = _reasoning(message)
+    if reasoning:
+        out["thinking"] = reasoning
+    return out
+
+
+def completions_to_generate_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
+    choice = _choice(answer)
+    counts = _counts(answer.get("usage"), answer.get("timings"), 0, 0)
+    return _final(model, "response", choice.get("text") or "", choice.get("finish_reason"), counts)
+
+
+def embeddings_to_embed_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
+    data = sorted(
+        (d for d in answer.get("data") or () if isinstance(d, dict)),
+        key=lambda d: d.get("index", 0),
+    )
+    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
+    return {
+        "model": model,
+        "embeddings": [d.get("embedding") for d in data],
+        "total_duration": 0,
+        "load_duration": 0,
+        "prompt_eval_count": int(usage.get("prompt_tokens") or 0),
+    }
+
+
+# ---- streams --------------------------------------------------------------------------------
+
+
+class _ToNdjson:
+    """Chat (or completions) chunks in, Ollama NDJSON lines out; the last one `done`."""
+
+    __slots__ = ("_calls", "_done", "_finish", "_first", "_start", "_timings", "_usage", "model")
+    key = "message"
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self._start = time.perf_counter_ns()
+        self._first = 0  # ns to the first token
+        self._finish: Any = None
+        self._usage: Any = None
+        self._timings: Any = None
+        self._calls: dict[int, dict[str, Any]] = {}  # tool calls, streamed whole at the end
+        self._done = False
+
+    def _line(self, value: Any) -> Event:
+        return (None, {"model": self.model, "created_at": _stamp(), self.key: value, "done": False})
+
+    def _value(self, text: str, reasoning: str | None) -> Any:
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if reasoning:
+            message["thinking"] = reasoning
+        return message
+
+    def feed(self, event: Event) -> list[Event]:
+        chunk = event[1]
+        err = chunk.get("error")
+        if err:
+            message = err.get("message", "") if isinstance(err, dict) else str(err)
+            return [(None, {"error": message})]
+        out: list[Event] = []
+        if not self._first:
+            self._first = time.perf_counter_ns() - self._start
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta")
+            if delta is None:  # completions
+                text = choice.get("text")
+                if isinstance(text, str) and text:
+                    out.append(self._line(self._value(text, None)))
+            else:
+                text = delta.get("content")
+                reasoning = _reasoning(delta)
+                if (isinstance(text, str) and text) or reasoning:
+                    out.append(self._line(self._value(text or "", reasoning)))
+                for call in delta.get("tool_calls") or ():
+                    index = call.get("index", 0)
+                    function = call.get("function") or {}
+                    held = self._calls.setdefault(index, {"name": "", "arguments": ""})
+                    if function.get("name"):
+                        held["name"] = function["name"]
+                    if isinstance(function.get("arguments"), str):
+                        held["arguments"] += function["arguments"]
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+        if chunk.get("timings") is not None:
+            self._timings = chunk["timings"]
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+            if self._finish is not None:
+                out.extend(self.finish())
+        return out
+
+    def finish(self) -> list[Event]:
+        if self._done or not self._first:
+            return []
+        self._done = True
+        out: list[Event] = []
+        if self._calls:
+            calls = [
+                {
+                    "function": {
+                        "index": i,
+                        "name": c["name"],
+                        "arguments": _json_args(c["arguments"]),
+                    }
+                }
+                for i, c in sorted(self._calls.items())
+            ]
+            message = {"role": "assistant", "content": "", "tool_calls": calls}
+            out.append(self._line(message))
+        elapsed = time.perf_counter_ns() - self._start
+        counts = _counts(self._usage, self._timings, elapsed, self._first)
+        out.append(
+            (None, _final(self.model, self.key, self._value("", None), self._finish, counts))
+        )
+        return out
+
+
+class ChatToOllamaChatStream(_ToNdjson):
+    __slots__ = ()
+
+
+class ChatToGenerateStream(_ToNdjson):
+    __slots__ = ()
+    key = "response"
+
+    def _value(self, text: str, reasoning: str | None) -> Any:
+        return text
+
+
+class CompletionsToGenerateStream(ChatToGenerateStream):
+    __slots__ = ()
+
+
+def no_stream(model: str) -> _ToNdjson:
+    """Embeddings never stream; present for the table's shape."""
+    return _ToNdjson(model)

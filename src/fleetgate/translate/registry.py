@@ -1,0 +1,330 @@
+"""Native first, translation otherwise: how to talk to one deployment about one request.
+
+Each provider kind declares the protocols it serves natively (`NATIVE`); a provider's
+`protocols: [...]` replaces its kind's list. A request whose protocol the deployment does
+not speak goes through the translator of that pair (`TRANSLATIONS`). A generic `openai`
+host may or may not serve `/v1/responses` and `/v1/messages` (`TENTATIVE`): the first
+call is native, and a 404/405 for the endpoint makes `Protocols` remember to translate
+for that provider from then on.
+
+The executor asks `Protocols.wire(profile, deployment)` for a `Wire` and lets it build the
+body, read the answer and wrap the stream; a native wire passes everything through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from fleetgate.execute.params import apply_params
+from fleetgate.execute.rewrite import ModelRewriter, rewriter_for
+from fleetgate.translate import anthropic_chat, ollama_chat, responses_chat
+from fleetgate.translate.events import (
+    Chain,
+    Encoder,
+    StreamStage,
+    encode_ndjson,
+    encode_sse,
+    translate_stream,
+)
+
+if TYPE_CHECKING:
+    from fleetgate.fleet import Deployment, Provider
+    from fleetgate.ingress.profile import RequestProfile
+    from fleetgate.routing.plan import Candidate
+
+# protocols, as `protocols: [...]` names them
+OPENAI = "openai"  # chat completions, completions, embeddings
+RESPONSES = "responses"
+ANTHROPIC = "anthropic"  # messages, messages/count_tokens
+OLLAMA = "ollama"  # /api/*
+PROTOCOLS = (OPENAI, RESPONSES, ANTHROPIC, OLLAMA)
+
+ENDPOINT_PROTOCOL: dict[str, str] = {
+    "chat.completions": OPENAI,
+    "completions": OPENAI,
+    "embeddings": OPENAI,
+    "responses": RESPONSES,
+    "messages": ANTHROPIC,
+    "ollama.chat": OLLAMA,
+    "ollama.generate": OLLAMA,
+    "ollama.embed": OLLAMA,
+    "ollama.show": OLLAMA,
+}
+
+NATIVE: dict[str, frozenset[str]] = {
+    "openai": frozenset({OPENAI, RESPONSES, ANTHROPIC}),
+    "vllm": frozenset({OPENAI, RESPONSES, ANTHROPIC}),
+    "sglang": frozenset({OPENAI}),
+    # current llama.cpp builds serve /v1/messages (+ count_tokens) and /v1/responses
+    "llamacpp": frozenset({OPENAI, RESPONSES, ANTHROPIC}),
+    "ollama": frozenset(PROTOCOLS),
+    "openrouter": frozenset({OPENAI}),
+    "anthropic": frozenset({ANTHROPIC}),
+}
+# native protocols a kind may lack on a given host: tried, and translated after a 404/405
+TENTATIVE: dict[str, frozenset[str]] = {"openai": frozenset({RESPONSES, ANTHROPIC})}
+
+# the upstream paths of each endpoint, for messages (mirrors UPSTREAM_PATHS)
+_PATHS = {
+    "chat.completions": "/chat/completions",
+    "completions": "/completions",
+    "embeddings": "/embeddings",
+    "responses": "/responses",
+    "messages": "/messages",
+    "ollama.chat": "/api/chat",
+    "ollama.generate": "/api/generate",
+    "ollama.embed": "/api/embed",
+    "ollama.show": "/api/show",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """One client endpoint spoken to a deployment in another protocol."""
+
+    endpoint: str  # the upstream endpoint (a key of UPSTREAM_PATHS)
+    request: Callable[[dict[str, Any]], dict[str, Any]]  # client body -> upstream body
+    answer: Callable[[dict[str, Any], str], dict[str, Any]]  # upstream answer -> client's
+    stream: Callable[[str], StreamStage]  # a new stream translator for a client model name
+    content_type: str = "text/event-stream"  # of the client's stream
+    encode: Encoder = encode_sse  # the client's stream framing
+    ndjson_in: bool = False  # the upstream streams NDJSON
+
+
+def compose(outer: Translation, inner: Translation) -> Translation:
+    """`outer` (client -> middle) then `inner` (middle -> upstream)."""
+
+    def request(body: dict[str, Any]) -> dict[str, Any]:
+        return inner.request(outer.request(body))
+
+    def answer(body: dict[str, Any], model: str) -> dict[str, Any]:
+        return outer.answer(inner.answer(body, model), model)
+
+    def stream(model: str) -> StreamStage:
+        return Chain([inner.stream(model), outer.stream(model)])
+
+    return Translation(
+        inner.endpoint, request, answer, stream, outer.content_type, outer.encode, inner.ndjson_in
+    )
+
+
+_NDJSON = "application/x-ndjson"
+MESSAGES_TO_CHAT = Translation(
+    "chat.completions",
+    anthropic_chat.messages_to_chat,
+    anthropic_chat.chat_to_messages_answer,
+    anthropic_chat.ChatToMessagesStream,
+)
+CHAT_TO_MESSAGES = Translation(
+    "messages",
+    anthropic_chat.chat_to_messages,
+    anthropic_chat.messages_to_chat_answer,
+    anthropic_chat.MessagesToChatStream,
+)
+RESPONSES_TO_CHAT = Translation(
+    "chat.completions",
+    responses_chat.responses_to_chat,
+    responses_chat.chat_to_responses_answer,
+    responses_chat.ChatToResponsesStream,
+)
+OLLAMA_CHAT_TO_CHAT = Translation(
+    "chat.completions",
+    ollama_chat.ollama_chat_to_chat,
+    ollama_chat.chat_to_ollama_chat_answer,
+    ollama_chat.ChatToOllamaChatStream,
+    _NDJSON,
+    encode_ndjson,
+)
+GENERATE_TO_CHAT = Translation(
+    "chat.completions",
+    ollama_chat.generate_to_chat,
+    ollama_chat.chat_to_generate_answer,
+    ollama_chat.ChatToGenerateStream,
+    _NDJSON,
+    encode_ndjson,
+)
+GENERATE_TO_COMPLETIONS = Translation(
+    "completions",
+    ollama_chat.generate_to_completions,
+    ollama_chat.completions_to_generate_answer,
+    ollama_chat.CompletionsToGenerateStream,
+    _NDJSON,
+    encode_ndjson,
+)
+EMBED_TO_EMBEDDINGS = Translation(
+    "embeddings",
+    ollama_chat.embed_to_embeddings,
+    ollama_chat.embeddings_to_embed_answer,
+    ollama_chat.no_stream,
+)
+
+# (client endpoint, upstream protocol) -> translation; the first available protocol wins
+TRANSLATIONS: dict[tuple[str, str], Translation] = {
+    ("messages", OPENAI): MESSAGES_TO_CHAT,
+    ("chat.completions", ANTHROPIC): CHAT_TO_MESSAGES,
+    ("responses", OPENAI): RESPONSES_TO_CHAT,
+    ("responses", ANTHROPIC): compose(RESPONSES_TO_CHAT, CHAT_TO_MESSAGES),
+    ("ollama.chat", OPENAI): OLLAMA_CHAT_TO_CHAT,
+    ("ollama.chat", ANTHROPIC): compose(OLLAMA_CHAT_TO_CHAT, CHAT_TO_MESSAGES),
+    ("ollama.generate", OPENAI): GENERATE_TO_CHAT,
+    ("ollama.generate", ANTHROPIC): compose(GENERATE_TO_CHAT, CHAT_TO_MESSAGES),
+    ("ollama.embed", OPENAI): EMBED_TO_EMBEDDINGS,
+}
+_RAW_GENERATE = {OPENAI: GENERATE_TO_COMPLETIONS}  # `raw` or `suffix`: no chat template
+
+
+def native_protocols(provider: Provider) -> frozenset[str]:
+    return provider.protocols if provider.protocols is not None else NATIVE[provider.kind]
+
+
+def _translation(endpoint: str, body: dict[str, Any], protocol: str) -> Translation | None:
+    if endpoint == "ollama.generate" and (body.get("raw") or body.get("suffix")):
+        return _RAW_GENERATE.get(protocol)
+    return TRANSLATIONS.get((endpoint, protocol))
+
+
+def _needs_state(endpoint: str, body: dict[str, Any]) -> bool:
+    """A Responses request that only a server keeping conversations can answer."""
+    return endpoint == "responses" and (
+        body.get("previous_response_id") is not None or body.get("store") is True
+    )
+
+
+def choose(
+    endpoint: str, body: dict[str, Any], native: frozenset[str]
+) -> tuple[bool, Translation | None]:
+    """(served natively, else the translation to use or None when none can serve it)."""
+    if ENDPOINT_PROTOCOL[endpoint] in native:
+        return True, None
+    if _needs_state(endpoint, body):
+        return False, None
+    for protocol in (OPENAI, ANTHROPIC):
+        if protocol in native:
+            found = _translation(endpoint, body, protocol)
+            if found is not None:
+                return False, found
+    return False, None
+
+
+def unserved_reason(endpoint: str, body: dict[str, Any], provider: Provider) -> str | None:
+    """Why a provider cannot serve the request, natively or translated (None: it can)."""
+    native, translation = choose(endpoint, body, native_protocols(provider))
+    if native or translation is not None:
+        return None
+    if _needs_state(endpoint, body):
+        return (
+            f"a {provider.kind} provider has no native /responses to keep "
+            "`store`/`previous_response_id` state"
+        )
+    return f"a {provider.kind} provider does not serve {_PATHS[endpoint]}"
+
+
+class Wire:
+    """How one request is spoken to one deployment: natively, or through a translation."""
+
+    __slots__ = ("endpoint", "tentative", "translation")
+
+    def __init__(self, endpoint: str, translation: Translation | None, tentative: bool) -> None:
+        self.endpoint = endpoint  # what is sent upstream (a key of UPSTREAM_PATHS)
+        self.translation = translation
+        self.tentative = tentative  # native, but the host may not have the endpoint
+
+    def payload(self, profile: RequestProfile, candidate: Candidate) -> bytes:
+        """The upstream body: translated, the candidate's overrides applied, its model set."""
+        body = profile.body
+        if self.translation is not None:
+            body = self.translation.request(body)
+        if candidate.drop_params:
+            body = {k: v for k, v in body.items() if k not in candidate.drop_params}
+        if candidate.params:
+            body = apply_params(body, candidate.params, self.endpoint)
+        return orjson.dumps({**body, "model": candidate.deployment.upstream_model})
+
+    def rewriter(self, upstream: str, client: str) -> ModelRewriter:
+        """Translators set the client's model name themselves."""
+        return rewriter_for(upstream, client if self.translation is None else upstream)
+
+    def answer(self, body: bytes, model: str) -> bytes:
+        if self.translation is None:
+            return body
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body
+        if not isinstance(data, dict):
+            return body
+        return orjson.dumps(self.translation.answer(data, model))
+
+    def content_type(self, upstream: str) -> str:
+        if self.translation is None:
+            return upstream
+        if upstream.startswith(("text/event-stream", "application/x-ndjson")):
+            return self.translation.content_type
+        return "application/json"
+
+    def stream(self, upstream: AsyncIterator[bytes], model: str) -> AsyncIterator[bytes]:
+        t = self.translation
+        if t is None:
+            return upstream
+        return translate_stream(upstream, t.stream(model), t.ndjson_in, t.encode)
+
+
+def _names_model(body: bytes, model: str) -> bool:
+    """Whether an error body quotes the model name (`x`, 'x', "x"), as "no such model" does."""
+    name = model.encode()
+    quoted = (b"`" + name + b"`", b"'" + name + b"'", b'\\"' + name + b'\\"')
+    return any(q in body for q in quoted)
+
+
+class Protocols:
+    """Picks each attempt's wire; remembers which hosts lack a tentative native endpoint."""
+
+    def __init__(self) -> None:
+        self._lacking: set[tuple[str, str, str]] = set()  # (provider id, base URL, protocol)
+        self._wires: dict[tuple[str, Translation | None, bool], Wire] = {}
+
+    def _wire(self, endpoint: str, translation: Translation | None, tentative: bool) -> Wire:
+        key = (endpoint, translation, tentative)
+        wire = self._wires.get(key)
+        if wire is None:
+            upstream = translation.endpoint if translation is not None else endpoint
+            wire = self._wires[key] = Wire(upstream, translation, tentative)
+        return wire
+
+    def wire(self, profile: RequestProfile, dep: Deployment) -> Wire:
+        provider = dep.provider
+        endpoint = profile.endpoint
+        native = native_protocols(provider)
+        protocol = ENDPOINT_PROTOCOL[endpoint]
+        tentative = provider.protocols is None and protocol in TENTATIVE.get(provider.kind, ())
+        if tentative and (provider.id, provider.base_url, protocol) in self._lacking:
+            native = native - {protocol}
+            tentative = False
+        is_native, translation = choose(endpoint, profile.body, native)
+        if is_native or translation is None:
+            return self._wire(endpoint, None, tentative)
+        return self._wire(endpoint, translation, False)
+
+    def refused(
+        self, wire: Wire, profile: RequestProfile, dep: Deployment, status: int, body: bytes
+    ) -> Wire | None:
+        """After a 404/405 to a tentative native call: remember, and the translated wire."""
+        if not wire.tentative or status not in (404, 405):
+            return None
+        if status == 404 and _names_model(body, dep.upstream_model):
+            return None  # the host has the endpoint but not the model
+        provider = dep.provider
+        protocol = ENDPOINT_PROTOCOL[profile.endpoint]
+        self._lacking.add((provider.id, provider.base_url, protocol))
+        translated = self.wire(profile, dep)
+        return translated if translated.translation is not None else None
+
+    def lacking(self, provider: Provider) -> list[str]:
+        """Tentative native protocols this provider was found to lack."""
+        return sorted(
+            p for pid, url, p in self._lacking if (pid, url) == (provider.id, provider.base_url)
+        )

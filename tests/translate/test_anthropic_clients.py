@@ -1,0 +1,377 @@
+"""Anthropic clients on OpenAI-compatible deployments, and OpenAI clients on Anthropic."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from fleetgate.testing import Fault
+from tests.harness import Stack, anthropic_provider, deployment
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+CLOCK = {
+    "name": "get_time",
+    "input_schema": {"type": "object", "properties": {"zone": {"type": "string"}}},
+}
+
+
+def chat_provider(name: str, engine, kind: str = "sglang", **extra) -> dict:
+    return {"id": name, "kind": kind, "base_url": engine.url + "/v1", **extra}
+
+
+@pytest.fixture
+def chat_only(stack: Stack) -> Stack:
+    """One deployment that speaks only Chat Completions (sglang)."""
+    engine = stack.engine("e", tool_calls=2)
+    stack.start_gateway(
+        {
+            "providers": [chat_provider("sg", engine)],
+            "deployments": [deployment("m", "sg", upstream_model="up-m")],
+        }
+    )
+    return stack
+
+
+def client(stack: Stack) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=stack.url, api_key="x", max_retries=0, timeout=10)
+
+
+def test_messages_create_on_a_chat_deployment(chat_only: Stack) -> None:
+    msg = client(chat_only).messages.create(
+        model="m",
+        max_tokens=5,
+        system=[{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+        stop_sequences=["END"],
+        extra_body={"temperature": 0.3, "top_k": 5},
+        metadata={"user_id": "u-1"},
+        messages=[{"role": "user", "content": "hello world"}],
+    )
+    assert msg.model == "m" and msg.type == "message" and msg.role == "assistant"
+    assert msg.content[0].text == "e says: w1 w2 w3 w4 w5"
+    assert msg.stop_reason == "max_tokens"
+    assert (msg.usage.input_tokens, msg.usage.output_tokens) == (6, 5)
+    sent = chat_only.engines["e"].requests[-1]
+    assert sent.path == "/v1/chat/completions"
+    assert sent.body["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hello world"},
+    ]
+    assert sent.body["model"] == "up-m" and sent.body["max_tokens"] == 5
+    assert sent.body["stop"] == ["END"] and sent.body["top_k"] == 5
+    assert sent.body["user"] == "u-1" and "cache_control" not in json.dumps(sent.body)
+
+
+def test_messages_stream_on_a_chat_deployment(chat_only: Stack) -> None:
+    with client(chat_only).messages.stream(
+        model="m", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+    ) as stream:
+        kinds = []
+        for event in stream:
+            kinds.append(event.type)
+        final = stream.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert "content_block_delta" in kinds and "message_delta" in kinds
+    assert final.content[0].text == "e says: w1 w2 w3 w4 w5 w6 w7 w8"
+    assert final.stop_reason == "end_turn" and final.model == "m"
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (2, 8)
+    sent = chat_only.engines["e"].requests[-1].body
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+
+
+def test_tool_use_plain_and_streamed(chat_only: Stack) -> None:
+    c = client(chat_only)
+    msg = c.messages.create(
+        model="m",
+        max_tokens=64,
+        tools=[WEATHER, CLOCK],
+        tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": "weather and time?"}],
+    )
+    assert msg.stop_reason == "tool_use"
+    uses = [b for b in msg.content if b.type == "tool_use"]
+    assert [(u.name, u.input) for u in uses] == [
+        ("get_weather", {"city": "a0"}),
+        ("get_time", {"zone": "a1"}),
+    ]
+    sent = chat_only.engines["e"].requests[-1].body
+    assert sent["tool_choice"] == "required"
+    assert sent["tools"][0] == {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": WEATHER["input_schema"],
+            "description": "Weather for a city",
+        },
+    }
+    with c.messages.stream(
+        model="m",
+        max_tokens=64,
+        tools=[WEATHER, CLOCK],
+        messages=[{"role": "user", "content": "weather?"}],
+    ) as stream:
+        deltas = [e for e in stream if e.type == "content_block_delta"]
+        final = stream.get_final_message()
+    assert {d.delta.type for d in deltas} == {"input_json_delta"}
+    assert len(deltas) == 4  # two calls, arguments in two pieces each
+    assert [(b.name, b.input) for b in final.content] == [
+        ("get_weather", {"city": "a0"}),
+        ("get_time", {"zone": "a1"}),
+    ]
+    assert final.stop_reason == "tool_use"
+
+
+def test_tool_results_go_back_as_tool_messages(chat_only: Stack) -> None:
+    client(chat_only).messages.create(
+        model="m",
+        max_tokens=16,
+        tools=[WEATHER],
+        tool_choice={"type": "none"},
+        messages=[
+            {"role": "user", "content": "weather in Oslo and Rome?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Checking."},
+                    {
+                        "type": "tool_use",
+                        "id": "t1",
+                        "name": "get_weather",
+                        "input": {"city": "Oslo"},
+                    },
+                    {
+                        "type": "tool_use",
+                        "id": "t2",
+                        "name": "get_weather",
+                        "input": {"city": "Rome"},
+                    },
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "rain"},
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t2",
+                        "content": [{"type": "text", "text": "service down"}],
+                        "is_error": True,
+                    },
+                    {"type": "text", "text": "and tomorrow?"},
+                ],
+            },
+        ],
+    )
+    sent = chat_only.engines["e"].requests[-1].body
+    assert sent["tool_choice"] == "none"
+    assert sent["messages"][1] == {
+        "role": "assistant",
+        "content": "Checking.",
+        "tool_calls": [
+            {
+                "id": "t1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+            },
+            {
+                "id": "t2",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city":"Rome"}'},
+            },
+        ],
+    }
+    assert sent["messages"][2:] == [
+        {"role": "tool", "tool_call_id": "t1", "content": "rain"},
+        {"role": "tool", "tool_call_id": "t2", "content": "Error: service down"},
+        {"role": "user", "content": "and tomorrow?"},
+    ]
+
+
+def test_errors_come_as_the_anthropic_sdk_classes(stack: Stack) -> None:
+    engine = stack.engine("e", context_window=50, error_style="llamacpp")
+    stack.start_gateway(
+        {
+            "providers": [chat_provider("sg", engine)],
+            "deployments": [deployment("m", "sg")],
+        }
+    )
+    c = client(stack)
+    with pytest.raises(anthropic.BadRequestError) as err:
+        c.messages.create(
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "word " * 80}]
+        )
+    assert err.value.body["error"]["type"] == "invalid_request_error"
+    assert err.value.body["error"]["message"].startswith(
+        "prompt is too long: 81 tokens > 50 maximum"
+    )
+    with pytest.raises(anthropic.NotFoundError):
+        c.messages.create(model="nope", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    engine.fail_next(Fault("status", status=429))
+    with pytest.raises(anthropic.RateLimitError) as limited:
+        c.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert limited.value.body["error"]["type"] == "rate_limit_error"
+
+
+def test_gateway_overload_is_529_overloaded_error(stack: Stack) -> None:
+    engine = stack.engine("e")
+    stack.start_gateway(
+        {
+            "routing": {"circuit": {"failure_threshold": 1, "cooldown_seconds": 60}},
+            "providers": [chat_provider("sg", engine)],
+            "deployments": [deployment("m", "sg")],
+        }
+    )
+    engine.fail_next(Fault("status", status=500))
+    c = client(stack)
+    with pytest.raises(anthropic.InternalServerError):
+        c.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(anthropic.OverloadedError) as err:  # the circuit is open: no route
+        c.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert err.value.status_code == 529 and err.value.body["error"]["type"] == "overloaded_error"
+
+
+def test_openai_host_without_messages_is_learned_and_translated(stack: Stack) -> None:
+    engine = stack.engine("e", missing_paths=("/v1/messages",))
+    stack.start_gateway(
+        {
+            "providers": [chat_provider("oa", engine, kind="openai")],
+            "deployments": [deployment("m", "oa")],
+        }
+    )
+    c = client(stack)
+    for _ in range(2):
+        msg = c.messages.create(
+            model="m", max_tokens=3, messages=[{"role": "user", "content": "x"}]
+        )
+        assert msg.content[0].text == "e says: w1 w2 w3"
+    paths = [r.path for r in engine.requests]
+    # the first call tried /v1/messages once; the second went straight to chat
+    assert paths == ["/v1/messages", "/v1/chat/completions", "/v1/chat/completions"]
+
+
+def test_provider_protocols_override_the_kind(stack: Stack) -> None:
+    engine = stack.engine("e")
+    stack.start_gateway(
+        {
+            "providers": [chat_provider("v", engine, kind="vllm", protocols=["openai"])],
+            "deployments": [deployment("m", "v")],
+        }
+    )
+    client(stack).messages.create(
+        model="m", max_tokens=3, messages=[{"role": "user", "content": "x"}]
+    )
+    assert engine.requests[-1].path == "/v1/chat/completions"
+
+
+# ---- OpenAI clients on an anthropic-kind provider ------------------------------------------
+
+
+@pytest.fixture
+def on_anthropic(stack: Stack) -> Stack:
+    api = stack.anthropic("claude", tool_calls=2)
+    stack.start_gateway(
+        {
+            "providers": [anthropic_provider("an", api)],
+            "deployments": [deployment("m", "an", upstream_model="claude-x")],
+        }
+    )
+    return stack
+
+
+def test_openai_chat_on_an_anthropic_provider(on_anthropic: Stack, client_for) -> None:
+    oc = client_for(on_anthropic)
+    resp = oc.chat.completions.create(
+        model="m",
+        max_tokens=4,
+        stop="END",
+        messages=[
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hello there"},
+        ],
+    )
+    assert resp.model == "m" and resp.choices[0].message.content == "claude says: w1 w2 w3 w4"
+    assert resp.choices[0].finish_reason == "length"
+    assert (resp.usage.prompt_tokens, resp.usage.completion_tokens) == (5, 4)
+    sent = on_anthropic.apis["claude"].requests[-1]
+    assert sent.headers["x-api-key"] == "k" and sent.headers["anthropic-version"]
+    assert sent.body == {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hello there"}]}],
+        "system": "be brief",
+        "max_tokens": 4,
+        "stop_sequences": ["END"],
+        "model": "claude-x",
+    }
+    chunks = list(
+        oc.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "claude says: w1 w2 w3 w4 w5 w6 w7 w8"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage.completion_tokens == 8
+
+
+def test_openai_tools_on_an_anthropic_provider(on_anthropic: Stack, client_for) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": t["name"], "parameters": t["input_schema"]},
+        }
+        for t in (WEATHER, CLOCK)
+    ]
+    oc = client_for(on_anthropic)
+    resp = oc.chat.completions.create(
+        model="m", tools=tools, tool_choice="required", messages=[{"role": "user", "content": "?"}]
+    )
+    calls = resp.choices[0].message.tool_calls
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        ("get_weather", {"city": "a0"}),
+        ("get_time", {"zone": "a1"}),
+    ]
+    assert resp.choices[0].finish_reason == "tool_calls"
+    assert on_anthropic.apis["claude"].requests[-1].body["tool_choice"] == {"type": "any"}
+    # the tool results go back as one user turn of tool_result blocks
+    oc.chat.completions.create(
+        model="m",
+        messages=[
+            {"role": "user", "content": "?"},
+            resp.choices[0].message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": calls[0].id, "content": "rain"},
+            {"role": "tool", "tool_call_id": calls[1].id, "content": "noon"},
+        ],
+    )
+    turns = on_anthropic.apis["claude"].requests[-1].body["messages"]
+    assert [t["role"] for t in turns] == ["user", "assistant", "user"]
+    assert [b["type"] for b in turns[2]["content"]] == ["tool_result", "tool_result"]
+    stream = oc.chat.completions.create(
+        model="m", tools=tools, messages=[{"role": "user", "content": "?"}], stream=True
+    )
+    args: dict[int, str] = {}
+    for chunk in stream:
+        for choice in chunk.choices:
+            for call in choice.delta.tool_calls or ():
+                args[call.index] = args.get(call.index, "") + (call.function.arguments or "")
+    assert {i: json.loads(a) for i, a in args.items()} == {0: {"city": "a0"}, 1: {"zone": "a1"}}
+
+
+def test_openai_errors_from_an_anthropic_provider(on_anthropic: Stack, client_for) -> None:
+    on_anthropic.apis["claude"].context_window = 3
+    with pytest.raises(openai.BadRequestError) as err:
+        client_for(on_anthropic).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "one two three four"}]
+        )
+    assert "prompt is too long" in err.value.body["message"]
+    raw = httpx.post(
+        on_anthropic.url + "/v1/chat/completions",
+        timeout=5,
+        json={"model": "m", "messages": [{"role": "user", "content": "one two three"}]},
+    ).json()
+    assert set(raw) == {"error"} and set(raw["error"]) >= {"message", "type"}

@@ -1,0 +1,129 @@
+"""The official SDKs, unchanged, against the REAL llama.cpp engine through translation.
+
+The provider says `protocols: [openai]`, so every non-chat request is translated to Chat
+Completions (llama.cpp also serves Messages and Responses natively; both are checked).
+"""
+
+from __future__ import annotations
+
+import anthropic
+import pytest
+
+from fleetgate.testing.llama import ALIAS
+from tests.engines import LlamaFactory, llama_provider
+from tests.harness import Stack
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+
+
+@pytest.fixture
+def on_llama(stack: Stack, llama: LlamaFactory) -> Stack:
+    server = llama(n_ctx=1024)
+    stack.start_gateway(
+        {
+            "providers": [
+                llama_provider("chat", server, protocols=["openai"]),
+                llama_provider("native", server),
+            ],
+            "deployments": [
+                {"id": "t", "model": "tr", "provider": "chat", "upstream_model": ALIAS},
+                {"id": "n", "model": "nat", "provider": "native", "upstream_model": ALIAS},
+            ],
+        }
+    )
+    return stack
+
+
+def prompt_tokens(usage: anthropic.types.Usage) -> int:
+    """The whole prompt: Anthropic's input_tokens leave out prompt-cache reads."""
+    return usage.input_tokens + (usage.cache_read_input_tokens or 0)
+
+
+def client(stack: Stack) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=stack.url, api_key="x", max_retries=0, timeout=30)
+
+
+@pytest.mark.parametrize("model", ["tr", "nat"])
+def test_anthropic_messages_on_llama(on_llama: Stack, model: str) -> None:
+    c = client(on_llama)
+    msg = c.messages.create(
+        model=model,
+        max_tokens=6,
+        system=[{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}],
+        messages=[{"role": "user", "content": "Say hello."}],
+    )
+    assert msg.model == model and msg.stop_reason == "max_tokens"
+    assert msg.usage.output_tokens == 6 and prompt_tokens(msg.usage) > 10
+    assert msg.content[0].type == "text" and msg.content[0].text
+    with c.messages.stream(
+        model=model, max_tokens=5, messages=[{"role": "user", "content": "Count."}]
+    ) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == final.content[0].text and final.usage.output_tokens == 5
+    assert prompt_tokens(final.usage) > 5
+
+
+def test_translated_and_native_count_the_same_prompt(on_llama: Stack) -> None:
+    c = client(on_llama)
+    ask = {"max_tokens": 2, "messages": [{"role": "user", "content": "How many tokens is this?"}]}
+    translated = c.messages.create(model="tr", system="Be exact.", **ask)
+    native = c.messages.create(model="nat", system="Be exact.", **ask)
+    assert prompt_tokens(translated.usage) == prompt_tokens(native.usage)
+
+
+def test_anthropic_tools_and_results_template_as_natively(on_llama: Stack) -> None:
+    """The tiny random model never calls a tool, but the engine renders what it is given:
+    a translated request with tools and a tool_use / tool_result history (is_error too)
+    costs exactly the prompt tokens of the same request sent natively to /v1/messages."""
+    c = client(on_llama)
+    history = [
+        {"role": "user", "content": "Weather in Oslo and Rome?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Checking both."},
+                {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Oslo"}},
+                {"type": "tool_use", "id": "t2", "name": "get_weather", "input": {"city": "Rome"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "rain"},
+                {"type": "tool_result", "tool_use_id": "t2", "content": "sun"},
+            ],
+        },
+    ]
+    seen = {}
+    for model in ("tr", "nat"):
+        with_tools = c.messages.create(model=model, max_tokens=2, tools=[WEATHER], messages=history)
+        plain = c.messages.create(model=model, max_tokens=2, messages=history[:1])
+        seen[model] = (prompt_tokens(with_tools.usage), prompt_tokens(plain.usage))
+    assert seen["tr"] == seen["nat"]
+    assert seen["tr"][0] > seen["tr"][1] + 40  # the tool schema and the calls are in the prompt
+    failed = [{**history[2]["content"][0], "is_error": True}, history[2]["content"][1]]
+    answer = c.messages.create(
+        model="tr",
+        max_tokens=3,
+        tools=[WEATHER],
+        messages=[*history[:2], {"role": "user", "content": failed}],
+    )
+    assert answer.usage.output_tokens == 3 and answer.stop_reason == "max_tokens"
+
+
+def test_context_error_of_llama_is_prompt_too_long(on_llama: Stack) -> None:
+    with pytest.raises(anthropic.BadRequestError) as err:
+        client(on_llama).messages.create(
+            model="tr", max_tokens=4, messages=[{"role": "user", "content": "7 " * 1500}]
+        )
+    message = err.value.body["error"]["message"]
+    assert message.startswith("prompt is too long: ") and "> 1024 maximum" in message
