@@ -127,3 +127,79 @@ def test_context_error_of_llama_is_prompt_too_long(on_llama: Stack) -> None:
         )
     message = err.value.body["error"]["message"]
     assert message.startswith("prompt is too long: ") and "> 1024 maximum" in message
+
+
+@pytest.mark.parametrize("model", ["tr", "nat"])
+def test_openai_responses_on_llama(on_llama: Stack, client_for, model: str) -> None:
+    oc = client_for(on_llama, timeout=30)
+    resp = oc.responses.create(model=model, input="Say hi.", max_output_tokens=5)
+    assert resp.model == model and resp.output_text
+    assert resp.usage.output_tokens == 5
+    events = list(
+        oc.responses.create(model=model, input="Say hi.", max_output_tokens=4, stream=True)
+    )
+    assert events[0].type == "response.created"
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    with oc.responses.stream(model=model, input="Say hi.", max_output_tokens=4) as stream:
+        text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+    assert text
+
+
+def test_translated_responses_count_like_chat(on_llama: Stack, client_for) -> None:
+    oc = client_for(on_llama, timeout=30)
+    resp = oc.responses.create(
+        model="tr", instructions="Be exact.", input="Count me.", max_output_tokens=1
+    )
+    chat = oc.chat.completions.create(
+        model="tr",
+        max_tokens=1,
+        messages=[
+            {"role": "system", "content": "Be exact."},
+            {"role": "user", "content": "Count me."},
+        ],
+    )
+    assert resp.usage.input_tokens == chat.usage.prompt_tokens
+
+
+def test_ollama_client_on_llama(on_llama: Stack) -> None:
+    import ollama
+
+    c = ollama.Client(host=on_llama.url, timeout=30)
+    resp = c.chat(
+        model="tr",
+        messages=[{"role": "user", "content": "Say hi."}],
+        options={"num_predict": 4},
+        stream=False,
+    )
+    assert resp.done and resp.eval_count == 4 and resp.prompt_eval_count > 5
+    parts = list(
+        c.chat(
+            model="tr",
+            messages=[{"role": "user", "content": "Say hi."}],
+            options={"num_predict": 4},
+            stream=True,
+        )
+    )
+    assert parts[-1].done and parts[-1].eval_count == 4
+    assert parts[-1].prompt_eval_count == resp.prompt_eval_count
+    # llama.cpp reports its own timings: the durations are the engine's
+    assert parts[-1].eval_duration > 0 and parts[-1].prompt_eval_duration > 0
+    gen = c.generate(model="tr", prompt="Once", system="Tell a story.", options={"num_predict": 3})
+    assert gen.done and gen.eval_count == 3
+    raw = c.generate(model="tr", prompt="Once upon", raw=True, options={"num_predict": 2})
+    assert raw.prompt_eval_count == 2 and raw.eval_count == 2  # no chat template: two tokens
+
+
+def test_ollama_embed_on_llama(stack: Stack, llama: LlamaFactory) -> None:
+    import ollama
+
+    server = llama(n_ctx=512, extra=("--embeddings", "--pooling", "mean"))
+    stack.start_gateway(
+        {
+            "providers": [llama_provider("l", server)],
+            "deployments": [{"id": "e", "model": "emb", "provider": "l", "upstream_model": ALIAS}],
+        }
+    )
+    emb = ollama.Client(host=stack.url, timeout=30).embed(model="emb", input=["alpha", "beta"])
+    assert len(emb.embeddings) == 2 and len(emb.embeddings[0]) > 8
+    assert emb.embeddings[0] != emb.embeddings[1] and emb.prompt_eval_count >= 2

@@ -9,11 +9,16 @@ drops and refuses is listed in docs/protocols.md.
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
-import orjson
-
+from fleetgate.translate.chat import (
+    dump_args,
+    first_choice,
+    json_args,
+    new_id,
+    reasoning_of,
+    swap_prefix,
+)
 from fleetgate.translate.events import DONE_EVENT, Event
 
 # finish_reason <-> stop_reason
@@ -45,29 +50,6 @@ def _effort(budget: Any) -> str:
         if budget <= tokens:
             return effort
     return "high"
-
-
-def _json_args(arguments: Any) -> Any:
-    """Tool-call arguments (a JSON string in OpenAI) as the object Anthropic wants."""
-    if isinstance(arguments, dict):
-        return arguments
-    if not isinstance(arguments, str) or not arguments.strip():
-        return {}
-    try:
-        value = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return {"_raw_arguments": arguments}
-    return value if isinstance(value, dict) else {"_value": value}
-
-
-def _dump_args(value: Any) -> str:
-    if isinstance(value, dict) and set(value) == {"_raw_arguments"}:
-        return str(value["_raw_arguments"])
-    return orjson.dumps(value if value is not None else {}).decode()
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:24]}"
 
 
 # ---- Anthropic request -> Chat request ------------------------------------------------------
@@ -166,7 +148,7 @@ def _assistant_message(content: Any) -> dict[str, Any]:
                     "type": "function",
                     "function": {
                         "name": str(block.get("name", "")),
-                        "arguments": _dump_args(block.get("input")),
+                        "arguments": dump_args(block.get("input")),
                     },
                 }
             )
@@ -287,21 +269,12 @@ def _anthropic_usage(usage: Any) -> dict[str, int]:
     return out
 
 
-def _reasoning_of(message: dict[str, Any]) -> str | None:
-    for key in ("reasoning_content", "reasoning"):
-        value = message.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
 def chat_to_messages_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
     """A chat completion as an Anthropic `message`."""
-    choices = answer.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], dict) else {}
+    choice = first_choice(answer)
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
-    reasoning = _reasoning_of(message)
+    reasoning = reasoning_of(message)
     if reasoning:
         content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
     text = message.get("content")
@@ -314,7 +287,7 @@ def chat_to_messages_answer(answer: dict[str, Any], model: str) -> dict[str, Any
                 "type": "tool_use",
                 "id": call.get("id") or new_id("toolu_"),
                 "name": function.get("name", ""),
-                "input": _json_args(function.get("arguments")),
+                "input": json_args(function.get("arguments")),
             }
         )
     stop_reason, stop_sequence = _stop_reason(choice, None)
@@ -333,11 +306,7 @@ def chat_to_messages_answer(answer: dict[str, Any], model: str) -> dict[str, Any
 
 
 def _message_id(upstream: Any) -> str:
-    if isinstance(upstream, str) and upstream:
-        return (
-            upstream if upstream.startswith("msg_") else "msg_" + upstream.removeprefix("chatcmpl-")
-        )
-    return new_id("msg_")
+    return swap_prefix(upstream, "chatcmpl-", "msg_")
 
 
 class ChatToMessagesStream:
@@ -414,7 +383,7 @@ class ChatToMessagesStream:
             self._start(chunk, out)
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
-            reasoning = _reasoning_of(delta)
+            reasoning = reasoning_of(delta)
             if reasoning:
                 if self._block_kind != "thinking":
                     self._open("thinking", {"type": "thinking", "thinking": ""}, out)
@@ -537,7 +506,7 @@ def chat_to_messages(body: dict[str, Any]) -> dict[str, Any]:
             system.append(_plain_text(content))
         elif role == "assistant":
             blocks = []
-            reasoning = _reasoning_of(message)
+            reasoning = reasoning_of(message)
             if reasoning:
                 blocks.append({"type": "thinking", "thinking": reasoning, "signature": ""})
             blocks += _anthropic_blocks(content)
@@ -548,7 +517,7 @@ def chat_to_messages(body: dict[str, Any]) -> dict[str, Any]:
                         "type": "tool_use",
                         "id": call.get("id") or new_id("toolu_"),
                         "name": function.get("name", ""),
-                        "input": _json_args(function.get("arguments")),
+                        "input": json_args(function.get("arguments")),
                     }
                 )
             add("assistant", blocks)
@@ -638,9 +607,7 @@ def _chat_usage(usage: Any) -> dict[str, Any]:
 
 
 def _chat_id(upstream: Any) -> str:
-    if isinstance(upstream, str) and upstream:
-        return "chatcmpl-" + upstream.removeprefix("msg_")
-    return new_id("chatcmpl-")
+    return swap_prefix(upstream, "msg_", "chatcmpl-")
 
 
 def messages_to_chat_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
@@ -661,7 +628,7 @@ def messages_to_chat_answer(answer: dict[str, Any], model: str) -> dict[str, Any
                     "type": "function",
                     "function": {
                         "name": block.get("name", ""),
-                        "arguments": _dump_args(block.get("input")),
+                        "arguments": dump_args(block.get("input")),
                     },
                 }
             )

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from fleetgate.translate.anthropic_chat import _json_args
+from fleetgate.translate.chat import first_choice, json_args, reasoning_of
 from fleetgate.translate.events import Event
 
 # options -> chat fields of the same meaning
@@ -200,19 +200,11 @@ def _ollama_calls(calls: Any) -> list[dict[str, Any]]:
                 "function": {
                     "index": i,
                     "name": function.get("name", ""),
-                    "arguments": _json_args(function.get("arguments")),
+                    "arguments": json_args(function.get("arguments")),
                 }
             }
         )
     return out
-
-
-def _reasoning(message: dict[str, Any]) -> str | None:
-    for key in ("reasoning_content", "reasoning"):
-        value = message.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return None
 
 
 def _final(model: str, key: str, value: Any, finish: Any, counts: dict[str, Any]) -> dict[str, Any]:
@@ -226,16 +218,11 @@ def _final(model: str, key: str, value: Any, finish: Any, counts: dict[str, Any]
     }
 
 
-def _choice(answer: dict[str, Any]) -> dict[str, Any]:
-    choices = answer.get("choices") or [{}]
-    return choices[0] if isinstance(choices[0], dict) else {}
-
-
 def chat_to_ollama_chat_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
-    choice = _choice(answer)
+    choice = first_choice(answer)
     message = choice.get("message") or {}
     out: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
-    reasoning = _reasoning(message)
+    reasoning = reasoning_of(message)
     if reasoning:
         out["thinking"] = reasoning
     if message.get("tool_calls"):
@@ -245,20 +232,20 @@ def chat_to_ollama_chat_answer(answer: dict[str, Any], model: str) -> dict[str, 
 
 
 def chat_to_generate_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
-    choice = _choice(answer)
+    choice = first_choice(answer)
     message = choice.get("message") or {}
     counts = _counts(answer.get("usage"), answer.get("timings"), 0, 0)
     out = _final(
         model, "response", message.get("content") or "", choice.get("finish_reason"), counts
     )
-    reasoning = _reasoning(message)
+    reasoning = reasoning_of(message)
     if reasoning:
         out["thinking"] = reasoning
     return out
 
 
 def completions_to_generate_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
-    choice = _choice(answer)
+    choice = first_choice(answer)
     counts = _counts(answer.get("usage"), answer.get("timings"), 0, 0)
     return _final(model, "response", choice.get("text") or "", choice.get("finish_reason"), counts)
 
@@ -323,7 +310,7 @@ class _ToNdjson:
                     out.append(self._line(self._value(text, None)))
             else:
                 text = delta.get("content")
-                reasoning = _reasoning(delta)
+                reasoning = reasoning_of(delta)
                 if (isinstance(text, str) and text) or reasoning:
                     out.append(self._line(self._value(text or "", reasoning)))
                 for call in delta.get("tool_calls") or ():
@@ -355,7 +342,7 @@ class _ToNdjson:
                     "function": {
                         "index": i,
                         "name": c["name"],
-                        "arguments": _json_args(c["arguments"]),
+                        "arguments": json_args(c["arguments"]),
                     }
                 }
                 for i, c in sorted(self._calls.items())

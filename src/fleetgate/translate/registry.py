@@ -59,8 +59,11 @@ NATIVE: dict[str, frozenset[str]] = {
     "openai": frozenset({OPENAI, RESPONSES, ANTHROPIC}),
     "vllm": frozenset({OPENAI, RESPONSES, ANTHROPIC}),
     "sglang": frozenset({OPENAI}),
-    # current llama.cpp builds serve /v1/messages (+ count_tokens) and /v1/responses
-    "llamacpp": frozenset({OPENAI, RESPONSES, ANTHROPIC}),
+    # current llama.cpp builds serve /v1/messages (+ count_tokens) and /v1/responses, but
+    # their Responses stream events lack `output_index`, `content_index` and
+    # `sequence_number`, which the openai SDK's stream helper needs: translated by default
+    # (`protocols: [openai, responses, anthropic]` opts in)
+    "llamacpp": frozenset({OPENAI, ANTHROPIC}),
     "ollama": frozenset(PROTOCOLS),
     "openrouter": frozenset({OPENAI}),
     "anthropic": frozenset({ANTHROPIC}),

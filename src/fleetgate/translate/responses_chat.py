@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fleetgate.translate.anthropic_chat import new_id
+from fleetgate.translate.chat import first_choice, new_id, reasoning_of, swap_prefix
 from fleetgate.translate.events import Event
 
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
@@ -244,27 +244,16 @@ def _reasoning_item(rid: str, text: str) -> dict[str, Any]:
     }
 
 
-def _reasoning_of(message: dict[str, Any]) -> str | None:
-    for key in ("reasoning_content", "reasoning"):
-        value = message.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
 def _rid(upstream: Any) -> str:
-    if isinstance(upstream, str) and upstream:
-        return "resp_" + upstream.removeprefix("chatcmpl-")
-    return new_id("resp_")
+    return swap_prefix(upstream, "chatcmpl-", "resp_")
 
 
 def chat_to_responses_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
     """A chat completion as a `response` object."""
-    choices = answer.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], dict) else {}
+    choice = first_choice(answer)
     message = choice.get("message") or {}
     output: list[dict[str, Any]] = []
-    reasoning = _reasoning_of(message)
+    reasoning = reasoning_of(message)
     if reasoning:
         output.append(_reasoning_item(new_id("rs_"), reasoning))
     text = message.get("content")
@@ -424,7 +413,7 @@ class ChatToResponsesStream:
             out.append(self._lifecycle("response.in_progress", "in_progress", [], None))
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
-            reasoning = _reasoning_of(delta)
+            reasoning = reasoning_of(delta)
             if reasoning:
                 item_id = self._ensure("reasoning", out)
                 self._text.append(reasoning)

@@ -1,0 +1,175 @@
+"""Ollama clients on OpenAI-compatible deployments: chat, generate, embed, NDJSON streams."""
+
+from __future__ import annotations
+
+import httpx
+import ollama
+import orjson
+import pytest
+
+from tests.harness import Stack, deployment
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+@pytest.fixture
+def chat_only(stack: Stack) -> Stack:
+    engine = stack.engine("e", tool_calls=2)
+    stack.start_gateway(
+        {
+            "providers": [{"id": "v", "kind": "vllm", "base_url": engine.url + "/v1"}],
+            "deployments": [
+                deployment("m", "v", upstream_model="up-m"),
+                {"id": "vi", "model": "vis", "provider": "v", "modalities": ["text", "image"]},
+            ],
+        }
+    )
+    return stack
+
+
+def client(stack: Stack) -> ollama.Client:
+    return ollama.Client(host=stack.url, timeout=10)
+
+
+def test_chat_plain_and_streamed(chat_only: Stack) -> None:
+    c = client(chat_only)
+    resp = c.chat(
+        model="m",
+        messages=[{"role": "user", "content": "hello there"}],
+        options={"num_predict": 3, "temperature": 0.2, "top_k": 4, "seed": 7, "stop": ["x"]},
+        stream=False,
+    )
+    assert resp.model == "m" and resp.done and resp.done_reason == "length"
+    assert resp.message.content == "e says: w1 w2 w3"
+    assert (resp.prompt_eval_count, resp.eval_count) == (3, 3)
+    sent = chat_only.engines["e"].requests[-1]
+    assert sent.path == "/v1/chat/completions"
+    assert sent.body == {
+        "messages": [{"role": "user", "content": "hello there"}],
+        "temperature": 0.2,
+        "top_k": 4,
+        "seed": 7,
+        "stop": ["x"],
+        "max_tokens": 3,
+        "model": "up-m",
+    }
+    parts = list(c.chat(model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
+    assert [p.done for p in parts] == [False] * 9 + [True]
+    assert "".join(p.message.content for p in parts) == "e says: w1 w2 w3 w4 w5 w6 w7 w8"
+    last = parts[-1]
+    assert (last.prompt_eval_count, last.eval_count) == (2, 8)
+    assert last.total_duration > 0 and last.done_reason == "stop"
+    assert last.total_duration >= last.prompt_eval_duration
+
+
+def test_stream_is_ndjson_by_default(chat_only: Stack) -> None:
+    raw = httpx.post(
+        chat_only.url + "/api/chat",
+        timeout=10,
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert raw.headers["content-type"].startswith("application/x-ndjson")
+    lines = [orjson.loads(line) for line in raw.content.splitlines() if line]
+    assert lines[-1]["done"] is True and all(line["model"] == "m" for line in lines)
+    sent = chat_only.engines["e"].requests[-1].body
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+
+
+def test_chat_tools_and_their_results(chat_only: Stack) -> None:
+    c = client(chat_only)
+    resp = c.chat(
+        model="m", messages=[{"role": "user", "content": "weather?"}], tools=[WEATHER], stream=False
+    )
+    calls = resp.message.tool_calls
+    assert [(t.function.name, dict(t.function.arguments)) for t in calls] == [
+        ("get_weather", {"city": "a0"}),
+        ("get_weather", {"city": "a1"}),
+    ]
+    streamed = list(
+        c.chat(model="m", messages=[{"role": "user", "content": "?"}], tools=[WEATHER], stream=True)
+    )
+    got = [t for p in streamed for t in (p.message.tool_calls or ())]
+    assert [dict(t.function.arguments) for t in got] == [{"city": "a0"}, {"city": "a1"}]
+    c.chat(
+        model="m",
+        stream=False,
+        messages=[
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": "", "tool_calls": [t.model_dump() for t in calls]},
+            {"role": "tool", "content": "rain", "tool_name": "get_weather"},
+            {"role": "tool", "content": "sun", "tool_name": "get_weather"},
+        ],
+    )
+    sent = chat_only.engines["e"].requests[-1].body["messages"]
+    ids = [call["id"] for call in sent[1]["tool_calls"]]
+    assert sent[1]["tool_calls"][0]["function"] == {
+        "name": "get_weather",
+        "arguments": '{"city":"a0"}',
+    }
+    assert [m.get("tool_call_id") for m in sent[2:]] == ids and len(set(ids)) == 2
+
+
+def test_format_and_images(chat_only: Stack) -> None:
+    c = client(chat_only)
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    c.chat(model="m", messages=[{"role": "user", "content": "j"}], format=schema, stream=False)
+    assert chat_only.engines["e"].requests[-1].body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "response", "schema": schema},
+    }
+    c.chat(model="m", messages=[{"role": "user", "content": "j"}], format="json", stream=False)
+    assert chat_only.engines["e"].requests[-1].body["response_format"] == {"type": "json_object"}
+    png = (
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5E"
+        "rkJggg=="
+    )
+    c.chat(
+        model="vis", messages=[{"role": "user", "content": "what?", "images": [png]}], stream=False
+    )
+    content = chat_only.engines["e"].requests[-1].body["messages"][0]["content"]
+    assert content[1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png}}
+    # a deployment without image input is not chosen for it: the same rule as for chat
+    with pytest.raises(ollama.ResponseError) as err:
+        c.chat(
+            model="m", messages=[{"role": "user", "content": "?", "images": [png]}], stream=False
+        )
+    assert err.value.status_code == 400 and "image_input" in err.value.error
+
+
+def test_generate_with_system_suffix_and_raw(chat_only: Stack) -> None:
+    c = client(chat_only)
+    out = c.generate(model="m", prompt="once upon", system="storyteller", stream=False)
+    assert out.response == "e says: w1 w2 w3 w4 w5 w6 w7 w8" and out.done
+    assert out.prompt_eval_count == 5
+    sent = chat_only.engines["e"].requests[-1]
+    assert sent.path == "/v1/chat/completions"
+    assert sent.body["messages"] == [
+        {"role": "system", "content": "storyteller"},
+        {"role": "user", "content": "once upon"},
+    ]
+    parts = list(c.generate(model="m", prompt="go", stream=True, options={"num_predict": 2}))
+    assert "".join(p.response for p in parts) == "e says: w1 w2" and parts[-1].eval_count == 2
+    c.generate(model="m", prompt="def f(", suffix="return x", stream=False)
+    sent = chat_only.engines["e"].requests[-1]
+    assert sent.path == "/v1/completions"
+    assert (sent.body["prompt"], sent.body["suffix"]) == ("def f(", "return x")
+    raw = c.generate(model="m", prompt="<|im_start|>user", raw=True, system="ignored", stream=False)
+    assert chat_only.engines["e"].requests[-1].body["prompt"] == "<|im_start|>user"
+    assert raw.response.startswith("e says:")
+
+
+def test_embed(chat_only: Stack) -> None:
+    emb = client(chat_only).embed(model="m", input=["alpha", "beta gamma"])
+    assert emb.model == "m" and len(emb.embeddings) == 2 and len(emb.embeddings[0]) == 8
+    assert emb.prompt_eval_count == 3
+    sent = chat_only.engines["e"].requests[-1]
+    assert sent.path == "/v1/embeddings" and sent.body == {
+        "input": ["alpha", "beta gamma"],
+        "model": "up-m",
+    }
