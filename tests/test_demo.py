@@ -57,6 +57,8 @@ def test_demo_serves_and_shows_a_fallback():
         assert client.embeddings.create(model="demo-embed", input="x").data
         # the admin API runs on the demo's SQLite store, with the key it printed
         key = re.search(r"Bearer (fg-admin-[\w-]+)", out).group(1)
+        assert f"The dashboard: {base}/ui  (sign in with the admin key {key})" in out
+        assert httpx.get(base + "/ui", timeout=10).status_code == 200
         logged = httpx.get(
             base + "/admin/requests", headers={"Authorization": f"Bearer {key}"}, timeout=10
         )

@@ -153,6 +153,10 @@ Try it:
 print(c.chat.completions.create(model='demo-chat', \\
 messages=[{{'role': 'user', 'content': 'hi'}}]).choices[0].message.content)"
 
+The dashboard: {base}/ui  (sign in with the admin key {admin_key})
+  the fleet with windows and health, every request above with its attempts (the
+  fallback, the long-context one), explain, keys and charts.
+
 The admin API (docs at {base}/admin/docs) and the request log:
   curl -s {base}/admin/fleet -H 'Authorization: Bearer {admin_key}'
   curl -s '{base}/admin/requests?limit=5' -H 'Authorization: Bearer {admin_key}'

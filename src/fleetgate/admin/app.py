@@ -13,7 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fleetgate.admin import entities, fleet_view, keys, log
+from fleetgate.admin import entities, explain, fleet_view, keys, log, stats
+from fleetgate.admin.docs import add_docs
 from fleetgate.admin.errors import AdminError
 from fleetgate.auth.guard import presented_secret
 from fleetgate.errors import GatewayError
@@ -35,7 +36,7 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
     app = FastAPI(
         title="fleetgate admin API",
         description="Change the fleet live, read the request log, manage client keys.",
-        docs_url="/admin/docs",
+        docs_url=None,  # served by admin/docs.py, from the package instead of a CDN
         openapi_url="/admin/openapi.json",
         redoc_url=None,
         dependencies=[Depends(require_admin)],
@@ -63,8 +64,11 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
         err = AdminError("invalid_request", "The request is invalid.", problems=problems)
         return JSONResponse(err.body(), status_code=400)
 
+    add_docs(app, "fleetgate admin API")
     app.include_router(fleet_view.router(control))
     app.include_router(log.router(control))
+    app.include_router(stats.router(control))
+    app.include_router(explain.router(control))
     app.include_router(keys.router(control))
     app.include_router(entities.router(control))
     return app

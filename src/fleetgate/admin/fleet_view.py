@@ -11,6 +11,7 @@ from fleetgate.config.checks import deployment_id
 from fleetgate.context.placement import effective_window
 from fleetgate.discovery.store import WindowStore
 from fleetgate.fleet import Deployment, Fleet
+from fleetgate.fleet_routes import Route
 from fleetgate.state.runtime import RuntimeState
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ def live_fleet(
                 "id": dep.id,
                 "model": dep.model,
                 "provider": dep.provider.id,
+                "kind": dep.provider.kind,
                 "upstream_model": dep.upstream_model,
                 "tier": dep.tier,
                 "context_window": _window(fleet, dep, windows),
@@ -76,6 +78,11 @@ def live_fleet(
                     "latency_seconds": h.latency_ema,
                     "tokens_per_second": h.tps_ema,
                 },
+                "price": {"input": dep.price_input, "output": dep.price_output},
+                "capabilities": sorted(dep.capabilities),
+                "priority": dep.priority,
+                "weight": dep.weight,
+                "quantization": dep.quantization,
             }
         )
     return {
@@ -99,7 +106,30 @@ def live_fleet(
             for m in fleet.models.values()
         ],
         "deployments": deployments,
+        "virtual_models": [
+            {
+                "name": v.name,
+                "response_mode": v.response_mode,
+                "continue_on_default": v.continue_on_default,
+                "routes": _routes(v.routes),
+            }
+            for v in fleet.virtual_models.values()
+        ],
+        "tiers": [{"name": t.name, "routes": _routes(t.routes)} for t in fleet.tiers.values()],
     }
+
+
+def _routes(routes: tuple[Route, ...]) -> list[dict[str, Any]]:
+    """A route chain as declared, each hop with the deployments it stands for, in order."""
+    return [
+        {
+            "target": r.target,
+            "deployments": [d.id for d in r.deployments],
+            "key_label": r.key_label,
+            "params": r.params,
+        }
+        for r in routes
+    ]
 
 
 def router(control: ControlPlane) -> APIRouter:

@@ -19,6 +19,8 @@ def router(control: ControlPlane) -> APIRouter:
     @r.get("/admin/requests", summary="Logged requests, newest first")
     async def list_requests(
         model: str | None = None,
+        key: str | None = Query(None, description="a client key's id"),
+        deployment: str | None = Query(None, description="the deployment that answered"),
         status: str | None = Query(None, description="an HTTP status, `ok` or `error`"),
         since: str | None = Query(None, description="epoch seconds or ISO-8601"),
         limit: int = Query(50, ge=1, le=1000),
@@ -32,7 +34,13 @@ def router(control: ControlPlane) -> APIRouter:
             raise invalid("`since` must be epoch seconds or an ISO-8601 time.", "since") from exc
         try:
             page = await control.request_log.page(
-                model=model, status=status, since=since_ts, limit=limit, cursor=cursor
+                model=model,
+                key=key,
+                deployment=deployment,
+                status=status,
+                since=since_ts,
+                limit=limit,
+                cursor=cursor,
             )
         except ValueError as exc:
             raise invalid("`cursor` is not one this API gave out.", "cursor") from exc

@@ -149,6 +149,7 @@ class Gateway:
         self.control: ControlPlane | None = None
         self.guard: Guard | None = None
         self.admin_app: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
+        self.dashboard: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
         self.routes: dict[tuple[str, str], Handler] = {
             ("GET", "/v1/models"): self.models,
             ("POST", "/v1/routing/explain"): self.explain,
@@ -195,6 +196,8 @@ class Gateway:
             return self.request_record
         if self.control is not None and (path == "/admin" or path.startswith("/admin/")):
             return self._admin
+        if self.control is not None and (path == "/ui" or path.startswith("/ui/")):
+            return self._dashboard
         if path in INGRESS_ROUTES or any(p == path for _, p in self.routes):
             raise GatewayError("method_not_allowed", f"{method} is not allowed on {path}.")
         raise GatewayError("not_found", f"There is no endpoint at {path}.")
@@ -255,6 +258,13 @@ class Gateway:
             assert self.control is not None
             self.admin_app = create_admin_app(self.control)
         await self.admin_app(scope, receive, send)
+
+    async def _dashboard(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        if self.dashboard is None:  # loaded on first use, like the admin app
+            from fleetgate.ui.assets import Dashboard
+
+            self.dashboard = Dashboard()
+        await self.dashboard(scope, receive, send)
 
     def _check_truncation(
         self,

@@ -224,6 +224,8 @@ class RequestLog:
         self,
         *,
         model: str | None = None,
+        key: str | None = None,
+        deployment: str | None = None,
         status: str | None = None,
         since: float | None = None,
         limit: int = 50,
@@ -233,6 +235,10 @@ class RequestLog:
         query = select(*_LISTED)
         if model is not None:
             query = query.where(requests.c.requested_model == model)
+        if key is not None:
+            query = query.where(requests.c.client_key_id == key)
+        if deployment is not None:
+            query = query.where(requests.c.deployment_id == deployment)
         if status is not None:
             if status == "ok":
                 query = query.where(requests.c.status < 400)

@@ -1,0 +1,147 @@
+"""Aggregates of the request log over a time window, computed by the database: requests,
+errors and fallbacks per bucket, attempts and errors per deployment, capacity-tier share,
+and TTFT percentiles. Only counts leave the database, never rows."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Integer, case, cast, func, select, text
+
+from fleetgate.store.db import Database
+from fleetgate.store.tables import requests
+
+NO_TIER = "none"  # requests no capacity tier served (refused, or every attempt failed)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    start: float
+    step: float
+    buckets: int
+
+    @classmethod
+    def ending(cls, now: float, seconds: float, buckets: int) -> Window:
+        """`buckets` equal buckets whose edges fall on multiples of the step."""
+        step = seconds / buckets
+        end = math.ceil(now / step) * step
+        return cls(end - buckets * step, step, buckets)
+
+    @property
+    def end(self) -> float:
+        return self.start + self.buckets * self.step
+
+
+def _bucket(conn: Connection, column: Any, window: Window) -> Any:
+    """The bucket index of a time: a non-negative quotient, so truncation is the floor
+    (SQLite's CAST truncates; PostgreSQL's rounds, hence floor() there)."""
+    quotient = (column - window.start) / window.step
+    if conn.dialect.name == "postgresql":
+        quotient = func.floor(quotient)
+    return cast(quotient, Integer)
+
+
+def _in_window(window: Window) -> Any:
+    return (requests.c.time >= window.start) & (requests.c.time < window.end)
+
+
+# Attempts live inline as a JSON list; each dialect has its own way to expand one.
+_ATTEMPTS_SQL = {
+    "sqlite": (
+        "SELECT CAST((r.time - :start) / :step AS INTEGER) AS b, "
+        "json_extract(a.value, '$.deployment_id') AS dep, COUNT(*) AS n, "
+        "SUM(CASE WHEN json_extract(a.value, '$.error_class') IS NULL THEN 0 ELSE 1 END) AS e "
+        "FROM requests r, json_each(r.attempts) a "
+        "WHERE r.time >= :start AND r.time < :end "
+        "AND COALESCE(json_extract(a.value, '$.error_class'), '') != 'skipped' "
+        "GROUP BY b, dep"
+    ),
+    "postgresql": (
+        "SELECT CAST(FLOOR((r.time - :start) / :step) AS INTEGER) AS b, "
+        "a->>'deployment_id' AS dep, COUNT(*) AS n, "
+        "SUM(CASE WHEN a->>'error_class' IS NULL THEN 0 ELSE 1 END) AS e "
+        "FROM requests r, json_array_elements(r.attempts) a "
+        "WHERE r.time >= :start AND r.time < :end "
+        "AND COALESCE(a->>'error_class', '') != 'skipped' "
+        "GROUP BY b, dep"
+    ),
+}
+
+
+def _percentile(histogram: list[tuple[int, int]], share: float) -> float | None:
+    """Nearest-rank percentile of (milliseconds, count) pairs, in seconds."""
+    total = sum(n for _, n in histogram)
+    if not total:
+        return None
+    rank = max(1, math.ceil(share * total))
+    seen = 0
+    for ms, n in sorted(histogram):
+        seen += n
+        if seen >= rank:
+            return ms / 1000
+    return histogram[-1][0] / 1000
+
+
+def _stats(conn: Connection, window: Window) -> dict[str, Any]:
+    size = window.buckets
+    zeros = [0] * size
+    b = _bucket(conn, requests.c.time, window).label("b")
+    where = _in_window(window)
+    out: dict[str, Any] = {
+        "start": window.start,
+        "end": window.end,
+        "step": window.step,
+        "buckets": [window.start + i * window.step for i in range(size)],
+        "requests": list(zeros),
+        "errors": list(zeros),
+        "fallbacks": list(zeros),
+    }
+    rows = conn.execute(
+        select(
+            b,
+            func.count(),
+            func.sum(case((requests.c.status >= 400, 1), else_=0)),
+            func.sum(case((requests.c.fallback_count > 0, 1), else_=0)),
+        )
+        .where(where)
+        .group_by(b)
+    )
+    for i, n, errors, fallbacks in rows:
+        if 0 <= i < size:
+            out["requests"][i], out["errors"][i], out["fallbacks"][i] = n, errors, fallbacks
+
+    tiers: dict[str, list[int]] = {}
+    tier = func.coalesce(requests.c.context_tier, NO_TIER).label("tier")
+    for i, name, n in conn.execute(select(b, tier, func.count()).where(where).group_by(b, tier)):
+        if 0 <= i < size:
+            tiers.setdefault(name, list(zeros))[i] = n
+    out["context_tiers"] = tiers
+
+    deployments: dict[str, dict[str, list[int]]] = {}
+    params = {"start": window.start, "step": window.step, "end": window.end}
+    for i, dep, n, errors in conn.execute(text(_ATTEMPTS_SQL[conn.dialect.name]), params):
+        if 0 <= i < size and dep is not None:
+            entry = deployments.setdefault(dep, {"attempts": list(zeros), "errors": list(zeros)})
+            entry["attempts"][i], entry["errors"][i] = n, errors
+    out["deployments"] = deployments
+
+    ms = cast(requests.c.ttft * 1000, Integer).label("ms")
+    histograms: list[list[tuple[int, int]]] = [[] for _ in range(size)]
+    answered = where & requests.c.ttft.is_not(None) & (requests.c.status < 400)
+    for i, value, n in conn.execute(select(b, ms, func.count()).where(answered).group_by(b, ms)):
+        if 0 <= i < size:
+            histograms[i].append((value, n))
+    out["ttft_p50"] = [_percentile(h, 0.5) for h in histograms]
+    out["ttft_p99"] = [_percentile(h, 0.99) for h in histograms]
+    out["totals"] = {
+        "requests": sum(out["requests"]),
+        "errors": sum(out["errors"]),
+        "fallbacks": sum(out["fallbacks"]),
+    }
+    return out
+
+
+async def request_stats(db: Database, window: Window) -> dict[str, Any]:
+    return await db.read(_stats, window)
