@@ -33,19 +33,9 @@ from fleetgate.config import validate_config  # noqa: E402
 from fleetgate.server.control import ControlOptions, build_gateway  # noqa: E402
 from fleetgate.store.database import database_url, migrate, open_database  # noqa: E402
 from fleetgate.store.request_log import RequestLog  # noqa: E402
+from fleetgate.testing.chromium import ARGS, CHROMIUM  # noqa: E402
 
 KEY = "bench-admin-key"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 RESULTS = ROOT / "benchmarks" / "results"
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 
-from tests.ui.browser import ARGS, CHROMIUM, loopback_only, screenshot
+from fleetgate.testing.chromium import ARGS, CHROMIUM
+from tests.ui.browser import loopback_only, screenshot
 
 
 @pytest.fixture(scope="module")

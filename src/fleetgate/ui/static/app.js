@@ -459,6 +459,14 @@ function spendCell(k) {
     ` ${fmt.money(k.spent)} of ${fmt.money(k.budget)} (${Math.round(share * 100)}%)`);
 }
 
+function keyLimits(form) {
+  // the models, rpm, tpm and budget fields of a key form; empty means "no limit"
+  const f = new FormData(form);
+  const num = (name) => (f.get(name) === "" ? null : Number(f.get(name)));
+  const models = String(f.get("models")).split(",").map((m) => m.trim()).filter(Boolean);
+  return { allowed_models: models.length ? models : null, rpm: num("rpm"), tpm: num("tpm"), budget: num("budget") };
+}
+
 function limitsForm(k, done) {
   const input = (name, value, attrs) => el("input", { name, value: value === null || value === undefined ? "" : value, ...attrs });
   const form = el("form", { class: "inline" },
@@ -469,12 +477,8 @@ function limitsForm(k, done) {
     el("button", { type: "submit" }, "Save"), el("span", { class: "error" }));
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
-    const f = new FormData(form);
-    const num = (name) => (f.get(name) === "" ? null : Number(f.get(name)));
-    const models = String(f.get("models")).split(",").map((s) => s.trim()).filter(Boolean);
     try {
-      await api(`/admin/keys/${encodeURIComponent(k.id)}`, { method: "PATCH", body: {
-        allowed_models: models.length ? models : null, rpm: num("rpm"), tpm: num("tpm"), budget: num("budget") } });
+      await api(`/admin/keys/${encodeURIComponent(k.id)}`, { method: "PATCH", body: keyLimits(form) });
       done();
     } catch (err) { form.querySelector(".error").textContent = err.message; }
   });
@@ -521,12 +525,9 @@ async function pageKeys(root) {
   };
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
-    const f = new FormData(form);
-    const num = (name) => (f.get(name) === "" ? null : Number(f.get(name)));
-    const models = String(f.get("models")).split(",").map((s) => s.trim()).filter(Boolean);
     try {
-      const created = await api("/admin/keys", { method: "POST", body: {
-        name: f.get("name"), allowed_models: models.length ? models : null, rpm: num("rpm"), tpm: num("tpm"), budget: num("budget") } });
+      const name = new FormData(form).get("name");
+      const created = await api("/admin/keys", { method: "POST", body: { name, ...keyLimits(form) } });
       form.reset();
       form.querySelector(".error").textContent = "";
       const dismiss = el("button", { type: "button", onclick: () => secretBox.replaceChildren() }, "I have stored it");
