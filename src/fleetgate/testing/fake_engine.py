@@ -40,13 +40,31 @@ Timing: ``latency`` is awaited before every JSON answer of the inference endpoin
 Faults (:class:`Fault`) either persist (:meth:`FakeEngine.set_fault`) or are queued for
 the next N inference requests (:meth:`FakeEngine.fail_next`). A persistent ``status``,
 ``reset`` or ``hang`` fault hits every endpoint (the engine looks down); the other kinds
-only hit the inference endpoints.
+only hit the inference endpoints. The kinds, each a fault a real engine or network shows:
+
+* ``status``: an error answer with ``status`` (and ``Retry-After``), in the endpoint's shape;
+* ``reset``: the connection drops before any answer; ``hang``: no answer, ever;
+* ``slow_first_byte``: a 200 head at once, then nothing for ``delay`` seconds, then the
+  normal answer;
+* ``break_stream`` / ``stall_stream``: the answer stops after ``after_chunks`` stream
+  events (a whole-body answer: after its head and half its bytes); the connection then
+  drops (``break_stream``) or stays open and silent (``stall_stream``);
+* ``invalid_json``: a 200 whose body, or whose stream event after ``after_chunks`` good
+  ones, is not JSON;
+* ``context_error``, ``bad_request``: the engine's context-length 400, or a plain 400;
+* ``stream_error_event``: a 200 stream whose first event is an error: the context-length
+  error, or with ``message`` set that message with ``status``, in ``error_style``'s shape
+  (SGLang's ``{"object": "error", ...}``, nested under ``"error"`` in a stream).
+
+A refused connection is a stopped engine: :meth:`FakeEngine.stop` keeps the port, and
+nothing listens on it until :meth:`FakeEngine.start`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import time
 import uuid
 from collections import deque
@@ -67,7 +85,16 @@ from fleetgate.testing.protocol_shapes import (
 )
 
 FaultKind = Literal[
-    "status", "reset", "hang", "break_stream", "context_error", "bad_request", "stream_error_event"
+    "status",
+    "reset",
+    "hang",
+    "slow_first_byte",
+    "break_stream",
+    "stall_stream",
+    "invalid_json",
+    "context_error",
+    "bad_request",
+    "stream_error_event",
 ]
 ErrorStyle = Literal["vllm", "sglang", "llamacpp", "openai"]
 _ERROR_STYLES = ("vllm", "sglang", "llamacpp", "openai")
@@ -89,8 +116,9 @@ class Fault:
     kind: FaultKind
     status: int = 503
     retry_after: float | None = None  # seconds, sent as the Retry-After header
-    after_chunks: int = 3  # break_stream: SSE events sent before the connection drops
+    after_chunks: int = 3  # break/stall_stream, invalid_json: good events sent first
     message: str | None = None
+    delay: float = 0.0  # slow_first_byte: seconds between the head and the first byte
 
 
 @dataclass
@@ -513,9 +541,12 @@ class FakeEngine:
         reply = self._reply(body, kind, prompt, requested)
         if body.get("stream"):
             return await self._stream(request, kind, body, reply, call)
+        return await self._json(200, self._whole_answer(kind, reply))
+
+    def _whole_answer(self, kind: str, reply: _Reply) -> dict[str, Any]:
         if kind in _EVENT_KINDS:
-            return await self._json(200, self._answer(kind, reply)[0])
-        return await self._json(200, self._completion_body(kind, reply))
+            return self._answer(kind, reply)[0]
+        return self._completion_body(kind, reply)
 
     def _reply(self, body: Mapping[str, Any], kind: str, prompt: int, requested: int) -> _Reply:
         completion = min(self.reply_words, requested) if requested else self.reply_words
@@ -642,40 +673,49 @@ class FakeEngine:
         body: Mapping[str, Any],
         reply: _Reply,
         call: _Call,
-        break_after: int | None = None,
+        fault: Fault | None = None,
     ) -> web.StreamResponse:
         resp = await self._open_stream(request)
-        await asyncio.sleep(self.ttft)
+        await asyncio.sleep(fault.delay if fault is not None else self.ttft)
         gap = 1.0 / self.tokens_per_second if self.tokens_per_second else 0.0
+        cut = fault is not None and fault.kind in ("break_stream", "stall_stream")
+        at = fault.after_chunks if fault is not None else -1
         for i, (name, payload) in enumerate(self._stream_events(kind, body, reply)):
-            if i == break_after:
-                await self._drop_connection(request, call)
+            if i == at and cut:
+                await self._cut(request, fault, call)
             if i and gap:
                 await asyncio.sleep(gap)
+            if i == at and fault is not None and fault.kind == "invalid_json":
+                await resp.write(b"data: " + repr(payload).encode() + b"\n\n")
+                continue
             await resp.write(_sse(payload, name))
-        if break_after is not None:
-            await self._drop_connection(request, call)
+        if cut:
+            await self._cut(request, fault, call)
         if kind not in _EVENT_KINDS:
             await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
 
     async def _embeddings(self, body: Mapping[str, Any], prompt: int) -> web.Response:
-        inputs = body.get("input")
-        texts = [inputs] if isinstance(inputs, str) else inputs
-        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        answer = self._embeddings_body(body, prompt)
+        if answer is None:
             return await self._json(
                 400, _error("input must be a string or a list of strings", "BadRequestError", 400)
             )
+        return await self._json(200, answer)
+
+    def _embeddings_body(self, body: Mapping[str, Any], prompt: int) -> dict[str, Any] | None:
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else inputs
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return None
         data = [
             {"object": "embedding", "index": i, "embedding": _embedding(text)}
             for i, text in enumerate(texts)
         ]
         model = str(body.get("model") or self.served_model)
         usage = {"prompt_tokens": prompt, "total_tokens": prompt}
-        return await self._json(
-            200, {"object": "list", "data": data, "model": model, "usage": usage}
-        )
+        return {"object": "list", "data": data, "model": model, "usage": usage}
 
     # -- faults and helpers ------------------------------------------------------------
 
@@ -693,6 +733,8 @@ class FakeEngine:
             err_type = (
                 "rate_limit_error"
                 if fault.status == 429
+                else "overloaded_error"
+                if fault.status == 529
                 else "server_error"
                 if fault.status >= 500
                 else "invalid_request_error"
@@ -714,19 +756,73 @@ class FakeEngine:
                 400, _in_protocol(kind, _error(message, "BadRequestError", 400))
             )
         if fault.kind == "stream_error_event":
-            error = context_exceeded_error(self.error_style, self.context_window, prompt, requested)
+            if fault.message is None:
+                error = context_exceeded_error(
+                    self.error_style, self.context_window, prompt, requested
+                )
+            else:
+                error = self._engine_error(fault.message, fault.status)
+            if not body.get("stream"):  # the same failure, as the engine answers it whole
+                return await self._json(fault.status, _in_protocol(kind, error))
             resp = await self._open_stream(request)
             await asyncio.sleep(self.ttft)
             await resp.write(self._error_event(kind, error))
             await resp.write_eof()
             return resp
-        if fault.kind == "break_stream" and body.get("stream") and kind != "embedding":
+        if fault.kind == "reset":
+            await self._drop_connection(request, call)
+        # the answer itself goes wrong: slow, cut, stalled or not JSON
+        if kind == "embedding":
+            answer = self._embeddings_body(body, prompt) or {}
+        else:
             reply = self._reply(body, kind, prompt, requested)
-            return await self._stream(request, kind, body, reply, call, fault.after_chunks)
-        await self._drop_connection(request, call)  # "reset", or break_stream without a stream
+            if body.get("stream"):
+                return await self._stream(request, kind, body, reply, call, fault)
+            answer = self._whole_answer(kind, reply)
+        return await self._faulty_body(request, answer, fault, call)
 
-    @staticmethod
-    def _error_event(kind: str, error: dict[str, Any]) -> bytes:
+    async def _faulty_body(
+        self, request: web.BaseRequest, answer: dict[str, Any], fault: Fault, call: _Call
+    ) -> web.StreamResponse:
+        """A whole-body 200 that goes wrong after its head (or is not JSON at all)."""
+        data = repr(answer).encode() if fault.kind == "invalid_json" else orjson.dumps(answer)
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.content_length = len(data)
+        await resp.prepare(request)
+        if fault.kind in ("break_stream", "stall_stream"):
+            await resp.write(data[: len(data) // 2])
+            await self._cut(request, fault, call)
+        await asyncio.sleep(fault.delay)
+        await resp.write(data)
+        await resp.write_eof()
+        return resp
+
+    async def _cut(self, request: web.BaseRequest, fault: Fault, call: _Call) -> NoReturn:
+        """End an answer midway: drop the connection, or leave it open and silent."""
+        if fault.kind == "stall_stream":
+            await _forever()
+        await self._drop_connection(request, call)
+
+    def _engine_error(self, message: str, status: int) -> dict[str, Any]:
+        """A generic engine error in `error_style`'s shape."""
+        err_type = (
+            "BadRequestError"
+            if status < 500
+            else "overloaded_error"
+            if status == 529
+            else "InternalServerError"
+        )
+        if self.error_style == "sglang":  # flat, as SGLang's ErrorResponse
+            return {
+                "object": "error",
+                "message": message,
+                "type": err_type,
+                "param": None,
+                "code": status,
+            }
+        return _error(message, err_type, status)
+
+    def _error_event(self, kind: str, error: dict[str, Any]) -> bytes:
         """An in-stream error event in the endpoint's own shape."""
         if kind == "messages":
             return _sse(_in_protocol(kind, error), "error")
@@ -735,6 +831,8 @@ class FakeEngine:
             return _sse(
                 responses_error_event(err.get("code", 400), err.get("message", "")), "error"
             )
+        if self.error_style == "sglang":  # SGLang writes its events with json.dumps
+            return b"data: " + json.dumps({"error": err}).encode() + b"\n\n"
         return _sse({"error": err})
 
     async def _drop_connection(self, request: web.BaseRequest, call: _Call) -> NoReturn:
