@@ -6,6 +6,7 @@ and a test keeps the two in step.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +115,20 @@ ERROR_KINDS: dict[str, ErrorKind] = _kinds(
         502,
         "upstream_error",
         "No candidate could be connected to. Check that the backends are up.",
+    ),
+    ErrorKind(
+        "upstream_overloaded",
+        529,
+        "overloaded_error",
+        "Every candidate answered 529 (overloaded); retry later, after `Retry-After` "
+        "seconds when it is set.",
+    ),
+    ErrorKind(
+        "store_unavailable",
+        503,
+        "service_unavailable_error",
+        "The admin API cannot reach the store (database); retry shortly. Proxied requests "
+        "keep working meanwhile.",
     ),
     ErrorKind(
         "all_routes_rate_limited",
@@ -255,3 +270,10 @@ class GatewayError(Exception):
 
 def invalid(message: str, param: str | None = None) -> GatewayError:
     return GatewayError("invalid_request", message, param=param)
+
+
+def retry_after_header(seconds: float | None) -> dict[str, str]:
+    """`Retry-After` in whole seconds (at least 1); none when there is nothing to say."""
+    if seconds is None:
+        return {}
+    return {"Retry-After": str(max(1, math.ceil(seconds)))}

@@ -316,8 +316,11 @@ class ModelConfig(_Strict):
 
 
 class CircuitConfig(_Strict):
-    failure_threshold: PositiveInt = 3
+    failure_threshold: PositiveInt = 2
     """Consecutive failures that open a deployment's circuit."""
+    timeout_threshold: PositiveInt = 1
+    """Consecutive failures that open it when the last one was a timeout or a refused
+    connection: stronger evidence than a 5xx, and each one cost a client a long wait."""
     cooldown_seconds: PositiveFloat = 30.0
     """How long an open circuit keeps the deployment out before a half-open probe."""
     rate_limit_cooldown_seconds: PositiveFloat = 5.0

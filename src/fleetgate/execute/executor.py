@@ -1,14 +1,15 @@
 """Tries the plan's candidates in order; falls back on retryable failures.
 
-Connect errors, timeouts, 429 and 5xx move on to the next candidate; any other 4xx is
-returned at once. A stream falls back only before its first event has been handed to the
-client: the first event is read (and checked for an in-stream error) before the response
-starts. A stream that breaks later ends with an error event.
+Connect errors, timeouts, resets, 429, 5xx and 200s that are not JSON move on to the next
+candidate; any other 4xx is returned at once (`failures.py` says what each costs the
+deployment). A stream falls back only before its first event has been handed to the
+client: the first events are read (and checked for an in-stream error, and for JSON)
+before the response starts. A stream that breaks later, or sends an event that is not
+JSON, ends with a `stream_interrupted` error event.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -19,16 +20,21 @@ import orjson
 from fleetgate.config.schema import CircuitConfig
 from fleetgate.errors import GatewayError
 from fleetgate.execute.context_errors import parse_context_error
+from fleetgate.execute.failures import (
+    classify_exception,
+    client_error,
+    exhausted_error,
+    queue_full_error,
+    record_failure,
+    status_in_event,
+)
 from fleetgate.execute.framing import Framing, framing_for, stream_error_event
 from fleetgate.execute.outcome import (
     CLIENT_ERROR,
-    CONNECT,
     CONTEXT_EXCEEDED,
-    RATE_LIMITED,
+    INVALID_RESPONSE,
     REDIRECTED,
-    SKIPPED,
     STREAM_BROKEN,
-    TIMEOUT,
     Attempt,
     classify_status,
     error_message,
@@ -174,21 +180,21 @@ class Executor:
                 outcome.attempts = attempts
                 outcome.upstream_seconds = upstream_seconds
                 return outcome
-            self._record_failure(attempt, fleet, now)
+            record_failure(self.state, attempt, fleet.circuit)  # from now: when it was seen
             if attempt.retryable:
                 continue
             window = _exceeded_window(attempt, dep, of, self.on_context_limit)
             if attempt.error_class != CONTEXT_EXCEEDED:
-                raise ChainExhausted(self._client_error(attempt), attempts)
+                raise ChainExhausted(client_error(attempt), attempts)
             if window is not None:
                 exceeded_window = max(window, exceeded_window or 0)
             if exceeded_window is None or not any(
                 _larger(c.deployment, exceeded_window, of) for c in plan.candidates[position + 1 :]
             ):
-                raise ChainExhausted(self._exhausted(plan, attempts), attempts)
+                raise ChainExhausted(exhausted_error(plan, attempts, self.state), attempts)
         if queue_full and not attempts:
-            raise ChainExhausted(_queue_full(plan, queue_full, self.state), attempts)
-        raise ChainExhausted(self._exhausted(plan, attempts), attempts)
+            raise ChainExhausted(queue_full_error(plan, queue_full, self.state), attempts)
+        raise ChainExhausted(exhausted_error(plan, attempts, self.state), attempts)
 
     async def _attempt(
         self,
@@ -263,9 +269,14 @@ class Executor:
                     ),
                 )
             body = await resp.read()
+            try:
+                data = orjson.loads(body)  # the one parse: validity, usage, and `model`
+            except orjson.JSONDecodeError:
+                self._fail(attempt, INVALID_RESPONSE, "with a body that is not JSON", started)
+                return None
             attempt.latency = time.perf_counter() - started
             attempt.ttft = attempt.latency
-            self._usage(attempt, body)
+            _take_usage(attempt, data)
             self.state.record_success(
                 dep.id, attempt.ttft, attempt.latency, attempt.completion_tokens
             )
@@ -274,14 +285,10 @@ class Executor:
                 candidate=candidate,
                 status=resp.status,
                 content_type=wire.content_type(content_type),
-                body=wire.answer(rewriter.json(body), profile.model),
+                body=wire.answer(rewriter.json(body, data), profile.model, data),
             )
-        except aiohttp.ConnectionTimeoutError as exc:
-            self._fail(attempt, CONNECT, f"connect timeout: {exc}", started)
-        except TimeoutError:
-            self._fail(attempt, TIMEOUT, "timed out waiting for the upstream", started)
-        except aiohttp.ClientError as exc:
-            self._fail(attempt, CONNECT, f"{type(exc).__name__}: {exc}", started)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self._fail(attempt, *classify_exception(exc), started)
         finally:
             if not handed_over:
                 if resp is not None:
@@ -298,39 +305,70 @@ class Executor:
         attempt: Attempt,
         started: float,
         redactor: Redactor,
-    ) -> bytes | None:
-        """Read until the first whole data event; None when it is an error event."""
+    ) -> tuple[bytes, bytes] | None:
+        """Read until the first whole data event: the whole events read so far (the
+        client's model set) and the start of the next one. None when the first event is
+        an error, when an event is not JSON, or when the stream ends before any event."""
         buffer = b""
         sep = framing.separator
         async for chunk in resp.content.iter_any():
-            buffer += chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
+            buffer += chunk
+            if b"\r" in buffer:
+                buffer = buffer.replace(b"\r\n", b"\n")
             cut = buffer.rfind(sep)
             if cut < 0:
                 continue
-            for event in buffer[:cut].split(sep):
-                data = framing.payload(event)
-                if data is None or data == DONE:
-                    continue
-                if framing.is_error(data):
-                    data = redactor.bytes(data)
-                    attempt.status = _status_in(data)
-                    attempt.error_class = classify_status(attempt.status)
-                    attempt.message = error_message(data)
-                    attempt.upstream_body = data
-                    attempt.latency = time.perf_counter() - started
-                    return None
-                attempt.ttft = time.perf_counter() - started
-                return framing.rewrite(rewriter, buffer)
-        # the stream ended before any data event
-        attempt.ttft = time.perf_counter() - started
-        return framing.rewrite(rewriter, buffer) if buffer else b""
+            end = cut + len(sep)
+            verdict = self._check_head(buffer[:end], framing, attempt, started, redactor)
+            if verdict is None:
+                continue  # comments only, so far
+            if not verdict:
+                return None
+            attempt.ttft = time.perf_counter() - started
+            return framing.rewrite(rewriter, buffer[:end]), buffer[end:]
+        # the stream ended: what it sent is all there is
+        verdict = self._check_head(buffer, framing, attempt, started, redactor)
+        if verdict:
+            attempt.ttft = time.perf_counter() - started
+            return framing.rewrite(rewriter, buffer), b""
+        if verdict is None:
+            self._fail(attempt, INVALID_RESPONSE, "with a stream that has no event", started)
+        return None
+
+    def _check_head(
+        self,
+        block: bytes,
+        framing: Framing,
+        attempt: Attempt,
+        started: float,
+        redactor: Redactor,
+    ) -> bool | None:
+        """Whether a stream's first whole events may go to the client (None: no data
+        event yet). False when the first is an error event or an event is not JSON."""
+        for event in block.split(framing.separator):
+            data = framing.payload(event)
+            if data is None or data == DONE:
+                continue
+            if framing.is_error(data):
+                data = redactor.bytes(data)
+                attempt.status = status_in_event(data)
+                attempt.error_class = classify_status(attempt.status)
+                attempt.message = error_message(data)
+                attempt.upstream_body = data
+                attempt.latency = time.perf_counter() - started
+                return False
+            if not framing.all_json(block):
+                self._fail(attempt, INVALID_RESPONSE, "with an event that is not JSON", started)
+                return False
+            return True
+        return None
 
     async def _rest_of_stream(
         self,
         resp: aiohttp.ClientResponse,
         rewriter: ModelRewriter,
         framing: Framing,
-        first: bytes,
+        head: tuple[bytes, bytes],
         attempt: Attempt,
         started: float,
         circuit: CircuitConfig,
@@ -339,11 +377,12 @@ class Executor:
     ) -> AsyncIterator[bytes]:
         dep_id = attempt.deployment_id
         completed = False
-        carry = b""
+        severe = False
+        first, carry = head  # whole events, then the start of the next one
         sep = framing.separator
         # data events (NDJSON lines) after the first one: tokens for the throughput EMA
         marker = b"data:" if framing.name == "sse" else b"\n"
-        events = max(first.count(marker) - 1, 0)
+        events = max(first.count(marker) - 1, 0) + carry.count(marker)
         self._stream_usage(attempt, first, framing)  # Anthropic's message_start: input tokens
         tail = b""  # the stream's end, where usage is reported
         try:
@@ -351,58 +390,52 @@ class Executor:
             async for chunk in resp.content.iter_any():
                 events += chunk.count(marker)
                 tail = (tail + chunk)[-_USAGE_TAIL:]
-                if rewriter.identity:
-                    yield chunk
-                    continue
                 block = carry + chunk
+                if b"\r" in block:
+                    block = block.replace(b"\r\n", b"\n")
                 cut = block.rfind(sep)
                 if cut < 0:
                     carry = block
                     continue
-                carry = block[cut + len(sep) :]
-                yield framing.rewrite(rewriter, block[: cut + len(sep)])
-            if carry:
+                end = cut + len(sep)
+                carry = block[end:]
+                if not framing.all_json(block[:end]):
+                    raise _NotJson
+                yield framing.rewrite(rewriter, block[:end])
+            if carry:  # the last event, without its closing separator
+                if not framing.all_json(carry):
+                    raise _NotJson
                 yield framing.rewrite(rewriter, carry)
             completed = True
             self._stream_usage(attempt, tail, framing)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError, _NotJson) as exc:
+            what = "sent an event that is not JSON" if isinstance(exc, _NotJson) else "broke"
+            severe = isinstance(exc, TimeoutError)
             attempt.error_class = STREAM_BROKEN
-            attempt.message = f"upstream stream broke: {type(exc).__name__}"
+            attempt.message = f"upstream stream {what}: {type(exc).__name__}"
             yield stream_error_event(
                 endpoint,
                 framing,
                 "stream_interrupted",
-                "The upstream stream broke after output had started "
+                f"The upstream stream {what} after output had started "
                 f"({type(exc).__name__}); retry the request.",
             )
         finally:
             attempt.latency = time.perf_counter() - started
             release()
+            self.state.end(dep_id)
             if completed:
                 resp.release()
                 self.state.record_success(dep_id, attempt.ttft, attempt.latency, events or None)
             else:
                 resp.close()
                 if attempt.error_class == STREAM_BROKEN:
-                    self.state.end(dep_id)
-                    self.state.record_failure(dep_id, time.time(), circuit)
-                    return
-            self.state.end(dep_id)
+                    record_failure(self.state, attempt, circuit, severe=severe)
 
     def _fail(self, attempt: Attempt, error_class: str, message: str, started: float) -> None:
         attempt.error_class = error_class
         attempt.message = message
         attempt.latency = time.perf_counter() - started
-
-    @staticmethod
-    def _usage(attempt: Attempt, body: bytes) -> None:
-        if b'"usage"' not in body and b'"prompt_eval_count"' not in body:
-            return
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return
-        _take_usage(attempt, data)
 
     @staticmethod
     def _stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
@@ -420,70 +453,6 @@ class Executor:
             except orjson.JSONDecodeError:
                 continue  # the tail may start mid-event
             return
-
-    def _record_failure(self, attempt: Attempt, fleet: Fleet, now: float) -> None:
-        if attempt.error_class == RATE_LIMITED:
-            self.state.record_rate_limit(
-                attempt.deployment_id, now, attempt.retry_after, fleet.circuit
-            )
-        elif attempt.retryable:
-            if attempt.retry_after is not None:
-                self.state.record_rate_limit(
-                    attempt.deployment_id, now, attempt.retry_after, fleet.circuit
-                )
-            self.state.record_failure(attempt.deployment_id, now, fleet.circuit)
-
-    @staticmethod
-    def _client_error(attempt: Attempt) -> GatewayError:
-        """A non-retryable upstream 4xx, returned with the upstream's status and message."""
-        return GatewayError(
-            "upstream_rejected",
-            f"{attempt.deployment_id} rejected the request: {attempt.message}",
-            status=attempt.status or 400,
-            upstream_body=attempt.upstream_body,
-        )
-
-    def _exhausted(self, plan: RoutePlan, attempts: list[Attempt]) -> GatewayError:
-        tried = [a for a in attempts if a.error_class != SKIPPED]
-        if not tried:
-            raise GatewayError(
-                "no_route",
-                f"No deployment of {plan.requested_model!r} could take the request: every "
-                "candidate is being probed after failures. Retry shortly.",
-                headers={"Retry-After": "1"},
-            )
-        summary = "; ".join(
-            f"{a.deployment_id}: {a.status or a.error_class} {a.message}".rstrip() for a in tried
-        )
-        contexts = [a for a in tried if a.error_class == CONTEXT_EXCEEDED]
-        if contexts:
-            retryable = [a for a in tried if a.retryable]
-            if not retryable:
-                return self._client_error(contexts[-1])
-            tried = retryable  # a retryable failure of a larger tier beats the 400
-        classes = {a.error_class for a in tried}
-        if classes == {RATE_LIMITED}:
-            soonest = min(
-                (self.state.health(a.deployment_id).open_until for a in tried),
-                default=time.time() + 1,
-            )
-            wait = max(1, round(soonest - time.time() + 0.5))
-            return GatewayError(
-                "all_routes_rate_limited",
-                f"Every eligible deployment of {plan.requested_model!r} is rate limited; "
-                f"retry in {wait}s. ({summary})",
-                headers={"Retry-After": str(wait)},
-            )
-        if classes == {TIMEOUT}:
-            code = "upstream_timeout"
-        elif classes == {CONNECT}:
-            code = "upstream_unreachable"
-        else:
-            code = "upstream_error"
-        return GatewayError(
-            code,
-            f"All {len(tried)} attempt(s) for {plan.requested_model!r} failed: {summary}",
-        )
 
 
 def _exceeded_window(
@@ -523,20 +492,11 @@ def _no_slot() -> None:
     """Release for a provider without a concurrency limit."""
 
 
-def _queue_full(plan: RoutePlan, skipped: list[str], state: RuntimeState) -> GatewayError:
-    """429 when every candidate's worker was at its limit with a full queue."""
-    latencies = [state.health(dep_id).latency_ema for dep_id in skipped]
-    known = [t for t in latencies if t is not None]
-    wait = max(1, math.ceil(min(known))) if known else 1
-    return GatewayError(
-        "gateway_queue_full",
-        f"Every eligible worker for {plan.requested_model!r} is at its concurrency limit "
-        f"with a full queue; retry in {wait}s.",
-        headers={"Retry-After": str(wait)},
-    )
-
-
 _USAGE_TAIL = 4096  # bytes of a stream's end kept to read its usage
+
+
+class _NotJson(Exception):
+    """A stream event, after output had started, whose data is not JSON."""
 
 
 def _take_usage(attempt: Attempt, data: object) -> None:
@@ -559,22 +519,3 @@ def _take_usage(attempt: Attempt, data: object) -> None:
         attempt.prompt_tokens = prompt
     if isinstance(completion, int):
         attempt.completion_tokens = completion
-
-
-def _status_in(data: bytes) -> int:
-    """The HTTP-like status an in-stream error event carries (500 when it says none)."""
-    try:
-        obj = orjson.loads(data)
-        err = obj.get("error")
-    except (orjson.JSONDecodeError, AttributeError):
-        return 500
-    if err is None and obj.get("type") == "error":
-        err = obj  # a Responses `error` event is flat: {"type": "error", "code", "message"}
-    if isinstance(err, dict):
-        for key in ("code", "status"):
-            value = err.get(key)
-            if isinstance(value, int) and 400 <= value < 600:
-                return value
-        if "context" in str(err.get("message", "")).lower():
-            return 400
-    return 500

@@ -34,7 +34,22 @@ class Framing:
         except orjson.JSONDecodeError:
             return False
         # `"error": null` is a normal field of e.g. a Responses event, not a failure
-        return isinstance(obj, dict) and (bool(obj.get("error")) or obj.get("type") == "error")
+        return isinstance(obj, dict) and (
+            bool(obj.get("error")) or obj.get("type") == "error" or obj.get("object") == "error"
+        )
+
+    def all_json(self, block: bytes) -> bool:
+        """Whether every event in a block of whole events carries JSON (or `[DONE]`)."""
+        payload = self.payload
+        for event in block.split(self.separator):
+            data = payload(event)
+            if data is None or data == sse.DONE:
+                continue
+            try:
+                orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return False
+        return True
 
     def rewrite(self, rewriter: ModelRewriter, block: bytes) -> bytes:
         """Set the client's model name in a block of whole events."""

@@ -11,19 +11,23 @@ import orjson
 from yarl import URL
 
 # error classes, recorded per attempt
-CONNECT = "connect"
-TIMEOUT = "timeout"
+CONNECT = "connect"  # refused, unresolvable, or the connect timeout
+TIMEOUT = "timeout"  # no first byte in time, or the answer stalled before it was whole
+RESET = "reset"  # the connection broke before a whole answer arrived
+INVALID_RESPONSE = "invalid_response"  # a 200 whose body or first events are not JSON
 RATE_LIMITED = "rate_limited"
 SERVER_ERROR = "server_error"
 CLIENT_ERROR = "client_error"
-STREAM_BROKEN = "stream_broken"
+STREAM_BROKEN = "stream_broken"  # after output had reached the client
 SKIPPED = "skipped"
 # an upstream's context-length 400: moves on only to a strictly larger window; no cooldown
 CONTEXT_EXCEEDED = "context_exceeded"
 # a 3xx: never followed (it would take the credentials along); a failure of the deployment
 REDIRECTED = "redirected"
 
-RETRYABLE = frozenset({CONNECT, TIMEOUT, RATE_LIMITED, SERVER_ERROR, REDIRECTED})
+RETRYABLE = frozenset(
+    {CONNECT, TIMEOUT, RESET, INVALID_RESPONSE, RATE_LIMITED, SERVER_ERROR, REDIRECTED}
+)
 
 
 @dataclass(slots=True)

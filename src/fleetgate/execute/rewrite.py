@@ -27,8 +27,9 @@ class ModelRewriter:
         self._patterns = (b'"model":' + up, b'"model": ' + up)
         self._replacements = (b'"model":' + cl, b'"model": ' + cl)
 
-    def json(self, body: bytes) -> bytes:
-        """Rewrite one JSON document (a whole body or one SSE `data:` payload)."""
+    def json(self, body: bytes, parsed: object = None) -> bytes:
+        """Rewrite one JSON document (a whole body or one SSE `data:` payload); `parsed`
+        is the document already decoded, when the caller has it (it may be changed)."""
         if self.identity and b'"model"' not in body:
             return body
         for pattern, replacement in zip(self._patterns, self._replacements, strict=True):
@@ -36,10 +37,12 @@ class ModelRewriter:
                 return body.replace(pattern, replacement)
         if b'"model"' not in body:
             return body
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return body
+        data = parsed
+        if data is None:
+            try:
+                data = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                return body
         if not isinstance(data, dict):
             return body
         changed = False

@@ -35,7 +35,8 @@ class Dropped:
     deployment_id: str
     filter: str
     reason: str
-    retry_at: float | None = None  # wall-clock time it comes back, when it is a rate limit
+    retry_at: float | None = None  # wall-clock time its cooldown or open circuit ends
+    rate_limited: bool = False  # out because it answered 429
 
 
 @dataclass(slots=True)

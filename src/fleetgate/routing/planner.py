@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from fleetgate.discovery.store import WindowStore
-from fleetgate.errors import GatewayError
+from fleetgate.errors import GatewayError, retry_after_header
 from fleetgate.fleet import Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.plan import Dropped, PlanContext, RoutePlan
@@ -72,8 +72,9 @@ def require_route(plan: RoutePlan, now: float | None = None) -> None:
         error = empty_error(plan, time.time() if now is None else now)
         if error is not None:
             raise error
+    now = time.time() if now is None else now
     if plan.on_empty is not None:
-        raise plan.on_empty(plan)
+        raise _comes_back(plan.on_empty(plan), plan, now)
     reasons = "; ".join(f"{d.deployment_id}: {d.reason}" for d in plan.dropped) or "none"
     if plan.emptied_by == "num_ctx":
         raise GatewayError(
@@ -88,9 +89,18 @@ def require_route(plan: RoutePlan, now: float | None = None) -> None:
             f"No deployment of {plan.requested_model!r} serves this endpoint ({reasons}).",
             param="model",
         )
-    raise GatewayError(
+    error = GatewayError(
         "no_route",
         f"No deployment of {plan.requested_model!r} can serve this request: the "
         f"{plan.emptied_by or 'resolve'} filter removed the last candidate ({reasons}).",
-        headers=plan.headers,
+        headers=dict(plan.headers),
     )
+    raise _comes_back(error, plan, now)
+
+
+def _comes_back(error: GatewayError, plan: RoutePlan, now: float) -> GatewayError:
+    """Add `Retry-After` when a dropped candidate's cooldown or open circuit ends."""
+    ends = [d.retry_at for d in plan.dropped if d.retry_at is not None and d.retry_at > now]
+    if ends:
+        error.headers.update(retry_after_header(min(ends) - now))
+    return error

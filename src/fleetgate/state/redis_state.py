@@ -18,7 +18,7 @@ from typing import Any
 
 from fleetgate.config.schema import CircuitConfig
 from fleetgate.state.redis_link import RedisLink
-from fleetgate.state.runtime import MemoryState
+from fleetgate.state.runtime import RATE_LIMITED, MemoryState
 
 _SHARED = (
     "consecutive_failures",
@@ -120,13 +120,20 @@ class RedisState(MemoryState):
         super().record_success(deployment_id, ttft, latency, tokens)
         self._share(deployment_id)
 
-    def record_failure(self, deployment_id: str, now: float, circuit: CircuitConfig) -> None:
-        super().record_failure(deployment_id, now, circuit)
+    def record_failure(
+        self, deployment_id: str, now: float, circuit: CircuitConfig, severe: bool = False
+    ) -> None:
+        super().record_failure(deployment_id, now, circuit, severe)
         self._share(deployment_id)
 
     def record_rate_limit(
-        self, deployment_id: str, now: float, retry_after: float | None, circuit: CircuitConfig
+        self,
+        deployment_id: str,
+        now: float,
+        retry_after: float | None,
+        circuit: CircuitConfig,
+        reason: str = RATE_LIMITED,
     ) -> float:
-        until = super().record_rate_limit(deployment_id, now, retry_after, circuit)
+        until = super().record_rate_limit(deployment_id, now, retry_after, circuit, reason)
         self._share(deployment_id)
         return until

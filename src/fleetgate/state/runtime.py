@@ -15,12 +15,17 @@ from fleetgate.config.schema import CircuitConfig
 
 EMA_ALPHA = 0.2
 
+# why a deployment is out (`DeploymentHealth.open_reason`)
+CIRCUIT_OPEN = "circuit open"
+RATE_LIMITED = "rate limited"  # a 429: only this cooldown makes `all_routes_rate_limited`
+RETRY_LATER = "asked to retry later"  # a 5xx with Retry-After: an outage, not a rate limit
+
 
 @dataclass(slots=True)
 class DeploymentHealth:
     consecutive_failures: int = 0
     open_until: float = 0.0  # wall-clock seconds; the deployment is out until then
-    open_reason: str = ""  # "circuit open" | "rate limited"
+    open_reason: str = ""  # CIRCUIT_OPEN | RATE_LIMITED | RETRY_LATER
     probing: bool = False  # a half-open probe is in flight
     inflight: int = 0
     ttft_ema: float | None = None  # seconds
@@ -52,10 +57,17 @@ class RuntimeState(Protocol):
         self, deployment_id: str, ttft: float | None, latency: float, tokens: int | None
     ) -> None: ...
 
-    def record_failure(self, deployment_id: str, now: float, circuit: CircuitConfig) -> None: ...
+    def record_failure(
+        self, deployment_id: str, now: float, circuit: CircuitConfig, severe: bool = False
+    ) -> None: ...
 
     def record_rate_limit(
-        self, deployment_id: str, now: float, retry_after: float | None, circuit: CircuitConfig
+        self,
+        deployment_id: str,
+        now: float,
+        retry_after: float | None,
+        circuit: CircuitConfig,
+        reason: str = RATE_LIMITED,
     ) -> float: ...
 
 
@@ -111,24 +123,42 @@ class MemoryState:
             if tokens and latency > ttft:
                 h.tps_ema = _ema(h.tps_ema, tokens / (latency - ttft))
 
-    def record_failure(self, deployment_id: str, now: float, circuit: CircuitConfig) -> None:
+    def record_failure(
+        self, deployment_id: str, now: float, circuit: CircuitConfig, severe: bool = False
+    ) -> None:
+        """Count a failure seen at `now`; `severe`: a timeout or a refused connection."""
         h = self.health(deployment_id)
         h.failures += 1
         h.consecutive_failures += 1
-        if h.probing or h.consecutive_failures >= circuit.failure_threshold:
+        if h.probing or h.consecutive_failures >= threshold(circuit, severe):
             h.open_until = max(h.open_until, now + circuit.cooldown_seconds)
-            h.open_reason = "circuit open"
+            h.open_reason = CIRCUIT_OPEN
         h.probing = False
 
     def record_rate_limit(
-        self, deployment_id: str, now: float, retry_after: float | None, circuit: CircuitConfig
+        self,
+        deployment_id: str,
+        now: float,
+        retry_after: float | None,
+        circuit: CircuitConfig,
+        reason: str = RATE_LIMITED,
     ) -> float:
         """Put the deployment in a cooldown; returns when it ends."""
         h = self.health(deployment_id)
         h.failures += 1
         wait = retry_after if retry_after is not None else circuit.rate_limit_cooldown_seconds
         wait = min(max(wait, 0.0), circuit.max_cooldown_seconds)
-        h.open_until = max(h.open_until, now + wait)
-        h.open_reason = "rate limited"
+        if now + wait > h.open_until:
+            h.open_until = now + wait
+            h.open_reason = reason
         h.probing = False
         return h.open_until
+
+
+def threshold(circuit: CircuitConfig, severe: bool) -> int:
+    """Consecutive failures that open the circuit when the last one is (not) severe."""
+    return (
+        min(circuit.failure_threshold, circuit.timeout_threshold)
+        if severe
+        else (circuit.failure_threshold)
+    )

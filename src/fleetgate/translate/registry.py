@@ -251,13 +251,16 @@ class Wire:
         """Translators set the client's model name themselves."""
         return rewriter_for(upstream, client if self.translation is None else upstream)
 
-    def answer(self, body: bytes, model: str) -> bytes:
+    def answer(self, body: bytes, model: str, parsed: object = None) -> bytes:
+        """The client's answer; `parsed` is `body` already decoded, when the caller has it."""
         if self.translation is None:
             return body
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return body
+        data = parsed
+        if data is None:
+            try:
+                data = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                return body
         if not isinstance(data, dict):
             return body
         return orjson.dumps(self.translation.answer(data, model))

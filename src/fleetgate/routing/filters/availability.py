@@ -6,6 +6,7 @@ import math
 
 from fleetgate.errors import GatewayError
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext, RoutePlan
+from fleetgate.state.runtime import RATE_LIMITED
 
 
 def credentials_problem(candidate: Candidate) -> str | None:
@@ -43,16 +44,24 @@ class AvailabilityFilter:
                 kept.append(c)
             else:
                 health = ctx.state.health(c.deployment.id)
-                cooling = health.open_reason == "rate limited" and health.open_until > ctx.now
-                retry_at = health.open_until if cooling and not credentials_problem(c) else None
-                dropped.append(Dropped(c.deployment.id, self.name, reason, retry_at))
+                out = health.open_until > ctx.now and not credentials_problem(c)
+                dropped.append(
+                    Dropped(
+                        c.deployment.id,
+                        self.name,
+                        reason,
+                        retry_at=health.open_until if out else None,
+                        rate_limited=out and health.open_reason == RATE_LIMITED,
+                    )
+                )
         return kept, dropped
 
     def empty_error(self, plan: RoutePlan, now: float) -> GatewayError | None:
-        """Every eligible deployment cooling down after a 429: say when to come back."""
+        """Every eligible deployment cooling down after a 429: say when to come back.
+        Anything else (an open circuit, a 503's Retry-After) is the generic `no_route`."""
         mine = [d for d in plan.dropped if d.filter == self.name]
-        if not mine or any(d.retry_at is None for d in mine):
-            return None  # not (only) rate limits: the generic no_route
+        if not mine or not all(d.rate_limited for d in mine):
+            return None
         soonest = min(d.retry_at for d in mine if d.retry_at is not None)
         wait = max(1, math.ceil(soonest - now))
         return GatewayError(
