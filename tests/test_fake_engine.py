@@ -283,3 +283,62 @@ async def test_tokenize_and_embeddings(
     assert first["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
     engine.reset_counters()
     assert (engine.requests, engine.tokenize_calls, engine.cancelled) == ([], 0, 0)
+
+
+async def test_body_faults_after_the_head(
+    start_engine: StartEngine, session: aiohttp.ClientSession
+) -> None:
+    engine = await start_engine()
+    url = f"{engine.url}/v1/chat/completions"
+    short = aiohttp.ClientTimeout(sock_read=0.2)
+    engine.fail_next(Fault("slow_first_byte", delay=0.3))
+    started = time.monotonic()
+    async with session.post(url, json={"messages": CHAT}) as resp:
+        assert resp.status == 200 and time.monotonic() - started < 0.2  # the head at once
+        assert (await resp.json())["choices"][0]["message"]["content"].startswith("alpha says:")
+    assert time.monotonic() - started >= 0.3
+    engine.fail_next(Fault("break_stream"))  # a whole body: cut after half of it
+    async with session.post(url, json={"messages": CHAT}) as resp:
+        assert resp.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.read()
+    engine.fail_next(Fault("stall_stream", after_chunks=2))
+    received: list[bytes] = []
+    async with session.post(url, json={"messages": CHAT, "stream": True}, timeout=short) as r:
+        with pytest.raises(TimeoutError):
+            async for line in r.content:
+                received.append(line)
+    assert len([line for line in received if line.startswith(b"data: ")]) == 2
+
+
+async def test_invalid_json_and_engine_error_events(
+    start_engine: StartEngine, session: aiohttp.ClientSession
+) -> None:
+    engine = await start_engine(error_style="sglang")
+    url = f"{engine.url}/v1/chat/completions"
+    engine.fail_next(Fault("invalid_json"))
+    async with session.post(url, json={"messages": CHAT}) as resp:
+        assert resp.status == 200 and resp.content_type == "application/json"
+        with pytest.raises(orjson.JSONDecodeError):
+            orjson.loads(await resp.read())
+    engine.fail_next(Fault("invalid_json", after_chunks=1))
+    async with session.post(url, json={"messages": CHAT, "stream": True}) as resp:
+        events = sse_events(await resp.text())
+    assert orjson.loads(events[0])["choices"]
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(events[1])
+    assert events[-1] == "[DONE]"
+    fault = Fault("stream_error_event", status=500, message="Internal server error: boom")
+    engine.fail_next(fault)
+    async with session.post(url, json={"messages": CHAT, "stream": True}) as resp:
+        assert resp.status == 200
+        events = sse_events(await resp.text())
+    # SGLang's own framing: json.dumps, its ErrorResponse nested under "error"
+    assert events == [
+        '{"error": {"object": "error", "message": "Internal server error: boom", '
+        '"type": "InternalServerError", "param": null, "code": 500}}'
+    ]
+    engine.fail_next(fault)
+    async with session.post(url, json={"messages": CHAT}) as resp:  # the same, whole
+        assert resp.status == 500
+        assert (await resp.json())["object"] == "error"
