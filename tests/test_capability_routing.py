@@ -308,3 +308,81 @@ def test_a_virtual_models_chain_is_filtered_by_capability_and_keeps_its_order(
     assert raw.headers["x-fleetgate-route"] == "pb"
     assert raw.headers["x-fleetgate-effective-pool"] == "1/2"
     assert not a.requests
+
+
+ONE_OF_FOUR = (
+    "only 1 of 4 allowed deployments supports response_format json_schema (strict) — p3 — "
+    "and it is"
+)
+
+
+def test_a_429_in_a_pool_narrowed_by_capability_says_why(stack: Stack, client_for):
+    e1, e2, e3, e4 = four_hosts(stack)
+    client = client_for(stack)
+    # the one capable host answers 429: the exhausted chain says the pool was one host
+    e3.fail_next(Fault("status", status=429, retry_after=30))
+    with pytest.raises(openai.RateLimitError) as err:
+        client.chat.completions.create(model="m", messages=MSG, response_format=STRICT_SCHEMA)
+    message = err.value.body["message"]
+    assert f"{ONE_OF_FOUR} rate limited; retry in " in message, message
+    wait = int(err.value.response.headers["retry-after"])
+    assert f"retry in {wait}s" in message
+    # while it cools down, the request is refused before anything is sent, saying the same
+    with pytest.raises(openai.RateLimitError) as err:
+        client.chat.completions.create(model="m", messages=MSG, response_format=STRICT_SCHEMA)
+    message = err.value.body["message"]
+    assert f"{ONE_OF_FOUR} rate limited; retry in " in message, message
+    assert f"retry in {err.value.response.headers['retry-after']}s" in message
+    assert [len(e.requests) for e in (e1, e2, e3, e4)] == [0, 0, 1, 0]
+    # a request the whole pool can serve is not told about a narrowing it did not have
+    e1.fail_next(Fault("status", status=429, retry_after=30))
+    e2.fail_next(Fault("status", status=429, retry_after=30))
+    e4.fail_next(Fault("status", status=429, retry_after=30))
+    with pytest.raises(openai.RateLimitError) as err:
+        client.chat.completions.create(model="m", messages=MSG)
+    assert "Every eligible deployment of 'm'" in err.value.body["message"]
+    assert "allowed deployments" not in err.value.body["message"]
+
+
+def test_no_route_in_a_pool_narrowed_by_capability_says_why(stack: Stack, client_for):
+    engines = [stack.engine(f"e{i}") for i in range(1, 6)]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}
+    stack.start_gateway(
+        {
+            "providers": [provider(f"p{i}", e) for i, e in enumerate(engines, 1)],
+            "deployments": [
+                deployment("m", "p1", supported_parameters=["max_tokens"]),  # no tools
+                deployment("m", "p2", modalities=["text", "image"]),
+                deployment("m", "p3", modalities=["text", "image"]),
+                deployment("m", "p4"),  # no image input
+                deployment("m", "p5"),  # outside the allowlist: not counted
+            ],
+            "models": [{"id": "m", "provider": {"ignore": ["p5"]}}],
+            "routing": {"circuit": {"failure_threshold": 1}},
+        }
+    )
+    client = client_for(stack)
+    body: dict[str, Any] = {
+        "model": "m",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "what"}, image]}],
+        "tools": tools,
+    }
+    for engine in engines[1:3]:
+        engine.fail_next(Fault("status", status=500))
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(**body)
+    assert [len(e.requests) for e in engines] == [0, 1, 1, 0, 0]
+    # both capable hosts have an open circuit: no_route, naming the two and the needs
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(**body)
+    assert (err.value.status_code, err.value.body["code"]) == (503, "no_route")
+    message = err.value.body["message"]
+    assert (
+        "only 2 of 4 allowed deployments support image input and tools — p2, p3 — "
+        "and both are unavailable"
+    ) in message, message
+    assert "p2: circuit open" in message and "p1: lacks image_input, tools" in message
+    # a plain request still reaches the hosts the narrowing had set aside
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=MSG)
+    assert raw.headers["x-fleetgate-route"] == "p1"

@@ -139,3 +139,22 @@ def unsupported_fields(missing: Iterable[str]) -> tuple[str, ...]:
     for need in sorted(missing):
         fields.extend(f for f in NEED_FIELDS.get(need, ()) if f not in fields)
     return tuple(fields)
+
+
+# how a need reads in a message, where its name alone would not say what the request sent
+_NEED_WORDS = {
+    STRUCTURED_OUTPUTS: "response_format json_schema (strict)",
+    IMAGE_INPUT: "image input",
+    AUDIO_INPUT: "audio input",
+}
+
+
+def describe_needs(needs: Iterable[str]) -> str:
+    """Needs as a phrase: `tools and response_format json_schema (strict)`."""
+    wanted = set(needs)
+    if STRUCTURED_OUTPUTS in wanted:
+        wanted.discard(RESPONSE_FORMAT)  # strict structured outputs say it already
+    words = [_NEED_WORDS.get(n, n) for n in sorted(wanted)]
+    if len(words) <= 1:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " and " + words[-1]

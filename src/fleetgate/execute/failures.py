@@ -29,6 +29,7 @@ from fleetgate.execute.outcome import (
     TIMEOUT,
     Attempt,
 )
+from fleetgate.routing.filters.capability import explain_narrowing
 from fleetgate.routing.plan import RoutePlan
 from fleetgate.state.runtime import RETRY_LATER, RuntimeState
 
@@ -136,10 +137,11 @@ def exhausted_error(plan: RoutePlan, attempts: list[Attempt], state: RuntimeStat
         now = time.time()
         soonest = min((state.health(a.deployment_id).open_until for a in tried), default=now)
         wait = max(1, round(soonest - now + 0.5))
+        lead = explain_narrowing(plan, "rate limited", [a.deployment_id for a in tried])
+        lead = lead or f"Every eligible deployment of {plan.requested_model!r} is rate limited"
         return GatewayError(
             "all_routes_rate_limited",
-            f"Every eligible deployment of {plan.requested_model!r} is rate limited; "
-            f"retry in {wait}s. ({summary})",
+            f"{lead}; retry in {wait}s. ({summary})",
             headers={"Retry-After": str(wait)},
         )
     # an upstream that said when to come back: the soonest of them, relayed

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from fleetgate.fleet import Deployment
 from fleetgate.fleet_routes import Route
 from fleetgate.routing.plan import Candidate, Dropped
 
@@ -21,6 +22,12 @@ def merge_params(
     if "extra_body" in base and "extra_body" in override:
         merged["extra_body"] = {**base["extra_body"], **override["extra_body"]}
     return merged
+
+
+def deployment_candidates(deployments: Iterable[Deployment]) -> list[Candidate]:
+    """A real model's (or one deployment's) candidates: scope `deployment`, each carrying its
+    deployment's own `params` (they apply in every scope, not only under a route)."""
+    return [Candidate(dep, params=merge_params(dep.params, None)) for dep in deployments]
 
 
 def route_candidates(

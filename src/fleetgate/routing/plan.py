@@ -70,6 +70,8 @@ class RoutePlan:
     # the error an empty plan answers with, when resolution has a more precise one
     on_empty: Callable[[RoutePlan], GatewayError] | None = None
     window_of: Callable[[Deployment], int | None] | None = None  # as PlanContext.window_of
+    # PlanContext.cache: what stages derived, for the errors built later (never shown)
+    cache: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
         """The plan as the explain endpoint and CLI show it."""

@@ -8,6 +8,7 @@ from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError, retry_after_header
 from fleetgate.fleet import Fleet
 from fleetgate.ingress.profile import RequestProfile
+from fleetgate.routing.filters.capability import explain_narrowing
 from fleetgate.routing.plan import Dropped, PlanContext, RoutePlan
 from fleetgate.routing.register import FILTERS, ORDERERS
 from fleetgate.routing.resolve import resolve
@@ -42,6 +43,7 @@ def build_plan(
         notes=ctx.notes,
         on_empty=resolution.on_empty,
         window_of=ctx.window_of,
+        cache=ctx.cache,
     )
     for f in FILTERS:
         if not plan.candidates:
@@ -89,12 +91,14 @@ def require_route(plan: RoutePlan, now: float | None = None) -> None:
             f"No deployment of {plan.requested_model!r} serves this endpoint ({reasons}).",
             param="model",
         )
-    error = GatewayError(
-        "no_route",
+    later = {d.deployment_id: d.reason for d in plan.dropped if d.filter != "capability"}
+    outcome = "unavailable" if plan.emptied_by == "availability" else "ruled out"
+    # the capability filter left few: say so, rather than blame the last filter
+    lead = explain_narrowing(plan, outcome, later) or (
         f"No deployment of {plan.requested_model!r} can serve this request: the "
-        f"{plan.emptied_by or 'resolve'} filter removed the last candidate ({reasons}).",
-        headers=dict(plan.headers),
+        f"{plan.emptied_by or 'resolve'} filter removed the last candidate"
     )
+    error = GatewayError("no_route", f"{lead} ({reasons}).", headers=dict(plan.headers))
     raise _comes_back(error, plan, now)
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from fleetgate.errors import GatewayError
 from fleetgate.fleet import Fleet
 from fleetgate.routing.auto import AUTO_MODEL, DEFAULT_HEARTBEAT, is_heartbeat, pick_tier
-from fleetgate.routing.plan import Candidate, PlanContext
+from fleetgate.routing.chains import deployment_candidates
+from fleetgate.routing.plan import PlanContext
 from fleetgate.routing.resolution import Resolution
 from fleetgate.routing.tiers import TIER_HEADER, find_tier, resolve_tier
 from fleetgate.routing.virtual import resolve_virtual
@@ -53,7 +54,7 @@ def resolve(ctx: PlanContext) -> Resolution:
             detail["tier_header_ignored"] = "heartbeat"
         return Resolution(
             "explicit",
-            [Candidate(d) for d in model.deployments],
+            deployment_candidates(model.deployments),
             headers=_EXPLICIT,
             notes={"resolution": detail},
         )
@@ -61,7 +62,7 @@ def resolve(ctx: PlanContext) -> Resolution:
     if deployment is not None:
         return Resolution(
             "deployment",
-            [Candidate(deployment)],
+            deployment_candidates([deployment]),
             ordered=True,
             headers=_EXPLICIT,
             notes={"resolution": {"rule": "deployment"}},

@@ -102,7 +102,9 @@ def _reasons(plan: RoutePlan) -> str:
 
 
 def unavailable_error(vm: VirtualModel, plan: RoutePlan) -> GatewayError:
-    """The error for an empty chain; it never falls through to other routing."""
+    """The error for an empty chain; it never falls through to other routing. It carries the
+    plan's headers (`X-Fleetgate-Reason`, `X-Fleetgate-Virtual-Model`, …), as an exhausted
+    chain's error does."""
     if plan.emptied_by == "transport":
         wanted = "true" if vm.response_mode == "stream_only" else "false"
         return GatewayError(
@@ -110,6 +112,7 @@ def unavailable_error(vm: VirtualModel, plan: RoutePlan) -> GatewayError:
             f"The virtual model {vm.name!r} has response_mode {vm.response_mode}: send "
             f"`stream: {wanted}`.",
             param="stream",
+            headers=dict(plan.headers),
         )
     if plan.emptied_by not in _CHAIN_STEPS:
         message = (
@@ -126,4 +129,4 @@ def unavailable_error(vm: VirtualModel, plan: RoutePlan) -> GatewayError:
             f"The virtual model {vm.name!r} has no available route, and the default tier "
             f"has no available route either ({_reasons(plan)})."
         )
-    return GatewayError("virtual_model_unavailable", message)
+    return GatewayError("virtual_model_unavailable", message, headers=dict(plan.headers))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from fleetgate.errors import GatewayError
+from fleetgate.routing.filters.capability import explain_narrowing
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext, RoutePlan
 from fleetgate.state.runtime import RATE_LIMITED
 
@@ -64,10 +65,13 @@ class AvailabilityFilter:
             return None
         soonest = min(d.retry_at for d in mine if d.retry_at is not None)
         wait = max(1, math.ceil(soonest - now))
+        lead = explain_narrowing(plan, "rate limited", [d.deployment_id for d in mine]) or (
+            f"Every eligible deployment of {plan.requested_model!r} is cooling down after a "
+            "rate limit"
+        )
         return GatewayError(
             "all_routes_rate_limited",
-            f"Every eligible deployment of {plan.requested_model!r} is cooling down after a "
-            f"rate limit; retry in {wait}s. ("
+            f"{lead}; retry in {wait}s. ("
             + "; ".join(f"{d.deployment_id}: {d.reason}" for d in mine)
             + ")",
             headers={**plan.headers, "Retry-After": str(wait)},

@@ -9,18 +9,50 @@ on the attempt; with only its provider kind's default list, knobs pass through u
 
 When this filter shrinks a pool of two or more deployments to one or none, the plan says
 so: header `X-Fleetgate-Effective-Pool: <eligible>/<pool>` and note `effective_pool`.
+Whenever it narrows the pool at all, the errors of a later emptied or exhausted plan say so
+too (`explain_narrowing`): the deployments left were few, not the pool.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
+from dataclasses import dataclass
 
-from fleetgate.capabilities import CONTRACT_NEEDS, unsupported_fields
+from fleetgate.capabilities import CONTRACT_NEEDS, describe_needs, unsupported_fields
 from fleetgate.errors import GatewayError
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext, RoutePlan
 from fleetgate.routing.preferences import effective_preferences
 
 EFFECTIVE_POOL_HEADER = "X-Fleetgate-Effective-Pool"
+_NARROWING = "capability.narrowing"  # key in the plan's cache
+
+
+@dataclass(frozen=True, slots=True)
+class PoolNarrowing:
+    """The capability filter kept `eligible` of `pool` candidates; the others lacked `lacking`."""
+
+    eligible: tuple[str, ...]  # deployment ids, in plan order, each once
+    kept: int
+    pool: int
+    lacking: tuple[str, ...]
+
+
+def explain_narrowing(plan: RoutePlan, outcome: str, affected: Collection[str]) -> str | None:
+    """`No deployment of 'm' can take this request: only 1 of 4 allowed deployments supports
+    <needs> — <ids> — and it is <outcome>`, when the capability filter narrowed the pool and
+    every deployment it left is among `affected`; else None (the caller's usual text)."""
+    narrowing = plan.cache.get(_NARROWING)
+    if not isinstance(narrowing, PoolNarrowing) or not set(narrowing.eligible) <= set(affected):
+        return None
+    k = narrowing.kept
+    subject = "it is" if k == 1 else "both are" if k == 2 else f"all {k} are"
+    return (
+        f"No deployment of {plan.requested_model!r} can take this request: only {k} of "
+        f"{narrowing.pool} allowed deployments {'supports' if k == 1 else 'support'} "
+        f"{describe_needs(narrowing.lacking)} — {', '.join(narrowing.eligible)} — and "
+        f"{subject} {outcome}"
+    )
 
 
 class CapabilityFilter:
@@ -37,10 +69,12 @@ class CapabilityFilter:
         )
         kept: list[Candidate] = []
         dropped: list[Dropped] = []
+        lacking: set[str] = set()
         for c in candidates:
             caps = c.deployment.capabilities
             missing = required - caps
             if missing:
+                lacking |= missing
                 dropped.append(
                     Dropped(c.deployment.id, self.name, "lacks " + ", ".join(sorted(missing)))
                 )
@@ -51,6 +85,13 @@ class CapabilityFilter:
                 c = dataclasses.replace(c, drop_params=(*c.drop_params, *fields))
             kept.append(c)
         pool = len(candidates)
+        if kept and dropped:
+            ctx.cache[_NARROWING] = PoolNarrowing(
+                eligible=tuple(dict.fromkeys(c.deployment.id for c in kept)),
+                kept=len(kept),
+                pool=pool,
+                lacking=tuple(sorted(lacking)),
+            )
         if pool >= 2 and len(kept) <= 1:
             ctx.headers[EFFECTIVE_POOL_HEADER] = f"{len(kept)}/{pool}"
             ctx.notes["effective_pool"] = {
