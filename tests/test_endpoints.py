@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import httpx
+import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetgate.testing import Fault
+from tests.admin.helpers import admin, options
 from tests.harness import Stack, deployment, provider, wait_until
 
 
@@ -121,3 +123,55 @@ def test_streamed_usage_reaches_the_record(stack: Stack, client_for):
     wait_until(lambda: httpx.get(f"{stack.url}/v1/requests/{rid}").status_code == 200, 5)
     attempt = httpx.get(f"{stack.url}/v1/requests/{rid}").json()["attempts"][0]
     assert (attempt["prompt_tokens"], attempt["completion_tokens"]) == (4, 6)
+
+
+def test_a_caller_that_has_its_answer_can_read_its_record(stack: Stack, client_for, pg_url):
+    a = stack.engine("a")
+    stack.start_gateway(
+        {
+            "providers": [provider("pa", a)],
+            "deployments": [deployment("m", "pa", upstream_model="up-a")],
+            "virtual_models": [{"name": "Helper", "routes": [{"deployment": "pa"}]}],
+        },
+        options(pg_url),
+    )
+    client = client_for(stack)
+    msg = [{"role": "user", "content": "three words here"}]
+
+    def read_at_once(request_id: str, model: str, stream: bool) -> None:
+        resp = httpx.get(f"{stack.url}/v1/requests/{request_id}")
+        assert resp.status_code == 200, resp.text  # no waiting for a background batch
+        record = resp.json()
+        (attempt,) = record["attempts"]
+        assert (attempt["deployment_id"], attempt["status"]) == ("pa", 200)
+        assert attempt["completion_tokens"] is not None  # the attempt is complete
+        assert record["stream"] is stream
+        assert record["virtual_model"] == ("Helper" if model == "helper" else None)
+
+    ids = []
+    # a slow store (here: the request log's table locked) holds up the log's batches;
+    # a caller that has its answer still reads its record the moment it has it
+    with psycopg.connect(pg_url) as lock:
+        lock.execute("LOCK TABLE requests IN ACCESS EXCLUSIVE MODE")
+        with httpx.Client(base_url=stack.url) as http:
+            for i in range(8):
+                model, stream = ("helper" if i % 2 else "m"), i % 4 >= 2
+                body = {"model": model, "messages": msg, "stream": stream}
+                if stream:
+                    body["stream_options"] = {"include_usage": True}
+                resp = http.post("/v1/chat/completions", json=body)
+                assert resp.status_code == 200
+                ids.append(resp.headers["x-request-id"])
+                read_at_once(ids[-1], model, stream)
+        for model in ("m", "helper"):
+            raw = client.chat.completions.with_raw_response.create(
+                model=model, messages=msg, stream=True, stream_options={"include_usage": True}
+            )
+            assert list(raw.parse())
+            ids.append(raw.headers["x-request-id"])
+            read_at_once(ids[-1], model, True)
+        lock.rollback()
+    # the store catches up once it can
+    api = admin(stack)
+    wait_until(lambda: api.get(f"/admin/requests/{ids[-1]}").status_code == 200, 10, "logged")
+    assert api.get(f"/admin/requests/{ids[-1]}").json()["virtual_model"] == "Helper"

@@ -302,3 +302,110 @@ def test_explain_shows_the_resolution(gw: Stack) -> None:
     _, _, plan = post(gw, "/v1/routing/explain", {"model": "lonely", "messages": HELLO})
     assert plan["error"]["code"] == "virtual_model_unavailable"
     assert gw.engines["a"].requests == []
+
+
+def test_a_deployments_own_params_apply_in_every_scope(stack: Stack, client_for) -> None:
+    c, d = stack.engine("c"), stack.engine("d")
+    own = {"temperature": 0.4, "extra_body": {"dep_c_flag": True, "top_k": 3}}
+    stack.start_gateway(
+        {
+            "providers": [provider("pc", c), provider("pd", d)],
+            "deployments": [
+                deployment("m-gamma", "pc", id="dep-c", upstream_model="up-c", params=own),
+                deployment("m-delta", "pd", id="dep-d"),
+            ],
+            "tiers": {
+                "default": {
+                    "routes": [{"deployment": "dep-c", "params": {"extra_body": {"top_k": 9}}}]
+                }
+            },
+            "virtual_models": [
+                {"name": "vm", "routes": [{"deployment": "dep-c", "params": {"temperature": 0.9}}]}
+            ],
+        }
+    )
+    client = client_for(stack)
+    tier = {"X-Fleetgate-Tier": "default"}
+    sent: dict[str, dict[str, Any]] = {}
+    for name, model, headers in [
+        ("explicit", "m-gamma", None),
+        ("deployment-id", "dep-c", None),
+        ("virtual", "vm", None),
+        ("tier", "m-delta", tier),
+    ]:
+        resp = client.chat.completions.with_raw_response.create(
+            model=model, messages=HELLO, temperature=1.0, extra_headers=headers
+        )
+        assert resp.headers["x-fleetgate-route"] == "dep-c"
+        sent[name] = c.requests[-1].body
+        assert sent[name]["model"] == "up-c"
+        assert sent[name]["dep_c_flag"] is True, name  # the deployment's own, in every scope
+    assert [sent[n]["temperature"] for n in sent] == [0.4, 0.4, 0.9, 0.4]
+    assert [sent[n]["top_k"] for n in sent] == [3, 3, 3, 9]  # extra_body merges key by key
+    assert d.requests == []
+
+    for model in ("m-gamma", "dep-c"):
+        status, _, plan = post(stack, "/v1/routing/explain", {"model": model, "messages": HELLO})
+        assert status == 200
+        (candidate,) = plan["candidates"]
+        assert (candidate["scope"], candidate["params"]) == ("deployment", own)
+    resp = client.chat.completions.with_raw_response.create(model="m-gamma", messages=HELLO)
+    (attempt,) = record(stack, resp.headers["x-request-id"])["attempts"]
+    assert (attempt["scope"], attempt["params"]) == ("deployment", own)
+
+
+def test_models_lists_a_shadowed_name_once_as_the_virtual(stack: Stack, client_for) -> None:
+    a, b, c = stack.engine("a"), stack.engine("b"), stack.engine("c")
+    stack.start_gateway(
+        {
+            "providers": [provider("pa", a), provider("pb", b), provider("pc", c)],
+            "deployments": [
+                deployment("m-beta", "pa", context_window=131072),
+                deployment("m-small", "pb", context_window=16384),
+                deployment("m-mid", "pc", context_window=65536),
+            ],
+            "virtual_models": [
+                {
+                    "name": "M-Beta",
+                    "allow_shadowing": True,
+                    "routes": [{"deployment": "pb"}, {"model": "m-mid"}],
+                }
+            ],
+        }
+    )
+    client = client_for(stack)
+    listed = client.models.list().data
+    ids = [m.id for m in listed]
+    assert sorted(i.lower() for i in ids) == ["m-beta", "m-mid", "m-small"]  # each name once
+    (entry,) = [m for m in listed if m.id.lower() == "m-beta"]
+    assert entry.id == "M-Beta"
+    assert entry.context_length == 65536  # type: ignore[attr-defined]  # its routes' largest
+    # the name reaches the virtual model, which is what the catalog says it is
+    resp = client.chat.completions.with_raw_response.create(model="m-beta", messages=HELLO)
+    assert resp.headers["x-fleetgate-virtual-model"] == "M-Beta"
+    assert resp.headers["x-fleetgate-route"] == "pb"
+    assert a.requests == []
+
+
+def test_an_unavailable_virtual_model_says_how_it_was_routed(stack: Stack, client_for) -> None:
+    a = stack.engine("a")
+    stack.start_gateway(
+        {
+            "providers": [provider("pa", a)],
+            "deployments": [deployment("alpha", "pa")],
+            "virtual_models": [{"name": "Solo", "routes": [{"deployment": "pa"}]}],
+        }
+    )
+    client = client_for(stack)
+    a.fail_next(Fault("status", 429, retry_after=60))
+    with pytest.raises(openai.RateLimitError) as exhausted:
+        client.chat.completions.create(model="solo", messages=HELLO)
+    assert exhausted.value.response.headers["x-fleetgate-fallback-exhausted"] == "true"
+    # the only route now cools down: the chain is empty before anything is sent
+    with pytest.raises(openai.APIStatusError) as empty:
+        client.chat.completions.create(model="solo", messages=HELLO)
+    assert (empty.value.status_code, empty.value.body["code"]) == (503, "virtual_model_unavailable")
+    for err in (exhausted.value, empty.value):
+        assert err.response.headers["x-fleetgate-reason"] == "virtual-model"
+        assert err.response.headers["x-fleetgate-virtual-model"] == "Solo"
+    assert len(a.requests) == 1

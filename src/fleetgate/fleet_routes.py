@@ -29,8 +29,13 @@ class VirtualModel:
     continue_on_default: bool
 
     @property
+    def deployments(self) -> tuple[Deployment, ...]:
+        """The deployments its own routes reach, in declared order (repeats kept)."""
+        return tuple(d for r in self.routes for d in r.deployments)
+
+    @property
     def context_length(self) -> int | None:
-        windows = [d.context_window for r in self.routes for d in r.deployments if d.context_window]
+        windows = [d.context_window for d in self.deployments if d.context_window]
         return max(windows) if windows else None
 
 

@@ -37,9 +37,16 @@ class RequestRecord:
     client_key_id: str | None = None
     notes: dict[str, Any] = field(default_factory=dict)  # numbers and ids from the stages
 
+    @property
+    def virtual_model(self) -> str | None:
+        """The virtual model the request named (as configured), else None."""
+        resolution = self.notes.get("resolution")
+        return resolution.get("virtual_model") if isinstance(resolution, dict) else None
+
     def public(self) -> dict[str, Any]:
         """The record as the read API shows it (attempt messages left out)."""
         data = asdict(self)
+        data["virtual_model"] = self.virtual_model
         for attempt in data["attempts"]:
             attempt.pop("message", None)
             attempt.pop("upstream_body", None)
@@ -52,20 +59,24 @@ class RecordSink(Protocol):
 
 class RecentRequests:
     """Keeps the last `capacity` records in memory, for `GET /v1/requests/{id}` (fewer when
-    the store logs every request: see `server/control.py`)."""
+    the store logs every request: see `server/control.py`).
+
+    Not a recorder sink: the gateway adds each record here itself, before the response's
+    last byte, so a client that has its answer can read its record at once (one dict
+    insert; the sinks' batches may lag behind a slow store).
+    """
 
     def __init__(self, capacity: int = 2000) -> None:
         self.capacity = capacity
         self._records: OrderedDict[str, RequestRecord] = OrderedDict()
 
-    async def write(self, records: list[RequestRecord]) -> None:
+    def add(self, record: RequestRecord) -> None:
         records_by_id = self._records
-        for record in records:
-            if record.request_id in records_by_id:  # a client reused its X-Request-Id
-                records_by_id.move_to_end(record.request_id)
-            records_by_id[record.request_id] = record
-        while len(self._records) > self.capacity:
-            self._records.popitem(last=False)
+        if record.request_id in records_by_id:  # a client reused its X-Request-Id
+            records_by_id.move_to_end(record.request_id)
+        records_by_id[record.request_id] = record
+        while len(records_by_id) > self.capacity:
+            records_by_id.popitem(last=False)
 
     def get(self, request_id: str) -> RequestRecord | None:
         return self._records.get(request_id)

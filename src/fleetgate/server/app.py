@@ -51,6 +51,7 @@ from fleetgate.server.asgi import (
 from fleetgate.server.error_shapes import error_body, error_status, upstream_error_body
 from fleetgate.server.virtuals import (
     configure_sticky,
+    largest_window,
     sticky_tiers_for,
     virtual_catalog,
 )
@@ -135,7 +136,7 @@ class Gateway:
         self.refiner = ContextRefiner(self.pool)
         self.recent = RecentRequests()
         self.metrics = Metrics(lambda: self.holder.fleet)
-        self.recorder = Recorder([self.recent, self.metrics])
+        self.recorder = Recorder([self.metrics])  # `recent` is filled in `_record` itself
         self.sticky = sticky_tiers_for(holder.fleet)
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
@@ -346,10 +347,11 @@ class Gateway:
             overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
             headers = ex.base_headers()
             headers.extend(_routing_headers(plan, outcome, overhead))
-            await send_body(send, outcome.status, body, headers, outcome.content_type.encode())
+            # recorded before the answer leaves: whoever has it can read its record
             self._record(
                 ex, profile, plan, outcome.status, None, outcome.attempts, outcome, overhead
             )
+            await send_body(send, outcome.status, body, headers, outcome.content_type.encode())
         except asyncio.CancelledError:
             if not watch.cancelled:
                 raise
@@ -375,21 +377,34 @@ class Gateway:
         stream = outcome.stream
         # a native stream's last line carries prompt_eval_count: kept to judge truncation
         tail = b"" if outcome.content_type.startswith("application/x-ndjson") else None
+        recorded = False
         try:
             async for chunk in stream:
                 if tail is not None:
                     tail = (tail + chunk)[-4096:]
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
             if tail:
                 self._check_truncation(ex, profile, plan, outcome, last_ndjson_line(tail))
+            # recorded before the stream's end reaches the client: whoever has the whole
+            # answer can read its record
+            self._record_stream(ex, profile, plan, outcome, overhead)
+            recorded = True
+            await send({"type": "http.response.body", "body": b""})
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
-            last = outcome.attempts[-1]
-            code = "stream_interrupted" if last.error_class else None
-            self._record(
-                ex, profile, plan, outcome.status, code, outcome.attempts, outcome, overhead
-            )
+            if not recorded:  # the client went away, or the stream failed mid-way
+                self._record_stream(ex, profile, plan, outcome, overhead)
+
+    def _record_stream(
+        self,
+        ex: Exchange,
+        profile: RequestProfile,
+        plan: RoutePlan,
+        outcome: Outcome,
+        overhead: float,
+    ) -> None:
+        code = "stream_interrupted" if outcome.attempts[-1].error_class else None
+        self._record(ex, profile, plan, outcome.status, code, outcome.attempts, outcome, overhead)
 
     def _record(
         self,
@@ -422,6 +437,7 @@ class Gateway:
             client_key_id=key.id if key is not None else None,
             notes=plan.notes if plan is not None else {},
         )
+        self.recent.add(record)
         self.recorder.add(record)
         if key is not None and self.guard is not None:
             self.guard.settle(key, *record_usage(record, self.holder.fleet))
@@ -536,14 +552,14 @@ def _note_context_tier(plan: RoutePlan, outcome: Outcome) -> None:
 
 
 def catalog(fleet: Fleet, windows: WindowStore | None = None) -> dict[str, Any]:
-    """`GET /v1/models`: each canonical model once, with its largest context window
-    (the discovered windows when a store is given)."""
+    """`GET /v1/models`: each name once, with its largest context window (the discovered
+    windows when a store is given). A virtual model that shadows a real one takes its row:
+    the name reaches the virtual model, never the real one."""
     data = []
     for model in fleet.models.values():
-        context_length = model.context_length
-        if windows is not None:
-            found = [windows.effective_window(d)[0] for d in model.deployments]
-            context_length = max((w for w in found if w is not None), default=None)
+        if model.id.lower() in fleet.virtual_models:  # keyed by lower-cased name
+            continue
+        context_length = largest_window(model.deployments, windows)
         entry: dict[str, Any] = {
             "id": model.id,
             "object": "model",
@@ -553,7 +569,7 @@ def catalog(fleet: Fleet, windows: WindowStore | None = None) -> dict[str, Any]:
         if context_length is not None:
             entry["context_length"] = context_length
         data.append(entry)
-    data.extend(virtual_catalog(fleet))
+    data.extend(virtual_catalog(fleet, windows))
     return {"object": "list", "data": data}
 
 

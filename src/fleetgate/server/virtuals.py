@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from fleetgate.fleet import Fleet
+from fleetgate.discovery.store import WindowStore
+from fleetgate.fleet import Deployment, Fleet
 from fleetgate.routing.sticky import MemoryStickyTiers
 
 
-def virtual_catalog(fleet: Fleet) -> list[dict[str, Any]]:
+def largest_window(deployments: Iterable[Deployment], windows: WindowStore | None) -> int | None:
+    """The largest window among `deployments`: discovered when a store is given, else declared."""
+    if windows is None:
+        found = [d.context_window for d in deployments]
+    else:
+        found = [windows.effective_window(d)[0] for d in deployments]
+    return max((w for w in found if w), default=None)
+
+
+def virtual_catalog(fleet: Fleet, windows: WindowStore | None = None) -> list[dict[str, Any]]:
     """`GET /v1/models` rows of the enabled virtual models, with their largest route window."""
     rows = []
     for vm in fleet.virtual_models.values():
@@ -18,8 +29,9 @@ def virtual_catalog(fleet: Fleet) -> list[dict[str, Any]]:
             "created": 0,
             "owned_by": "fleetgate",
         }
-        if vm.context_length is not None:
-            entry["context_length"] = vm.context_length
+        context_length = largest_window(vm.deployments, windows)
+        if context_length is not None:
+            entry["context_length"] = context_length
         rows.append(entry)
     return rows
 

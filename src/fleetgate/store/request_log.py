@@ -80,7 +80,7 @@ def _row(r: RequestRecord) -> tuple[Any, ...]:
         r.endpoint,
         r.requested_model,
         r.resolution,
-        resolution.get("virtual_model"),
+        r.virtual_model,
         resolution.get("tier"),
         notes.get("context_tier"),
         r.deployment_id,
