@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fleetgate.admin import entities, explain, fleet_view, keys, log, stats
+from fleetgate.admin import entities, explain, fleet_view, history, keys, log, stats
 from fleetgate.admin.docs import add_docs
 from fleetgate.admin.errors import AdminError
 from fleetgate.auth.guard import presented_secret
@@ -69,6 +69,7 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
     app.include_router(log.router(control))
     app.include_router(stats.router(control))
     app.include_router(explain.router(control))
+    app.include_router(history.router(control))
     app.include_router(keys.router(control))
     app.include_router(entities.router(control))
     return app

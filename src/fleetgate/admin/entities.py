@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Body, Response
 
 from fleetgate.admin.errors import AdminError
+from fleetgate.admin.key_labels import follow_key_labels
 from fleetgate.admin.merge import merge_patch
 from fleetgate.config.loader import ConfigError
 from fleetgate.errors import GatewayError
@@ -85,9 +86,11 @@ def _id_of(kind: EntityKind, body: dict[str, Any]) -> str:
     return entity_id
 
 
-async def _apply(control: ControlPlane, edit: Any) -> None:
+async def _apply(
+    control: ControlPlane, edit: Any, events: list[dict[str, Any]] | None = None
+) -> None:
     try:
-        await control.change(edit)
+        await control.change(edit, events)
     except ConfigError as exc:
         problems = [{"path": p.path, "message": p.message} for p in exc.problems]
         summary = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
@@ -126,7 +129,7 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
         response.status_code = 201
         return public_body(body)
 
-    def _replacer(entity_id: str, make: Any) -> Any:
+    def _replacer(entity_id: str, make: Any, events: list[dict[str, Any]]) -> Any:
         def edit(entities: Entities) -> Entities:
             found = find(entities, name, entity_id)
             if found is None:
@@ -138,6 +141,8 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
                     "invalid_request",
                     f"The id cannot change ({entity_id!r}); create a new entry instead.",
                 )
+            if name == "providers":  # routes pinning a renamed key label follow it
+                new = follow_key_labels(entities, old, new, public_body(old), events)
             entities[name][index] = new
             return entities
 
@@ -145,11 +150,14 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
 
     async def replace(entity_id: str, body: EntityBody) -> dict[str, Any]:
         body = {kind.key_field: entity_id, **body}  # the path names it when the body does not
-        await _apply(control, _replacer(entity_id, lambda old: body))
+        events: list[dict[str, Any]] = []
+        await _apply(control, _replacer(entity_id, lambda old: body, events), events)
         return await get_one(entity_id)
 
     async def patch(entity_id: str, body: EntityBody) -> dict[str, Any]:
-        await _apply(control, _replacer(entity_id, lambda old: merge_patch(old, body)))
+        events: list[dict[str, Any]] = []
+        edit = _replacer(entity_id, lambda old: merge_patch(old, body), events)
+        await _apply(control, edit, events)
         return await get_one(entity_id)
 
     async def remove(entity_id: str) -> Response:

@@ -235,10 +235,13 @@ class ControlPlane:
             self.gateway.holder.swap(build_fleet(config, version))
             return True
 
-    async def change(self, edit: Callable[[Entities], Entities]) -> Fleet:
-        """Edit the stored entities; the whole result is validated before anything is kept."""
+    async def change(
+        self, edit: Callable[[Entities], Entities], events: list[dict[str, Any]] | None = None
+    ) -> Fleet:
+        """Edit the stored entities; the whole result is validated before anything is kept.
+        `events` (filled by `edit`): what else it did, for the config history."""
         version, config = await self.config_store.change(
-            edit, lambda entities: compose_or_raise(self.base, entities)
+            edit, lambda entities: compose_or_raise(self.base, entities), events
         )
         fleet = build_fleet(config, version)
         async with self._fleet_lock:

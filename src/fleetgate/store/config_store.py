@@ -1,4 +1,4 @@
-"""Fleet entities in the store: seeding from YAML, reading, and validated edits."""
+"""Fleet entities in the store: seeding from YAML, reading, validated edits, their history."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from sqlalchemy.exc import IntegrityError
 from fleetgate.config import FleetConfig, Problem, validate_config
 from fleetgate.config.loader import ConfigError
 from fleetgate.store.db import Database
-from fleetgate.store.fleet_file import same
+from fleetgate.store.fleet_file import changes, same
 from fleetgate.store.kinds import ENTITY_KINDS, Body, Entities
-from fleetgate.store.tables import config_entities, store_meta
+from fleetgate.store.tables import config_entities, config_history, store_meta
 
 T = TypeVar("T")
 
@@ -25,6 +25,7 @@ _SEEDED = "seeded"
 _VERSION = "config_version"
 _FILE = "fleet_file"  # the fleet file's entities as last applied (or seeded), as JSON
 _CONFIG_LOCK = 0x666C6567  # serialises config edits across replicas on PostgreSQL
+_LISTED = 10  # entity changes a history summary names before "and N more"
 
 
 def entities_of(config: FleetConfig) -> Entities:
@@ -109,15 +110,24 @@ class ConfigStore:
         return await self.db.transaction(_bump, name)
 
     async def change(
-        self, edit: Callable[[Entities], Entities], check: Callable[[Entities], T]
+        self,
+        edit: Callable[[Entities], Entities],
+        check: Callable[[Entities], T],
+        events: list[dict[str, Any]] | None = None,
     ) -> tuple[int, T]:
-        """Apply `edit` to the stored entities, `check` the result, persist it, bump the version.
+        """Apply `edit` to the stored entities, `check` the result, persist it, bump the version,
+        and add the change to the history.
 
         Either callable may raise; then nothing is written. Edits from all replicas are
         serialised so that each one validates against the latest rows. Both run in the DB
-        thread, inside the transaction.
+        thread, inside the transaction. `events`: what the edit did beyond its own rows
+        (filled by `edit` as it runs; each with `type` and `message`), kept in the history.
         """
-        return await self.db.transaction(_change, edit, check)
+        return await self.db.transaction(_change, edit, check, events if events is not None else [])
+
+    async def history(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The newest `limit` config changes, newest first."""
+        return await self.db.read(_history, limit)
 
 
 def _lock_config(conn: Connection) -> None:
@@ -139,6 +149,8 @@ def _seed(conn: Connection, entities: Entities) -> None:
     conn.execute(insert(store_meta).values(key=_VERSION, value="1"))
     _write(conn, {}, entities)
     _record_file(conn, entities)
+    seeded = {"type": "seeded", "message": "seeded from the config file"}
+    _add_history(conn, 1, {}, entities, [seeded])
 
 
 def _last_file(conn: Connection) -> Entities | None:
@@ -166,7 +178,10 @@ def _apply_file(conn: Connection, file: Entities, check: Callable[[Entities], ob
     check(copy.deepcopy(file))
     _write(conn, before, file)
     _record_file(conn, file)
-    return FileApply("applied", _increment(conn, _VERSION), before, last)
+    version = _increment(conn, _VERSION)
+    applied = {"type": "file_applied", "message": "applied the changed fleet file"}
+    _add_history(conn, version, before, file, [applied])
+    return FileApply("applied", version, before, last)
 
 
 def _counter(conn: Connection, name: str) -> int:
@@ -191,14 +206,50 @@ def _increment(conn: Connection, name: str) -> int:
 
 
 def _change(
-    conn: Connection, edit: Callable[[Entities], Entities], check: Callable[[Entities], T]
+    conn: Connection,
+    edit: Callable[[Entities], Entities],
+    check: Callable[[Entities], T],
+    events: list[dict[str, Any]],
 ) -> tuple[int, T]:
     _lock_config(conn)
     before = _load(conn)
     after = edit(copy.deepcopy(before))
     result = check(after)
     _write(conn, before, after)
-    return _increment(conn, _VERSION), result
+    version = _increment(conn, _VERSION)
+    _add_history(conn, version, before, after, events)
+    return version, result
+
+
+def _add_history(
+    conn: Connection,
+    version: int,
+    before: Entities,
+    after: Entities,
+    events: list[dict[str, Any]],
+) -> None:
+    """The change that made `version`: which entities it touched (ids only), and `events`."""
+    touched = [{"kind": c.kind, "id": c.id, "action": c.change} for c in changes(before, after)]
+    parts = [f"{c['action']} {c['kind']}/{c['id']}" for c in touched[:_LISTED]]
+    if len(touched) > _LISTED:
+        parts.append(f"and {len(touched) - _LISTED} more")
+    parts.extend(e["message"] for e in events)
+    conn.execute(
+        insert(config_history).values(
+            version=version,
+            time=time.time(),
+            summary="; ".join(parts) or "no entity changed",
+            changes=touched,
+            events=events,
+        )
+    )
+
+
+def _history(conn: Connection, limit: int) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        select(config_history).order_by(config_history.c.version.desc()).limit(limit)
+    )
+    return [dict(row._mapping) for row in rows]
 
 
 def _version(conn: Connection) -> int:

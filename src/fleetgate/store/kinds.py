@@ -88,19 +88,20 @@ def _register_route_kinds() -> None:
 _register_route_kinds()
 
 
-def _routes_of(entities: Entities) -> Iterable[tuple[str, str, Body]]:
+def routes_of(entities: Entities) -> Iterable[tuple[str, str, int, Body]]:
+    """(kind, name, position, route) of every route of the virtual models and tiers."""
     for kind in ("virtual_models", "tiers"):
         for body in entities.get(kind, []):
-            for route in body.get("routes") or []:
+            for i, route in enumerate(body.get("routes") or []):
                 if isinstance(route, dict):
-                    yield kind, body.get("name", "?"), route
+                    yield kind, body.get("name", "?"), i, route
 
 
 @reference_finder
 def _route_targets(entities: Entities) -> Iterable[Reference]:
     """Routes of virtual models and tiers name deployments or models."""
     by_id = {_deployment_id(b): b for b in entities.get("deployments", [])}
-    for kind, name, route in _routes_of(entities):
+    for kind, name, _, route in routes_of(entities):
         if route.get("deployment"):
             yield Reference(kind, name, "deployments", route["deployment"])
             dep = by_id.get(route["deployment"])

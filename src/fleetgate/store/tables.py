@@ -39,6 +39,19 @@ store_meta = Table(
     Column("value", Text, nullable=False),
 )
 
+# One row per config change, keyed by the config version it made: when, what it touched
+# (kinds and ids, never bodies or secrets) and what else it did (e.g. routes following a
+# key label's rename).
+config_history = Table(
+    "config_history",
+    metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("time", Float, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("changes", JSON, nullable=False),  # [{kind, id, action}]
+    Column("events", JSON, nullable=False),  # [{type, message, ...}]
+)
+
 # The request log: one row per request, its attempts inline as a JSON list (read only with
 # their request). The integer key appends to its index; no foreign key to check per row.
 requests = Table(
