@@ -311,8 +311,7 @@ def test_a_virtual_models_chain_is_filtered_by_capability_and_keeps_its_order(
 
 
 ONE_OF_FOUR = (
-    "only 1 of 4 allowed deployments supports response_format json_schema (strict) — p3 — "
-    "and it is"
+    "only 1 of 4 allowed deployments supports response_format json_schema (strict) — p3 — and it is"
 )
 
 
