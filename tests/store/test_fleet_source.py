@@ -65,6 +65,16 @@ def test_a_changed_file_is_applied_and_summarised(
         f"applied the changed fleet file (config version {version + 1}): changed "
         "deployments/pb, models/m; it replaced no runtime edits"
     ]
+    # the config history has it, as it has every change
+    latest, seeded = admin(stack).get("/admin/config/history").json()["data"]
+    assert (latest["version"], seeded["version"]) == (version + 1, version)
+    assert latest["events"] == [
+        {"type": "file_applied", "message": "applied the changed fleet file"}
+    ]
+    assert latest["changes"] == [
+        {"kind": "deployments", "id": "pb", "action": "changed"},
+        {"kind": "models", "id": "m", "action": "changed"},
+    ]
     # the next start with the same (now applied) file changes nothing more
     assert _restart(stack, _edited(config), db_url, caplog).holder.fleet.version == version + 1
 
