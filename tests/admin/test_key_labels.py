@@ -150,3 +150,13 @@ def test_a_pinned_label_cannot_be_deleted(stack: Stack, db_url: str) -> None:
     assert api.patch("/admin/providers/pa", json={"keys": {"spare": None}}).status_code == 200
     assert api.get("/admin/providers/pa").json()["keys"] == {"team-b": "***"}
     assert _labels(api)["support-bot"] == ["team-b", "team-b"]
+
+
+def test_keys_that_are_not_a_map_are_refused_whole(stack: Stack, db_url: str) -> None:
+    gw = stack.start_gateway(pinned_fleet(stack), options(db_url))
+    api = admin(stack)
+    version = gw.holder.fleet.version
+    for keys in ("team-b", ["team-b"], 7):
+        resp = api.patch("/admin/providers/pa", json={"keys": keys})
+        assert resp.status_code in (400, 422), resp.text
+    assert gw.holder.fleet.version == version

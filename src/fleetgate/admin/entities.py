@@ -135,14 +135,16 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
             if found is None:
                 raise _not_found(name, entity_id)
             index, old = found
-            new = unmask(make(old), old)
+            new = make(old)
+            if name == "providers":  # routes pinning a renamed key label follow it (its
+                # masked credential moving with it), before masks are resolved
+                new = follow_key_labels(entities, old, new, public_body(old), events)
+            new = unmask(new, old)
             if _id_of(kind, new) != entity_id:
                 raise AdminError(
                     "invalid_request",
                     f"The id cannot change ({entity_id!r}); create a new entry instead.",
                 )
-            if name == "providers":  # routes pinning a renamed key label follow it
-                new = follow_key_labels(entities, old, new, public_body(old), events)
             entities[name][index] = new
             return entities
 

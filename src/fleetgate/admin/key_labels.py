@@ -52,8 +52,10 @@ def follow_key_labels(
     `events`); AdminError `in_use` when a removed label is still pinned. `shown`: the old
     body as the API shows it (masked credentials)."""
     provider_id = old["id"]
-    old_keys: dict[str, Any] = old.get("keys") or {}
-    new_keys: dict[str, Any] = dict(new.get("keys") or {})
+    old_keys, new_keys = old.get("keys") or {}, new.get("keys") or {}
+    if not isinstance(old_keys, dict) or not isinstance(new_keys, dict):
+        return new  # not a map of labels: validation answers it
+    new_keys = dict(new_keys)
     shown_keys: dict[str, Any] = shown.get("keys") or {}
     added = [label for label in new_keys if label not in old_keys]
     for label in [label for label in old_keys if label not in new_keys]:
