@@ -151,6 +151,11 @@ class ContextRefiner:
         record_estimate(exact, plan.headers, plan.notes)
         plan.candidates = order_by_fit(plan.candidates, exact.total, plan.window_of)
 
+    async def count(self, dep: Deployment, profile: RequestProfile, settings: ContextConfig) -> int:
+        """The engine's prompt count of a chat or completions request (tool schemas
+        estimated); raises on any failure. `POST /v1/messages/count_tokens` uses it."""
+        return await self._tokenize(dep, profile, settings)
+
     async def _tokenize(
         self, dep: Deployment, profile: RequestProfile, settings: ContextConfig
     ) -> int:

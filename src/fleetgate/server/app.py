@@ -29,6 +29,7 @@ from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
 from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Fleet, FleetHolder
+from fleetgate.ingress.anthropic import parse_messages
 from fleetgate.ingress.openai import parse_json_object
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.ingress.routes import INGRESS_ROUTES, Parser, error_protocol
@@ -48,6 +49,7 @@ from fleetgate.server.asgi import (
     read_body,
     send_body,
 )
+from fleetgate.server.count_tokens import count_message_tokens
 from fleetgate.server.error_shapes import error_body, error_status, upstream_error_body
 from fleetgate.server.virtuals import (
     configure_sticky,
@@ -160,6 +162,7 @@ class Gateway:
             ("GET", "/api/tags"): self.ollama_tags,
             ("GET", "/api/version"): self.ollama_version,
             ("GET", "/api/ps"): self.ollama_ps,
+            ("POST", "/v1/messages/count_tokens"): self.count_tokens,
             ("GET", "/v1/fleet/windows"): self.fleet_windows,
             ("POST", "/v1/fleet/windows/refresh"): self.refresh_windows,
         }
@@ -195,6 +198,8 @@ class Gateway:
     def _fallback_route(self, method: str, path: str) -> Handler:
         if method == "GET" and path.startswith("/v1/requests/"):
             return self.request_record
+        if method == "GET" and path.startswith("/v1/models/"):
+            return self.model_entry
         if self.control is not None and (path == "/admin" or path.startswith("/admin/")):
             return self._admin
         if self.control is not None and (path == "/ui" or path.startswith("/ui/")):
@@ -314,6 +319,9 @@ class Gateway:
         profile.request_id = ex.request_id
         profile.headers = ex.headers
         fleet = self.holder.fleet
+        if endpoint == "ollama.show" and not ollama_api.has_worker(fleet, profile.model):
+            await self._show_from_fleet(scope, send, ex, profile.model)
+            return
         plan: RoutePlan | None = None
         try:
             if self.guard is not None:
@@ -471,9 +479,45 @@ class Gateway:
         )
         await send_body(send, 200, orjson.dumps(result), ex.base_headers())
 
+    async def model_entry(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        """`GET /v1/models/{id}`: one catalog entry (the openai SDK's `models.retrieve`)."""
+        model_id = scope["path"].removeprefix("/v1/models/")
+        listed = self._listed(scope)
+        for entry in catalog(self.holder.fleet, self.windows)["data"]:
+            if entry["id"] == model_id and listed(model_id):
+                await send_body(send, 200, orjson.dumps(entry), ex.base_headers())
+                return
+        raise GatewayError(
+            "model_not_found",
+            f"There is no model {model_id!r}; GET /v1/models lists them.",
+            param="model",
+        )
+
+    async def count_tokens(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        profile = parse_messages("messages", await read_body(receive, self.max_body))
+        profile.headers = ex.headers
+        if self.guard is not None:
+            self.guard.identify(scope, profile.model)
+        fleet = self.holder.fleet
+        count = await count_message_tokens(
+            profile, fleet, self.state, self.windows, self.pool, self.refiner
+        )
+        headers = ex.base_headers()
+        headers.extend(count.headers())
+        await send_body(send, 200, orjson.dumps({"input_tokens": count.tokens}), headers)
+
+    async def _show_from_fleet(self, scope: Scope, send: Send, ex: Exchange, model: str) -> None:
+        if self.guard is not None:
+            self.guard.identify(scope, model)
+        body = ollama_api.show(self.holder.fleet, self.windows, model)
+        if body is None:
+            raise GatewayError("model_not_found", f"There is no model {model!r}.", param="model")
+        await send_body(send, 200, orjson.dumps(body), ex.base_headers())
+
     async def ollama_tags(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         listed = self._listed(scope)
-        body = ollama_api.tags(self.holder.fleet)
+        fleet = self.holder.fleet
+        body = ollama_api.tags(fleet, await ollama_api.ask_workers(self.pool, fleet, "/api/tags"))
         body["models"] = [entry for entry in body["models"] if listed(entry["model"])]
         await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 
@@ -484,7 +528,9 @@ class Gateway:
 
     async def ollama_ps(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         listed = self._listed(scope)
-        body = ollama_api.ps(self.holder.fleet, self.windows)
+        fleet = self.holder.fleet
+        listing = await ollama_api.ask_workers(self.pool, fleet, "/api/ps")
+        body = ollama_api.ps(fleet, self.windows, listing)
         body["models"] = [entry for entry in body["models"] if listed(entry["model"])]
         await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 

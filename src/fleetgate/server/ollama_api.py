@@ -1,59 +1,172 @@
-"""Ollama's native listing endpoints, answered by the gateway from its fleet view."""
+"""Ollama's native listing endpoints, answered by the gateway for the whole fleet.
+
+`/api/tags`, `/api/ps` and `/api/show` list every model an Ollama client can reach through
+the gateway, under the name it asks for. Where a real Ollama worker serves a model, the
+entry is that worker's own (its `size`, `digest`, `details`, `size_vram`), asked live with
+a short timeout; other deployments (vLLM, llama.cpp, hosted APIs) get an entry built from
+the fleet: the engines keep their model loaded, so `/api/ps` lists them with their window.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+import aiohttp
+import orjson
+
+from fleetgate.capabilities import IMAGE_INPUT, TOOLS
+from fleetgate.discovery.evidence import ollama_name
 from fleetgate.discovery.store import WindowStore
-from fleetgate.fleet import Fleet
+from fleetgate.execute.upstream import UpstreamPool
+from fleetgate.fleet import Deployment, Fleet, Provider
 
 # the Ollama API level the native endpoints follow (clients read it from /api/version)
 OLLAMA_API_VERSION = "0.12.6"
+_ASK_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
+# how long an engine that is not Ollama is said to keep its model loaded
+_RESIDENT = 365 * 24 * 3600
+
+Listing = dict[str, list[dict[str, Any]]]  # provider id -> the entries its worker listed
 
 
 def _stamp(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def _entry(model_id: str, family: str = "") -> dict[str, Any]:
+def _details(family: str = "") -> dict[str, Any]:
+    return {
+        "parent_model": "",
+        "format": "",
+        "family": family,
+        "families": None,
+        "parameter_size": "",
+        "quantization_level": "",
+    }
+
+
+def _entry(model_id: str) -> dict[str, Any]:
     return {
         "name": model_id,
         "model": model_id,
         "modified_at": _stamp(0),
         "size": 0,
         "digest": "",
-        "details": {
-            "parent_model": "",
-            "format": "",
-            "family": family,
-            "families": None,
-            "parameter_size": "",
-            "quantization_level": "",
-        },
+        "details": _details(),
     }
 
 
-def tags(fleet: Fleet) -> dict[str, Any]:
-    """`GET /api/tags`: every model of the fleet, under the name clients ask for."""
-    return {"models": [_entry(model_id) for model_id in fleet.models]}
+def _workers(fleet: Fleet) -> list[Provider]:
+    return [p for p in fleet.providers.values() if p.kind == "ollama"]
+
+
+async def ask_workers(pool: UpstreamPool, fleet: Fleet, path: str) -> Listing:
+    """`GET path` on every Ollama worker at once; a worker that fails lists nothing."""
+    workers = _workers(fleet)
+
+    async def ask(provider: Provider) -> list[dict[str, Any]]:
+        client = pool.client(provider)
+        url = provider.base_url.removesuffix("/v1") + path
+        try:
+            async with client.session.get(url, headers=client.headers, timeout=_ASK_TIMEOUT) as r:
+                if r.status != 200:
+                    return []
+                body = orjson.loads(await r.read())
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
+            return []
+        models = body.get("models") if isinstance(body, dict) else None
+        return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+
+    answers = await asyncio.gather(*(ask(p) for p in workers))
+    return {p.id: a for p, a in zip(workers, answers, strict=True)}
+
+
+def _worker_entry(dep: Deployment, listing: Listing) -> dict[str, Any] | None:
+    want = ollama_name(dep.upstream_model)
+    for entry in listing.get(dep.provider.id, ()):
+        names = {ollama_name(str(entry.get(k))) for k in ("name", "model") if entry.get(k)}
+        if want in names:
+            return entry
+    return None
+
+
+def _reachable(fleet: Fleet) -> list[str]:
+    return [*fleet.models, *(vm.name for vm in fleet.virtual_models.values())]
+
+
+def tags(fleet: Fleet, listing: Listing) -> dict[str, Any]:
+    """`GET /api/tags`: every model and virtual model, with its Ollama worker's facts."""
+    models = []
+    for model_id in _reachable(fleet):
+        entry = _entry(model_id)
+        model = fleet.models.get(model_id)
+        for dep in model.deployments if model is not None else ():
+            found = _worker_entry(dep, listing)
+            if found is not None:
+                entry = {**found, "name": model_id, "model": model_id}
+                break
+        models.append(entry)
+    return {"models": models}
 
 
 def version() -> dict[str, Any]:
     return {"version": OLLAMA_API_VERSION}
 
 
-def ps(fleet: Fleet, windows: WindowStore) -> dict[str, Any]:
-    """`GET /api/ps`: the fleet's models loaded on some worker, with the largest loaded context."""
-    loaded: dict[str, int] = {}
-    for dep in fleet.deployments.values():
-        ev = windows.evidence(dep.id)
-        if ev is not None and ev.loaded:
-            loaded[dep.model] = max(loaded.get(dep.model, 0), ev.loaded_context or 0)
+def ps(fleet: Fleet, windows: WindowStore, listing: Listing) -> dict[str, Any]:
+    """`GET /api/ps`: the models loaded now: on an Ollama worker (its own entry, with the
+    largest loaded context), and every model on an engine that keeps it loaded."""
     models = []
-    for model_id, context in loaded.items():
-        entry = {**_entry(model_id), "expires_at": _stamp(time.time() + 300), "size_vram": 0}
-        if context:
-            entry["context_length"] = context
-        models.append(entry)
+    now = time.time()
+    for model_id, model in fleet.models.items():
+        best: dict[str, Any] | None = None
+        for dep in model.deployments:
+            if dep.provider.kind == "ollama":
+                found = _worker_entry(dep, listing)
+                if found is None:
+                    continue
+                entry = {**found, "name": model_id, "model": model_id}
+            else:
+                window = windows.effective_window(dep)[0]
+                entry = {**_entry(model_id), "expires_at": _stamp(now + _RESIDENT), "size_vram": 0}
+                if window:
+                    entry["context_length"] = window
+            if best is None or entry.get("context_length", 0) > best.get("context_length", 0):
+                best = entry
+        if best is not None:
+            models.append(best)
     return {"models": models}
+
+
+def has_worker(fleet: Fleet, model_id: str) -> bool:
+    """Whether a real Ollama worker serves the model (it then answers `/api/show` itself)."""
+    model = fleet.models.get(model_id)
+    return model is not None and any(d.provider.kind == "ollama" for d in model.deployments)
+
+
+def show(fleet: Fleet, windows: WindowStore, model_id: str) -> dict[str, Any] | None:
+    """`POST /api/show` for a model no Ollama worker serves: what the fleet knows of it."""
+    model = fleet.models.get(model_id)
+    if model is None:
+        return None
+    found = [windows.effective_window(d)[0] for d in model.deployments]
+    window = max((w for w in found if w is not None), default=model.context_length)
+    capabilities = ["completion"]
+    if any(TOOLS in d.capabilities for d in model.deployments):
+        capabilities.append("tools")
+    if any(IMAGE_INPUT in d.capabilities for d in model.deployments):
+        capabilities.append("vision")
+    info: dict[str, Any] = {"general.architecture": "fleetgate"}
+    if window:
+        info["fleetgate.context_length"] = window
+    return {
+        "license": "",
+        "modelfile": f"# served by fleetgate\nFROM {model_id}\n",
+        "parameters": "",
+        "template": "",
+        "details": _details(),
+        "model_info": info,
+        "capabilities": capabilities,
+        "modified_at": _stamp(0),
+    }

@@ -309,6 +309,19 @@ def _message_id(upstream: Any) -> str:
     return swap_prefix(upstream, "chatcmpl-", "msg_")
 
 
+def _plain_text_delta(chunk: dict[str, Any]) -> str | None:
+    """The text of a chunk that carries only text (no tool call, stop, usage, reasoning)."""
+    choices = chunk.get("choices")
+    if not choices or len(choices) != 1 or chunk.get("usage") is not None:
+        return None
+    choice = choices[0]
+    delta = choice.get("delta")
+    if not delta or len(delta) != 1 or choice.get("finish_reason") is not None:
+        return None
+    text = delta.get("content")
+    return text if text.__class__ is str and text else None
+
+
 class ChatToMessagesStream:
     """Chat completion chunks in, Anthropic Messages stream events out.
 
@@ -376,6 +389,11 @@ class ChatToMessagesStream:
 
     def feed(self, event: Event) -> list[Event]:
         chunk = event[1]
+        text = _plain_text_delta(chunk) if self._block_kind == "text" else None
+        if text is not None:  # the usual chunk: more text for the open text block
+            delta = {"type": "text_delta", "text": text}
+            payload = {"type": "content_block_delta", "index": self._block, "delta": delta}
+            return [("content_block_delta", payload)]
         out: list[Event] = []
         if "error" in chunk and chunk.get("error"):
             return [error_event(chunk["error"])]
@@ -383,18 +401,21 @@ class ChatToMessagesStream:
             self._start(chunk, out)
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
-            reasoning = reasoning_of(delta)
+            reasoning = reasoning_of(delta) if len(delta) > 1 or "content" not in delta else None
             if reasoning:
                 if self._block_kind != "thinking":
-                    self._open("thinking", {"type": "thinking", "thinking": ""}, out)
+                    self._open(
+                        "thinking", {"type": "thinking", "thinking": "", "signature": ""}, out
+                    )
                 self._delta(self._block, {"type": "thinking_delta", "thinking": reasoning}, out)
             text = delta.get("content")
             if isinstance(text, str) and text:
                 if self._block_kind != "text":
                     self._open("text", {"type": "text", "text": ""}, out)
                 self._delta(self._block, {"type": "text_delta", "text": text}, out)
-            for call in delta.get("tool_calls") or ():
-                self._tool_call(call, out)
+            if "tool_calls" in delta:
+                for call in delta["tool_calls"] or ():
+                    self._tool_call(call, out)
             if choice.get("finish_reason"):
                 self._finish = _stop_reason(choice, None)
                 if self._tool_blocks and self._finish[0] == "end_turn":

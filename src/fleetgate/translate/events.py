@@ -51,19 +51,22 @@ class Chain:
         return events
 
 
+_HEADS: dict[str | None, bytes] = {None: b"data: "}  # event name -> its lines' start
+
+
 def encode_sse(events: list[Event]) -> bytes:
     out = []
     for name, payload in events:
+        head = _HEADS.get(name)
+        if head is None:
+            head = _HEADS[name] = b"event: " + str(name).encode() + b"\ndata: "
         data = b"[DONE]" if payload is DONE_PAYLOAD else orjson.dumps(payload)
-        if name is None:
-            out.append(b"data: " + data + b"\n\n")
-        else:
-            out.append(b"event: " + name.encode() + b"\ndata: " + data + b"\n\n")
+        out.append(head + data + b"\n\n")
     return b"".join(out)
 
 
 def encode_ndjson(events: list[Event]) -> bytes:
-    return b"".join(orjson.dumps(payload) + b"\n" for _, payload in events)
+    return b"".join([orjson.dumps(payload) + b"\n" for _, payload in events])
 
 
 # the payload of OpenAI's closing `data: [DONE]` event (compared by identity)
@@ -91,6 +94,8 @@ async def translate_stream(
     sep = b"\n" if ndjson_in else b"\n\n"
     carry = b""
     finished = False
+    feed = stage.feed
+    loads = orjson.loads
     try:
         async for chunk in upstream:
             block = carry + (chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk)
@@ -101,6 +106,16 @@ async def translate_stream(
             carry = block[cut + len(sep) :]
             out: list[Event] = []
             for raw in block[:cut].split(sep):
+                if not ndjson_in and raw[:6] == b"data: " and b"\n" not in raw:
+                    data = raw[6:]  # the usual one-line event, decoded here: it is hot
+                    if data != DONE:
+                        try:
+                            payload = loads(data)
+                        except orjson.JSONDecodeError:
+                            continue
+                        if type(payload) is dict:
+                            out += feed((None, payload))
+                        continue
                 event = _decode(raw, ndjson_in)
                 if event is None:
                     continue
@@ -109,13 +124,13 @@ async def translate_stream(
                         finished = True
                         out.extend(stage.finish())
                     continue
-                out.extend(stage.feed(event))
+                out.extend(feed(event))
             if out:
                 yield encode(out)
         tail: list[Event] = []
         event = _decode(carry, ndjson_in) if carry.strip() else None
         if event is not None and event is not DONE_EVENT:
-            tail.extend(stage.feed(event))
+            tail.extend(feed(event))
         if not finished:
             tail.extend(stage.finish())
         if tail:
@@ -128,18 +143,21 @@ async def translate_stream(
 
 def _decode(raw: bytes, ndjson_in: bool) -> Event | None:
     """One whole upstream event; DONE_EVENT for `[DONE]`; None for comments and junk."""
+    name = None
     if ndjson_in:
-        name, data = None, raw.strip()
+        data: bytes | None = raw.strip()
         if not data:
             return None
+    elif raw.startswith(b"data: ") and b"\n" not in raw:  # the usual one-line event
+        data = raw[6:]
     else:
         name, data = _sse_payload(raw)
         if data is None:
             return None  # a comment or keep-alive
-        if data == DONE:
-            return DONE_EVENT
+    if data == DONE:
+        return DONE_EVENT
     try:
         payload = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
-    return (name, payload) if isinstance(payload, dict) else None
+    return (name, payload) if type(payload) is dict else None

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from fleetgate.translate.anthropic_chat import _plain_text_delta
 from fleetgate.translate.chat import first_choice, json_args, reasoning_of
 from fleetgate.translate.events import Event
 
@@ -33,9 +34,17 @@ _OPTIONS = {
 _DONE_REASON = {"stop": "stop", "length": "length", "tool_calls": "stop"}
 
 
+_last_stamp: list[Any] = [0, ""]  # the last millisecond formatted, and its text
+
+
 def _stamp() -> str:
-    now = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e9):09d}Z"
+    """Ollama's `created_at`, to the millisecond (formatted once per ms: streams are hot)."""
+    ms = int(time.time() * 1000)
+    if ms != _last_stamp[0]:
+        seconds, frac = divmod(ms, 1000)
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{frac:03d}000000Z"
+        _last_stamp[0], _last_stamp[1] = ms, text
+    return str(_last_stamp[1])
 
 
 def _media_type(data: str) -> str:
@@ -295,6 +304,10 @@ class _ToNdjson:
 
     def feed(self, event: Event) -> list[Event]:
         chunk = event[1]
+        if self._first:
+            text = _plain_text_delta(chunk)
+            if text is not None:  # the usual chunk: one more line of text
+                return [self._line(self._value(text, None))]
         err = chunk.get("error")
         if err:
             message = err.get("message", "") if isinstance(err, dict) else str(err)
@@ -310,7 +323,9 @@ class _ToNdjson:
                     out.append(self._line(self._value(text, None)))
             else:
                 text = delta.get("content")
-                reasoning = reasoning_of(delta)
+                reasoning = (
+                    reasoning_of(delta) if len(delta) > 1 or "content" not in delta else None
+                )
                 if (isinstance(text, str) and text) or reasoning:
                     out.append(self._line(self._value(text or "", reasoning)))
                 for call in delta.get("tool_calls") or ():

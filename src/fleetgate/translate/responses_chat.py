@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from fleetgate.translate.anthropic_chat import _plain_text_delta
 from fleetgate.translate.chat import first_choice, new_id, reasoning_of, swap_prefix
 from fleetgate.translate.events import Event
 
@@ -338,7 +339,8 @@ class ChatToResponsesStream:
             text = "".join(self._text)
             where = {"item_id": item_id, "output_index": index, "content_index": 0}
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            item = _message_item(item_id, text, "completed")
+            status = "incomplete" if self._finish == "length" else "completed"
+            item = _message_item(item_id, text, status)
             out.append(self._event("response.output_text.done", **where, text=text, logprobs=[]))
             out.append(self._event("response.content_part.done", **where, part=part))
         elif kind == "reasoning":
@@ -399,6 +401,23 @@ class ChatToResponsesStream:
 
     def feed(self, event: Event) -> list[Event]:
         chunk = event[1]
+        opened = self._open
+        if opened is not None and opened[0] == "message":
+            text = _plain_text_delta(chunk)
+            if text is not None:  # the usual chunk: more text for the open message
+                self._text.append(text)
+                seq = self._seq
+                self._seq = seq + 1
+                payload = {
+                    "type": "response.output_text.delta",
+                    "sequence_number": seq,
+                    "item_id": opened[1],
+                    "output_index": opened[2],
+                    "content_index": 0,
+                    "delta": text,
+                    "logprobs": [],
+                }
+                return [("response.output_text.delta", payload)]
         out: list[Event] = []
         err = chunk.get("error")
         if err:
@@ -413,7 +432,7 @@ class ChatToResponsesStream:
             out.append(self._lifecycle("response.in_progress", "in_progress", [], None))
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
-            reasoning = reasoning_of(delta)
+            reasoning = reasoning_of(delta) if len(delta) > 1 or "content" not in delta else None
             if reasoning:
                 item_id = self._ensure("reasoning", out)
                 self._text.append(reasoning)

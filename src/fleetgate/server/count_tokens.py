@@ -1,0 +1,99 @@
+"""`POST /v1/messages/count_tokens`: the prompt tokens of an Anthropic Messages request.
+
+Routed like the request itself would be; the first candidate that can count answers:
+natively (llama.cpp and Anthropic serve the endpoint; tools included), else through its
+engine's tokenizer (vLLM, SGLang: the request translated to chat, tool schemas estimated),
+else the gateway's estimate. The `X-Fleetgate-Token-Count` header says which
+(`exact` or `estimate`), `X-Fleetgate-Route` which deployment counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+
+from fleetgate.context.capabilities import context_settings
+from fleetgate.context.estimate import estimate_context_tokens
+from fleetgate.context.refine import TOKENIZING_KINDS, ContextRefiner, TokenizeError
+from fleetgate.discovery.store import WindowStore
+from fleetgate.execute.upstream import UpstreamPool
+from fleetgate.fleet import Deployment, Fleet
+from fleetgate.ingress.profile import RequestProfile
+from fleetgate.routing.planner import build_plan, require_route
+from fleetgate.state.runtime import RuntimeState
+from fleetgate.translate.anthropic_chat import messages_to_chat
+from fleetgate.translate.registry import ANTHROPIC, native_protocols
+
+COUNT_HEADER = "X-Fleetgate-Token-Count"
+# kinds whose /v1/messages/count_tokens answers the templated prompt length
+_NATIVE_COUNTERS = frozenset({"llamacpp", "anthropic"})
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCount:
+    tokens: int
+    exact: bool
+    deployment_id: str | None
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        out = [(COUNT_HEADER.lower().encode(), b"exact" if self.exact else b"estimate")]
+        if self.deployment_id is not None:
+            out.append((b"x-fleetgate-route", self.deployment_id.encode()))
+        return out
+
+
+async def _native(pool: UpstreamPool, dep: Deployment, profile: RequestProfile) -> int:
+    client = pool.client(dep.provider)
+    body = orjson.dumps({**profile.body, "model": dep.upstream_model})
+    url = client.base_url + "/messages/count_tokens"
+    async with client.session.post(url, data=body, headers=client.headers) as resp:
+        raw = await resp.read()
+        if resp.status != 200:
+            raise TokenizeError(f"count_tokens answered {resp.status}")
+    tokens = orjson.loads(raw).get("input_tokens")
+    if type(tokens) is not int or tokens < 0:
+        raise TokenizeError("no input_tokens in the answer")
+    return tokens
+
+
+async def count_message_tokens(
+    profile: RequestProfile,
+    fleet: Fleet,
+    state: RuntimeState,
+    windows: WindowStore,
+    pool: UpstreamPool,
+    refiner: ContextRefiner,
+) -> TokenCount:
+    plan = build_plan(profile, fleet, state, windows=windows)
+    require_route(plan)  # an unknown model is a 404 here as for the request itself
+    settings = context_settings(fleet)
+    chat: RequestProfile | None = None
+    for candidate in plan.candidates:
+        dep = candidate.deployment
+        kind = dep.provider.kind
+        try:
+            async with asyncio.timeout(settings.refine.timeout_seconds):
+                if kind in _NATIVE_COUNTERS and ANTHROPIC in native_protocols(dep.provider):
+                    return TokenCount(await _native(pool, dep, profile), True, dep.id)
+                if kind in TOKENIZING_KINDS:
+                    if chat is None:
+                        body = messages_to_chat(profile.body)
+                        chat = RequestProfile(
+                            "openai", "chat.completions", profile.model, False, body
+                        )
+                    tokens = await refiner.count(dep, chat, settings)
+                    # tool schemas are estimated on these engines: not an exact count then
+                    return TokenCount(tokens, not chat.body.get("tools"), dep.id)
+        except (
+            TimeoutError,
+            aiohttp.ClientError,
+            TokenizeError,
+            orjson.JSONDecodeError,
+            ValueError,
+        ):
+            continue
+    estimate = estimate_context_tokens(profile.body, profile.endpoint, settings)
+    return TokenCount(estimate.prompt_tokens, False, None)
