@@ -1,4 +1,5 @@
-"""Cost of `estimate_context_tokens` on a typical 10 KB chat request, in µs per call.
+"""Cost of the context estimate on a typical 10 KB chat request, in µs per call: one walk
+(`estimate_context_tokens`) and the walk plus a dot product for each of the four families.
 
 Run: python3 benchmarks/bench_estimate.py [--calls N]
 """
@@ -17,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from fleetgate.config.schema import ContextConfig
 from fleetgate.context.estimate import estimate_context_tokens
+from fleetgate.context.families import FAMILIES
+from fleetgate.context.tally import tally_body
 
 BUDGET_US = 50.0
 
@@ -65,6 +68,16 @@ def main() -> None:
         repeat=5,
     )
     best_us = min(runs) / args.calls * 1e6
+
+    def every_family() -> int:
+        tally = tally_body(body, "chat.completions")
+        return max(f.tokens(tally.counts) for f in FAMILIES.values())
+
+    runs = timeit.repeat(every_family, number=args.calls, repeat=5)
+    families_us = min(runs) / args.calls * 1e6
+    print(
+        f"tally + {len(FAMILIES)} families: {families_us:.2f} µs/call (budget {BUDGET_US:.0f} µs)"
+    )
     print(
         f"estimate_context_tokens: {best_us:.2f} µs/call "
         f"(request {size} bytes, {len(body['messages'])} messages, estimate {estimate.total} "

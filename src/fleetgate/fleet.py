@@ -20,6 +20,7 @@ from fleetgate.config.schema import (
     ProviderPreferences,
     Timeouts,
 )
+from fleetgate.context.families import infer_family
 from fleetgate.context.tiers import expand_tiers
 from fleetgate.fleet_routes import (
     Tier,
@@ -49,6 +50,7 @@ class Provider:
     context_limits: tuple[tuple[str, int], ...] = ()  # (glob, tokens), as configured
     unified_kv: bool = False
     discovery: bool = True
+    truncates: str = "refuses"  # "silently": keeps the prompt's end and answers 200
     # alternative credentials: (label, resolved key or None, env var named or None)
     keys: tuple[tuple[str, str | None, str | None], ...] = ()
     # client protocols served natively (`protocols: [...]`); None: the kind's own list
@@ -89,6 +91,8 @@ class Deployment:
     parameters_declared: bool = False
     quantization: str | None = None
     params: dict[str, Any] | None = None  # overrides of scope `deployment`
+    tokenizer_family: str = "generic"  # how the context estimate costs text here
+    tokenizer: str | None = None  # a local tokenizer.json for exact counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +158,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             context_limits=tuple(p.context_limits.items()),
             unified_kv=p.unified_kv,
             discovery=p.discovery if p.discovery is not None else p.kind == "ollama",
+            truncates=p.truncates or ("silently" if p.kind == "ollama" else "refuses"),
             keys=tuple((label, *_resolve_key(raw)) for label, raw in p.keys.items()),
             protocols=frozenset(p.protocols) if p.protocols is not None else None,
         )
@@ -178,6 +183,8 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             quantization=d.quantization,
             params=params_dict(d.params),
             tier=d.tier,
+            tokenizer_family=d.tokenizer_family or infer_family(d.upstream_model or d.model),
+            tokenizer=d.tokenizer,
         )
         deployments[dep.id] = dep
         by_model.setdefault(dep.model, []).append(dep)

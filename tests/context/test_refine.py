@@ -11,10 +11,13 @@ import openai
 from tests.harness import Stack, wait_until
 from tests.tiers import chat_calls, tiered_stack, words
 
-# 1200 one-letter words: estimated ~738 (fits 1k), counted 1201 + 10 (does not)
-UNDER_ESTIMATED = [{"role": "user", "content": words(1200, "a")}]
-# 350 nine-letter words: estimated ~1068 (does not fit 1k), counted 351 + 10 (fits)
-OVER_ESTIMATED = [{"role": "user", "content": words(350, "abcdefghi")}]
+# The fake engine counts whitespace-separated words, so text whose words the estimate costs
+# differently makes it disagree. Both requests' estimated bands straddle the 1k window, so
+# only a count can place them (the first test asserts the band).
+# 2100 lone full stops: estimated about 710..1160, counted 2101 + 10 (does not fit 1k)
+UNDER_ESTIMATED = [{"role": "user", "content": words(2100, ".")}]
+# 80 ten-digit numbers: estimated about 720..1180, counted 81 + 10 (fits)
+OVER_ESTIMATED = [{"role": "user", "content": words(80, "1234567890")}]
 
 
 def _create(client: openai.OpenAI, messages: list[dict[str, Any]]) -> Any:
@@ -28,7 +31,7 @@ def test_exact_count_moves_an_underestimated_request_to_the_long_tier(
 ) -> None:
     base, long = tiered_stack(stack)
     resp = _create(client_for(stack), UNDER_ESTIMATED)
-    assert resp.headers["x-fleetgate-context-estimate"] == "1211; exact"
+    assert resp.headers["x-fleetgate-context-estimate"] == "2111; exact"
     assert resp.headers["x-fleetgate-route"] == "m@long"
     assert resp.headers["x-fleetgate-attempts"] == "1"  # no wasted 400 from the base tier
     assert base.tokenize_calls == 1 and chat_calls(base) == 0
@@ -43,7 +46,7 @@ def test_exact_count_keeps_an_overestimated_request_on_the_base_tier(
 ) -> None:
     base, long = tiered_stack(stack)
     resp = _create(client_for(stack), OVER_ESTIMATED)
-    assert resp.headers["x-fleetgate-context-estimate"] == "361; exact"
+    assert resp.headers["x-fleetgate-context-estimate"] == "91; exact"
     assert resp.headers["x-fleetgate-route"] == "base"
     assert resp.headers["x-fleetgate-context-tier"] == "default"
     assert chat_calls(base) == 1
@@ -98,16 +101,17 @@ def test_no_count_far_from_any_boundary(stack: Stack, client_for) -> None:
     base, long = tiered_stack(stack)
     client = client_for(stack)
     _create(client, [{"role": "user", "content": "short"}])
-    _create(client, [{"role": "user", "content": words(2000)}])  # ~3000: far from 1k and 10k
+    _create(client, [{"role": "user", "content": words(2000)}])  # ~1400..2300: no window inside
     assert base.tokenize_calls == 0 and long.tokenize_calls == 0
 
 
 def test_guard_reject_waits_for_the_exact_count(stack: Stack, client_for) -> None:
     """Estimated above the largest window but within the band: the exact count decides."""
     base, long = tiered_stack(stack, context_guard="reject")
-    # 3500 nine-letter words: estimated ~10518 (fits nowhere), counted 3501 + 10
-    messages = [{"role": "user", "content": words(3500, "abcdefghi")}]
+    # 1000 eight-digit numbers: estimated about 7300..12000 (the upper bound fits nowhere,
+    # the lower one does), counted 1001 + 10: only the long tier holds it
+    messages = [{"role": "user", "content": words(1000, "12345678")}]
     resp = _create(client_for(stack), messages)
-    assert resp.headers["x-fleetgate-context-estimate"] == "3511; exact"
+    assert resp.headers["x-fleetgate-context-estimate"] == "1011; exact"
     assert resp.headers["x-fleetgate-route"] == "m@long"
     assert chat_calls(base) == 0 and chat_calls(long) == 1

@@ -17,7 +17,8 @@ from fleetgate.routing.planner import build_plan
 from fleetgate.state.runtime import MemoryState
 from tests.harness import fleet_config
 
-MESSAGES = [{"role": "user", "content": " ".join(["abcdefghi"] * 350)}]  # estimate ~1068
+# 80 ten-digit numbers: a band that straddles the 1000 window; the stand-in counts 80 words
+MESSAGES = [{"role": "user", "content": " ".join(["1234567890"] * 80)}]
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
 
 
@@ -28,7 +29,8 @@ class Recorder:
 
 @pytest.fixture
 async def engine() -> AsyncIterator[tuple[str, Recorder]]:
-    """Answers llama.cpp's /apply-template and /tokenize and SGLang's /v1/tokenize."""
+    """Answers llama.cpp's /apply-template, /tokenize and /v1/messages/count_tokens, and
+    SGLang's /v1/tokenize."""
     seen = Recorder()
 
     async def apply_template(request: web.Request) -> web.Response:
@@ -43,7 +45,14 @@ async def engine() -> AsyncIterator[tuple[str, Recorder]]:
         text = body.get("content") if "content" in body else body.get("prompt")
         return web.json_response({"tokens": list(range(len(text.split())))})
 
+    async def count_tokens(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.calls.append((request.path, body))
+        words = sum(len(m["content"].split()) for m in body["messages"])
+        return web.json_response({"input_tokens": words + 7 * len(body.get("tools", ()))})
+
     app = web.Application()
+    app.router.add_post("/v1/messages/count_tokens", count_tokens)
     app.router.add_post("/apply-template", apply_template)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/v1/tokenize", tokenize)
@@ -82,18 +91,38 @@ async def _refine(kind: str, url: str, body: dict[str, Any]) -> tuple[Any, Any]:
     return plan, profile
 
 
-async def test_llamacpp_applies_the_template_then_tokenizes(
+async def test_llamacpp_counts_a_plain_chat_with_its_tools_in_one_call(
     engine: tuple[str, Recorder],
 ) -> None:
     url, seen = engine
-    plan, profile = await _refine("llamacpp", url, {"messages": MESSAGES, "max_tokens": 10})
-    assert [path for path, _ in seen.calls] == ["/apply-template", "/tokenize"]
-    assert seen.calls[0][1] == {"messages": MESSAGES}
-    assert seen.calls[1][1]["content"].startswith("<|user|>abcdefghi")
-    assert profile.context.exact and profile.context.prompt_tokens == 350
+    body = {"messages": MESSAGES, "max_tokens": 10, "tools": TOOLS}
+    plan, profile = await _refine("llamacpp", url, body)
+    assert [path for path, _ in seen.calls] == ["/v1/messages/count_tokens"]
+    sent = seen.calls[0][1]
+    assert sent["messages"] == MESSAGES
+    assert sent["tools"] == [{"name": "f", "description": "", "input_schema": {"type": "object"}}]
+    assert profile.context.exact and profile.context.prompt_tokens == 80 + 7
     assert plan.notes["context_refine"] == "exact"
     assert [c.deployment.id for c in plan.candidates] == ["small", "big"]
-    assert plan.headers["X-Fleetgate-Context-Estimate"] == "360; exact"
+    assert plan.headers["X-Fleetgate-Context-Estimate"] == "97; exact"
+
+
+async def test_llamacpp_applies_the_template_with_tools_when_turns_carry_tool_calls(
+    engine: tuple[str, Recorder],
+) -> None:
+    url, seen = engine
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [
+        *MESSAGES,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    ]
+    body = {"messages": messages, "max_tokens": 10, "tools": TOOLS, "tool_choice": "auto"}
+    _plan, profile = await _refine("llamacpp", url, body)
+    assert [path for path, _ in seen.calls] == ["/apply-template", "/tokenize"]
+    assert seen.calls[0][1] == {"messages": messages, "tools": TOOLS, "tool_choice": "auto"}
+    assert seen.calls[1][1]["content"].startswith("<|user|>1234567890")
+    assert profile.context.exact
 
 
 async def test_sglang_counts_text_at_v1_tokenize_plus_estimated_overheads(
@@ -103,9 +132,12 @@ async def test_sglang_counts_text_at_v1_tokenize_plus_estimated_overheads(
     body = {"messages": MESSAGES, "max_tokens": 10, "tools": TOOLS}
     plan, profile = await _refine("sglang", url, body)
     assert [path for path, _ in seen.calls] == ["/v1/tokenize"]
-    assert seen.calls[0][1]["prompt"] == MESSAGES[0]["content"]
-    tools_tokens = -(-len(orjson.dumps(TOOLS)) * 12 // 40)  # ceil(bytes / 4 * 1.2)
-    assert profile.context.prompt_tokens == 350 + 8 + tools_tokens
+    # the text and the tool schemas, counted; the template's scaffolding, estimated
+    assert (
+        seen.calls[0][1]["prompt"] == MESSAGES[0]["content"] + "\n" + orjson.dumps(TOOLS).decode()
+    )
+    counted = 80 + 1  # the stand-in counts the JSON as one word
+    assert profile.context.exact and profile.context.prompt_tokens > counted
     assert [c.deployment.id for c in plan.candidates] == ["small", "big"]
 
 

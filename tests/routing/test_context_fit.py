@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from fleetgate.config.schema import ContextConfig
-from fleetgate.context.estimate import estimate_context_tokens
+from fleetgate.context.need import estimate_need
 from fleetgate.fleet import build_fleet
 from fleetgate.ingress.openai import parse_openai
 from fleetgate.routing.planner import build_plan
@@ -98,8 +98,12 @@ def test_guard_reject_refuses_before_any_upstream_call(stack: Stack, client_for)
     err = info.value.body
     assert isinstance(err, dict) and err["code"] == "context_too_large"
     assert f"({LONG_WINDOW} tokens)" in err["message"]
-    estimate = estimate_context_tokens(
-        {"messages": huge, "max_tokens": 16}, "chat.completions", ContextConfig()
+    # the estimate the message states is the upper bound on the largest deployment
+    fleet = stack.gateway.holder.fleet
+    body = {"messages": huge, "max_tokens": 16}
+    deps = list(fleet.models["m"].deployments)
+    estimate, _ = estimate_need(
+        body, "chat.completions", ContextConfig(default_output_reserve=64), deps, None
     )
     assert f"about {estimate.total} tokens" in err["message"]
     assert base.requests == [] and long.requests == []
@@ -109,7 +113,7 @@ def test_guard_allow_sends_what_fits_nowhere_to_the_biggest_window_first(
     stack: Stack, client_for
 ) -> None:
     base, long = tiered_stack(stack)
-    huge = [{"role": "user", "content": words(12000)}]
+    huge = [{"role": "user", "content": words(20000)}]  # even its lower bound fits nowhere
     with pytest.raises(openai.BadRequestError):
         client_for(stack).chat.completions.create(model="m", messages=huge, max_tokens=16)
     assert chat_calls(long) == 1
@@ -162,15 +166,16 @@ def test_best_fit_order_with_unknown_windows() -> None:
     )
     fleet = build_fleet(config)
 
-    def order(prompt_bytes: int) -> list[str]:
-        body = {"model": "m", "prompt": "x" * prompt_bytes, "max_tokens": 1}
+    def order(n_words: int) -> list[str]:
+        body = {"model": "m", "prompt": words(n_words), "max_tokens": 1}
         profile = parse_openai("completions", orjson.dumps(body))
         plan = build_plan(profile, fleet, MemoryState())
         return [c.deployment.id for c in plan.candidates]
 
-    assert order(4 * 800) == ["w1k", "w10k", "unknown", "w500"]
-    assert order(4 * 300) == ["w500", "w1k", "w10k", "unknown"]
-    assert order(4 * 20000) == ["unknown", "w10k", "w1k", "w500"]
+    # a word costs about one token (generic family); the band is 0.7..1.15 x that
+    assert order(600) == ["w1k", "w10k", "unknown", "w500"]
+    assert order(300) == ["w500", "w1k", "w10k", "unknown"]
+    assert order(20000) == ["unknown", "w10k", "w1k", "w500"]
 
 
 def test_capacity_ranks_first_and_priority_breaks_ties() -> None:
@@ -192,14 +197,14 @@ def test_capacity_ranks_first_and_priority_breaks_ties() -> None:
     )
     fleet = build_fleet(config)
 
-    def order(prompt_bytes: int) -> list[str]:
-        body = {"model": "m", "prompt": "x" * prompt_bytes, "max_tokens": 1}
+    def order(n_words: int) -> list[str]:
+        body = {"model": "m", "prompt": words(n_words), "max_tokens": 1}
         plan = build_plan(parse_openai("completions", orjson.dumps(body)), fleet, MemoryState())
         return [c.deployment.id for c in plan.candidates]
 
     # capacity first: the smallest window that holds the request, whatever the priority
-    assert order(4 * 500) == ["w1k", "w2k-later"]
-    assert order(4 * 1500) == ["w2k-later", "w1k"]  # only the 2k fits
+    assert order(500) == ["w1k", "w2k-later"]
+    assert order(1500) == ["w2k-later", "w1k"]  # only the 2k fits
     # among equal windows the operator's priority decides
     config2 = config.model_copy(
         update={
@@ -210,7 +215,7 @@ def test_capacity_ranks_first_and_priority_breaks_ties() -> None:
         }
     )
     fleet = build_fleet(config2)
-    assert order(4 * 500) == ["w2k-later", "w1k"]
+    assert order(500) == ["w2k-later", "w1k"]
 
 
 def _post(stack: Stack, path: str, body: dict[str, Any]) -> dict[str, Any]:

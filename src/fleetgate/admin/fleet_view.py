@@ -73,6 +73,10 @@ def live_fleet(
                     "failures": h.failures,
                 },
                 "inflight": h.inflight,
+                "context_estimate": {
+                    "tokenizer_family": dep.tokenizer_family,
+                    "calibration": state.calibration.public(dep.id),
+                },
                 "ema": {
                     "ttft_seconds": h.ttft_ema,
                     "latency_seconds": h.latency_ema,

@@ -22,6 +22,8 @@ ProviderKind = Literal["openai", "vllm", "sglang", "llamacpp", "ollama", "openro
 
 ContextGuard = Literal["allow", "reject"]
 
+TokenizerFamily = Literal["qwen2", "llama3", "o200k", "generic"]
+
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 
 
@@ -84,6 +86,10 @@ class ProviderConfig(_Strict):
     """Glob on the upstream model name -> largest window allowed (most specific match wins)."""
     unified_kv: bool = False
     """llama.cpp: the KV cache is shared by all slots, so `n_ctx` is not divided by slots."""
+    truncates: Literal["silently", "refuses"] | None = None
+    """What the engine does with a prompt longer than its window: `silently` keeps only its
+    end and answers 200 (Ollama's default), `refuses` answers a context error. A silent
+    worker is never sent a request its window cannot hold. Default: by kind."""
     discovery: bool | None = None
     """Ask the worker for its real context window. Default: on for `ollama` workers, off for
     others (set true for vLLM, SGLang and llama.cpp)."""
@@ -287,6 +293,10 @@ class DeploymentConfig(_Strict):
     """Parameter overrides sent whenever this deployment is attempted (scope `deployment`)."""
     tier: Identifier = "default"
     """Context tier label (e.g. `long`); shown in X-Fleetgate-Context-Tier."""
+    tokenizer_family: TokenizerFamily | None = None
+    """How the context estimate costs text here; default: inferred from the upstream name."""
+    tokenizer: str | None = None
+    """Path to the model's `tokenizer.json`: exact counts locally, with no engine call."""
 
 
 class LongContextConfig(_Strict):
@@ -337,22 +347,23 @@ class RefineConfig(_Strict):
     """Exact counts in flight at once; when full, the estimate is used."""
     band_low: PositiveFloat = 0.7
     band_high: PositiveFloat = 1.3
-    """Count exactly only when the estimate lies within [low, high] x some window."""
+    """The widest band counted: an exact count is asked for when a window lies between the
+    request's calibrated lower and upper bounds, never outside [low, high] x the estimate."""
 
 
 class ContextConfig(_Strict):
     guard: ContextGuard = "allow"
     """`reject`: refuse a request that fits no deployment, before any upstream call."""
-    margin_percent: Annotated[float, Field(ge=0, le=400)] = 20.0
-    """Safety margin on text cost: ceil(bytes / 4 x (1 + margin))."""
+    margin_percent: Annotated[float, Field(ge=0, le=400)] = 0.0
+    """Extra margin on the estimate of text: tokens x (1 + margin / 100)."""
     default_output_reserve: Annotated[int, Field(ge=0)] = 1024
     """Output tokens assumed when the request names no limit."""
     image_tokens: Annotated[int, Field(ge=0)] = 1024
     """Reserve per image part."""
     audio_tokens: Annotated[int, Field(ge=0)] = 1024
     """Reserve per audio part."""
-    message_overhead: Annotated[int, Field(ge=0)] = 8
-    """Chat-template tokens per message."""
+    message_overhead: Annotated[int, Field(ge=0)] | None = None
+    """Chat-template tokens per message (default: the tokenizer family's)."""
     refine: RefineConfig = Field(default_factory=RefineConfig)
 
 
@@ -366,7 +377,7 @@ class ContextCapabilities(_Strict):
     """Largest `options.num_ctx` a native Ollama request may ask for (-1: no gateway cap)."""
     default_worker_tokens: PositiveInt = 4096
     """An Ollama worker's window when neither discovery nor its config says more."""
-    estimation_margin_percent: Annotated[float, Field(ge=0, le=400)] = 20.0
+    estimation_margin_percent: Annotated[float, Field(ge=0, le=400)] = 0.0
     vision_reserve_tokens_per_image: NonNegativeInt = 1024
 
 

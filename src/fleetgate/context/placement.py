@@ -1,6 +1,7 @@
 """Where a request fits: effective windows, best-fit order, and the `context_guard`.
 
-Best fit: deployments whose window holds the request come first, smallest window first
+Best fit, by the upper bound of what the request needs on each deployment (see
+`estimate.py`): deployments whose window holds it come first, smallest window first
 (short requests stay on the base fleet; a long host is their failover, not a peer); then
 deployments with an unknown window; then those too small, biggest first, so that an
 over-estimate can still be served. Within each of the three groups an explicit `priority`
@@ -55,29 +56,59 @@ def _fit_key(candidate: Candidate, need: int, of: WindowOf) -> tuple[int, int]:
     return (_OVERFLOW, -window)
 
 
+def _high(need: int | ContextEstimate) -> Callable[[Deployment], int]:
+    if isinstance(need, int):
+        return lambda _dep: need
+    return need.high
+
+
 def order_by_fit(
-    candidates: list[Candidate], need: int, window_of: WindowOf | None = None
+    candidates: list[Candidate], need: int | ContextEstimate, window_of: WindowOf | None = None
 ) -> list[Candidate]:
-    """Best-fit order for a request needing `need` tokens (stable; inert for one window)."""
+    """Best-fit order by the request's upper bound on each deployment (stable; inert for
+    one window)."""
     if len(candidates) < 2:
         return candidates
     of = window_of or effective_window
     windows = {of(c.deployment) for c in candidates}
     if len(windows) < 2:
         return candidates  # one capacity: route exactly as without tiers
-    return sorted(candidates, key=lambda c: _fit_key(c, need, of))
+    high = _high(need)
+    return sorted(candidates, key=lambda c: _fit_key(c, high(c.deployment), of))
 
 
 def fits_nowhere(
-    candidates: Iterable[Candidate], need: int, window_of: WindowOf | None = None
+    candidates: Iterable[Candidate],
+    need: int | ContextEstimate,
+    window_of: WindowOf | None = None,
+    lower_bound: bool = False,
 ) -> bool:
-    """True when every candidate's window is known and too small."""
+    """True when every candidate's window is known and too small: for the upper bound of
+    the need, or (with `lower_bound`) even for its lower bound, which is evidence."""
     of = window_of or effective_window
+    if isinstance(need, int):
+        bound: Callable[[Deployment], int] = lambda _dep: need  # noqa: E731
+    else:
+        bound = need.low if lower_bound else need.high
     for c in candidates:
         window = of(c.deployment)
-        if window is None or window >= need:
+        if window is None or window >= bound(c.deployment):
             return False
     return True
+
+
+def uncertain(candidates: Iterable[Candidate], estimate: ContextEstimate, of: WindowOf) -> bool:
+    """Whether some known window lies inside the request's band on its deployment: there
+    the estimate alone cannot tell whether it fits, and an exact count can."""
+    if estimate.exact:
+        return False
+    for c in candidates:
+        window = of(c.deployment)
+        if window is not None:
+            low, high = estimate.bounds(c.deployment)
+            if low <= window < high:
+                return True
+    return False
 
 
 def guard_for(fleet: Fleet, model_id: str) -> str:
@@ -91,10 +122,6 @@ def guard_for(fleet: Fleet, model_id: str) -> str:
         caps = config.model_capabilities
         return "warn" if caps.mode == "observe" else caps.context_guard
     return config.routing.context.guard
-
-
-def near_boundary(need: int, windows: Iterable[int], low: float, high: float) -> bool:
-    return any(low * w <= need <= high * w for w in windows)
 
 
 def context_too_large(model: str, estimate: ContextEstimate, largest: int) -> GatewayError:

@@ -1,12 +1,16 @@
-"""Refine: an exact token count from the engine when it could change the plan's order.
+"""Refine: an exact token count when the estimate alone cannot decide the plan.
 
-Only for plans with two or more distinct known windows, and only when the estimate lies
-within [band_low, band_high] x one of them. The count comes from a base-tier deployment's
-tokenize endpoint (vLLM `POST /tokenize` at the server root with `messages`; SGLang
-`POST /v1/tokenize` with text; llama.cpp `POST /apply-template` then `POST /tokenize`),
-under a time budget and a cap on counts in flight; when the cap is full, on timeout or on
-any failure, the estimate stands. Requests with image or audio parts keep the estimate
-(counting them would make the engine fetch and process the media).
+The estimate is a band per deployment (see `need.py`). A count is asked for only when a
+known window lies inside it and that could matter: a plan with two or more distinct
+windows, a `context_guard: reject` refusal in doubt, or a worker that truncates silently
+whose window the request may not fit. The count comes from a base-tier deployment that can
+count (a local tokenizer first, then an engine; see `counts.py`), under a time budget and a
+cap on counts in flight; when the cap is full, on timeout or on any failure, the estimate
+stands. Requests with image or audio parts keep the estimate (counting them would make the
+engine fetch and process the media).
+
+Afterwards: a refusal happens only on evidence (an exact count, or a lower bound that fits
+nowhere); silent workers the request does not fit are removed.
 """
 
 from __future__ import annotations
@@ -14,77 +18,41 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import replace
-from typing import Any
 
 import aiohttp
 import orjson
 
 from fleetgate.config.schema import ContextConfig
 from fleetgate.context.capabilities import context_settings
+from fleetgate.context.counts import (
+    COUNTABLE_ENDPOINTS,
+    TOKENIZING_KINDS,
+    ExactCounter,
+    TokenizeError,
+    can_count,
+    count_prompt,
+)
+
+__all__ = ["TOKENIZING_KINDS", "ContextRefiner", "TokenizeError"]
+from fleetgate.context.estimate import ContextEstimate
 from fleetgate.context.placement import (
+    WindowOf,
     context_too_large,
     effective_window,
     fits_nowhere,
     known_windows,
-    near_boundary,
     order_by_fit,
     record_estimate,
+    uncertain,
 )
 from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
-from fleetgate.routing.filters.context_fit import GUARD_PENDING
-from fleetgate.routing.plan import Candidate, RoutePlan
+from fleetgate.routing.filters.context_fit import GUARD_PENDING, SILENT_PENDING, silent_reason
+from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
+from fleetgate.routing.planner import require_route
 
-TOKENIZING_KINDS = frozenset({"vllm", "sglang", "llamacpp"})
-_REFINABLE_ENDPOINTS = frozenset({"chat.completions", "completions"})
-
-
-class TokenizeError(Exception):
-    """The engine gave no usable count."""
-
-
-def _server_root(base_url: str) -> str:
-    # providers are configured with their OpenAI base (…/v1); vLLM and llama.cpp serve
-    # their tokenizer at the server root
-    return base_url.removesuffix("/v1")
-
-
-def _count(data: Any) -> int:
-    if isinstance(data, dict):
-        count = data.get("count")
-        if type(count) is int and count >= 0:
-            return count
-        tokens = data.get("tokens")
-        if isinstance(tokens, list):
-            return len(tokens)
-    raise TokenizeError("no count in the tokenize answer")
-
-
-def _plain_text(profile: RequestProfile) -> str:
-    """The request's text, for engines that tokenize text only."""
-    body = profile.body
-    if profile.endpoint == "completions":
-        prompt = body.get("prompt")
-        return prompt if isinstance(prompt, str) else ""
-    parts: list[str] = []
-    for message in body.get("messages") or ():
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts.extend(
-                p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
-            )
-    return "\n".join(parts)
-
-
-def _tools_tokens(body: dict[str, Any], settings: ContextConfig) -> int:
-    """Tool schemas stay estimated: not every engine's tokenizer endpoint accepts them."""
-    tools = body.get("tools") or body.get("functions")
-    if not tools:
-        return 0
-    return math.ceil(len(orjson.dumps(tools)) / 4 * (1 + settings.margin_percent / 100))
+COUNTED_BY = "context_counted_by"  # note: the deployment whose tokenizer counted
 
 
 class ContextRefiner:
@@ -92,6 +60,7 @@ class ContextRefiner:
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
+        self.counter = ExactCounter(pool)
         self.inflight = 0
 
     def wants(self, plan: RoutePlan, profile: RequestProfile, settings: ContextConfig) -> bool:
@@ -100,32 +69,44 @@ class ContextRefiner:
         refine = settings.refine
         if estimate is None or estimate.exact or estimate.media_parts or not refine.enabled:
             return False
-        if profile.endpoint not in _REFINABLE_ENDPOINTS:
+        if profile.endpoint not in COUNTABLE_ENDPOINTS:
             return False
-        windows = known_windows(plan.candidates, plan.window_of)
-        if len(windows) < 2:
+        if plan.notes.get(GUARD_PENDING) or plan.notes.get(SILENT_PENDING):
+            return True
+        of = plan.window_of or effective_window
+        if len(known_windows(plan.candidates, of)) < 2:
             return False
-        return near_boundary(estimate.total, windows, refine.band_low, refine.band_high)
+        return uncertain(plan.candidates, estimate, of)
 
     async def refine(self, plan: RoutePlan, profile: RequestProfile, fleet: Fleet) -> None:
         """Re-order the plan by an exact count when it could matter; never raises for I/O."""
         settings = context_settings(fleet)
         if self.wants(plan, profile, settings):
             await self._refine(plan, profile, settings)
+        estimate = profile.context
+        of = plan.window_of or effective_window
+        if plan.notes.pop(SILENT_PENDING, False) and estimate is not None:
+            _drop_silent(plan, estimate, of)
         if plan.notes.pop(GUARD_PENDING, False):
-            estimate = profile.context
             assert estimate is not None
-            if fits_nowhere(plan.candidates, estimate.total, plan.window_of):
-                raise context_too_large(
-                    profile.model, estimate, max(known_windows(plan.candidates, plan.window_of))
-                )
+            model = fleet.models.get(profile.model)
+            everyone = [Candidate(d) for d in model.deployments] if model else plan.candidates
+            if estimate.exact and fits_nowhere(everyone, estimate, of):
+                raise context_too_large(profile.model, estimate, max(known_windows(everyone, of)))
+            if not estimate.exact:
+                plan.notes["context_guard"] = "not_counted"  # no evidence: not refused
+
+    async def count(self, dep: Deployment, profile: RequestProfile, settings: ContextConfig) -> int:
+        """The exact prompt count of a chat or completions request on `dep` (tools counted);
+        raises on any failure. `POST /v1/messages/count_tokens` uses it."""
+        return await count_prompt(self.counter, dep, profile, settings)
 
     async def _refine(
         self, plan: RoutePlan, profile: RequestProfile, settings: ContextConfig
     ) -> None:
         estimate = profile.context
         assert estimate is not None
-        counter = _counter_for(plan.candidates)
+        counter = _counter_for(plan.candidates, plan.window_of or effective_window)
         if counter is None:
             plan.notes["context_refine"] = "no_tokenizer"
             return
@@ -135,11 +116,11 @@ class ContextRefiner:
         self.inflight += 1
         try:
             async with asyncio.timeout(settings.refine.timeout_seconds):
-                prompt = await self._tokenize(counter, profile, settings)
+                prompt = await count_prompt(self.counter, counter, profile, settings)
         except TimeoutError:
             plan.notes["context_refine"] = "timeout"
             return
-        except (aiohttp.ClientError, TokenizeError, orjson.JSONDecodeError, ValueError):
+        except (aiohttp.ClientError, TokenizeError, orjson.JSONDecodeError, ValueError, OSError):
             plan.notes["context_refine"] = "failed"
             return
         finally:
@@ -148,60 +129,33 @@ class ContextRefiner:
         profile.context = exact
         plan.notes["context_refine"] = "exact"
         plan.notes["context_estimated"] = estimate.total
+        plan.notes[COUNTED_BY] = counter.id
         record_estimate(exact, plan.headers, plan.notes)
-        plan.candidates = order_by_fit(plan.candidates, exact.total, plan.window_of)
-
-    async def count(self, dep: Deployment, profile: RequestProfile, settings: ContextConfig) -> int:
-        """The engine's prompt count of a chat or completions request (tool schemas
-        estimated); raises on any failure. `POST /v1/messages/count_tokens` uses it."""
-        return await self._tokenize(dep, profile, settings)
-
-    async def _tokenize(
-        self, dep: Deployment, profile: RequestProfile, settings: ContextConfig
-    ) -> int:
-        client = self.pool.client(dep.provider)
-        root = _server_root(client.base_url)
-        body = profile.body
-        chat = profile.endpoint == "chat.completions"
-        kind = dep.provider.kind
-        extra = _tools_tokens(body, settings)
-
-        async def post(url: str, payload: dict[str, Any]) -> Any:
-            async with client.session.post(
-                url, data=orjson.dumps(payload), headers=client.headers
-            ) as resp:
-                raw = await resp.read()
-                if resp.status != 200:
-                    raise TokenizeError(f"tokenize answered {resp.status}")
-                return orjson.loads(raw)
-
-        if kind == "vllm":
-            payload: dict[str, Any] = {"model": dep.upstream_model}
-            if chat:
-                payload["messages"] = body["messages"]
-                payload["add_generation_prompt"] = True
-            else:
-                payload["prompt"] = body.get("prompt")
-            return _count(await post(root + "/tokenize", payload)) + extra
-        if kind == "llamacpp":
-            if chat:
-                templated = await post(root + "/apply-template", {"messages": body["messages"]})
-                text = templated.get("prompt") if isinstance(templated, dict) else None
-                if not isinstance(text, str):
-                    raise TokenizeError("no prompt in the apply-template answer")
-            else:
-                text = _plain_text(profile)
-            return _count(await post(root + "/tokenize", {"content": text})) + extra
-        # SGLang: text only, so the chat template's overhead stays estimated
-        payload = {"model": dep.upstream_model, "prompt": _plain_text(profile)}
-        count = _count(await post(client.base_url + "/tokenize", payload))
-        messages = len(body.get("messages") or ()) if chat else 0
-        return count + messages * settings.message_overhead + extra
+        plan.candidates = order_by_fit(plan.candidates, exact, plan.window_of)
 
 
-def _counter_for(candidates: list[Candidate]) -> Deployment | None:
-    """A base-tier deployment (smallest known window) whose engine can count tokens."""
-    able = [c.deployment for c in candidates if c.deployment.provider.kind in TOKENIZING_KINDS]
+def _drop_silent(plan: RoutePlan, estimate: ContextEstimate, of: WindowOf) -> None:
+    """Silent workers whose window the request does not fit (exact, else upper bound)."""
+    kept = []
+    for c in plan.candidates:
+        dep = c.deployment
+        window = of(dep)
+        need = estimate.high(dep)
+        if dep.provider.truncates == "silently" and window is not None and need > window:
+            plan.dropped.append(Dropped(dep.id, "context_fit", silent_reason(need, window)))
+            continue
+        kept.append(c)
+    emptied = not kept and plan.candidates
+    plan.candidates = kept
+    if emptied:
+        plan.emptied_by = "context_fit"
+        require_route(plan)
+
+
+def _counter_for(candidates: list[Candidate], of: WindowOf) -> Deployment | None:
+    """A base-tier deployment (smallest known window) that can count: a local tokenizer
+    before an engine."""
+    able = [c.deployment for c in candidates if can_count(c.deployment)]
     if not able:
         return None
-    return min(able, key=lambda d: (effective_window(d) or math.inf, d.index))
+    return min(able, key=lambda d: (d.tokenizer is None, of(d) or math.inf, d.index))

@@ -86,6 +86,8 @@ def _long_deployment(
         priority=base.priority,
         price=base.price,
         tier=LONG_TIER,
+        tokenizer_family=base.tokenizer_family,
+        tokenizer=base.tokenizer,
     )
 
 

@@ -33,6 +33,7 @@ from fleetgate.ingress.anthropic import parse_messages
 from fleetgate.ingress.openai import parse_json_object
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.ingress.routes import INGRESS_ROUTES, Parser, error_protocol
+from fleetgate.record.calibration_sink import CalibrationSink
 from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
 from fleetgate.routing.plan import RoutePlan
@@ -138,7 +139,9 @@ class Gateway:
         self.refiner = ContextRefiner(self.pool)
         self.recent = RecentRequests()
         self.metrics = Metrics(lambda: self.holder.fleet)
-        self.recorder = Recorder([self.metrics])  # `recent` is filled in `_record` itself
+        calibration = CalibrationSink(self.state.calibration, lambda: self.holder.fleet)
+        # `recent` is filled in `_record` itself
+        self.recorder = Recorder([self.metrics, calibration])
         self.sticky = sticky_tiers_for(holder.fleet)
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.windows = WindowStore(holder.fleet.config.model_capabilities)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from fleetgate.config.schema import CircuitConfig
+from fleetgate.context.calibration import CalibrationBook
 
 EMA_ALPHA = 0.2
 
@@ -45,6 +46,8 @@ class DeploymentHealth:
 
 
 class RuntimeState(Protocol):
+    calibration: CalibrationBook  # the context estimate's per-deployment calibration
+
     def health(self, deployment_id: str) -> DeploymentHealth: ...
 
     def unavailable_reason(self, deployment_id: str, now: float) -> str | None: ...
@@ -80,6 +83,7 @@ class MemoryState:
 
     def __init__(self) -> None:
         self._health: dict[str, DeploymentHealth] = {}
+        self.calibration = CalibrationBook()
 
     def health(self, deployment_id: str) -> DeploymentHealth:
         h = self._health.get(deployment_id)

@@ -1,28 +1,36 @@
 """Estimates the context a request needs and applies `context_guard: reject`.
 
-It drops nothing: a deployment too small for the estimate is still a candidate (sorted
-last by the best-fit orderer), because the estimate errs on the large side. With the guard
-set to `reject`, a request that fits no deployment is refused with `context_too_large`
-before any upstream call — unless an exact count could still change that, in which case
-the refine stage decides. A model whose deployments declare no window is left alone.
+A deployment too small for the estimate stays a candidate (sorted last by the best-fit
+orderer), because an engine that refuses an over-long prompt tells so with a context 400,
+and the estimate may be high. A worker that truncates silently (Ollama, `truncates:
+silently`) is removed instead when the request cannot fit its window. With the guard set
+to `reject`, a request is refused with `context_too_large` before any upstream call only on
+evidence: an exact count, or a lower bound that fits nowhere; in doubt the refine stage
+counts first. A model whose deployments declare no window is left alone.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from fleetgate.context.capabilities import context_settings
-from fleetgate.context.estimate import estimate_context_tokens
+from fleetgate.context.estimate import ContextEstimate
+from fleetgate.context.need import estimate_need
 from fleetgate.context.placement import (
+    WindowOf,
     context_too_large,
+    effective_window,
     fits_nowhere,
     guard_for,
     known_windows,
-    near_boundary,
     record_estimate,
 )
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext
 from fleetgate.translate.registry import unserved_reason
 
 GUARD_PENDING = "context_guard_pending"
+SILENT_PENDING = "context_silent_pending"  # a silent worker's fit waits for the count
+RAW_NOTE = "context_raw"  # the central estimate per tokenizer family (numbers only)
 # `context_guard: warn`: the request fits no window; the value is the largest window
 OVERFLOW_HEADER = "X-Fleetgate-Context-Overflow"
 
@@ -33,36 +41,46 @@ class ContextFitFilter:
     def apply(
         self, ctx: PlanContext, candidates: list[Candidate]
     ) -> tuple[list[Candidate], list[Dropped]]:
-        of = ctx.window_of
+        of = ctx.window_of or effective_window
         windows = known_windows(candidates, of)
         if not windows:
             return candidates, []
         profile = ctx.profile
         # per-deployment window, for the attempts' `provider_ctx` metric label
         ctx.notes["provider_ctx"] = {
-            c.deployment.id: (of(c.deployment) if of else c.deployment.context_window)
-            or "unbounded"
-            for c in candidates
+            c.deployment.id: of(c.deployment) or "unbounded" for c in candidates
         }
         guard = guard_for(ctx.fleet, profile.model)
-        if guard == "allow" and len(set(windows)) < 2 and profile.context is None:
-            # one capacity and no guard: nothing here could change the plan, so the
-            # request routes exactly as it would without tiers, and skips the estimate
+        silent = any(c.deployment.provider.truncates == "silently" for c in candidates)
+        if guard == "allow" and len(windows) < 2 and not silent and profile.context is None:
+            # one capacity, no guard, no silent worker: nothing here could change the plan,
+            # so the request routes exactly as it would without tiers, and skips the estimate
             return candidates, []
         settings = context_settings(ctx.fleet)
         estimate = profile.context
         if estimate is None:
-            estimate = estimate_context_tokens(profile.body, profile.endpoint, settings)
+            book = getattr(ctx.state, "calibration", None)
+            model = ctx.fleet.models.get(profile.model)
+            deps = [c.deployment for c in candidates]
+            if model is not None:
+                deps.extend(d for d in model.deployments if d not in deps)
+            estimate, raw = estimate_need(profile.body, profile.endpoint, settings, deps, book)
             profile.context = estimate
+            if not estimate.media_parts:
+                ctx.notes[RAW_NOTE] = raw  # what calibration compares the usage with
         record_estimate(estimate, ctx.headers, ctx.notes)
+        if guard == "warn":  # the operator asked to route what does not fit anyway
+            kept, dropped = candidates, []
+        else:
+            kept, dropped = _without_silent_overflow(candidates, estimate, of, ctx.notes)
         if guard == "warn":
             # routed anyway (biggest window first, by the best-fit order), and flagged
-            if fits_nowhere(candidates, estimate.total, of):
+            if fits_nowhere(candidates, estimate, of):
                 ctx.headers[OVERFLOW_HEADER] = str(max(windows))
                 ctx.notes["context_overflow"] = True
-            return candidates, []
+            return kept, dropped
         if guard != "reject":
-            return candidates, []
+            return kept, dropped
         # judged against every deployment of the model, so that a big host in cooldown
         # gives a retryable no_route later rather than a permanent context_too_large
         model = ctx.fleet.models.get(profile.model)
@@ -75,16 +93,38 @@ class ContextFitFilter:
             if model
             else candidates
         )
-        if not fits_nowhere(everyone, estimate.total, of):
-            return candidates, []
-        windows = known_windows(everyone, of)
-        refine = settings.refine
-        if (
-            refine.enabled
-            and not estimate.exact
-            and len(windows) >= 2
-            and near_boundary(estimate.total, [max(windows)], refine.band_low, refine.band_high)
-        ):
-            ctx.notes[GUARD_PENDING] = True  # an exact count may still fit it
-            return candidates, []
-        raise context_too_large(profile.model, estimate, max(windows))
+        if not fits_nowhere(everyone, estimate, of):
+            return kept, dropped
+        if estimate.exact or fits_nowhere(everyone, estimate, of, lower_bound=True):
+            # evidence: even the calibrated lower bound (or an exact count) fits nowhere
+            raise context_too_large(profile.model, estimate, max(known_windows(everyone, of)))
+        ctx.notes[GUARD_PENDING] = True  # in doubt: an exact count decides
+        return kept, dropped
+
+
+def _without_silent_overflow(
+    candidates: list[Candidate], estimate: ContextEstimate, of: WindowOf, notes: dict[str, Any]
+) -> tuple[list[Candidate], list[Dropped]]:
+    """Workers that truncate silently (Ollama) never get a request their window cannot
+    hold: removed when even the lower bound does not fit; when only the upper bound does
+    not, the refine stage decides (an exact count, else the upper bound)."""
+    kept: list[Candidate] = []
+    dropped: list[Dropped] = []
+    for c in candidates:
+        dep = c.deployment
+        window = of(dep)
+        if dep.provider.truncates != "silently" or window is None:
+            kept.append(c)
+            continue
+        low, high = estimate.bounds(dep)
+        if low > window:
+            dropped.append(Dropped(dep.id, "context_fit", silent_reason(low, window)))
+            continue
+        if high > window:
+            notes[SILENT_PENDING] = True
+        kept.append(c)
+    return kept, dropped
+
+
+def silent_reason(need: int, window: int) -> str:
+    return f"truncates silently; its window {window} cannot hold the request ({need} tokens)"

@@ -17,4 +17,4 @@ class BestFitOrderer:
         estimate = ctx.profile.context
         if estimate is None:
             return candidates
-        return order_by_fit(candidates, estimate.total, ctx.window_of)
+        return order_by_fit(candidates, estimate, ctx.window_of)

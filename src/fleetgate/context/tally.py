@@ -1,0 +1,274 @@
+"""One walk over a request body: what it holds, counted by the classes tokenizers cost.
+
+The walk gathers every piece of text that reaches the model (message contents, tool calls,
+reasoning, system, instructions, prompt, input, suffix, tool schemas as JSON) and counts,
+in one pass of C-level byte operations over their UTF-8 bytes:
+
+* digits, ASCII punctuation, newlines, other whitespace and words (runs of letters: ASCII
+  and the alphabetic scripts below), each by count;
+* non-Latin characters by the script block their UTF-8 lead byte names: Latin extensions,
+  Greek, Cyrillic, Hebrew and Armenian, Arabic, Indic and Thai, other 3-byte scripts,
+  symbols, kana and CJK punctuation, CJK ideographs, Hangul, full-width forms, and 4-byte
+  characters (emoji);
+
+and, by structure: token ids, messages, tools, images and audio parts. A tokenizer family
+(`families.py`) turns the tally into tokens with a dot product, so estimating for several
+deployments costs one walk. No text is kept: the tally is numbers only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+_IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
+_AUDIO_PARTS = frozenset({"input_audio", "audio"})
+
+# the tally's fields, in the order of a family's parameter vector
+FIELDS = (
+    "chars",  # characters of text (one per UTF-8 sequence)
+    "upper",  # ASCII capitals (mixed case, as in base64 and CamelCase, splits words)
+    "words",  # runs of letters (ASCII or an alphabetic script)
+    "long_runs",  # each full 8 letters of a run: long and unusual words split into pieces
+    "digits",
+    "punct",  # ASCII punctuation and symbols
+    "newlines",
+    "latin_ext",  # U+0080-02FF: accented Latin, IPA
+    "greek",  # U+0300-03FF (with combining marks)
+    "cyrillic",  # U+0400-052F
+    "hebrew",  # U+0530-05FF (with Armenian)
+    "arabic",  # U+0600-07FF (with Syriac, Thaana)
+    "indic",  # U+0800-0FFF but Thai: Devanagari ... Sinhala, Lao, Tibetan
+    "thai",  # U+0E00-0E7F
+    "other3",  # U+1000-1FFF: Myanmar, Georgian, Jamo, Latin and Greek extended
+    "symbols",  # U+2000-2FFF: typographic punctuation, arrows, math, box drawing
+    "kana",  # U+3000-3FFF: CJK punctuation, hiragana, katakana
+    "han",  # U+4000-9FFF: CJK ideographs
+    "hangul",  # U+A000-DFFF: Hangul syllables (and Yi)
+    "fullwidth",  # U+E000-FFFF: full-width forms, compatibility ideographs, private use
+    "four_byte",  # U+10000 and above: emoji, rare ideographs
+    "token_ids",  # prompts given as token ids: one token each
+    "messages",  # chat turns (each costs the template's per-message scaffolding)
+    "tools",  # tool schemas (each costs the template's per-tool wrapping)
+    "tool_blocks",  # 1 when the request carries tools (the template's tools preamble)
+    "requests",  # always 1: the template's fixed cost (generation prompt, default system)
+)
+N_FIELDS = len(FIELDS)
+CHARS, UPPER, WORDS, LONG_RUNS, DIGITS, PUNCT, NEWLINES = range(7)
+INDIC = FIELDS.index("indic")
+THAI = FIELDS.index("thai")
+_SCRIPT_FIELDS = tuple(i for i, f in enumerate(FIELDS) if f not in ("thai",))[7:20]
+TOKEN_IDS = FIELDS.index("token_ids")
+MESSAGES = FIELDS.index("messages")
+TOOLS = FIELDS.index("tools")
+TOOL_BLOCKS = FIELDS.index("tool_blocks")
+REQUESTS = FIELDS.index("requests")
+
+# byte -> class code; UTF-8 continuation bytes are deleted, so one code per character
+_CLASS = bytearray(b" " * 256)
+for _b in range(128):
+    _c = chr(_b)
+    if _c.isupper():
+        _CLASS[_b] = ord("A")
+    elif _c.isalpha():
+        _CLASS[_b] = ord("a")
+    elif _c.isdigit():
+        _CLASS[_b] = ord("0")
+    elif _c == "\n":
+        _CLASS[_b] = ord("\n")
+    elif 33 <= _b <= 126:
+        _CLASS[_b] = ord(".")
+# lead byte ranges -> script code, in the order of FIELDS from latin_ext on
+_LEADS = (
+    (0xC0, 0xCB),
+    (0xCC, 0xCF),
+    (0xD0, 0xD4),
+    (0xD5, 0xD7),
+    (0xD8, 0xDF),
+    (0xE0, 0xE0),
+    (0xE1, 0xE1),
+    (0xE2, 0xE2),
+    (0xE3, 0xE3),
+    (0xE4, 0xE9),
+    (0xEA, 0xED),
+    (0xEE, 0xEF),
+    (0xF0, 0xFF),
+)
+_SCRIPT_CODES = bytes(range(0x10, 0x10 + len(_LEADS)))  # codes no text class uses
+for _code, (_lo, _hi) in zip(_SCRIPT_CODES, _LEADS, strict=True):
+    for _b in range(_lo, _hi + 1):
+        _CLASS[_b] = _code
+_CLASS_TABLE = bytes(_CLASS)
+_CONTINUATION = bytes(range(0x80, 0xC0))
+# class code -> word view: letters of ASCII and of the alphabetic scripts are `a`
+_ALPHABETIC = b"aA" + _SCRIPT_CODES[:5]  # ASCII, latin_ext, greek, cyrillic, hebrew, arabic
+_WORD_VIEW = bytes(ord("a") if b in _ALPHABETIC else ord(" ") for b in range(256))
+
+
+def count_text(data: bytes, counts: list[int]) -> None:
+    """Add the character classes of UTF-8 `data` to `counts` (a tally vector)."""
+    if data.isascii():
+        view = data.translate(_CLASS_TABLE)
+    else:
+        view = data.translate(_CLASS_TABLE, _CONTINUATION)
+        for i, code in enumerate(_SCRIPT_CODES):
+            n = view.count(code)
+            if n:
+                counts[_SCRIPT_FIELDS[i]] += n
+        if counts[INDIC]:  # Thai shares its lead byte with the Indic scripts
+            thai = data.count(b"\xe0\xb8") + data.count(b"\xe0\xb9")
+            counts[INDIC] -= thai
+            counts[THAI] += thai
+    counts[CHARS] += len(view)
+    counts[UPPER] += view.count(b"A")
+    counts[DIGITS] += view.count(b"0")
+    counts[PUNCT] += view.count(b".")
+    counts[NEWLINES] += view.count(b"\n")
+    words = view.translate(_WORD_VIEW)
+    counts[WORDS] += words.count(b" a") + (words[:1] == b"a")
+    counts[LONG_RUNS] += words.count(b"aaaaaaaa")
+
+
+class _Walk:
+    """Collects the text pieces and structure counts of one body."""
+
+    __slots__ = ("audio", "counts", "images", "parts", "token_ids")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.token_ids = 0
+        self.images = 0
+        self.audio = 0
+        self.counts = [0] * N_FIELDS
+
+    def text(self, value: str) -> None:
+        self.parts.append(value.encode())
+
+    def json(self, value: Any) -> None:
+        with contextlib.suppress(TypeError):
+            self.parts.append(orjson.dumps(value))
+
+    def content(self, value: Any) -> None:
+        """A message `content` (string or parts), a prompt, an input or a system value."""
+        if isinstance(value, str):
+            self.parts.append(value.encode())
+        elif isinstance(value, list):
+            for part in value:
+                if isinstance(part, str):
+                    self.parts.append(part.encode())
+                elif isinstance(part, int):
+                    self.token_ids += 1  # a prompt given as token ids
+                elif isinstance(part, dict):
+                    self.part(part)
+                elif isinstance(part, list):
+                    self.content(part)  # a batch of prompts / token-id arrays
+        elif value is not None:
+            self.json(value)
+
+    def part(self, part: dict[str, Any]) -> None:
+        kind = part.get("type")
+        if kind in _IMAGE_PARTS:
+            self.images += 1
+            return
+        if kind in _AUDIO_PARTS:
+            self.audio += 1
+            return
+        text = part.get("text")
+        if isinstance(text, str):
+            self.parts.append(text.encode())
+            return
+        if "role" in part:  # a message inside a Responses `input` array
+            self.message(part)
+            return
+        content = part.get("content")
+        if content is not None:  # e.g. an Anthropic tool_result
+            self.content(content)
+            return
+        # anything else (tool calls and their outputs, documents): its JSON
+        self.json(part)
+
+    def message(self, message: dict[str, Any]) -> None:
+        self.counts[MESSAGES] += 1
+        self.content(message.get("content"))
+        for key in ("tool_calls", "function_call"):
+            calls = message.get(key)
+            if calls:
+                self.json(calls)
+        reasoning = message.get("reasoning_content")
+        if isinstance(reasoning, str):
+            self.parts.append(reasoning.encode())
+        images = message.get("images")  # Ollama: base64 images next to the content
+        if isinstance(images, list):
+            self.images += len(images)
+
+    def finish(self) -> list[int]:
+        counts = self.counts
+        if self.parts:
+            count_text(b" ".join(self.parts), counts)
+        counts[TOKEN_IDS] += self.token_ids
+        counts[REQUESTS] = 1
+        return counts
+
+
+def _is_batch(value: Any) -> bool:
+    return isinstance(value, list) and len(value) > 1 and isinstance(value[0], (str, list))
+
+
+def _longest(batch: list[Any], walk: _Walk) -> None:
+    """Each sequence of a batch needs the window alone: keep the longest one."""
+    best: tuple[int, list[bytes], int] = (-1, [], 0)
+    for item in batch:
+        one = _Walk()
+        one.content(item)
+        size = sum(len(p) for p in one.parts) // 4 + one.token_ids
+        if size > best[0]:
+            best = (size, one.parts, one.token_ids)
+    walk.parts.extend(best[1])
+    walk.token_ids += best[2]
+
+
+# endpoints whose list-valued `prompt` / `input` is a batch of separate sequences
+_BATCHED = frozenset({"completions", "embeddings", "ollama.embed"})
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """What one body holds: the counts of FIELDS, and its media parts."""
+
+    counts: tuple[int, ...]
+    images: int = 0
+    audio: int = 0
+
+
+def tally_body(body: dict[str, Any], endpoint: str) -> Tally:
+    """The tally of a request body (pure; one walk)."""
+    walk = _Walk()
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for message in messages:
+            if isinstance(message, dict):
+                walk.message(message)
+    for name in ("system", "instructions", "prompt", "input", "suffix"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if name == "system":
+            walk.counts[MESSAGES] += 1  # a separate system turn in the template
+        if endpoint in _BATCHED and _is_batch(value):
+            _longest(value, walk)
+        else:
+            walk.content(value)
+    images = body.get("images")  # Ollama's native generate
+    if isinstance(images, list):
+        walk.images += len(images)
+    for name in ("tools", "functions"):
+        tools = body.get(name)
+        if tools and isinstance(tools, list):
+            walk.counts[TOOLS] += len(tools)
+            walk.counts[TOOL_BLOCKS] = 1
+            for tool in tools:
+                walk.json(tool)
+    return Tally(tuple(walk.finish()), walk.images, walk.audio)

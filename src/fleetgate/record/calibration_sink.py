@@ -1,0 +1,41 @@
+"""Feeds the context estimate's calibration from request records, off the hot path.
+
+For each request whose plan estimated its context (the central estimate per tokenizer
+family is in the record's notes), the answering attempt's reported prompt tokens over the
+estimate of its deployment's family is one sample for that deployment. Requests with media
+(estimated with fixed reserves), and answers suspected of truncation or cut short, teach
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fleetgate.context.calibration import CalibrationBook
+from fleetgate.fleet import Fleet
+from fleetgate.record.recorder import RequestRecord
+from fleetgate.routing.filters.context_fit import RAW_NOTE
+
+_UNTRUSTED = ("truncation_suspected", "context_cut_short")
+
+
+class CalibrationSink:
+    def __init__(self, book: CalibrationBook, fleet: Callable[[], Fleet]) -> None:
+        self.book = book
+        self.fleet = fleet
+
+    async def write(self, records: list[RequestRecord]) -> None:
+        deployments = self.fleet().deployments
+        for record in records:
+            raw = record.notes.get(RAW_NOTE)
+            if not raw or record.error_code is not None or not record.attempts:
+                continue
+            if any(name in record.notes for name in _UNTRUSTED):
+                continue
+            attempt = record.attempts[-1]
+            dep = deployments.get(attempt.deployment_id)
+            if dep is None or not attempt.ok or not attempt.prompt_tokens:
+                continue
+            estimate = raw.get(dep.tokenizer_family)
+            if estimate:
+                self.book.observe(dep.id, attempt.prompt_tokens / estimate, record.time)

@@ -1,0 +1,357 @@
+"""A varied, reproducible corpus of chat requests for judging context estimates.
+
+Each text class the estimate costs differently is here: English prose, source code, numeric
+CSV, CJK (Chinese, Japanese, Korean), other scripts (Cyrillic, Greek, Arabic, Hebrew,
+Devanagari, Thai), identifiers and hashes, JSON, tool schemas, and multi-turn chats with tool
+calls. Prose and code come from the docstrings and source of Python's own standard library
+(real English and real code, not word salad); the other scripts from sentence pools below.
+`corpus(seed, n)` always gives the same requests for the same seed and Python version.
+"""
+
+# ruff: noqa: RUF001  (the sentence pools are meant to hold these scripts)
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import random
+import string
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+CLASSES = (
+    "prose",
+    "code",
+    "csv",
+    "cjk",
+    "scripts",
+    "identifiers",
+    "json",
+    "tools",
+    "multiturn",
+)
+
+_MODULES = (
+    "argparse",
+    "asyncio.base_events",
+    "calendar",
+    "collections",
+    "configparser",
+    "csv",
+    "dataclasses",
+    "difflib",
+    "email.message",
+    "fractions",
+    "ftplib",
+    "functools",
+    "http.client",
+    "imaplib",
+    "inspect",
+    "json.decoder",
+    "logging",
+    "mailbox",
+    "pathlib",
+    "pickle",
+    "pydoc",
+    "shutil",
+    "smtplib",
+    "statistics",
+    "subprocess",
+    "tarfile",
+    "textwrap",
+    "threading",
+    "typing",
+    "unittest.case",
+    "urllib.request",
+    "zipfile",
+)
+
+_CHINESE = (
+    "这个网关会把每个请求发送到能够容纳它的最小上下文窗口。",
+    "如果请求太长，系统会在调用上游之前拒绝它，并给出清楚的错误信息。",
+    "我们在两台服务器上部署了同一个模型，一台的上下文是五百一十二个词元，另一台是两千零四十八个。",
+    "今天的天气很好，我们决定去公园散步，顺便买一些新鲜的水果。",
+    "请根据下面的表格总结本季度的销售情况，并指出增长最快的地区。",
+    "机器学习模型的推理成本主要取决于输入长度和生成长度。",
+    "他说这个问题需要更多的数据才能回答，所以我们先收集日志。",
+    "在分布式系统中，网络分区和节点故障是必须考虑的常见问题。",
+    "这本书讲述了一个年轻人离开家乡，在大城市里寻找梦想的故事。",
+    "请把这段代码翻译成中文注释，并解释每个函数的作用。",
+)
+_JAPANESE = (
+    "このゲートウェイは、各リクエストを収まる最小のコンテキストウィンドウに送ります。",
+    "東京の天気は晴れで、午後から少し雲が出る予報です。",
+    "エラーが発生した場合は、ログを確認してから再試行してください。",
+    "私たちは新しいサービスを来月リリースする予定です。",
+    "カタカナで書かれたコンピューター用語がたくさんあります。",
+    "この文章を英語に翻訳して、要点を三つにまとめてください。",
+)
+_KOREAN = (
+    "이 게이트웨이는 각 요청을 담을 수 있는 가장 작은 컨텍스트 창으로 보냅니다.",
+    "오늘은 날씨가 좋아서 친구들과 함께 한강 공원에 갔습니다.",
+    "요청이 너무 길면 업스트림을 호출하기 전에 거절합니다.",
+    "서울의 인구는 약 천만 명이며 교통이 매우 발달했습니다.",
+    "다음 표를 보고 이번 분기의 매출을 요약해 주세요.",
+)
+_SCRIPTS = (
+    # Russian
+    "Шлюз отправляет каждый запрос на самое маленькое окно контекста, которое его вмещает.",
+    "Сегодня хорошая погода, и мы решили прогуляться по набережной.",
+    "Если запрос слишком длинный, он будет отклонён до обращения к серверу.",
+    "Пожалуйста, кратко изложите основные выводы этого отчёта.",
+    # Greek
+    "Η πύλη στέλνει κάθε αίτημα στο μικρότερο παράθυρο που το χωράει.",
+    "Ο καιρός σήμερα είναι ηλιόλουστος και ζεστός σε όλη τη χώρα.",
+    # Arabic
+    "ترسل البوابة كل طلب إلى أصغر نافذة سياق يمكنها استيعابه.",
+    "الطقس اليوم جميل، لذلك قررنا الذهاب إلى الحديقة مع الأصدقاء.",
+    "يرجى تلخيص النتائج الرئيسية لهذا التقرير في ثلاث نقاط.",
+    # Hebrew
+    "השער שולח כל בקשה לחלון ההקשר הקטן ביותר שמכיל אותה.",
+    "היום מזג האוויר נעים ואנחנו יוצאים לטיול בפארק.",
+    # Hindi
+    "गेटवे हर अनुरोध को सबसे छोटी संदर्भ विंडो में भेजता है जो उसे समा सके।",
+    "आज मौसम बहुत अच्छा है और हम पार्क में घूमने जा रहे हैं।",
+    # Thai
+    "เกตเวย์จะส่งคำขอแต่ละรายการไปยังหน้าต่างบริบทที่เล็กที่สุดที่รองรับได้",
+    "วันนี้อากาศดีมาก พวกเราจึงไปเดินเล่นที่สวนสาธารณะ",
+    # Vietnamese and Turkish (Latin letters with diacritics)
+    "Cổng sẽ gửi mỗi yêu cầu đến cửa sổ ngữ cảnh nhỏ nhất có thể chứa nó.",
+    "Ağ geçidi her isteği onu alabilecek en küçük bağlam penceresine gönderir.",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One request of the corpus and the text class that dominates it."""
+
+    kind: str
+    body: dict[str, Any]
+
+
+class _Sources:
+    """Docstring paragraphs and source blocks of the standard library, loaded once."""
+
+    _prose: list[str] | None = None
+    _code: list[str] | None = None
+
+    @classmethod
+    def load(cls) -> tuple[list[str], list[str]]:
+        if cls._prose is None or cls._code is None:
+            prose: list[str] = []
+            code: list[str] = []
+            for name in _MODULES:
+                module = __import__(name, fromlist=["_"])
+                try:
+                    source = inspect.getsource(module)
+                except (OSError, TypeError):
+                    continue
+                tree = ast.parse(source)
+                for node in ast.walk(tree):
+                    if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)):
+                        doc = ast.get_docstring(node)
+                        if doc and len(doc) > 80:
+                            prose.extend(p for p in doc.split("\n\n") if len(p) > 60)
+                    if isinstance(node, ast.FunctionDef):
+                        block = ast.get_source_segment(source, node)
+                        if block and 200 < len(block) < 6000:
+                            code.append(block)
+            cls._prose, cls._code = prose, code
+        return cls._prose, cls._code
+
+
+def _take(rng: random.Random, pool: list[str] | tuple[str, ...], size: int, sep: str) -> str:
+    parts: list[str] = []
+    total = 0
+    start = rng.randrange(len(pool))
+    while total < size:
+        piece = pool[(start + len(parts)) % len(pool)] if rng.random() < 0.7 else rng.choice(pool)
+        parts.append(piece)
+        total += len(piece) + len(sep)
+    return sep.join(parts)
+
+
+def _csv(rng: random.Random, size: int) -> str:
+    cols = rng.randint(3, 8)
+    header = ",".join(
+        rng.choice(("id", "date", "price", "qty", "lat", "lon", "score", "t")) + str(i)
+        for i in range(cols)
+    )
+    rows = [header]
+    while sum(len(r) + 1 for r in rows) < size:
+        cells = []
+        for c in range(cols):
+            pick = (c + rng.randrange(4)) % 4
+            if pick == 0:
+                cells.append(str(rng.randint(0, 10 ** rng.randint(1, 7))))
+            elif pick == 1:
+                cells.append(f"{rng.uniform(-1000, 1000):.{rng.randint(1, 6)}f}")
+            elif pick == 2:
+                cells.append(f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}")
+            else:
+                cells.append(f"{rng.random():.4f}")
+        rows.append(",".join(cells))
+    return "\n".join(rows)
+
+
+def _identifiers(rng: random.Random, size: int) -> str:
+    out: list[str] = []
+    total = 0
+    while total < size:
+        pick = rng.randrange(6)
+        if pick == 0:
+            piece = f"{rng.getrandbits(128):032x}"
+        elif pick == 1:
+            h = f"{rng.getrandbits(128):032x}"
+            piece = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        elif pick == 2:
+            alphabet = string.ascii_letters + string.digits + "+/"
+            piece = "".join(rng.choice(alphabet) for _ in range(rng.randint(16, 64)))
+        elif pick == 3:
+            words = ("api", "v1", "users", "orders", "items", "search", "static", "img")
+            path = "/".join(rng.choice(words) for _ in range(rng.randint(2, 5)))
+            host = rng.choice(("example", "cdn", "svc"))
+            piece = f"https://{host}.com/{path}?id={rng.randint(1, 99999)}"
+        elif pick == 4:
+            piece = f"/var/log/{rng.choice(('app', 'nginx', 'gw'))}/{rng.randint(1, 999)}.log"
+        else:
+            level = rng.choice(("ERROR", "INFO", "WARN"))
+            piece = f"{level} req={rng.getrandbits(40):x} t={rng.randint(1, 5000)}ms"
+        out.append(piece)
+        total += len(piece) + 1
+    return rng.choice((" ", "\n", ", ")).join(out)
+
+
+def _json_doc(rng: random.Random, size: int, prose: list[str]) -> str:
+    import orjson
+
+    items = []
+    while sum(len(orjson.dumps(i)) for i in items) < size:
+        items.append(
+            {
+                "id": rng.randint(1, 10**6),
+                "name": rng.choice(prose)[:40],
+                "tags": [rng.choice(("a", "beta", "prod", "eu-west")) for _ in range(3)],
+                "price": round(rng.uniform(0, 500), 2),
+                "active": rng.random() < 0.5,
+            }
+        )
+    option = orjson.OPT_INDENT_2 if rng.random() < 0.5 else 0
+    return orjson.dumps(items, option=option).decode()
+
+
+def _tools(rng: random.Random, prose: list[str]) -> list[dict[str, Any]]:
+    tools = []
+    for i in range(rng.randint(1, 4)):
+        props = {
+            f"arg_{j}": {
+                "type": rng.choice(("string", "integer", "number", "boolean")),
+                "description": rng.choice(prose)[: rng.randint(20, 120)],
+            }
+            for j in range(rng.randint(1, 5))
+        }
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": rng.choice(("get_weather", "search_docs", "run_query", "send_mail"))
+                    + f"_{i}",
+                    "description": rng.choice(prose)[: rng.randint(30, 200)],
+                    "parameters": {
+                        "type": "object",
+                        "properties": props,
+                        "required": list(props)[:1],
+                    },
+                },
+            }
+        )
+    return tools
+
+
+def text_of(kind: str, rng: random.Random, size: int) -> str:
+    """About `size` characters of one text class."""
+    prose, code = _Sources.load()
+    if kind == "prose":
+        return _take(rng, prose, size, "\n\n")
+    if kind == "code":
+        return _take(rng, code, size, "\n\n")
+    if kind == "csv":
+        return _csv(rng, size)
+    if kind == "cjk":
+        pool = rng.choice((_CHINESE, _JAPANESE, _KOREAN, _CHINESE + _JAPANESE + _KOREAN))
+        return _take(rng, pool, size // 3, rng.choice(("", "\n", " ")))
+    if kind == "scripts":
+        return _take(rng, _SCRIPTS, size // 2, " ")
+    if kind == "identifiers":
+        return _identifiers(rng, size)
+    if kind == "json":
+        return _json_doc(rng, size, prose)
+    raise ValueError(kind)
+
+
+_TEXT_KINDS = ("prose", "code", "csv", "cjk", "scripts", "identifiers", "json")
+
+
+def _chat(rng: random.Random, kind: str, size: int) -> dict[str, Any]:
+    prose, _ = _Sources.load()
+    messages: list[dict[str, Any]] = []
+    body: dict[str, Any] = {}
+    if rng.random() < 0.5:
+        messages.append({"role": "system", "content": rng.choice(prose)[:300]})
+    if kind == "tools":
+        body["tools"] = _tools(rng, prose)
+        messages.append({"role": "user", "content": text_of(rng.choice(_TEXT_KINDS), rng, size)})
+    elif kind == "multiturn":
+        turns = rng.randint(2, 6)
+        body["tools"] = _tools(rng, prose) if rng.random() < 0.6 else None
+        for t in range(turns):
+            part = rng.choice(_TEXT_KINDS)
+            messages.append({"role": "user", "content": text_of(part, rng, size // turns)})
+            if body["tools"] and t % 2 == 0:
+                name = body["tools"][0]["function"]["name"]
+                call_id = f"call_{rng.getrandbits(32):08x}"
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {
+                                "id": call_id,
+                                "type": "function",
+                                "function": {
+                                    "name": name,
+                                    "arguments": json.dumps({"arg_0": rng.choice(prose)[:30]}),
+                                },
+                            }
+                        ],
+                    }
+                )
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call_id,
+                        "content": text_of(rng.choice(_TEXT_KINDS), rng, size // (2 * turns)),
+                    }
+                )
+            elif t < turns - 1:
+                messages.append({"role": "assistant", "content": rng.choice(prose)[:400]})
+        if body["tools"] is None:
+            del body["tools"]
+    else:
+        messages.append({"role": "user", "content": text_of(kind, rng, size)})
+    body["messages"] = messages
+    return body
+
+
+def corpus(seed: int, n: int, sizes: tuple[int, int] = (40, 6000)) -> Iterator[Sample]:
+    """`n` chat requests of every class in turn, text sizes spread log-uniformly in `sizes`
+    characters, `max_tokens` from 8 to 256."""
+    rng = random.Random(seed)
+    low, high = sizes
+    for i in range(n):
+        kind = CLASSES[i % len(CLASSES)]
+        size = int(low * (high / low) ** rng.random())
+        body = _chat(rng, kind, size)
+        body["max_tokens"] = rng.choice((8, 16, 32, 64, 128, 256))
+        yield Sample(kind, body)

@@ -1,0 +1,73 @@
+"""Calibration from usage: bounded, decayed quantiles, learned from real answers."""
+
+from __future__ import annotations
+
+import random
+
+from fleetgate.context.calibration import CEILING, FLOOR, MIN_SAMPLES, CalibrationBook
+from fleetgate.testing.llama import ALIAS
+from tests.engines import LlamaFactory, llama_provider
+from tests.harness import Stack, deployment, wait_until
+
+
+def test_bounds_follow_the_measured_ratios_and_stay_bounded() -> None:
+    book = CalibrationBook()
+    prior = (0.8, 1.2)
+    assert book.factors("d", prior) == prior
+    rng = random.Random(1)
+    for _ in range(MIN_SAMPLES - 1):
+        book.observe("d", 0.9)
+    assert book.factors("d", prior) == prior  # not enough samples yet
+    for _ in range(300):
+        book.observe("d", rng.uniform(0.88, 0.92))
+    low, high = book.factors("d", prior)
+    assert 0.85 <= low <= 0.9 <= high <= 0.95  # narrower than the prior, around 0.9
+    for _ in range(2000):
+        book.observe("e", 50.0)  # absurd answers cannot move the bounds past the ceiling
+    low, high = book.factors("e", prior)
+    assert high == CEILING and low >= 0.97 * CEILING
+    for _ in range(2000):
+        book.observe("d", 1.5)  # the traffic changed: old samples decay away
+    assert book.factors("d", prior)[0] > 1.4
+    assert book.factors("d", prior)[0] >= FLOOR
+
+
+def test_the_book_round_trips_its_state() -> None:
+    book = CalibrationBook()
+    for _ in range(20):
+        book.observe("d", 1.1, now=5.0)
+    dumped = book.take_changed()
+    other = CalibrationBook()
+    other.put("d", dumped["d"])
+    assert other.factors("d", (0, 0)) == book.factors("d", (0, 0))
+    assert book.take_changed() == {}
+
+
+def test_usage_from_the_real_engine_calibrates_its_deployment(
+    stack: Stack, client_for, llama: LlamaFactory
+) -> None:
+    small, big = llama(n_ctx=512), llama(n_ctx=2048)
+    gateway = stack.start_gateway(
+        {
+            "providers": [llama_provider("s", small), llama_provider("b", big)],
+            "deployments": [
+                deployment("tiny", "s", upstream_model=ALIAS, context_window=512),
+                deployment("tiny", "b", upstream_model=ALIAS, context_window=2048),
+            ],
+        }
+    )
+    client = client_for(stack)
+    for i in range(MIN_SAMPLES + 2):
+        client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": f"Count the apples, case {i}: one two."}],
+            max_tokens=4,
+        )
+    book = gateway.state.calibration
+    wait_until(lambda: (book.get("s") or book.get("b")) is not None, 5, "samples recorded")
+    cal = book.get("s")
+    wait_until(lambda: cal is not None and cal.samples >= MIN_SAMPLES, 5, "enough samples")
+    assert cal is not None
+    low, high = cal.bounds() or (0.0, 0.0)
+    # the engine's usage over the family's estimate (the model name says nothing: generic)
+    assert 0.3 < low <= high < 1.5
