@@ -17,6 +17,7 @@ import platform
 import shlex
 import shutil
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -69,6 +70,9 @@ class Settings:
     load_cpu: int = 0
     baseline: bool = True
     profile: bool = False
+    # fleetgate variants, each its own target: storage.log_writer values, `--workers` counts
+    log_writers: list[str] = field(default_factory=lambda: ["process"])
+    workers: list[int] = field(default_factory=lambda: [1])
     gateway_cmd: list[str] = field(default_factory=lambda: [sys.executable, "-m", "fleetgate"])
     out: Path = HERE / "results"
 
@@ -87,6 +91,9 @@ class Settings:
         s.load_cpu = int(env.get("LOAD_CPU", s.load_cpu))
         s.baseline = env.get("BASELINE", "1") not in ("0", "", "no", "false")
         s.profile = env.get("PROFILE", "0") not in ("0", "", "no", "false")
+        if env.get("LOG_WRITERS"):
+            s.log_writers = env["LOG_WRITERS"].replace(",", " ").split()
+        s.workers = _ints(env.get("WORKERS"), s.workers) or s.workers
         if env.get("GATEWAY_CMD"):
             s.gateway_cmd = shlex.split(env["GATEWAY_CMD"])
         s.out = Path(env.get("OUT", s.out))
@@ -137,26 +144,81 @@ def pin_all_threads(pid: int, cpu: int) -> None:
         os.sched_setaffinity(int(tid), {cpu})
 
 
+def descendants(pid: int) -> list[int]:
+    """The live processes below `pid` (a gateway's log writer, its workers and theirs)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except FileNotFoundError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime, all threads
+
+
+def _status_kb(pid: int, *keys: str) -> list[int]:
+    values = dict.fromkeys(keys, 0)
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key = line.split(":", 1)[0]
+            if key in values:
+                values[key] = int(line.split()[1])
+    return [values[k] for k in keys]
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 @dataclass
 class ProcSample:
+    """CPU of a process and of every process below it (its CPU counts, wherever it runs);
+    memory of the process itself, and the proportional set size of the whole tree."""
+
     ticks: int
     rss_kb: int
     hwm_kb: int
+    children: int = 0
+    tree_pss_kb: int = 0
+    children_hwm_kb: int = 0
 
     @classmethod
     def of(cls, pid: int) -> ProcSample:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-        fields = stat[stat.rfind(")") + 2 :].split()
-        ticks = int(fields[11]) + int(fields[12])  # utime + stime, all threads
-        rss = hwm = 0
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1])
-                elif line.startswith("VmHWM:"):
-                    hwm = int(line.split()[1])
-        return cls(ticks, rss, hwm)
+        kids = descendants(pid)
+        ticks = _ticks(pid)
+        kids_hwm = 0
+        for kid in kids:
+            try:
+                ticks += _ticks(kid)
+                kids_hwm += _status_kb(kid, "VmHWM")[0]
+            except FileNotFoundError:  # exited meanwhile
+                pass
+        rss, hwm = _status_kb(pid, "VmRSS", "VmHWM")
+        pss = _pss_kb(pid) + sum(_pss_kb(k) for k in kids)
+        return cls(ticks, rss, hwm, len(kids), pss, kids_hwm)
 
 
 @dataclass
@@ -167,7 +229,10 @@ class Server:
     port: int
     proc: subprocess.Popen[bytes]
     ready_s: float = 0.0
+    ready_cpu_s: float = 0.0  # CPU the process tree used until ready (steadier than wall)
     idle_rss_mb: float = 0.0
+    responses: int = 0  # what wrk saw completed, warm-ups included
+    store: Path | None = None  # a gateway's SQLite store: its request log is counted
 
     @property
     def pid(self) -> int:
@@ -201,6 +266,7 @@ def start_server(
     server = Server(name, port, proc)
     try:
         server.ready_s = wait_http(port, ready_path, started + 60, proc) - started
+        server.ready_cpu_s = ProcSample.of(proc.pid).ticks / CLK_TCK
     except BenchError as exc:
         stop(proc)
         raise BenchError(f"{name}: {exc}; see {log}") from None
@@ -377,7 +443,7 @@ def measure(
 ) -> dict[str, Any]:
     """One closed-loop wrk run; CPU and memory of `target` (and the upstream) around it."""
     if s.warmup > 0:
-        run_wrk(url, sc, s.warmup, s.load_cpu)
+        target.responses += int(run_wrk(url, sc, s.warmup, s.load_cpu)["requests"])
     profiler = (
         start_profiler(target.pid, s.duration, s.load_cpu, profile_to) if profile_to else None
     )
@@ -390,6 +456,7 @@ def measure(
     if profiler is not None:
         profiler.wait(timeout=60)
     requests = int(wrk["requests"])
+    target.responses += requests
     cpu_s = (after.ticks - before.ticks) / CLK_TCK
     row: dict[str, Any] = {
         "target": target.name,
@@ -408,6 +475,7 @@ def measure(
         "cpu_us_per_req": 1e6 * cpu_s / requests if requests else None,
         "rss_mb": after.rss_kb / 1024,
         "hwm_mb": after.hwm_kb / 1024,
+        "tree_pss_mb": after.tree_pss_kb / 1024,
     }
     if upstream is not None and up_before is not None:
         up_cpu = (ProcSample.of(upstream.pid).ticks - up_before.ticks) / CLK_TCK
@@ -415,6 +483,16 @@ def measure(
     if profile_to is not None:
         row["profile"] = str(profile_to)
     return row
+
+
+def log_completeness(gateway: Server) -> dict[str, int]:
+    """After a gateway stopped: its request log's rows against the responses wrk saw (a
+    few more rows are expected: the checks' requests, and those in flight when a wrk run
+    ended)."""
+    assert gateway.store is not None
+    with sqlite3.connect(gateway.store) as conn:
+        rows = int(conn.execute("SELECT count(*) FROM requests").fetchone()[0])
+    return {"rows": rows, "responses": gateway.responses}
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -492,6 +570,14 @@ def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     errors = sum(r["errors"] for r in result["rows"] if r["target"] == GATEWAY)
     add("errors under load (socket, timeout, non-2xx)", "0", str(errors), errors == 0)
     gw = result["servers"][GATEWAY]
+    if "log" in gw:
+        rows, responses = gw["log"]["rows"], gw["log"]["responses"]
+        add(
+            "request log complete (rows ≥ responses)",
+            f"≥ {responses:,}",
+            f"{rows:,} rows",
+            rows >= responses,
+        )
     add(
         "peak RSS (VmHWM)",
         f"≤ {TARGET_RSS_MB:g} MB",
@@ -513,7 +599,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"## fleetgate overhead benchmark — {meta['date']} (commit {meta['commit']})",
         "",
-        f"Servers on CPU {meta['gw_cpu']} (one worker each), wrk -t1 and the fake upstream on "
+        f"Servers on CPU {meta['gw_cpu']} (one worker each unless named -wN; CPU counts every "
+        "process of a server's tree), wrk -t1 and the fake upstream on "
         f"CPU {meta['load_cpu']}; {meta['duration']:g} s per run after {meta['warmup']:g} s "
         f"warm-up{repeat}. Streams: {STREAM_CHUNKS} chunks + usage + [DONE], sent at once "
         f"(paced: one event every {meta['gap_ms']:g} ms). `direct` = the fake upstream itself "
@@ -544,9 +631,21 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {c['what']} | {c['limit']} | {c['value']} | {mark} |")
     lines.append("")
     for name, info in result["servers"].items():
+        tree = ""
+        if info["children"]:
+            tree = (
+                f"; {info['children']} child process(es), their peak RSS "
+                f"{info['children_peak_rss_mb']:.1f} MB, PSS of all {info['tree_pss_mb']:.1f} MB"
+            )
+        if "log" in info:
+            tree += (
+                f"; request log: {info['log']['rows']:,} rows for "
+                f"{info['log']['responses']:,} responses"
+            )
         lines.append(
-            f"- {name}: ready {info['ready_s'] * 1000:.0f} ms after start; RSS idle "
-            f"{info['idle_rss_mb']:.1f} MB, peak (VmHWM) {info['peak_rss_mb']:.1f} MB"
+            f"- {name}: ready {info['ready_s'] * 1000:.0f} ms after start "
+            f"({info['ready_cpu_s'] * 1000:.0f} ms of CPU); RSS idle "
+            f"{info['idle_rss_mb']:.1f} MB, peak (VmHWM) {info['peak_rss_mb']:.1f} MB{tree}"
         )
     return "\n".join(lines) + "\n"
 
@@ -554,11 +653,30 @@ def markdown(result: dict[str, Any]) -> str:
 # ---- the run ------------------------------------------------------------------------------
 
 
-def write_config(path: Path, upstream_port: int, gateway_port: int) -> None:
+@dataclass
+class Variant:
+    """One fleetgate target: its name in the tables and what differs from the default."""
+
+    name: str
+    log_writer: str = "process"
+    workers: int = 1
+
+
+def variants(s: Settings) -> list[Variant]:
+    """The first is the default (named `fleetgate`, held to the targets); each other
+    storage.log_writer value and worker count is one more target."""
+    out = [Variant(GATEWAY, s.log_writers[0], s.workers[0])]
+    out += [Variant(f"{GATEWAY}-{lw}", lw, s.workers[0]) for lw in s.log_writers[1:]]
+    out += [Variant(f"{GATEWAY}-w{n}", s.log_writers[0], n) for n in s.workers[1:]]
+    return out
+
+
+def write_config(path: Path, upstream_port: int, gateway_port: int, log_writer: str) -> None:
     base = f"http://127.0.0.1:{upstream_port}"
     # JSON is YAML; the upstream names differ from the client names so rewriting is exercised
     config = {
         "server": {"host": "127.0.0.1", "port": gateway_port},
+        "storage": {"log_writer": log_writer},
         "providers": [
             {
                 "id": "bench-upstream",
@@ -642,24 +760,23 @@ def run(s: Settings) -> dict[str, Any]:
             work / "upstream.log",
         )
         started.append(upstream)
-        gw_port = _free_port()
-        config_path = work / "fleet.yaml"
-        write_config(config_path, up_port, gw_port)
-        log = s.out / f"{stamp}-fleetgate.log"
-        gateway = start_server(
-            GATEWAY,
-            [*s.gateway_cmd, "serve", "--config", str(config_path), "--port", str(gw_port)],
-            gw_port,
-            "/readyz",
-            s.gw_cpu,
-            env,
-            work,
-            log,
-        )
-        started.append(gateway)
-        for line in check_gateway(gateway.port, upstream.port):
-            print(f"check ok: {line}", file=sys.stderr)
-        targets = [gateway]
+        targets = []
+        for v in variants(s):
+            gw_port = _free_port()
+            home = work / v.name  # its own SQLite store (./data) and config
+            home.mkdir()
+            config_path = home / "fleet.yaml"
+            write_config(config_path, up_port, gw_port, v.log_writer)
+            cmd = [*s.gateway_cmd, "serve", "--config", str(config_path), "--port", str(gw_port)]
+            if v.workers > 1:
+                cmd += ["--workers", str(v.workers)]
+            log = s.out / f"{stamp}-{v.name}.log"
+            gateway = start_server(v.name, cmd, gw_port, "/readyz", s.gw_cpu, env, home, log)
+            gateway.store = home / "data" / "fleetgate.db"
+            started.append(gateway)
+            targets.append(gateway)
+            for line in check_gateway(gateway.port, upstream.port):
+                print(f"check ok ({v.name}): {line}", file=sys.stderr)
         if s.baseline:
             bl_port = _free_port()
             baseline = start_server(
@@ -699,7 +816,7 @@ def run(s: Settings) -> dict[str, Any]:
                     pin_all_threads(upstream.pid, s.load_cpu)
                 for t in targets:
                     prof = None
-                    if s.profile and t is gateway:
+                    if s.profile and t.name == GATEWAY:
                         prof = s.out / f"{stamp}-profile-{sc.name}-{rep}.txt"
                     row = measure(t, sc, t.url("/v1/chat/completions"), upstream, s, prof)
                     runs.setdefault(t.name, []).append(row)
@@ -710,12 +827,19 @@ def run(s: Settings) -> dict[str, Any]:
             end = ProcSample.of(t.pid)
             servers[t.name] = {
                 "ready_s": t.ready_s,
+                "ready_cpu_s": t.ready_cpu_s,
                 "idle_rss_mb": t.idle_rss_mb,
                 "peak_rss_mb": end.hwm_kb / 1024,
+                "children": end.children,
+                "children_peak_rss_mb": end.children_hwm_kb / 1024,
+                "tree_pss_mb": end.tree_pss_kb / 1024,
             }
     finally:
         for server in reversed(started):
             stop(server.proc)
+        for t in started:
+            if t.store is not None and t.name in servers:
+                servers[t.name]["log"] = log_completeness(t)
         shutil.rmtree(work, ignore_errors=True)
 
     compare(rows)

@@ -20,7 +20,7 @@ MSG = [{"role": "user", "content": "three short words"}]
 
 def _written(stack: Stack) -> int:
     control = stack.gateway.control  # type: ignore[union-attr]
-    return control.request_log.written  # type: ignore[union-attr]
+    return control.log_writer.written  # type: ignore[union-attr]
 
 
 def test_rows_for_success_fallback_exhausted_and_stream(

@@ -414,6 +414,9 @@ class StorageConfig(_Strict):
     fleet_source: Literal["file", "store"] | None = None
     """Who owns the fleet sections: `file` (a changed file is applied at start) or `store`
     (the admin API; the file only seeds). Unset: `file` when this file has fleet sections."""
+    log_writer: Literal["process", "thread"] = "process"
+    """Who writes the request log: a child process (off the serving process's GIL and,
+    given a free core, its CPU), or the serving process's DB threads."""
 
 
 class AdminConfig(_Strict):

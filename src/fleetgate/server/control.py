@@ -35,6 +35,7 @@ from fleetgate.store.fleet_file import (
     same,
 )
 from fleetgate.store.kinds import Entities
+from fleetgate.store.log_writer import LogWriterProcess, can_fork_writer
 from fleetgate.store.request_log import RequestLog, retention_cutoff
 
 if TYPE_CHECKING:
@@ -116,6 +117,8 @@ class ControlPlane:
         self.db = open_database(self.url)
         self.config_store = ConfigStore(self.db)
         self.request_log = RequestLog(self.db, base.storage.log_buffer)
+        # who writes the log's rows: the request log itself, or its writer process
+        self.log_writer: RequestLog | LogWriterProcess = self.request_log
         self.keys = KeyStore(self.db)
         self.ring = KeyRing()
         self.guard = Guard(self.ring, base.auth.enabled)
@@ -131,11 +134,23 @@ class ControlPlane:
         return self.gateway.holder.fleet
 
     async def start(self) -> None:
+        if self.base.storage.log_writer == "process" and can_fork_writer(self.url):
+            # first: the fork must come before this process starts its DB threads
+            self.log_writer = LogWriterProcess(self.url, self.base.storage.log_buffer)
+            self.log_writer.start()
+        try:
+            await self._start()
+        except BaseException:
+            if isinstance(self.log_writer, LogWriterProcess):
+                await self.log_writer.stop()
+            raise
+
+    async def _start(self) -> None:
         await migrate(self.db)
         applied = await self._fleet_from_file()
         await self.reload_fleet(force=True)
         await self.reload_keys()
-        self.gateway.recorder.sinks.append(self.request_log)
+        self.gateway.recorder.sinks.append(self.log_writer)
         self.gateway.recorder.sinks.append(SpendSink(self.keys, lambda: self.fleet))
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._purge_loop()))
@@ -184,6 +199,9 @@ class ControlPlane:
             await close_state()
         if self.link is not None:
             await self.link.stop()
+        if isinstance(self.log_writer, LogWriterProcess):
+            await self.log_writer.stop()  # the recorder has flushed: the last rows go now
+            await self.log_writer.close()
         await self.db.dispose()
 
     # ---- the fleet ----------------------------------------------------------------------
@@ -313,10 +331,10 @@ class ControlPlane:
             "database": self.db.dialect.name,
             "records_dropped": recorder.dropped,
             "records_buffered": recorder.buffered,
-            "records_written": self.request_log.written,
-            "records_unwritten": self.request_log.dropped,
-            "log_write_failures": self.request_log.failures,
-            "records_rejected": self.request_log.rejected,
+            "records_written": self.log_writer.written,
+            "records_unwritten": self.log_writer.dropped,
+            "log_write_failures": self.log_writer.failures,
+            "records_rejected": self.log_writer.rejected,
             "client_keys": len(self.ring),
             "auth_enabled": self.guard.enabled,
             "fleet_source": fleet_source(self.base, _has_entities(self.base)),

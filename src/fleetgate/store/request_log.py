@@ -56,11 +56,11 @@ def _attempt(a: Attempt) -> dict[str, Any]:
     }
 
 
-# the columns `_row` fills, in its order (`seq` is the database's)
+# the columns `row_of` fills, in its order (`seq` is the database's)
 _COLUMNS = tuple(c.name for c in requests.columns if c.name != "seq")
 
 
-def _row(r: RequestRecord) -> tuple[Any, ...]:
+def row_of(r: RequestRecord) -> tuple[Any, ...]:
     """The request's row, in `_COLUMNS` order, JSON columns encoded (drivers take text)."""
     last = r.attempts[-1] if r.attempts else None
     final = last if last is not None and r.deployment_id == last.deployment_id else None
@@ -149,13 +149,26 @@ class RequestLog:
         self._pending: deque[tuple[Any, ...]] = deque()
         self._insert = _insert_sql(db.dialect.paramstyle)
 
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
     async def write(self, records: list[RequestRecord]) -> None:
+        self.queue([row_of(record) for record in records])
+        await self.flush()
+
+    def queue(self, rows: list[tuple[Any, ...]]) -> None:
+        """Rows (as `row_of` makes them) to go with the next `flush`."""
         pending = self._pending
-        for record in records:
+        for row in rows:
             if len(pending) >= self.capacity:
                 pending.popleft()
                 self.dropped += 1
-            pending.append(_row(record))
+            pending.append(row)
+
+    async def flush(self) -> None:
+        """Write every pending row in one transaction (kept pending when that fails)."""
+        pending = self._pending
         if not pending:
             return
         batch = list(pending)

@@ -11,7 +11,6 @@ that prior with a half-life of `MEASUREMENT_HALF_LIFE` seconds since it was take
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable
 
 from fleetgate.routing.plan import Candidate, PlanContext
@@ -58,7 +57,7 @@ class PreferenceOrderer:
 
         samples = {id(c): measured(c) for c in candidates}
         known = [v for v, _ in samples.values() if v is not None]
-        prior = statistics.median(known) if known else 0.0
+        prior = _median(known) if known else 0.0
         sign = -1.0 if by == "throughput" else 1.0
 
         def key(c: Candidate) -> float:
@@ -81,3 +80,11 @@ def _sort_within_models(
     for c in candidates:
         groups.setdefault(c.deployment.model, []).append(c)
     return [c for group in groups.values() for c in sorted(group, key=key)]
+
+
+def _median(values: list[float]) -> float:
+    # not statistics.median: importing `statistics` (decimal, fractions) costs ~10 ms of
+    # every start for this one call
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

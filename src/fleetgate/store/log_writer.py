@@ -1,0 +1,340 @@
+"""The request log's writer process: the store work of logging, out of the serving process.
+
+In the serving process a batch of records costs only its rows' encoding and one
+non-blocking pipe write. A child forked at start-up (before any thread exists) decodes
+the rows and writes them with the same `RequestLog` the serving process would use,
+through a database connection of its own, in transactions of its own size. Its CPU never
+holds the serving process's GIL, the kernel schedules it below the server (nice 10), and
+on a host with a free core it runs there.
+
+Nothing is lost on the way: rows the pipe cannot take yet wait in the serving process
+(up to the log's capacity, the oldest dropped and counted, as `RequestLog` does while the
+database is down); at shutdown the pipe is closed, the child writes what it holds and
+exits; a child that dies is replaced by writing in-process, and the rows it had not yet
+written are counted as dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from collections import deque
+
+import orjson
+
+from fleetgate.record.recorder import RequestRecord
+from fleetgate.store.database import open_database
+from fleetgate.store.request_log import RequestLog, row_of
+
+log = logging.getLogger("fleetgate.record")
+
+NICE = 10  # below the serving process, yet never starved by it (≈ 10 % of a busy core)
+PIPE_BYTES = 1 << 20  # what the pipe holds before rows wait in the serving process
+# the child writes at most this often: fewer, larger transactions (a transaction costs
+# about as much as 15 rows on SQLite)
+WRITE_INTERVAL = 0.2
+RETRY_INTERVAL = 1.0  # while the database is down
+STOP_TIMEOUT = 10.0  # at shutdown, how long the child may keep trying to write
+
+
+def can_fork_writer(url: str) -> bool:
+    """A separate process can share every store but an in-memory SQLite database."""
+    return not (url.startswith("sqlite") and (":memory:" in url or url.rstrip("/") == "sqlite:"))
+
+
+class LogWriterProcess:
+    """A `RecordSink` that hands the request log's rows to a child process.
+
+    `written`, `dropped`, `failures` and `rejected` mean what they mean on `RequestLog`,
+    for the rows of this sink, whoever wrote them."""
+
+    def __init__(self, url: str, capacity: int = 10_000, nice: int = NICE) -> None:
+        self.url = url
+        self.capacity = capacity
+        self.nice = nice
+        self.pid: int | None = None
+        self._frames: deque[tuple[bytes, int]] = deque()  # not yet in the pipe, with rows
+        self._head_sent = 0  # bytes of the first frame already in the pipe
+        self._queued = 0  # rows in `_frames`
+        self._sent = 0  # rows that went into the pipe
+        self._child: dict[str, int] = {}  # the child's last report
+        self._lost = 0  # rows a dead child took with it
+        self._dropped = 0  # rows dropped here because the child was behind
+        self._fallback: RequestLog | None = None
+        self._rows_fd = self._status_fd = -1
+        self._status_buf = b""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._exited: asyncio.Future[None] | None = None
+
+    # ---- counters --------------------------------------------------------------------
+    def _count(self, name: str) -> int:
+        extra = getattr(self._fallback, name, 0) if self._fallback is not None else 0
+        return self._child.get(name, 0) + extra
+
+    @property
+    def written(self) -> int:
+        return self._count("written")
+
+    @property
+    def dropped(self) -> int:
+        return self._count("dropped") + self._dropped + self._lost
+
+    @property
+    def failures(self) -> int:
+        return self._count("failures")
+
+    @property
+    def rejected(self) -> int:
+        return self._count("rejected")
+
+    # ---- life ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Fork the child. Call it before the process starts any thread: a fork copies
+        only the calling thread, and a lock another thread held would stay held."""
+        self._loop = asyncio.get_running_loop()
+        rows_r, rows_w = os.pipe()
+        status_r, status_w = os.pipe()
+        with contextlib.suppress(OSError):  # Linux: a bigger pipe, fewer waits
+            fcntl.fcntl(rows_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        pid = os.fork()
+        if pid == 0:  # the child never returns from here
+            os.close(rows_w)
+            os.close(status_r)
+            _child_main(self.url, self.capacity, self.nice, rows_r, status_w)
+        os.close(rows_r)
+        os.close(status_w)
+        os.set_blocking(rows_w, False)
+        self.pid, self._rows_fd, self._status_fd = pid, rows_w, status_r
+        self._exited = self._loop.create_future()
+        self._loop.add_reader(status_r, self._on_status)
+
+    async def write(self, records: list[RequestRecord]) -> None:
+        if not records:
+            return
+        rows = [row_of(r) for r in records]
+        if self._fallback is not None:
+            self._fallback.queue(rows)
+            await self._fallback.flush()
+            return
+        self._frames.append((orjson.dumps(rows) + b"\n", len(rows)))
+        self._queued += len(rows)
+        frames = self._frames
+        while self._queued > self.capacity and len(frames) > 1:
+            oldest = 1 if self._head_sent else 0  # not a frame partly in the pipe already
+            n = frames[oldest][1]
+            del frames[oldest]
+            self._queued -= n
+            self._dropped += n
+        self._send()
+
+    async def stop(self) -> None:
+        """Hand over every row, let the child write them, and wait for it to exit."""
+        if self.pid is None:
+            return
+        loop, exited = self._loop, self._exited
+        assert loop is not None and exited is not None
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while self._frames and not exited.done() and time.monotonic() < deadline:
+            self._send()
+            if self._frames:
+                await asyncio.sleep(0.01)
+        self._close_rows()
+        try:
+            await asyncio.wait_for(asyncio.shield(exited), max(0.1, deadline - time.monotonic()))
+        except TimeoutError:
+            log.error("request log writer: still writing after %.0f s; stopped", STOP_TIMEOUT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            await exited
+        if self._frames:  # the child went away before taking them
+            await self._take_over()
+
+    # ---- the serving side of the pipe -------------------------------------------------
+    def _send(self) -> None:
+        frames = self._frames
+        while frames and self._rows_fd >= 0:
+            frame, rows = frames[0]
+            try:
+                self._head_sent += os.write(self._rows_fd, memoryview(frame)[self._head_sent :])
+            except BlockingIOError:
+                break
+            except OSError:  # the child is gone; `_on_status` takes over at its EOF
+                break
+            if self._head_sent < len(frame):
+                break
+            frames.popleft()
+            self._head_sent = 0
+            self._queued -= rows
+            self._sent += rows
+        assert self._loop is not None
+        if frames and self._rows_fd >= 0:
+            self._loop.add_writer(self._rows_fd, self._on_writable)
+        elif self._rows_fd >= 0:
+            self._loop.remove_writer(self._rows_fd)
+
+    def _on_writable(self) -> None:
+        self._send()
+
+    def _close_rows(self) -> None:
+        if self._rows_fd >= 0:
+            assert self._loop is not None
+            self._loop.remove_writer(self._rows_fd)
+            os.close(self._rows_fd)
+            self._rows_fd = -1
+
+    def _on_status(self) -> None:
+        try:
+            data = os.read(self._status_fd, 65536)
+        except OSError:
+            data = b""
+        if data:
+            *lines, self._status_buf = (self._status_buf + data).split(b"\n")
+            if lines:
+                self._child = orjson.loads(lines[-1])
+            return
+        self._exit()
+
+    def _exit(self) -> None:
+        """The child closed its status pipe: it has exited (or died)."""
+        assert self._loop is not None and self._exited is not None and self.pid is not None
+        self._loop.remove_reader(self._status_fd)
+        os.close(self._status_fd)
+        _, status = os.waitpid(self.pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        child = self._child
+        settled = sum(child.get(k, 0) for k in ("written", "dropped", "rejected"))
+        self._lost = max(0, self._sent - settled)
+        clean = self._rows_fd < 0 and code == 0
+        if not clean:
+            log.error(
+                "request log writer exited with %s, %d row(s) unwritten; writing in-process",
+                code,
+                self._lost,
+            )
+        self._exited.set_result(None)
+        if not clean:
+            self._close_rows()
+            self._loop.create_task(self._take_over())
+
+    async def _take_over(self) -> None:
+        """Write what is left (and what comes) in this process."""
+        if self._fallback is None:
+            self._fallback = RequestLog(open_database(self.url), self.capacity)
+            self._fallback.dropped = 0
+        while self._frames:
+            frame, _ = self._frames.popleft()
+            self._fallback.queue([tuple(r) for r in orjson.loads(frame)])
+        self._queued = 0
+        self._head_sent = 0
+        await self._fallback.flush()
+
+    async def close(self) -> None:
+        if self._fallback is not None:
+            await self._fallback.db.dispose()
+
+
+# ---- the child ---------------------------------------------------------------------------
+
+
+def _child_main(url: str, capacity: int, nice: int, rows_fd: int, status_fd: int) -> None:
+    code = 1
+    try:
+        os.nice(nice)
+        # the serving process decides when the writer stops: it closes the pipe. The
+        # serving loop's signal wake-up fd is the parent's: not ours to write to.
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # forked from inside the serving loop: this thread is not running it any more
+        asyncio.events._set_running_loop(None)
+        asyncio.set_event_loop_policy(None)
+        asyncio.run(_child_write(url, capacity, rows_fd, status_fd))
+        code = 0
+    except BaseException:
+        traceback.print_exc(file=sys.stderr)
+    finally:
+        os._exit(code)
+
+
+async def _child_write(url: str, capacity: int, rows_fd: int, status_fd: int) -> None:
+    db = open_database(url)
+    # bounded by reading no more: the rows wait in the pipe, then in the serving process,
+    # whose queue drops (and counts) the oldest beyond its capacity
+    request_log = RequestLog(db, capacity=sys.maxsize)
+    loop = asyncio.get_running_loop()
+    arrived = asyncio.Event()
+    buf = bytearray()
+    eof = False
+    reading = False
+
+    def take() -> None:
+        """Complete frames into the log while it holds fewer than `capacity` rows."""
+        while request_log.pending < capacity:
+            end = buf.find(b"\n")
+            if end < 0:
+                return
+            try:
+                request_log.queue([tuple(r) for r in orjson.loads(buf[:end])])
+            except orjson.JSONDecodeError:  # cannot happen unless the pipe broke a frame
+                log.error("request log writer: dropped a frame it cannot read")
+            del buf[: end + 1]
+
+    def read_while_room() -> None:
+        nonlocal reading
+        want = not eof and len(buf) < PIPE_BYTES
+        if want and not reading:
+            loop.add_reader(rows_fd, readable)
+        elif reading and not want:
+            loop.remove_reader(rows_fd)
+        reading = want
+
+    def readable() -> None:
+        nonlocal eof
+        data = os.read(rows_fd, 1 << 16)
+        if data:
+            buf.extend(data)
+        else:
+            eof = True
+        take()
+        read_while_room()
+        arrived.set()
+
+    def report() -> None:
+        status = {
+            "written": request_log.written,
+            "dropped": request_log.dropped,
+            "failures": request_log.failures,
+            "rejected": request_log.rejected,
+            "pending": request_log.pending,
+        }
+        os.write(status_fd, orjson.dumps(status) + b"\n")
+
+    read_while_room()
+    deadline: float | None = None
+    try:
+        while True:
+            await arrived.wait()
+            arrived.clear()
+            failures = request_log.failures
+            await request_log.flush()
+            take()
+            read_while_room()
+            report()
+            if eof:
+                deadline = deadline or time.monotonic() + STOP_TIMEOUT - 1
+                if not (request_log.pending or buf) or time.monotonic() >= deadline:
+                    return
+            if request_log.failures > failures:
+                loop.call_later(RETRY_INTERVAL, arrived.set)  # the database is down: retry
+            elif request_log.pending:
+                arrived.set()  # more than one batch was waiting
+            await asyncio.sleep(WRITE_INTERVAL)  # gather the rows that arrive meanwhile
+    finally:
+        await db.dispose()

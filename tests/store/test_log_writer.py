@@ -1,0 +1,224 @@
+"""The request log's writer process: every row reaches the store, whoever writes it, or is
+counted; at shutdown, through a store outage, when the child is behind and when it dies."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from fleetgate.execute.outcome import Attempt
+from fleetgate.record.recorder import RequestRecord
+from fleetgate.store.database import database_url, migrate, open_database
+from fleetgate.store.db import Database
+from fleetgate.store.log_writer import LogWriterProcess
+from fleetgate.store.request_log import RequestLog
+from tests.harness import Stack, wait_until
+from tests.test_serve import checkout_env, free_port, one_model_config, ready
+
+
+async def until(predicate: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {seconds}s: {what}")
+        await asyncio.sleep(0.005)
+
+
+def _record(i: int) -> RequestRecord:
+    record = RequestRecord(
+        request_id=f"req-{i:05d}",
+        time=1_700_000_000.0 + i / 1000,
+        endpoint="chat.completions",
+        requested_model="m",
+        resolution="explicit",
+        stream=i % 2 == 1,
+        status=200,
+        error_code=None,
+        latency=0.25,
+        overhead=0.0003,
+        deployment_id="pa",
+        provider_id="pa",
+    )
+    record.attempts = [
+        Attempt(0, "pa", "pa", "up-a", "deployment", status=200, ttft=0.1, prompt_tokens=7),
+    ]
+    return record
+
+
+def _batch(start: int, n: int) -> list[RequestRecord]:
+    return [_record(i) for i in range(start, start + n)]
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[tuple[str, Database]]:
+    url = database_url(db_url)
+    db = open_database(url)
+    await migrate(db)
+    yield url, db
+    await db.dispose()
+
+
+async def _ids(db: Database) -> list[str]:
+    rows = (await RequestLog(db).page(limit=100_000)).rows
+    return sorted(r["id"] for r in rows)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def test_a_child_process_writes_the_rows_and_shutdown_waits_for_all(
+    store: tuple[str, Database],
+) -> None:
+    url, db = store
+    writer = LogWriterProcess(url)
+    writer.start()
+    assert writer.pid is not None and writer.pid != os.getpid() and not _gone(writer.pid)
+    for start in range(0, 2000, 50):  # as the recorder hands them over, without a pause
+        await writer.write(_batch(start, 50))
+    await writer.stop()  # at once: most rows are still in the pipe or in the child
+    assert (writer.written, writer.dropped, writer.failures) == (2000, 0, 0)
+    assert await _ids(db) == [f"req-{i:05d}" for i in range(2000)]
+    assert _gone(writer.pid)  # exited and reaped
+
+    # the row is the one the serving process would have written itself
+    row = await RequestLog(db).get("req-00007")
+    assert row is not None
+    assert row["stream"] is True and row["status"] == 200 and row["prompt_tokens"] == 7
+    assert row["time"] == _record(7).time and row["upstream_model"] == "up-a"
+    assert [(a["idx"], a["deployment_id"], a["ttft"]) for a in row["attempts"]] == [(0, "pa", 0.1)]
+
+
+async def test_rows_wait_in_the_child_through_a_store_outage(
+    store: tuple[str, Database],
+) -> None:
+    url, db = store
+    writer = LogWriterProcess(url)
+    writer.start()
+    try:
+        await db.transaction(
+            lambda c: c.execute(text("ALTER TABLE requests RENAME TO requests_away"))
+        )
+        await writer.write(_batch(0, 30))
+        await until(lambda: writer.failures >= 1, 10, "the child failed to write")
+        await writer.write(_batch(30, 20))
+        assert writer.written == 0
+        await db.transaction(
+            lambda c: c.execute(text("ALTER TABLE requests_away RENAME TO requests"))
+        )
+        await until(lambda: writer.written == 50, 10, "the child wrote them after the outage")
+    finally:
+        await writer.stop()
+    assert writer.dropped == 0
+    assert await _ids(db) == [f"req-{i:05d}" for i in range(50)]
+
+
+async def test_shutdown_during_an_outage_counts_what_it_could_not_write(
+    store: tuple[str, Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleetgate.store import log_writer
+
+    monkeypatch.setattr(log_writer, "STOP_TIMEOUT", 3.0)
+    url, db = store
+    writer = LogWriterProcess(url)
+    writer.start()
+    await db.transaction(lambda c: c.execute(text("ALTER TABLE requests RENAME TO requests_away")))
+    await writer.write(_batch(0, 12))
+    started = time.monotonic()
+    await writer.stop()
+    assert time.monotonic() - started < 6
+    assert (writer.written, writer.dropped) == (0, 12)  # nothing lost without a count
+
+
+async def test_rows_wait_in_the_serving_process_while_the_child_is_behind(
+    store: tuple[str, Database],
+) -> None:
+    url, db = store
+    writer = LogWriterProcess(url, capacity=500)
+    writer.start()
+    assert writer.pid is not None
+    os.kill(writer.pid, signal.SIGSTOP)  # a child that gets no CPU for a while
+    try:
+        for start in range(0, 4000, 50):  # ≈ 2.8 MB of rows: more than the pipe holds
+            await writer.write(_batch(start, 50))
+        assert writer.written == 0
+    finally:
+        os.kill(writer.pid, signal.SIGCONT)
+    await writer.stop()
+    # what the serving process could not hold was dropped oldest first, and counted
+    assert writer.dropped > 0
+    assert writer.written + writer.dropped == 4000
+    assert len(await _ids(db)) == writer.written
+
+
+async def test_a_dead_child_is_replaced_by_writing_in_process(
+    store: tuple[str, Database],
+) -> None:
+    url, db = store
+    writer = LogWriterProcess(url)
+    writer.start()
+    assert writer.pid is not None
+    await writer.write(_batch(0, 10))
+    await until(lambda: writer.written == 10, 10, "the child wrote the first rows")
+    os.kill(writer.pid, signal.SIGSTOP)
+    await writer.write(_batch(10, 7))  # into the pipe: the child will never read them
+    os.kill(writer.pid, signal.SIGKILL)
+    await until(lambda: writer.dropped == 7, 10, "the rows the child took are counted")
+    await writer.write(_batch(17, 5))
+    await until(lambda: writer.written == 15, 10, "later rows written in-process")
+    await writer.stop()
+    await writer.close()
+    ids = await _ids(db)
+    assert ids == [f"req-{i:05d}" for i in (*range(10), *range(17, 22))]
+
+
+def test_fleetgate_serve_logs_through_its_writer_and_sigterm_loses_nothing(
+    stack: Stack, tmp_path: Path
+) -> None:
+    path = one_model_config(stack, tmp_path)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetgate", "serve", "--config", str(path), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=checkout_env(tmp_path),
+    )
+    try:
+        wait_until(lambda: ready(url), 30, "gateway ready")
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 1  # the writer
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        with httpx.Client(base_url=url, timeout=10) as client:
+            for _ in range(300):
+                assert client.post("/v1/chat/completions", json=body).status_code == 200
+        proc.send_signal(signal.SIGTERM)  # at once: the last rows are still on their way
+        assert proc.wait(timeout=30) == 0, proc.stdout.read() if proc.stdout else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _gone(int(children[0]))
+
+    async def count() -> int:
+        db = open_database(database_url(None, str(tmp_path / "data")))
+        try:
+            return len(await _ids(db))
+        finally:
+            await db.dispose()
+
+    assert asyncio.run(count()) == 300
