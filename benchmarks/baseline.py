@@ -7,7 +7,9 @@ this is its pipeline; what this costs is the server and client libraries.
 
 Run: `python3 -m benchmarks.baseline --port 18092 --upstream http://127.0.0.1:18090`.
 Model `X` goes to `{upstream}/v1/chat/completions` as `X` with `bench-model` replaced by
-`upstream-bench`; `bench-model-paced` goes to `{upstream}/paced/v1/chat/completions`.
+`upstream-bench`; `bench-model-paced` goes to `{upstream}/paced/v1/chat/completions`;
+`bench-model-llama` goes to `{engine}/v1/chat/completions` (the real llama.cpp server,
+`--engine`) as its alias `tiny-qwen2tok`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import uvicorn
 
 
 class Passthrough:
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, engine: str | None = None) -> None:
         self.upstream = upstream.rstrip("/")
+        self.engine = engine.rstrip("/") if engine else None
         self.session: aiohttp.ClientSession | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -54,13 +57,16 @@ class Passthrough:
         body = orjson.loads(b"".join(chunks))
         client_model = body["model"]
         upstream_model = client_model.replace("bench-model", "upstream-bench")
+        base = self.upstream
+        if client_model == "bench-model-llama" and self.engine:
+            base, upstream_model = self.engine, "tiny-qwen2tok"
         body["model"] = upstream_model
         prefix = "/paced" if client_model == "bench-model-paced" else ""
         old = b'"model":' + orjson.dumps(upstream_model)
         new = b'"model":' + orjson.dumps(client_model)
         assert self.session is not None
         async with self.session.post(
-            f"{self.upstream}{prefix}/v1/chat/completions",
+            f"{base}{prefix}/v1/chat/completions",
             data=orjson.dumps(body),
             headers={"Content-Type": "application/json"},
         ) as resp:
@@ -99,9 +105,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=18092)
     parser.add_argument("--upstream", required=True, help="e.g. http://127.0.0.1:18090")
+    parser.add_argument("--engine", help="the real llama.cpp server, for bench-model-llama")
     args = parser.parse_args(argv)
     uvicorn.run(
-        Passthrough(args.upstream),
+        Passthrough(args.upstream, args.engine),
         host=args.host,
         port=args.port,
         loop="uvloop",

@@ -1,8 +1,10 @@
 -- wrk script for benchmarks/run.py: POST one small chat request per call, print a JSON summary.
--- env: BENCH_MODEL (model name in the body), BENCH_STREAM ("1" adds "stream": true).
+-- env: BENCH_MODEL (model name in the body), BENCH_STREAM ("1" adds "stream": true),
+-- BENCH_MAX_TOKENS (default 32).
 -- No response() hook: it would make wrk run Lua per response and skew the load generator.
 local model = os.getenv("BENCH_MODEL") or "bench-model"
 local stream = os.getenv("BENCH_STREAM") == "1"
+local max_tokens = os.getenv("BENCH_MAX_TOKENS") or "32"
 
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -10,7 +12,7 @@ wrk.headers["Authorization"] = "Bearer sk-bench"
 wrk.body = '{"model":"' .. model .. '","messages":['
   .. '{"role":"system","content":"You are a benchmark."},'
   .. '{"role":"user","content":"Say hello in five words."}],'
-  .. '"max_tokens":32,"temperature":0'
+  .. '"max_tokens":' .. max_tokens .. ',"temperature":0'
   .. (stream and ',"stream":true' or '') .. '}'
 
 done = function(summary, latency, requests)

@@ -39,12 +39,15 @@ TARGET_ADDED_P50_C1_MS = 0.3
 TARGET_RSS_MB = 80.0
 TARGET_READY_S = 1.0
 
+ENGINE_ALIAS = "tiny-qwen2tok"  # fleetgate.testing.llama.ALIAS, what the engine answers to
 CLIENT_MODELS = {
     "plain": "bench-model",
     "stream": "bench-model-stream",
     "paced": "bench-model-paced",
 }
 UPSTREAM_MODELS = {k: v.replace("bench-model", "upstream-bench") for k, v in CLIENT_MODELS.items()}
+# the real llama.cpp server (`ENGINE_CONCS`): a short chat, the same model name both ways
+ENGINE_MODEL = "bench-model-llama"
 STREAM_CHUNKS = 20
 GATEWAY = "fleetgate"
 
@@ -66,6 +69,8 @@ class Settings:
     stream_concs: list[int] = field(default_factory=lambda: [1, 64])
     paced_concs: list[int] = field(default_factory=lambda: [16])
     gap_ms: float = 1.0
+    engine_concs: list[int] = field(default_factory=list)  # real llama.cpp scenarios
+    engine_max_tokens: int = 4
     gw_cpu: int = 1
     load_cpu: int = 0
     baseline: bool = True
@@ -73,6 +78,7 @@ class Settings:
     # fleetgate variants, each its own target: storage.log_writer values, `--workers` counts
     log_writers: list[str] = field(default_factory=lambda: ["process"])
     workers: list[int] = field(default_factory=lambda: [1])
+    workers_cpus: set[int] = field(default_factory=set)  # for -wN targets; empty: GW_CPU
     gateway_cmd: list[str] = field(default_factory=lambda: [sys.executable, "-m", "fleetgate"])
     out: Path = HERE / "results"
 
@@ -87,6 +93,8 @@ class Settings:
         s.stream_concs = _ints(env.get("STREAM_CONCS"), s.stream_concs)
         s.paced_concs = _ints(env.get("PACED_CONCS"), s.paced_concs)
         s.gap_ms = float(env.get("GAP_MS", s.gap_ms))
+        s.engine_concs = _ints(env.get("ENGINE_CONCS"), s.engine_concs)
+        s.engine_max_tokens = int(env.get("ENGINE_MAX_TOKENS", s.engine_max_tokens))
         s.gw_cpu = int(env.get("GW_CPU", s.gw_cpu))
         s.load_cpu = int(env.get("LOAD_CPU", s.load_cpu))
         s.baseline = env.get("BASELINE", "1") not in ("0", "", "no", "false")
@@ -94,6 +102,7 @@ class Settings:
         if env.get("LOG_WRITERS"):
             s.log_writers = env["LOG_WRITERS"].replace(",", " ").split()
         s.workers = _ints(env.get("WORKERS"), s.workers) or s.workers
+        s.workers_cpus = set(_ints(env.get("WORKERS_CPUS"), []))
         if env.get("GATEWAY_CMD"):
             s.gateway_cmd = shlex.split(env["GATEWAY_CMD"])
         s.out = Path(env.get("OUT", s.out))
@@ -103,12 +112,16 @@ class Settings:
 @dataclass
 class Scenario:
     name: str
-    kind: str  # plain | stream | paced
+    kind: str  # plain | stream | paced | engine (plain, against the real llama.cpp server)
     conc: int
 
     @property
     def stream(self) -> bool:
-        return self.kind != "plain"
+        return self.kind not in ("plain", "engine")
+
+    @property
+    def model(self) -> str:
+        return ENGINE_MODEL if self.kind == "engine" else CLIENT_MODELS[self.kind]
 
     @property
     def path(self) -> str:
@@ -119,11 +132,12 @@ def scenarios(s: Settings) -> list[Scenario]:
     out = [Scenario(f"c{c}", "plain", c) for c in s.concs]
     out += [Scenario(f"stream-c{c}", "stream", c) for c in s.stream_concs]
     out += [Scenario(f"paced-c{c}", "paced", c) for c in s.paced_concs]
+    out += [Scenario(f"engine-c{c}", "engine", c) for c in s.engine_concs]
     return out
 
 
 def cpu_target(kind: str) -> float:
-    return TARGET_CPU_PLAIN_US if kind == "plain" else TARGET_CPU_STREAM_US
+    return TARGET_CPU_PLAIN_US if kind in ("plain", "engine") else TARGET_CPU_STREAM_US
 
 
 # ---- processes and /proc ----------------------------------------------------------------
@@ -135,8 +149,8 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _pinned(cpu: int) -> Any:
-    return lambda: os.sched_setaffinity(0, {cpu})
+def _pinned(cpu: int | set[int]) -> Any:
+    return lambda: os.sched_setaffinity(0, {cpu} if isinstance(cpu, int) else cpu)
 
 
 def pin_all_threads(pid: int, cpu: int) -> None:
@@ -247,7 +261,7 @@ def start_server(
     cmd: list[str],
     port: int,
     ready_path: str,
-    cpu: int,
+    cpu: int | set[int],
     env: dict[str, str],
     cwd: Path,
     log: Path,
@@ -331,9 +345,17 @@ def sse_payloads(raw: bytes) -> list[bytes]:
     return [line[5:].strip() for line in raw.split(b"\n") if line.startswith(b"data:")]
 
 
-def check_gateway(port: int, upstream_port: int) -> list[str]:
+def check_gateway(port: int, upstream_port: int, engine: bool = False) -> list[str]:
     """Answers through the gateway are 200 and carry the client's model name; fail loudly."""
     done = []
+    if engine:
+        status, headers, raw = http_request(
+            port, "POST", "/v1/chat/completions", chat_body("plain", ENGINE_MODEL)
+        )
+        where = f"gateway answer from the real engine for {ENGINE_MODEL!r}"
+        if status != 200 or json.loads(raw).get("model") != ENGINE_MODEL:
+            raise BenchError(f"{where}: HTTP {status}: {raw[:300]!r}")
+        done.append(f"engine: 200, model {ENGINE_MODEL!r}, route {headers['x-fleetgate-route']}")
     for kind, model in CLIENT_MODELS.items():
         status, headers, raw = http_request(
             port, "POST", "/v1/chat/completions", chat_body(kind, model)
@@ -381,8 +403,15 @@ def check_gateway(port: int, upstream_port: int) -> list[str]:
 # ---- load ---------------------------------------------------------------------------------
 
 
-def run_wrk(url: str, sc: Scenario, duration: float, cpu: int) -> dict[str, Any]:
-    env = dict(os.environ, BENCH_MODEL=CLIENT_MODELS[sc.kind], BENCH_STREAM=str(int(sc.stream)))
+def run_wrk(
+    url: str, sc: Scenario, duration: float, cpu: int, max_tokens: int = 32
+) -> dict[str, Any]:
+    env = dict(
+        os.environ,
+        BENCH_MODEL=sc.model,
+        BENCH_STREAM=str(int(sc.stream)),
+        BENCH_MAX_TOKENS=str(max_tokens),
+    )
     cmd = [
         "wrk",
         "-t1",
@@ -442,15 +471,16 @@ def measure(
     profile_to: Path | None = None,
 ) -> dict[str, Any]:
     """One closed-loop wrk run; CPU and memory of `target` (and the upstream) around it."""
+    max_tokens = s.engine_max_tokens if sc.kind == "engine" else 32
     if s.warmup > 0:
-        target.responses += int(run_wrk(url, sc, s.warmup, s.load_cpu)["requests"])
+        target.responses += int(run_wrk(url, sc, s.warmup, s.load_cpu, max_tokens)["requests"])
     profiler = (
         start_profiler(target.pid, s.duration, s.load_cpu, profile_to) if profile_to else None
     )
     before = ProcSample.of(target.pid)
     up_before = ProcSample.of(upstream.pid) if upstream else None
     t0 = time.perf_counter()
-    wrk = run_wrk(url, sc, s.duration, s.load_cpu)
+    wrk = run_wrk(url, sc, s.duration, s.load_cpu, max_tokens)
     wall = time.perf_counter() - t0
     after = ProcSample.of(target.pid)
     if profiler is not None:
@@ -544,7 +574,7 @@ def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
         if r["target"] != GATEWAY:
             continue
         limit = cpu_target(r["kind"])
-        what = "CPU per request" if r["kind"] == "plain" else "CPU per 20-chunk stream"
+        what = "CPU per 20-chunk stream" if r["kind"] in ("stream", "paced") else "CPU per request"
         us = r["cpu_us_per_req"]
         if us is None:
             add(f"{what} ({r['scenario']})", f"≤ {limit:g} µs", "no requests", False)
@@ -557,7 +587,7 @@ def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
             f"≤ {limit:g} µs",
             value,
             us <= limit,
-            info=r["kind"] == "paced",
+            info=r["kind"] in ("paced", "engine"),  # engine: a few req/s, idle work weighs
         )
         if r["kind"] == "plain" and r["conc"] == 1 and "added_p50_ms" in r:
             added = r["added_p50_ms"]
@@ -660,6 +690,7 @@ class Variant:
     name: str
     log_writer: str = "process"
     workers: int = 1
+    cpus: set[int] = field(default_factory=set)  # empty: GW_CPU
 
 
 def variants(s: Settings) -> list[Variant]:
@@ -667,11 +698,28 @@ def variants(s: Settings) -> list[Variant]:
     storage.log_writer value and worker count is one more target."""
     out = [Variant(GATEWAY, s.log_writers[0], s.workers[0])]
     out += [Variant(f"{GATEWAY}-{lw}", lw, s.workers[0]) for lw in s.log_writers[1:]]
-    out += [Variant(f"{GATEWAY}-w{n}", s.log_writers[0], n) for n in s.workers[1:]]
+    out += [Variant(f"{GATEWAY}-w{n}", s.log_writers[0], n, s.workers_cpus) for n in s.workers[1:]]
     return out
 
 
-def write_config(path: Path, upstream_port: int, gateway_port: int, log_writer: str) -> None:
+def start_engine(s: Settings, work: Path) -> Server:
+    """The real llama.cpp server (one slot, one thread) on LOAD_CPU, like the upstream."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from fleetgate.testing.llama import LlamaServer
+
+    llama = LlamaServer(n_ctx=512, slots=1, threads=1)
+    try:
+        llama.start()
+    except Exception as exc:  # EngineMissing, or it did not come up
+        raise BenchError(f"the real engine: {exc}") from None
+    assert llama.process is not None
+    pin_all_threads(llama.process.pid, s.load_cpu)
+    return Server("engine", llama.port, llama.process)
+
+
+def write_config(
+    path: Path, upstream_port: int, gateway_port: int, log_writer: str, engine: str | None
+) -> None:
     base = f"http://127.0.0.1:{upstream_port}"
     # JSON is YAML; the upstream names differ from the client names so rewriting is exercised
     config = {
@@ -701,7 +749,18 @@ def write_config(path: Path, upstream_port: int, gateway_port: int, log_writer: 
             for kind in CLIENT_MODELS
         ],
     }
+    if engine is not None:
+        config["providers"].append({"id": "bench-llama", "kind": "llamacpp", "base_url": engine})
+        config["deployments"].append(
+            {"model": ENGINE_MODEL, "upstream_model": ENGINE_ALIAS, "provider": "bench-llama"}
+        )
     path.write_text(json.dumps(config, indent=2))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    return sorted(value) if isinstance(value, set) else value
 
 
 def _git_commit() -> str:
@@ -760,22 +819,27 @@ def run(s: Settings) -> dict[str, Any]:
             work / "upstream.log",
         )
         started.append(upstream)
+        engine = start_engine(s, work) if s.engine_concs else None
+        if engine is not None:
+            started.append(engine)
+        engine_url = engine.url("/v1") if engine is not None else None
         targets = []
         for v in variants(s):
             gw_port = _free_port()
             home = work / v.name  # its own SQLite store (./data) and config
             home.mkdir()
             config_path = home / "fleet.yaml"
-            write_config(config_path, up_port, gw_port, v.log_writer)
+            write_config(config_path, up_port, gw_port, v.log_writer, engine_url)
             cmd = [*s.gateway_cmd, "serve", "--config", str(config_path), "--port", str(gw_port)]
             if v.workers > 1:
                 cmd += ["--workers", str(v.workers)]
             log = s.out / f"{stamp}-{v.name}.log"
-            gateway = start_server(v.name, cmd, gw_port, "/readyz", s.gw_cpu, env, home, log)
+            cpus = v.cpus or s.gw_cpu
+            gateway = start_server(v.name, cmd, gw_port, "/readyz", cpus, env, home, log)
             gateway.store = home / "data" / "fleetgate.db"
             started.append(gateway)
             targets.append(gateway)
-            for line in check_gateway(gateway.port, upstream.port):
+            for line in check_gateway(gateway.port, upstream.port, engine is not None):
                 print(f"check ok ({v.name}): {line}", file=sys.stderr)
         if s.baseline:
             bl_port = _free_port()
@@ -789,6 +853,7 @@ def run(s: Settings) -> dict[str, Any]:
                     str(bl_port),
                     "--upstream",
                     upstream.url(""),
+                    *(["--engine", engine.url("")] if engine is not None else []),
                 ],
                 bl_port,
                 "/readyz",
@@ -805,20 +870,25 @@ def run(s: Settings) -> dict[str, Any]:
         for sc in scenarios(s):
             print(f"running {sc.name} …", file=sys.stderr, flush=True)
             runs: dict[str, list[dict[str, Any]]] = {}
+            # the real engine stays where it is (with wrk) for all three targets: what
+            # changes is only what sits between them
+            behind = engine if sc.kind == "engine" and engine is not None else upstream
             for rep in range(s.repeat):
-                # direct: the upstream plays the gateway's role, on the gateway's CPU
-                pin_all_threads(upstream.pid, s.gw_cpu)
-                try:
-                    row = measure(upstream, sc, upstream.url(sc.path), None, s)
-                    row["target"] = "direct"
-                    runs.setdefault("direct", []).append(row)
-                finally:
-                    pin_all_threads(upstream.pid, s.load_cpu)
+                if behind is engine:
+                    row = measure(engine, sc, engine.url(sc.path), None, s)
+                else:  # the fake upstream plays the gateway's role, on the gateway's CPU
+                    pin_all_threads(upstream.pid, s.gw_cpu)
+                    try:
+                        row = measure(upstream, sc, upstream.url(sc.path), None, s)
+                    finally:
+                        pin_all_threads(upstream.pid, s.load_cpu)
+                row["target"] = "direct"
+                runs.setdefault("direct", []).append(row)
                 for t in targets:
                     prof = None
                     if s.profile and t.name == GATEWAY:
                         prof = s.out / f"{stamp}-profile-{sc.name}-{rep}.txt"
-                    row = measure(t, sc, t.url("/v1/chat/completions"), upstream, s, prof)
+                    row = measure(t, sc, t.url("/v1/chat/completions"), behind, s, prof)
                     runs.setdefault(t.name, []).append(row)
             rows += [median_run(r) for r in runs.values()]
         for t in targets:
@@ -850,7 +920,7 @@ def run(s: Settings) -> dict[str, Any]:
             "python": platform.python_version(),
             "machine": platform.machine(),
             "cpus": os.cpu_count(),
-            **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(s).items()},
+            **{k: _jsonable(v) for k, v in asdict(s).items()},
         },
         "servers": servers,
         "rows": rows,
