@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -52,44 +54,50 @@ def ready(url: str) -> bool:
         return False
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_serve_from_config_file(stack: Stack, tmp_path: Path, workers: int):
+@contextlib.contextmanager
+def serving(
+    stack: Stack, tmp_path: Path, *args: str, command: list[str] | None = None, **env: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`fleetgate serve` (or `command`) on the one-model fleet file with this checkout's
+    code and a fresh store: yields its URL and process once ready; leaving stops it with
+    SIGTERM, which must end it with status 0."""
     path = one_model_config(stack, tmp_path)
-    engine = stack.engines["a"]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    argv = ["serve", "--config", str(path), "--port", str(port), *args]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fleetgate",
-            "serve",
-            "--config",
-            str(path),
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-        ],
+        [*(command or [sys.executable, "-m", "fleetgate"]), *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env=checkout_env(tmp_path),
+        env=checkout_env(tmp_path, **env),
     )
     try:
         wait_until(lambda: ready(url), 30, "gateway ready")
-        resp = httpx.post(
-            url + "/v1/chat/completions",
-            json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
-        )
-        assert resp.status_code == 200
-        assert resp.json()["model"] == "m"
-        assert engine.requests[-1].body["model"] == "up"
+        yield url, proc
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
+        assert proc.wait(timeout=30) == 0, proc.stdout.read() if proc.stdout else ""
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def chat(url: str) -> httpx.Response:
+    """One small chat request for model `m`."""
+    return httpx.post(
+        url + "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        timeout=10,
+    )
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_from_config_file(stack: Stack, tmp_path: Path, workers: int):
+    with serving(stack, tmp_path, "--workers", str(workers)) as (url, _):
+        resp = chat(url)
+        assert resp.status_code == 200
+        assert resp.json()["model"] == "m"
+        assert stack.engines["a"].requests[-1].body["model"] == "up"
 
 
 def test_serve_refuses_an_invalid_config(tmp_path: Path):

@@ -6,13 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-import httpx
 import pytest
 from sqlalchemy import text
 
@@ -22,8 +19,8 @@ from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.db import Database
 from fleetgate.store.log_writer import LogWriterProcess
 from fleetgate.store.request_log import RequestLog
-from tests.harness import Stack, wait_until
-from tests.test_serve import checkout_env, free_port, one_model_config, ready
+from tests.harness import Stack
+from tests.test_serve import chat, serving
 
 
 async def until(predicate: Callable[[], bool], seconds: float, what: str) -> None:
@@ -73,6 +70,13 @@ async def _ids(db: Database) -> list[str]:
     return sorted(r["id"] for r in rows)
 
 
+def _started(url: str, capacity: int = 10_000) -> LogWriterProcess:
+    writer = LogWriterProcess(url, capacity)
+    writer.start()
+    assert writer.pid is not None and writer.pid != os.getpid()
+    return writer
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -85,9 +89,8 @@ async def test_a_child_process_writes_the_rows_and_shutdown_waits_for_all(
     store: tuple[str, Database],
 ) -> None:
     url, db = store
-    writer = LogWriterProcess(url)
-    writer.start()
-    assert writer.pid is not None and writer.pid != os.getpid() and not _gone(writer.pid)
+    writer = _started(url)
+    assert writer.pid is not None and not _gone(writer.pid)
     for start in range(0, 2000, 50):  # as the recorder hands them over, without a pause
         await writer.write(_batch(start, 50))
     await writer.stop()  # at once: most rows are still in the pipe or in the child
@@ -107,8 +110,7 @@ async def test_rows_wait_in_the_child_through_a_store_outage(
     store: tuple[str, Database],
 ) -> None:
     url, db = store
-    writer = LogWriterProcess(url)
-    writer.start()
+    writer = _started(url)
     try:
         await db.transaction(
             lambda c: c.execute(text("ALTER TABLE requests RENAME TO requests_away"))
@@ -134,8 +136,7 @@ async def test_shutdown_during_an_outage_counts_what_it_could_not_write(
 
     monkeypatch.setattr(log_writer, "STOP_TIMEOUT", 3.0)
     url, db = store
-    writer = LogWriterProcess(url)
-    writer.start()
+    writer = _started(url)
     await db.transaction(lambda c: c.execute(text("ALTER TABLE requests RENAME TO requests_away")))
     await writer.write(_batch(0, 12))
     started = time.monotonic()
@@ -148,8 +149,7 @@ async def test_rows_wait_in_the_serving_process_while_the_child_is_behind(
     store: tuple[str, Database],
 ) -> None:
     url, db = store
-    writer = LogWriterProcess(url, capacity=500)
-    writer.start()
+    writer = _started(url, capacity=500)
     assert writer.pid is not None
     os.kill(writer.pid, signal.SIGSTOP)  # a child that gets no CPU for a while
     try:
@@ -169,8 +169,7 @@ async def test_a_dead_child_is_replaced_by_writing_in_process(
     store: tuple[str, Database],
 ) -> None:
     url, db = store
-    writer = LogWriterProcess(url)
-    writer.start()
+    writer = _started(url)
     assert writer.pid is not None
     await writer.write(_batch(0, 10))
     await until(lambda: writer.written == 10, 10, "the child wrote the first rows")
@@ -189,29 +188,12 @@ async def test_a_dead_child_is_replaced_by_writing_in_process(
 def test_fleetgate_serve_logs_through_its_writer_and_sigterm_loses_nothing(
     stack: Stack, tmp_path: Path
 ) -> None:
-    path = one_model_config(stack, tmp_path)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetgate", "serve", "--config", str(path), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=checkout_env(tmp_path),
-    )
-    try:
-        wait_until(lambda: ready(url), 30, "gateway ready")
+    with serving(stack, tmp_path) as (url, proc):
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         assert len(children) == 1  # the writer
-        body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
-        with httpx.Client(base_url=url, timeout=10) as client:
-            for _ in range(300):
-                assert client.post("/v1/chat/completions", json=body).status_code == 200
-        proc.send_signal(signal.SIGTERM)  # at once: the last rows are still on their way
-        assert proc.wait(timeout=30) == 0, proc.stdout.read() if proc.stdout else ""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        for _ in range(300):
+            assert chat(url).status_code == 200
+        # leaving sends SIGTERM at once: the last rows are still on their way
     assert _gone(int(children[0]))
 
     async def count() -> int:

@@ -5,15 +5,14 @@ cannot afford. (Alembic, imported only to upgrade an older store, may import it.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
+import sqlite3
 import sys
 from pathlib import Path
 
 import httpx
 
 from tests.harness import Stack, wait_until
-from tests.test_serve import checkout_env, free_port, one_model_config, ready
+from tests.test_serve import chat, serving
 
 ADMIN_KEY = "admin-secret"
 FORBIDDEN = ("sqlalchemy.orm", "sqlalchemy.ext.asyncio", "aiosqlite", "asyncpg", "greenlet")
@@ -28,24 +27,10 @@ raise SystemExit(main(sys.argv[2:]))
 
 
 def test_fleetgate_serve_never_imports_the_orm(stack: Stack, tmp_path: Path) -> None:
-    path = one_model_config(stack, tmp_path)
     modules = tmp_path / "modules.json"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    argv = ["serve", "--config", str(path), "--port", str(port)]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _SERVE, str(modules), *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=checkout_env(tmp_path, FLEETGATE_ADMIN_KEY=ADMIN_KEY),  # a fresh SQLite store
-    )
-    try:
-        wait_until(lambda: ready(url), 30, "gateway ready")
-        resp = httpx.post(
-            url + "/v1/chat/completions",
-            json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
-        )
-        assert resp.status_code == 200
+    serve = [sys.executable, "-c", _SERVE, str(modules)]
+    with serving(stack, tmp_path, command=serve, FLEETGATE_ADMIN_KEY=ADMIN_KEY) as (url, _):
+        assert chat(url).status_code == 200
         admin = httpx.Client(
             base_url=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=10
         )
@@ -56,12 +41,35 @@ def test_fleetgate_serve_never_imports_the_orm(stack: Stack, tmp_path: Path) -> 
         assert admin.get("/admin/status").json()["database"] == "sqlite"
         assert admin.get("/admin/requests").json()["data"][0]["requested_model"] == "m"
         assert admin.get("/admin/deployments").status_code == 200
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0, proc.stdout.read() if proc.stdout else ""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     loaded = json.loads(modules.read_text())
     assert "sqlalchemy.engine" in loaded and "fleetgate.store.request_log" in loaded
     assert [m for m in loaded if m.startswith(FORBIDDEN)] == []
+
+
+# what the first request does not need, imported only when something asks for it: the
+# admin API (FastAPI) at the first /admin call, Alembic when a store is behind the schema
+DEFERRED = (
+    "fleetgate.admin",
+    "fastapi",
+    "starlette",
+    "alembic",
+    "statistics",
+    "uvicorn.protocols.websockets",
+)
+
+
+def test_a_gateway_nobody_administers_loads_only_what_serving_needs(
+    stack: Stack, tmp_path: Path
+) -> None:
+    modules = tmp_path / "modules.json"
+    # a fresh SQLite store: created, not migrated
+    with serving(stack, tmp_path, command=[sys.executable, "-c", _SERVE, str(modules)]) as (
+        url,
+        _,
+    ):
+        assert chat(url).status_code == 200
+    with sqlite3.connect(tmp_path / "data" / "fleetgate.db") as db:
+        assert db.execute("SELECT requested_model FROM requests").fetchall() == [("m",)]
+    loaded = json.loads(modules.read_text())
+    assert "aiohttp" in loaded and "fleetgate.store.log_writer" in loaded
+    assert [m for m in loaded if m.startswith(DEFERRED + FORBIDDEN)] == []
