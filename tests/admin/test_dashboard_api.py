@@ -15,7 +15,7 @@ MSG = [{"role": "user", "content": "three short words"}]
 
 
 def _written(stack: Stack) -> int:
-    return stack.gateway.control.request_log.written  # type: ignore[union-attr]
+    return stack.gateway.control.log_writer.written  # type: ignore[union-attr]
 
 
 def test_stats_filters_explain_and_fleet_details(stack: Stack, db_url: str, client_for) -> None:
