@@ -197,6 +197,13 @@ ERROR_KINDS: dict[str, ErrorKind] = _kinds(
         "`Authorization: Bearer <key>` or `x-api-key: <key>`.",
     ),
     ErrorKind(
+        "invalid_metrics_key",
+        401,
+        "authentication_error",
+        "Send the metrics key (`server.metrics_key`) or the admin key as "
+        "`Authorization: Bearer <key>`.",
+    ),
+    ErrorKind(
         "admin_disabled",
         403,
         "permission_error",

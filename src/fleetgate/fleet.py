@@ -128,6 +128,11 @@ class Fleet:
     redactor: Redactor = field(default_factory=Redactor)
 
 
+def resolve_secret(raw: str | None) -> str | None:
+    """A configured secret: the literal, or the value of the `${ENV}` it names."""
+    return _resolve_key(raw)[0]
+
+
 def _resolve_key(raw: str | None) -> tuple[str | None, str | None]:
     if raw is None:
         return None, None

@@ -15,8 +15,10 @@ def windows(stack: Stack) -> dict[str, dict]:
 
 
 def refresh(stack: Stack) -> dict[str, dict]:
-    body = httpx.post(stack.url + "/v1/fleet/windows/refresh", timeout=10).json()
-    return {row["deployment"]: row for row in body["data"]}
+    """Probe every worker now (what the admin-only `POST /v1/fleet/windows/refresh` does)."""
+    assert stack.gateway is not None
+    stack.lt.run(stack.gateway.discovery.refresh())
+    return windows(stack)
 
 
 def test_sources_and_clamps_per_worker(stack: Stack) -> None:

@@ -38,8 +38,9 @@ def start(
     }
     if caps is not None:
         config["model_capabilities"] = caps
-    stack.start_gateway(config)
-    body = httpx.post(stack.url + "/v1/fleet/windows/refresh", timeout=10).json()
+    gw = stack.start_gateway(config)
+    stack.lt.run(gw.discovery.refresh())  # what the admin-only refresh endpoint does
+    body = httpx.get(stack.url + "/v1/fleet/windows", timeout=10).json()
     return {row["deployment"]: row for row in body["data"]}
 
 
@@ -209,7 +210,7 @@ def test_native_requests_too_big_for_workers_go_to_a_larger_translated_window(
     that no Ollama worker's window holds."""
     w = stack.ollama("w", OllamaModel("llama3.2", num_ctx=2048))
     v = stack.engine("v", context_window=65536)
-    stack.start_gateway(
+    gw = stack.start_gateway(
         {
             "model_capabilities": {"context_guard": "reject"},
             "providers": [ollama_provider("w", w), provider("v", v)],
@@ -219,7 +220,7 @@ def test_native_requests_too_big_for_workers_go_to_a_larger_translated_window(
             ],
         }
     )
-    httpx.post(stack.url + "/v1/fleet/windows/refresh", timeout=10)
+    stack.lt.run(gw.discovery.refresh())
     resp = native_chat(stack, words(2000))
     assert resp.status_code == 200 and resp.headers["x-fleetgate-route"] == "v"
     assert resp.json()["done"] is True and resp.json()["message"]["content"].startswith("v says")

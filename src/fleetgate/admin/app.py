@@ -5,7 +5,6 @@ It is mounted by path prefix from the raw-ASGI gateway, so the hot path pays not
 
 from __future__ import annotations
 
-import hmac
 from typing import TYPE_CHECKING
 
 from fastapi import Depends, FastAPI, Request
@@ -16,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from fleetgate.admin import entities, explain, fleet_view, history, keys, log, stats
 from fleetgate.admin.docs import add_docs
 from fleetgate.admin.errors import AdminError
-from fleetgate.auth.guard import presented_secret
+from fleetgate.auth.guard import presents
 from fleetgate.errors import GatewayError
 
 if TYPE_CHECKING:
@@ -29,8 +28,7 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
             raise GatewayError(
                 "admin_disabled", "The admin API is off: no admin key is configured."
             )
-        secret = presented_secret(request.scope) or ""
-        if not hmac.compare_digest(secret.encode(), control.admin_key.encode()):
+        if not presents(request.scope, control.admin_key):
             raise GatewayError("invalid_admin_key", "The admin key is missing or wrong.")
 
     app = FastAPI(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,14 @@ def presented_secret(scope: Scope) -> str | None:
         elif name == b"x-api-key" and value:
             return value.decode("latin-1").strip()
     return None
+
+
+def presents(scope: Scope, expected: str | None) -> bool:
+    """Whether the request carries `expected` (an admin or metrics key); constant-time."""
+    if not expected:
+        return False
+    secret = presented_secret(scope) or ""
+    return hmac.compare_digest(secret.encode(), expected.encode())
 
 
 class Guard:

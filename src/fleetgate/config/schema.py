@@ -397,6 +397,16 @@ class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
     max_body_bytes: PositiveInt = 32 * 1024 * 1024
+    """Largest request body; a larger `Content-Length` is answered 413 before any is read."""
+    header_timeout_seconds: PositiveFloat = 10.0
+    """A request's line and headers must arrive within this (from the connection's opening,
+    or the request's first byte on a kept-alive one); else 408 and the connection closes."""
+    body_timeout_seconds: PositiveFloat = 60.0
+    """A request's whole body must arrive within this after its headers; else 408."""
+    max_connections: PositiveInt = 2048
+    """Open client connections per process; one more is answered 503 and closed."""
+    metrics_key: str | None = None
+    """When set (a literal or `${ENV}`), `GET /metrics` needs it (or the admin key)."""
 
 
 class StorageConfig(_Strict):

@@ -64,22 +64,34 @@ class RecentRequests:
     Not a recorder sink: the gateway adds each record here itself, before the response's
     last byte, so a client that has its answer can read its record at once (one dict
     insert; the sinks' batches may lag behind a slow store).
+
+    Request ids a client sends are scoped per client key: records are kept by (key id,
+    request id), so one key reusing another's id never shadows or shows the other's.
     """
 
     def __init__(self, capacity: int = 2000) -> None:
         self.capacity = capacity
-        self._records: OrderedDict[str, RequestRecord] = OrderedDict()
+        self._records: OrderedDict[tuple[str | None, str], RequestRecord] = OrderedDict()
 
     def add(self, record: RequestRecord) -> None:
         records_by_id = self._records
-        if record.request_id in records_by_id:  # a client reused its X-Request-Id
-            records_by_id.move_to_end(record.request_id)
-        records_by_id[record.request_id] = record
+        scoped = (record.client_key_id, record.request_id)
+        if scoped in records_by_id:  # a client reused its X-Request-Id
+            records_by_id.move_to_end(scoped)
+        records_by_id[scoped] = record
         while len(records_by_id) > self.capacity:
             records_by_id.popitem(last=False)
 
-    def get(self, request_id: str) -> RequestRecord | None:
-        return self._records.get(request_id)
+    def get(self, request_id: str, key_id: str | None = None) -> RequestRecord | None:
+        """The record of `request_id` made with client key `key_id` (None: no key)."""
+        return self._records.get((key_id, request_id))
+
+    def newest(self, request_id: str) -> RequestRecord | None:
+        """The newest record of `request_id`, whichever key made it (the admin's view)."""
+        for (_key, rid), record in reversed(self._records.items()):
+            if rid == request_id:
+                return record
+        return None
 
 
 class Recorder:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from fleetgate.auth.guard import record_usage
+from fleetgate.auth.guard import presents, record_usage
 from fleetgate.auth.keys import ClientKey
 from fleetgate.context.placement import TIER_HEADER
 from fleetgate.context.refine import ContextRefiner
@@ -28,7 +28,7 @@ from fleetgate.errors import GatewayError, invalid
 from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
 from fleetgate.execute.upstream import UpstreamPool
-from fleetgate.fleet import Fleet, FleetHolder
+from fleetgate.fleet import Fleet, FleetHolder, resolve_secret
 from fleetgate.ingress.anthropic import parse_messages
 from fleetgate.ingress.openai import parse_json_object
 from fleetgate.ingress.profile import RequestProfile
@@ -207,8 +207,15 @@ class Gateway:
             return self._admin
         if self.control is not None and (path == "/ui" or path.startswith("/ui/")):
             return self._dashboard
-        if path in INGRESS_ROUTES or any(p == path for _, p in self.routes):
-            raise GatewayError("method_not_allowed", f"{method} is not allowed on {path}.")
+        allowed = sorted({m for m, p in self.routes if p == path})
+        if path in INGRESS_ROUTES:
+            allowed = ["POST"]
+        if allowed:
+            raise GatewayError(
+                "method_not_allowed",
+                f"{method} is not allowed on {path}; use {', '.join(allowed)}.",
+                headers={"Allow": ", ".join(allowed)},
+            )
         raise GatewayError("not_found", f"There is no endpoint at {path}.")
 
     async def _send_error(
@@ -454,6 +461,17 @@ class Gateway:
             self.guard.settle(key, *record_usage(record, self.holder.fleet))
 
     # ---- the gateway's own endpoints --------------------------------------------------
+    def _is_admin(self, scope: Scope) -> bool:
+        return self.control is not None and presents(scope, self.control.admin_key)
+
+    def _require_admin(self, scope: Scope) -> None:
+        if self.control is None or not self.control.admin_key:
+            raise GatewayError(
+                "admin_disabled", "This endpoint needs the admin key, and none is configured."
+            )
+        if not self._is_admin(scope):
+            raise GatewayError("invalid_admin_key", "This endpoint needs the admin key.")
+
     def _listed(self, scope: Scope) -> Callable[[str], bool]:
         """Which models a catalog shows the caller: with auth on, a key (401 without one)
         sees the models it may use, nothing more."""
@@ -470,10 +488,15 @@ class Gateway:
 
     async def explain(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         raw = await read_body(receive, self.max_body)
-        if self.guard is not None:
-            self.guard.identify(scope)
+        guard = self.guard if not self._is_admin(scope) else None
+        if guard is not None:
+            guard.identify(scope)  # 401 before anything is said about the body
+        body = parse_json_object(raw)
+        model = body.get("model")
+        if guard is not None and isinstance(model, str):
+            guard.identify(scope, model)  # only models the key may use (403)
         result = explain_request(
-            parse_json_object(raw),
+            body,
             self.holder.fleet,
             self.state,
             ex.headers,
@@ -538,12 +561,15 @@ class Gateway:
         await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 
     async def fleet_windows(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        if self.guard is not None and not self._is_admin(scope):
+            self.guard.identify(scope)  # with auth on, a key (401 without one)
         body = windows_view(self.holder.fleet, self.windows)
         await send_body(send, 200, orjson.dumps(body), ex.base_headers())
 
     async def refresh_windows(
         self, scope: Scope, receive: Receive, send: Send, ex: Exchange
     ) -> None:
+        self._require_admin(scope)  # it makes the gateway probe every worker
         await read_body(receive, self.max_body)
         await self.discovery.refresh()
         body = windows_view(self.holder.fleet, self.windows)
@@ -569,6 +595,11 @@ class Gateway:
     async def metrics_endpoint(
         self, scope: Scope, receive: Receive, send: Send, ex: Exchange
     ) -> None:
+        metrics_key = resolve_secret(self.holder.fleet.config.server.metrics_key)
+        if metrics_key and not (presents(scope, metrics_key) or self._is_admin(scope)):
+            raise GatewayError(
+                "invalid_metrics_key", "GET /metrics needs the metrics key (`server.metrics_key`)."
+            )
         await self.recorder.flush()
         await send_body(
             send,
@@ -582,7 +613,12 @@ class Gateway:
         self, scope: Scope, receive: Receive, send: Send, ex: Exchange
     ) -> None:
         request_id = scope["path"].removeprefix("/v1/requests/")
-        record = self.recent.get(request_id)
+        # with auth on, a key sees its own records only (401 without one); the admin all
+        if self._is_admin(scope):
+            record = self.recent.newest(request_id)
+        else:
+            key = self.guard.identify(scope) if self.guard is not None else None
+            record = self.recent.get(request_id, key.id if key is not None else None)
         if record is None:
             raise GatewayError(
                 "not_found",

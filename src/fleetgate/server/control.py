@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from fleetgate.auth.guard import Guard, record_usage
 from fleetgate.auth.keys import KeyRing
-from fleetgate.config.checks import ENV_REF
 from fleetgate.config.schema import FleetConfig
-from fleetgate.fleet import Fleet, build_fleet
+from fleetgate.fleet import Fleet, build_fleet, resolve_secret
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
@@ -65,13 +64,6 @@ class ControlOptions:
     poll_interval: float = 1.0  # store polling when there is no working Redis
 
 
-def _resolve(value: str | None) -> str | None:
-    if value is None:
-        return None
-    match = ENV_REF.match(value)
-    return os.environ.get(match.group(1)) if match else value
-
-
 def _has_entities(config: FleetConfig) -> bool:
     return any(entities_of(config).values())
 
@@ -109,7 +101,9 @@ class ControlPlane:
             explicit=self.options.database_url,
         )
         self.admin_key = (
-            self.options.admin_key or os.environ.get(ADMIN_KEY_ENV) or _resolve(base.admin.key)
+            self.options.admin_key
+            or os.environ.get(ADMIN_KEY_ENV)
+            or resolve_secret(base.admin.key)
         )
         self.redis_url = (
             self.options.redis_url or os.environ.get(REDIS_URL_ENV) or storage.redis_url
