@@ -18,6 +18,7 @@ from fleetgate.config import validate_config
 from fleetgate.fleet import FleetHolder, build_fleet
 from fleetgate.server.app import Gateway
 from fleetgate.server.control import ControlOptions, build_gateway
+from fleetgate.server.run import uvicorn_config
 from fleetgate.testing import FakeAnthropic, FakeEngine, FakeOllama
 
 T = TypeVar("T")
@@ -95,11 +96,7 @@ class Stack:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        server = uvicorn.Server(
-            uvicorn.Config(
-                gateway, lifespan="on", log_level="warning", access_log=False, http="httptools"
-            )
-        )
+        server = uvicorn.Server(uvicorn_config(gateway))  # as `fleetgate serve` runs it
         self._task = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), self.lt.loop)
         task = self._task
         wait_until(lambda: server.started or task.done(), 20, "gateway started")

@@ -230,6 +230,20 @@ ERROR_KINDS: dict[str, ErrorKind] = _kinds(
         "Other entities still use this one (`users` lists them); change or delete them first.",
     ),
     ErrorKind(
+        "request_timeout",
+        408,
+        "invalid_request_error",
+        "The request's headers or body arrived too slowly; send the whole request at once "
+        "(or raise `server.header_timeout_seconds` / `server.body_timeout_seconds`).",
+    ),
+    ErrorKind(
+        "server_busy",
+        503,
+        "service_unavailable_error",
+        "The gateway process is at its cap of open connections (`server.max_connections`); "
+        "retry after `Retry-After` seconds, or reuse a kept-alive connection.",
+    ),
+    ErrorKind(
         "internal_error",
         500,
         "internal_error",

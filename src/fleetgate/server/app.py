@@ -41,6 +41,7 @@ from fleetgate.routing.planner import build_plan, require_route
 from fleetgate.routing.sticky import ReadOnlySticky, StickyTiers
 from fleetgate.server import ollama_api
 from fleetgate.server.asgi import (
+    ClientDisconnected,
     DisconnectWatch,
     Headers,
     Receive,
@@ -50,6 +51,7 @@ from fleetgate.server.asgi import (
     read_body,
     send_body,
 )
+from fleetgate.server.connections import ConnectionLimits
 from fleetgate.server.count_tokens import count_message_tokens
 from fleetgate.server.error_shapes import error_body, error_status, upstream_error_body
 from fleetgate.server.virtuals import (
@@ -151,6 +153,8 @@ class Gateway:
         self.ready = False
         self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, from startup
         self.max_body = holder.fleet.config.server.max_body_bytes
+        # read by the connection layer (server/connections.py) that serves this app
+        self.connection_limits = ConnectionLimits.of(holder.fleet.config.server)
         # set by server/control.py when the gateway runs with a store (admin API, keys)
         self.control: ControlPlane | None = None
         self.guard: Guard | None = None
@@ -192,6 +196,8 @@ class Gateway:
             await handler(scope, receive, send, ex)
         except GatewayError as exc:
             await self._send_error(send, ex, exc)
+        except ClientDisconnected:  # an ordinary event on the internet, not an error
+            log.debug("request %s: the client went away before its body arrived", ex.request_id)
         except Exception:
             log.exception("unhandled error in request %s", ex.request_id)
             await self._send_error(

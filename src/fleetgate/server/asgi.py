@@ -31,8 +31,14 @@ def new_request_id() -> str:
     return f"{time.time_ns() // 1000:013x}{random.getrandbits(44):011x}"
 
 
+class ClientDisconnected(Exception):
+    """The client went away before its request body had arrived: nothing to answer."""
+
+
 async def read_body(receive: Receive, limit: int) -> bytes:
     message = await receive()
+    if message["type"] == "http.disconnect":
+        raise ClientDisconnected
     body: bytes = message.get("body", b"")
     if not message.get("more_body"):
         if len(body) > limit:
@@ -43,7 +49,7 @@ async def read_body(receive: Receive, limit: int) -> bytes:
     while message.get("more_body"):
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise asyncio.CancelledError
+            raise ClientDisconnected
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:

@@ -7,11 +7,13 @@ import gc
 import os
 import signal
 import sys
+from typing import Any
 
 import uvicorn
 
 from fleetgate.config import FleetConfig, load_config_file
 from fleetgate.server.app import Gateway
+from fleetgate.server.connections import GuardedHttpProtocol
 from fleetgate.server.control import build_gateway
 from fleetgate.store.database import database_url, prepare
 
@@ -21,7 +23,7 @@ CONFIG_ENV = "FLEETGATE_CONFIG"
 def _uvicorn_kwargs() -> dict[str, object]:
     return {
         "loop": "uvloop",
-        "http": "httptools",
+        "http": GuardedHttpProtocol,  # httptools, with header/body deadlines and caps
         "lifespan": "on",
         "ws": "none",  # no WebSocket endpoints: nothing to import for them
         "access_log": False,
@@ -56,8 +58,14 @@ def app_from_env() -> Gateway:
     return app
 
 
+def uvicorn_config(app: Gateway, **overrides: Any) -> uvicorn.Config:
+    """The uvicorn settings every fleetgate server runs with: `fleetgate serve` and the
+    test harness alike."""
+    return uvicorn.Config(app, **{**_uvicorn_kwargs(), **overrides})
+
+
 def server_for(app: Gateway, host: str, port: int) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, **_uvicorn_kwargs()))
+    return uvicorn.Server(uvicorn_config(app, host=host, port=port))
 
 
 def _exit_cleanly_on_sigterm() -> None:
