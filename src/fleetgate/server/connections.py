@@ -19,6 +19,8 @@ sees. `fleetgate serve` and the test harness both serve through
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,7 @@ from fleetgate.ingress.routes import error_protocol
 from fleetgate.server.asgi import new_request_id
 from fleetgate.server.error_shapes import error_body
 
+_LINGER_SECONDS = 2.0  # how long a refused connection's further bytes are read and dropped
 _HEAD, _BODY, _DONE = 1, 2, 3  # where the current request stands (0: none begun yet)
 
 
@@ -72,6 +75,16 @@ def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     return None
 
 
+def _no_delay(transport: asyncio.Transport) -> None:
+    """Send each write at once. asyncio sets TCP_NODELAY only on sockets made with
+    IPPROTO_TCP, and a listening socket made with proto 0 accepts sockets without it: a
+    response's head and body then wait for the client's delayed ACK (40 ms each)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol plus header and body deadlines, an early 413 and a cap
     on open connections (see the module docstring)."""
@@ -87,6 +100,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     # ---- the connection ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        _no_delay(transport)
         if len(self.connections) > self.limits.max_connections:
             self._refuse(
                 503,
@@ -203,4 +217,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True  # the app, if it waits on the body, hears it at once
             cycle.message_event.set()
-        self.transport.close()
+        if busy or not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        # A lingering close: end our side after the answer and drop what the client still
+        # sends, for a moment. Closing at once would answer its next bytes with a reset,
+        # which can destroy the answer before the client has read it.
+        self.transport.write_eof()
+        self.loop.call_later(_LINGER_SECONDS, self.transport.close)
