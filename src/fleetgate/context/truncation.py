@@ -1,24 +1,77 @@
-"""Suspected silent truncation: the worker reports far fewer prompt tokens than were sent.
+"""Answers a window cut: one judge for every engine, from the usage the executor parsed.
 
-Ollama cuts a prompt longer than its context and still answers 200. The gateway's lower
-bound for a prompt is one token per 8 bytes of its text, whitespace not counted (real
-tokenizers give more; English averages about 4 bytes a token). A reported prompt count
-(`prompt_eval_count`, `usage.prompt_tokens`, `usage.input_tokens`) below it means the
-worker did not read the whole prompt. Prompts under 32 bound tokens are not judged.
+Two kinds of evidence, both judged on the answering attempt's reported counts (the
+executor reads them from the body or the stream's end anyway; nothing is parsed again):
+
+* **cut short**: a 200 whose output stopped on its length (`finish_reason: length`,
+  Anthropic `stop_reason: max_tokens`, Responses `incomplete`, Ollama `done_reason:
+  length`; or no stop reason at all, as llama.cpp's Responses answers) before the client's
+  own output limit, with `prompt + completion` at the deployment's window, was cut by the
+  window. On an engine (llama.cpp, vLLM, SGLang) a length stop before the client's limit
+  is a window cut even where the window was thought larger: `prompt + completion` is the
+  window, and it is learned (unless the reported prompt is below the prompt's lower bound,
+  below: such a count teaches nothing).
+* **prompt cut** (suspected silent truncation, Ollama): the worker reports fewer prompt
+  tokens than the gateway's lower bound for the prompt (one token per 8 bytes of its text,
+  whitespace not counted; real tokenizers give more, English about 4 bytes a token). Ollama
+  keeps a too-long prompt's end and answers 200. Prompts under 32 bound tokens are not
+  judged.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-import orjson
+from fleetgate.context.estimate import output_reserve
+from fleetgate.execute.usage import LENGTH
 
+CUT_SHORT_HEADER = "X-Fleetgate-Truncated"
+CUT_SHORT_NOTE = "context_cut_short"
 TRUNCATION_HEADER = "X-Fleetgate-Truncation-Suspected"
+TRUNCATION_NOTE = "truncation_suspected"
 BYTES_PER_TOKEN_BOUND = 8
 MIN_BOUND = 32
+# endpoints whose answers generate text (and report a stop reason)
 CHECKED_ENDPOINTS = frozenset(
     {"ollama.chat", "ollama.generate", "chat.completions", "completions", "messages", "responses"}
 )
+# engines whose only reason to stop short of the client's limit on length is the window
+WINDOW_STOPS = frozenset({"llamacpp", "vllm", "sglang"})
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """An answer a window cut: what to show (header, note) and the window it teaches."""
+
+    header: str
+    note: str
+    detail: dict[str, int]
+    window: int | None = None  # the window the answer shows (learned when it differs)
+
+    def header_value(self) -> str:
+        return "; ".join(f"{k}={v}" for k, v in self.detail.items())
+
+
+def cut_short(
+    prompt: int | None,
+    completion: int | None,
+    stop: str | None,
+    window: int | None,
+    requested: int | None,
+    kind: str,
+) -> Cut | None:
+    """A window cut the answer short (see the module docstring); None otherwise."""
+    if prompt is None or completion is None or (stop is not None and stop != LENGTH):
+        return None
+    if requested is not None and completion >= requested:
+        return None  # the client's own limit stopped it
+    used = prompt + completion
+    at_window = window is not None and used >= window
+    if not at_window and not (stop == LENGTH and requested is not None and kind in WINDOW_STOPS):
+        return None
+    detail = {"prompt": prompt, "completion": completion, "window": window or used}
+    return Cut(CUT_SHORT_HEADER, CUT_SHORT_NOTE, detail, used)
 
 
 def _text_bytes(value: Any) -> int:
@@ -42,36 +95,35 @@ def prompt_lower_bound(body: dict[str, Any]) -> int:
     return size // BYTES_PER_TOKEN_BOUND
 
 
-def reported_prompt_tokens(data: Any) -> int | None:
-    if not isinstance(data, dict):
+def prompt_cut(body: dict[str, Any], reported: int | None) -> Cut | None:
+    """The worker read less of the prompt than it can be (suspected silent truncation)."""
+    if reported is None:
         return None
-    value = data.get("prompt_eval_count")
-    if value is None:
-        usage = data.get("usage")
-        if not isinstance(usage, dict):
-            response = data.get("response")  # a Responses `response.completed` event
-            usage = response.get("usage") if isinstance(response, dict) else None
-        if isinstance(usage, dict):
-            value = usage.get("prompt_tokens", usage.get("input_tokens"))
-    return value if type(value) is int and value >= 0 else None
+    bound = prompt_lower_bound(body)
+    if bound < MIN_BOUND or reported >= bound:
+        return None
+    return Cut(TRUNCATION_HEADER, TRUNCATION_NOTE, {"reported": reported, "lower_bound": bound})
 
 
-def suspect(body: dict[str, Any], answer: bytes) -> tuple[int, int] | None:
-    """(reported, lower bound) when the answer's prompt count is below the bound."""
-    if b"_tokens" not in answer and b"prompt_eval_count" not in answer:
+def judge(
+    body: dict[str, Any],
+    endpoint: str,
+    kind: str,
+    window: int | None,
+    prompt: int | None,
+    completion: int | None,
+    stop: str | None,
+) -> Cut | None:
+    """Whether a window cut a successful answer (a cut output first, then a cut prompt)."""
+    if endpoint not in CHECKED_ENDPOINTS:
         return None
-    bound = prompt_lower_bound(body)  # cheaper than parsing the answer: first
-    if bound < MIN_BOUND:
-        return None
-    try:
-        reported = reported_prompt_tokens(orjson.loads(answer))
-    except orjson.JSONDecodeError:
-        return None
-    if reported is None or reported >= bound:
-        return None
-    return reported, bound
-
-
-def last_ndjson_line(tail: bytes) -> bytes:
-    lines = [line for line in tail.split(b"\n") if line.strip()]
-    return lines[-1] if lines else b""
+    if prompt is not None and completion is not None and stop in (LENGTH, None):
+        requested = output_reserve(body, endpoint, 0) or None
+        found = cut_short(prompt, completion, stop, window, requested, kind)
+        if found is not None and found.window != window and prompt < prompt_lower_bound(body):
+            found = None  # a window learned from a prompt count that cannot be right: none
+        if found is not None:
+            return found
+    if kind == "ollama":  # only Ollama keeps a prompt's end and answers 200
+        return prompt_cut(body, prompt)
+    return None

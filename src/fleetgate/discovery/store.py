@@ -18,7 +18,9 @@ class WindowStore:
     def __init__(self, capabilities: ModelCapabilitiesConfig | None = None) -> None:
         self.capabilities = capabilities or ModelCapabilitiesConfig()
         self._evidence: dict[str, Evidence] = {}
-        self._parsed: dict[str, tuple[int, float]] = {}  # dep id -> (limit, when)
+        # dep id -> (limit, when, source): a context error's stated limit, or the window an
+        # answer cut short showed
+        self._parsed: dict[str, tuple[int, float, str]] = {}
         self._views: dict[str, tuple[Deployment, WindowView]] = {}
 
     # ---- writes ------------------------------------------------------------------------
@@ -30,9 +32,17 @@ class WindowStore:
         self._evidence[deployment_id] = evidence
         self._views.pop(deployment_id, None)
 
-    def note_context_error(self, deployment_id: str, limit: int, now: float | None = None) -> None:
-        """A context error stated the worker's limit: trust it at once, for one cache period."""
-        self._parsed[deployment_id] = (limit, time.time() if now is None else now)
+    def note_context_error(
+        self,
+        deployment_id: str,
+        limit: int,
+        now: float | None = None,
+        source: str = "parsed_from_error",
+    ) -> None:
+        """A context error stated the worker's limit (or an answer cut short showed it,
+        `source="cut_short"`): trust it at once, for one cache period."""
+        when = time.time() if now is None else now
+        self._parsed[deployment_id] = (limit, when, source)
         self._views.pop(deployment_id, None)
 
     # ---- reads (synchronous: routing never awaits) ------------------------------------
@@ -51,7 +61,11 @@ class WindowStore:
         if cached is not None and cached[0] is dep:
             return cached[1]
         view = resolve_window(
-            dep, self._evidence.get(dep.id), parsed[0] if parsed else None, self.capabilities
+            dep,
+            self._evidence.get(dep.id),
+            parsed[0] if parsed else None,
+            self.capabilities,
+            parsed[2] if parsed else "parsed_from_error",
         )
         self._views[dep.id] = (dep, view)
         return view

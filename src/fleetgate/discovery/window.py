@@ -1,6 +1,7 @@
 """A deployment's effective context window, from the strongest evidence, clamped by limits.
 
-Evidence, strongest first: a context error that stated the limit (for one cache period) →
+Evidence, strongest first: a context error that stated the limit, or an answer a window
+cut short (for one cache period) →
 Ollama `/api/ps` (the loaded model's context) → Ollama `/api/show` (Modelfile `num_ctx`) →
 an engine's own report (vLLM / SGLang `max_model_len`, llama.cpp `/props`) → the config
 (the deployment's `context_window`, else the provider's `default_context_tokens`) → for
@@ -27,7 +28,7 @@ class WindowView:
 
     tokens: int | None
     source: str  # api_ps | api_show | api_models | model_info | props | config | default
-    #              | parsed_from_error | unknown
+    #              | parsed_from_error | cut_short | unknown
     model_max: int | None = None
     limit_pattern: str | None = None  # the context_limits glob that matched
     clamped_by: str | None = None  # model_max | context_limits | context_window
@@ -61,12 +62,13 @@ def resolve_window(
     evidence: Evidence | None,
     parsed_limit: int | None,
     capabilities: ModelCapabilitiesConfig,
+    parsed_source: str = "parsed_from_error",
 ) -> WindowView:
     provider = dep.provider
     ev = evidence or Evidence()
     tokens: int | None
     if parsed_limit is not None:
-        tokens, source = parsed_limit, "parsed_from_error"
+        tokens, source = parsed_limit, parsed_source
     elif ev.loaded_context is not None:
         tokens, source = ev.loaded_context, "api_ps"
     elif ev.num_ctx is not None:

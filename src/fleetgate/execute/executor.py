@@ -44,6 +44,7 @@ from fleetgate.execute.outcome import (
 from fleetgate.execute.rewrite import ModelRewriter
 from fleetgate.execute.sse import DONE
 from fleetgate.execute.upstream import UpstreamPool, request_headers
+from fleetgate.execute.usage import stop_in_stream, stop_reason, stream_usage, take_usage
 from fleetgate.execute.worker_slots import WorkerSlots
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
@@ -276,7 +277,8 @@ class Executor:
                 return None
             attempt.latency = time.perf_counter() - started
             attempt.ttft = attempt.latency
-            _take_usage(attempt, data)
+            take_usage(attempt, data)
+            attempt.finish = stop_reason(data)
             self.state.record_success(
                 dep.id, attempt.ttft, attempt.latency, attempt.completion_tokens
             )
@@ -383,8 +385,8 @@ class Executor:
         # data events (NDJSON lines) after the first one: tokens for the throughput EMA
         marker = b"data:" if framing.name == "sse" else b"\n"
         events = max(first.count(marker) - 1, 0) + carry.count(marker)
-        self._stream_usage(attempt, first, framing)  # Anthropic's message_start: input tokens
-        tail = b""  # the stream's end, where usage is reported
+        stream_usage(attempt, first, framing)  # Anthropic's message_start: input tokens
+        tail = (first + carry)[-_USAGE_TAIL:]  # the stream's end: usage, stop reason
         try:
             yield first
             async for chunk in resp.content.iter_any():
@@ -407,7 +409,8 @@ class Executor:
                     raise _NotJson
                 yield framing.rewrite(rewriter, carry)
             completed = True
-            self._stream_usage(attempt, tail, framing)
+            stream_usage(attempt, tail, framing)
+            attempt.finish = stop_in_stream(tail)
         except (aiohttp.ClientError, TimeoutError, _NotJson) as exc:
             what = "sent an event that is not JSON" if isinstance(exc, _NotJson) else "broke"
             severe = isinstance(exc, TimeoutError)
@@ -436,23 +439,6 @@ class Executor:
         attempt.error_class = error_class
         attempt.message = message
         attempt.latency = time.perf_counter() - started
-
-    @staticmethod
-    def _stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
-        """Usage from the last event of a stream block that reports it."""
-        if b'"usage"' not in block and b'"prompt_eval_count"' not in block:
-            return
-        for event in reversed(block.replace(b"\r\n", b"\n").split(framing.separator)):
-            data = framing.payload(event)
-            if not data or (b'"usage"' not in data and b'"prompt_eval_count"' not in data):
-                continue
-            if b'"usage":null' in data or b'"usage": null' in data:
-                continue  # OpenAI chunks carry an empty usage until the last one
-            try:
-                _take_usage(attempt, orjson.loads(data))
-            except orjson.JSONDecodeError:
-                continue  # the tail may start mid-event
-            return
 
 
 def _exceeded_window(
@@ -497,25 +483,3 @@ _USAGE_TAIL = 4096  # bytes of a stream's end kept to read its usage
 
 class _NotJson(Exception):
     """A stream event, after output had started, whose data is not JSON."""
-
-
-def _take_usage(attempt: Attempt, data: object) -> None:
-    """Token counts from an OpenAI, Anthropic, Responses or Ollama body or stream event."""
-    if not isinstance(data, dict):
-        return
-    usage = data.get("usage")
-    for holder in ("response", "message"):  # Responses' completed event, Anthropic's start
-        inner = data.get(holder)
-        if usage is None and isinstance(inner, dict):
-            usage = inner.get("usage")
-    if isinstance(usage, dict):
-        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
-        completion = usage.get("completion_tokens", usage.get("output_tokens"))
-    elif "prompt_eval_count" in data:  # Ollama native
-        prompt, completion = data.get("prompt_eval_count"), data.get("eval_count")
-    else:
-        return
-    if isinstance(prompt, int):
-        attempt.prompt_tokens = prompt
-    if isinstance(completion, int):
-        attempt.completion_tokens = completion

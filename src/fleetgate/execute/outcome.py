@@ -46,6 +46,7 @@ class Attempt:
     retry_after: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    finish: str | None = None  # the answer's stop reason (`length` for every length stop)
     params: dict[str, Any] | None = None  # the overrides of this attempt's own scope
     key_label: str | None = None
     virtual_model: str | None = None

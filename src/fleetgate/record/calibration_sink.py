@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fleetgate.context.calibration import CalibrationBook
+from fleetgate.context.truncation import CUT_SHORT_NOTE, TRUNCATION_NOTE
 from fleetgate.fleet import Fleet
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.routing.filters.context_fit import RAW_NOTE
 
-_UNTRUSTED = ("truncation_suspected", "context_cut_short")
+_UNTRUSTED = (TRUNCATION_NOTE, CUT_SHORT_NOTE)
 
 
 class CalibrationSink:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from fleetgate.context.truncation import CUT_SHORT_NOTE, TRUNCATION_NOTE
 from fleetgate.fleet import Fleet
 from fleetgate.record.histograms import BatchHistogram
 from fleetgate.record.recorder import Recorder, RequestRecord
@@ -94,6 +95,12 @@ class Metrics:
             ["deployment"],
             registry=r,
         )
+        self.cut_short = Counter(
+            "fleetgate_cut_short",
+            "Answers a context window cut short (a length stop at the window).",
+            ["deployment"],
+            registry=r,
+        )
         self.records_dropped = Gauge(
             "fleetgate_records_dropped",
             "Request records dropped because the buffer was full.",
@@ -121,9 +128,11 @@ class Metrics:
             overhead.append(max(rec.overhead, 0.0))
             if rec.error_code is None and len(rec.attempts) > 1:
                 fallbacks[model] += 1
-            if "truncation_suspected" in rec.notes and rec.deployment_id:
+            if TRUNCATION_NOTE in rec.notes and rec.deployment_id:
                 # rare (a suspected silent truncation): counted directly
                 self.truncations.labels(rec.deployment_id).inc()
+            if CUT_SHORT_NOTE in rec.notes and rec.deployment_id:  # rare too
+                self.cut_short.labels(rec.deployment_id).inc()
             ctx = rec.notes.get("provider_ctx") or {}
             for a in rec.attempts:
                 window = ctx.get(a.deployment_id, "unbounded") if isinstance(ctx, dict) else ""

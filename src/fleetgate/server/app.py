@@ -14,14 +14,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from fleetgate.auth.guard import presents, record_usage
 from fleetgate.auth.keys import ClientKey
-from fleetgate.context.placement import TIER_HEADER
+from fleetgate.context.placement import TIER_HEADER, effective_window
 from fleetgate.context.refine import ContextRefiner
-from fleetgate.context.truncation import (
-    CHECKED_ENDPOINTS,
-    TRUNCATION_HEADER,
-    last_ndjson_line,
-    suspect,
-)
+from fleetgate.context.truncation import judge
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError, invalid
@@ -289,36 +284,43 @@ class Gateway:
         await self.dashboard(scope, receive, send)
 
     def _check_truncation(
-        self,
-        ex: Exchange,
-        profile: RequestProfile,
-        plan: RoutePlan,
-        outcome: Outcome,
-        answer: bytes,
+        self, ex: Exchange, profile: RequestProfile, plan: RoutePlan, outcome: Outcome
     ) -> None:
-        found = suspect(profile.body, answer)
+        """A window cut the answer (context/truncation.py): header, note, log, and the
+        window it shows is learned."""
+        attempt = outcome.attempts[-1]
+        if not attempt.ok:  # a stream that broke: its end never came
+            return
+        dep = outcome.candidate.deployment
+        window = (plan.window_of or effective_window)(dep)
+        found = judge(
+            profile.body,
+            profile.endpoint,
+            dep.provider.kind,
+            window,
+            attempt.prompt_tokens,
+            attempt.completion_tokens,
+            attempt.finish,
+        )
         if found is None:
             return
-        reported, bound = found
-        dep = outcome.candidate.deployment
-        outcome.extra_headers[TRUNCATION_HEADER] = f"reported={reported}; lower_bound={bound}"
-        plan.notes["truncation_suspected"] = {"reported": reported, "lower_bound": bound}
+        outcome.extra_headers[found.header] = found.header_value()  # sent unless streamed
+        plan.notes[found.note] = found.detail
         log.warning(
-            "suspected silent truncation: request %s on %s reported %d prompt tokens, "
-            "lower bound %d",
-            ex.request_id,
-            dep.id,
-            reported,
-            bound,
+            "%s: request %s on %s: %s", found.note, ex.request_id, dep.id, found.header_value()
         )
+        if found.window is not None and found.window != window:
+            self._context_limit_stated(dep.id, found.window, "cut_short")
 
     def _windows_on_swap(self, _old: Fleet, new: Fleet) -> None:
         self.windows.set_capabilities(new.config.model_capabilities)
         for deployment_id in new.deployments:  # names or limits may have changed
             self.discovery.request_refresh(deployment_id)
 
-    def _context_limit_stated(self, deployment_id: str, tokens: int) -> None:
-        self.windows.note_context_error(deployment_id, tokens)
+    def _context_limit_stated(
+        self, deployment_id: str, tokens: int, source: str = "parsed_from_error"
+    ) -> None:
+        self.windows.note_context_error(deployment_id, tokens, source=source)
         self.discovery.request_refresh(deployment_id)
 
     # ---- the proxied endpoints --------------------------------------------------------
@@ -364,10 +366,7 @@ class Gateway:
                 return
             body = outcome.body
             assert body is not None
-            if outcome.candidate.deployment.provider.kind == "ollama" and (
-                profile.endpoint in CHECKED_ENDPOINTS
-            ):  # only Ollama truncates silently (and answers 200)
-                self._check_truncation(ex, profile, plan, outcome, body)
+            self._check_truncation(ex, profile, plan, outcome)
             overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
             headers = ex.base_headers()
             headers.extend(_routing_headers(plan, outcome, overhead))
@@ -399,16 +398,11 @@ class Gateway:
         headers.append((b"cache-control", b"no-cache"))
         await send({"type": "http.response.start", "status": outcome.status, "headers": headers})
         stream = outcome.stream
-        # a native stream's last line carries prompt_eval_count: kept to judge truncation
-        tail = b"" if outcome.content_type.startswith("application/x-ndjson") else None
         recorded = False
         try:
             async for chunk in stream:
-                if tail is not None:
-                    tail = (tail + chunk)[-4096:]
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            if tail:
-                self._check_truncation(ex, profile, plan, outcome, last_ndjson_line(tail))
+            self._check_truncation(ex, profile, plan, outcome)  # from the stream's end
             # recorded before the stream's end reaches the client: whoever has the whole
             # answer can read its record
             self._record_stream(ex, profile, plan, outcome, overhead)

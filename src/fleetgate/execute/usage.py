@@ -1,0 +1,145 @@
+"""Token counts and stop reasons, read from the answers of every protocol, whole or streamed.
+
+The executor parses a whole answer once (for its validity and its `model`); its counts and
+stop reason come from that parse. A stream's are read from its end: the last event that
+reports usage (an OpenAI usage chunk, Anthropic's `message_delta` after the input count of
+`message_start`, a Responses `response.completed`, Ollama's last line, or llama.cpp's
+`timings` when the client asked for no usage), and the last stop reason, found by a byte
+scan.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from fleetgate.execute.framing import Framing
+from fleetgate.execute.outcome import Attempt
+
+LENGTH = "length"  # the normalised stop reason of every protocol's length stop
+_LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
+# chat `finish_reason`, Anthropic `stop_reason`, Ollama `done_reason`, Responses
+# `incomplete_details.reason`
+_STOP_IN_STREAM = re.compile(
+    rb'"(?:finish_reason|stop_reason|done_reason)"\s*:\s*"(\w+)"'
+    rb'|"incomplete_details"\s*:\s*\{\s*"reason"\s*:\s*"(\w+)"'
+)
+_USAGE_MARKS = (b'"usage"', b'"prompt_eval_count"', b'"timings"')
+_USAGE_START = re.compile(rb'"usage"\s*:\s*\{')
+
+
+def _normal(reason: object) -> str | None:
+    if not isinstance(reason, str) or not reason:
+        return None
+    return LENGTH if reason in _LENGTH_REASONS else reason
+
+
+def stop_reason(data: Any) -> str | None:
+    """The stop reason of a whole answer: `length` for a length stop, the protocol's own
+    word for the others, None when the answer gives none."""
+    if not isinstance(data, dict):
+        return None
+    choices = data.get("choices")
+    if isinstance(choices, list):
+        first = choices[0] if choices else None
+        return _normal(first.get("finish_reason")) if isinstance(first, dict) else None
+    for name in ("stop_reason", "done_reason"):  # Anthropic, Ollama
+        if name in data:
+            return _normal(data[name])
+    if data.get("status") == "incomplete":  # Responses
+        details = data.get("incomplete_details")
+        return _normal(details.get("reason") if isinstance(details, dict) else None) or LENGTH
+    return None
+
+
+def stop_in_stream(block: bytes) -> str | None:
+    """The last stop reason in a stream's end (a byte scan; no event is parsed)."""
+    if b"reason" not in block:
+        return None
+    found = _STOP_IN_STREAM.findall(block)
+    if not found:
+        return None
+    reason, incomplete = found[-1]
+    return _normal((reason or incomplete).decode())
+
+
+def _int(value: object) -> int:
+    return value if type(value) is int else 0
+
+
+def take_usage(attempt: Attempt, data: object) -> None:
+    """Token counts from an OpenAI, Anthropic, Responses or Ollama body or stream event.
+
+    The prompt count is the whole prompt: Anthropic reports the tokens read from its cache
+    apart from `input_tokens` (llama.cpp's Messages API too), so they are added."""
+    if not isinstance(data, dict):
+        return
+    usage = data.get("usage")
+    for holder in ("response", "message"):  # Responses' completed event, Anthropic's start
+        inner = data.get(holder)
+        if usage is None and isinstance(inner, dict):
+            usage = inner.get("usage")
+    if isinstance(usage, dict):
+        prompt = usage.get("prompt_tokens")
+        if prompt is None:
+            prompt = usage.get("input_tokens")
+            if type(prompt) is int:
+                prompt += _int(usage.get("cache_read_input_tokens"))
+                prompt += _int(usage.get("cache_creation_input_tokens"))
+        completion = usage.get("completion_tokens", usage.get("output_tokens"))
+    elif "prompt_eval_count" in data:  # Ollama native
+        prompt, completion = data.get("prompt_eval_count"), data.get("eval_count")
+    elif isinstance(timings := data.get("timings"), dict):  # llama.cpp, no usage asked for
+        prompt = _int(timings.get("cache_n")) + _int(timings.get("prompt_n"))
+        completion = timings.get("predicted_n")
+    else:
+        return
+    if type(prompt) is int:
+        attempt.prompt_tokens = prompt
+    if type(completion) is int:
+        attempt.completion_tokens = completion
+
+
+def _usage_object(block: bytes) -> bytes | None:
+    """The last `"usage": {...}` object in a block that may start mid-event (a Responses
+    `response.completed` carries the whole output before its usage)."""
+    starts = list(_USAGE_START.finditer(block))
+    if not starts:
+        return None
+    begin = starts[-1].end() - 1
+    depth = 0
+    for i in range(begin, len(block)):
+        ch = block[i]
+        if ch == 0x7B:  # {
+            depth += 1
+        elif ch == 0x7D:  # }
+            depth -= 1
+            if depth == 0:
+                return block[begin : i + 1]
+    return None
+
+
+def stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
+    """Usage from the last event of a stream block that reports it."""
+    if not any(mark in block for mark in _USAGE_MARKS):
+        return
+    for event in reversed(block.replace(b"\r\n", b"\n").split(framing.separator)):
+        data = framing.payload(event)
+        if not data or not any(mark in data for mark in _USAGE_MARKS):
+            continue
+        if b'"usage":null' in data or b'"usage": null' in data:
+            continue  # OpenAI chunks carry an empty usage until the last one
+        try:
+            take_usage(attempt, orjson.loads(data))
+        except orjson.JSONDecodeError:
+            # the block may start mid-event: its usage object alone, if it is whole
+            found = _usage_object(data)
+            if found is None:
+                continue
+            try:
+                take_usage(attempt, {"usage": orjson.loads(found)})
+            except orjson.JSONDecodeError:
+                continue
+        return
