@@ -20,6 +20,7 @@ from fleetgate.translate.chat import (
     swap_prefix,
 )
 from fleetgate.translate.events import DONE_EVENT, Event
+from fleetgate.translate.text_chunks import plain_text_delta
 
 # finish_reason <-> stop_reason
 _STOP_REASON = {
@@ -309,17 +310,11 @@ def _message_id(upstream: Any) -> str:
     return swap_prefix(upstream, "chatcmpl-", "msg_")
 
 
-def _plain_text_delta(chunk: dict[str, Any]) -> str | None:
-    """The text of a chunk that carries only text (no tool call, stop, usage, reasoning)."""
-    choices = chunk.get("choices")
-    if not choices or len(choices) != 1 or chunk.get("usage") is not None:
-        return None
-    choice = choices[0]
-    delta = choice.get("delta")
-    if not delta or len(delta) != 1 or choice.get("finish_reason") is not None:
-        return None
-    text = delta.get("content")
-    return text if text.__class__ is str and text else None
+# a `content_block_delta` event with a `text_delta`, as `encode_sse` writes it, up to the text
+_TEXT_DELTA_HEAD = (
+    b"event: content_block_delta\ndata: "
+    b'{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":'
+)
 
 
 class ChatToMessagesStream:
@@ -336,6 +331,7 @@ class ChatToMessagesStream:
         "_finish",
         "_started",
         "_stopped",
+        "_text_head",
         "_tool_blocks",
         "_usage",
         "model",
@@ -347,6 +343,7 @@ class ChatToMessagesStream:
         self._stopped = False
         self._block = -1  # index of the open content block (-1: none open)
         self._block_kind = ""
+        self._text_head = b""  # the bytes of a text delta event up to its text
         self._tool_blocks: dict[int, int] = {}  # chat tool-call index -> block index
         self._finish: tuple[str, str | None] | None = None
         self._usage: dict[str, int] | None = None
@@ -375,6 +372,7 @@ class ChatToMessagesStream:
         self._close(out)
         self._block += 1
         self._block_kind = kind
+        self._text_head = b""
         out.append(
             (
                 "content_block_start",
@@ -387,9 +385,18 @@ class ChatToMessagesStream:
             ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
         )
 
+    def text_delta(self, text: str, quoted: bytes) -> bytes | None:
+        """More text for the open text block, framed from prebuilt bytes (`TextStage`)."""
+        if self._block_kind != "text":
+            return None
+        head = self._text_head
+        if not head:
+            head = self._text_head = _TEXT_DELTA_HEAD % self._block
+        return head + quoted + b"}}\n\n"
+
     def feed(self, event: Event) -> list[Event]:
         chunk = event[1]
-        text = _plain_text_delta(chunk) if self._block_kind == "text" else None
+        text = plain_text_delta(chunk) if self._block_kind == "text" else None
         if text is not None:  # the usual chunk: more text for the open text block
             delta = {"type": "text_delta", "text": text}
             payload = {"type": "content_block_delta", "index": self._block, "delta": delta}

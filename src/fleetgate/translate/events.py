@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from fleetgate.translate.text_chunks import TextChunks, plain_text_delta
+
 # one event: (the SSE `event:` name or None, its JSON payload); NDJSON ignores the name
 Event = tuple[str | None, dict[str, Any]]
 
@@ -90,8 +92,15 @@ def _sse_payload(event: bytes) -> tuple[str | None, bytes | None]:
 async def translate_stream(
     upstream: AsyncIterator[bytes], stage: StreamStage, ndjson_in: bool, encode: Encoder
 ) -> AsyncIterator[bytes]:
-    """Upstream bytes in, the client's bytes out: one stage call per whole event."""
+    """Upstream bytes in, the client's bytes out: one stage call per whole event.
+
+    A stage that frames plain text deltas itself (`TextStage`) gets the usual chat chunk,
+    more text, without it being parsed in full or re-encoded (`text_chunks`).
+    """
     sep = b"\n" if ndjson_in else b"\n\n"
+    text_delta: Callable[[str, bytes], bytes | None] | None = getattr(stage, "text_delta", None)
+    texts = TextChunks() if text_delta is not None and not ndjson_in else None
+    text_delta = text_delta or _no_text_delta
     carry = b""
     finished = False
     feed = stage.feed
@@ -99,13 +108,20 @@ async def translate_stream(
     try:
         async for chunk in upstream:
             block = carry + (chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk)
-            cut = block.rfind(sep)
-            if cut < 0:
-                carry = block
+            whole = block.split(sep)
+            carry = whole.pop()  # what follows the last separator: part of the next event
+            if not whole:
                 continue
-            carry = block[cut + len(sep) :]
-            out: list[Event] = []
-            for raw in block[:cut].split(sep):
+            out: list[bytes] = []
+            for raw in whole:
+                found = None
+                if texts is not None:
+                    found = texts.match(raw)
+                    if found is not None:
+                        piece = text_delta(*found)
+                        if piece is not None:
+                            out.append(piece)
+                            continue
                 if not ndjson_in and raw[:6] == b"data: " and b"\n" not in raw:
                     data = raw[6:]  # the usual one-line event, decoded here: it is hot
                     if data != DONE:
@@ -113,8 +129,19 @@ async def translate_stream(
                             payload = loads(data)
                         except orjson.JSONDecodeError:
                             continue
-                        if type(payload) is dict:
-                            out += feed((None, payload))
+                        if type(payload) is not dict:
+                            continue
+                        if texts is not None and found is None:
+                            text = plain_text_delta(payload)
+                            if text is not None:
+                                quoted = texts.learn(raw, payload, text)
+                                piece = text_delta(text, quoted)
+                                if piece is not None:
+                                    out.append(piece)
+                                    continue
+                        events = feed((None, payload))
+                        if events:
+                            out.append(encode(events))
                         continue
                 event = _decode(raw, ndjson_in)
                 if event is None:
@@ -122,11 +149,15 @@ async def translate_stream(
                 if event is DONE_EVENT:
                     if not finished:
                         finished = True
-                        out.extend(stage.finish())
+                        events = stage.finish()
+                        if events:
+                            out.append(encode(events))
                     continue
-                out.extend(feed(event))
+                events = feed(event)
+                if events:
+                    out.append(encode(events))
             if out:
-                yield encode(out)
+                yield b"".join(out)
         tail: list[Event] = []
         event = _decode(carry, ndjson_in) if carry.strip() else None
         if event is not None and event is not DONE_EVENT:
@@ -139,6 +170,10 @@ async def translate_stream(
         closer = getattr(upstream, "aclose", None)
         if closer is not None:
             await closer()
+
+
+def _no_text_delta(text: str, quoted: bytes) -> None:
+    return None
 
 
 def _decode(raw: bytes, ndjson_in: bool) -> Event | None:

@@ -15,9 +15,9 @@ from typing import Any
 
 import orjson
 
-from fleetgate.translate.anthropic_chat import _plain_text_delta
 from fleetgate.translate.chat import first_choice, json_args, reasoning_of
 from fleetgate.translate.events import Event
+from fleetgate.translate.text_chunks import plain_text_delta
 
 # options -> chat fields of the same meaning
 _OPTIONS = {
@@ -34,17 +34,25 @@ _OPTIONS = {
 _DONE_REASON = {"stop": "stop", "length": "length", "tool_calls": "stop"}
 
 
-_last_stamp: list[Any] = [0, ""]  # the last millisecond formatted, and its text
+class _Clock:
+    """Ollama's `created_at`, to the millisecond, formatted once per ms (streams are hot)."""
+
+    __slots__ = ("ms", "text")
+
+    def __init__(self) -> None:
+        self.ms = -1
+        self.text = ""
+
+    def stamp(self) -> str:
+        ms = time.time_ns() // 1_000_000
+        if ms != self.ms:
+            seconds, frac = divmod(ms, 1000)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+            self.ms, self.text = ms, f"{stamp}.{frac:03d}000000Z"
+        return self.text
 
 
-def _stamp() -> str:
-    """Ollama's `created_at`, to the millisecond (formatted once per ms: streams are hot)."""
-    ms = int(time.time() * 1000)
-    if ms != _last_stamp[0]:
-        seconds, frac = divmod(ms, 1000)
-        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{frac:03d}000000Z"
-        _last_stamp[0], _last_stamp[1] = ms, text
-    return str(_last_stamp[1])
+_stamp = _Clock().stamp
 
 
 def _media_type(data: str) -> str:
@@ -280,11 +288,27 @@ def embeddings_to_embed_answer(answer: dict[str, Any], model: str) -> dict[str, 
 class _ToNdjson:
     """Chat (or completions) chunks in, Ollama NDJSON lines out; the last one `done`."""
 
-    __slots__ = ("_calls", "_done", "_finish", "_first", "_start", "_timings", "_usage", "model")
+    __slots__ = (
+        "_calls",
+        "_done",
+        "_finish",
+        "_first",
+        "_line_head",
+        "_line_stamp",
+        "_start",
+        "_timings",
+        "_usage",
+        "model",
+    )
     key = "message"
+    # a text line's bytes, as `encode_ndjson` writes them, around the text
+    _text_open = b'"message":{"role":"assistant","content":'
+    _text_close = b'},"done":false}\n'
 
     def __init__(self, model: str) -> None:
         self.model = model
+        self._line_head = b""  # a text line's bytes up to its text, for `_line_stamp`
+        self._line_stamp = ""
         self._start = time.perf_counter_ns()
         self._first = 0  # ns to the first token
         self._finish: Any = None
@@ -302,10 +326,29 @@ class _ToNdjson:
             message["thinking"] = reasoning
         return message
 
+    def text_delta(self, text: str, quoted: bytes) -> bytes | None:
+        """One more line of text, framed from prebuilt bytes (`TextStage`)."""
+        if not self._first:
+            return None
+        stamp = _stamp()
+        if stamp is not self._line_stamp:  # a new millisecond
+            self._line_stamp = stamp
+            self._line_head = b"".join(
+                (
+                    b'{"model":',
+                    orjson.dumps(self.model),
+                    b',"created_at":',
+                    orjson.dumps(stamp),
+                    b",",
+                    self._text_open,
+                )
+            )
+        return self._line_head + quoted + self._text_close
+
     def feed(self, event: Event) -> list[Event]:
         chunk = event[1]
         if self._first:
-            text = _plain_text_delta(chunk)
+            text = plain_text_delta(chunk)
             if text is not None:  # the usual chunk: one more line of text
                 return [self._line(self._value(text, None))]
         err = chunk.get("error")
@@ -379,6 +422,8 @@ class ChatToOllamaChatStream(_ToNdjson):
 class ChatToGenerateStream(_ToNdjson):
     __slots__ = ()
     key = "response"
+    _text_open = b'"response":'
+    _text_close = b',"done":false}\n'
 
     def _value(self, text: str, reasoning: str | None) -> Any:
         return text

@@ -12,9 +12,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fleetgate.translate.anthropic_chat import _plain_text_delta
+import orjson
+
 from fleetgate.translate.chat import first_choice, new_id, reasoning_of, swap_prefix
 from fleetgate.translate.events import Event
+from fleetgate.translate.text_chunks import plain_text_delta
 
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 
@@ -283,6 +285,15 @@ def chat_to_responses_answer(answer: dict[str, Any], model: str) -> dict[str, An
     )
 
 
+# a `response.output_text.delta` event, as `encode_sse` writes it: its sequence number, item
+# id and output index, then its text (formatted in two steps: per message, per event)
+_TEXT_DELTA = (
+    b"event: response.output_text.delta\ndata: "
+    b'{"type":"response.output_text.delta","sequence_number":%%d,"item_id":%b,'
+    b'"output_index":%d,"content_index":0,"delta":%%b,"logprobs":[]}\n\n'
+)
+
+
 class ChatToResponsesStream:
     """Chat completion chunks in, Responses stream events out (each numbered)."""
 
@@ -298,6 +309,7 @@ class ChatToResponsesStream:
         "_seq",
         "_started",
         "_text",
+        "_text_format",
         "_usage",
         "model",
     )
@@ -313,6 +325,7 @@ class ChatToResponsesStream:
         # the open item: (kind, item id, output index, extra) or None
         self._open: tuple[str, str, int, dict[str, Any]] | None = None
         self._text: list[str] = []
+        self._text_format = b""  # the open message's `_TEXT_DELTA`
         self._args: list[str] = []
         self._calls: dict[int, tuple[str, str]] = {}  # chat index -> (call id, name)
         self._finish: str | None = None
@@ -385,6 +398,7 @@ class ChatToResponsesStream:
             item_id = new_id("fc_")
             item = _call_item(item_id, extra["call_id"], extra["name"], "", "in_progress")
         self._open = (kind, item_id, index, extra or {})
+        self._text_format = b""
         out.append(self._event("response.output_item.added", output_index=index, item=item))
         if kind == "message":
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
@@ -399,11 +413,25 @@ class ChatToResponsesStream:
             )
         return item_id
 
+    def text_delta(self, text: str, quoted: bytes) -> bytes | None:
+        """More text for the open message, framed from prebuilt bytes (`TextStage`)."""
+        opened = self._open
+        if opened is None or opened[0] != "message":
+            return None
+        form = self._text_format
+        if not form:
+            item_id = orjson.dumps(opened[1]).replace(b"%", b"%%")
+            form = self._text_format = _TEXT_DELTA % (item_id, opened[2])
+        self._text.append(text)
+        seq = self._seq
+        self._seq = seq + 1
+        return form % (seq, quoted)
+
     def feed(self, event: Event) -> list[Event]:
         chunk = event[1]
         opened = self._open
         if opened is not None and opened[0] == "message":
-            text = _plain_text_delta(chunk)
+            text = plain_text_delta(chunk)
             if text is not None:  # the usual chunk: more text for the open message
                 self._text.append(text)
                 seq = self._seq
