@@ -92,9 +92,14 @@ def cpu_us(fn: Callable[[], Any], number: int) -> float:
 
 
 def request_case(
-    name: str, translation: registry.Translation, body: dict[str, Any], answer: bytes, calls: int
+    name: str,
+    client: str,
+    translation: registry.Translation,
+    body: dict[str, Any],
+    answer: bytes,
+    calls: int,
 ) -> tuple[str, float, float]:
-    wire = registry.Wire(translation.endpoint, translation, tentative=False)
+    wire = registry.Wire(translation.endpoint, translation, False, client)
 
     def translated() -> None:
         orjson.dumps({**translation.request(body), "model": "u"})
@@ -179,6 +184,7 @@ def main() -> None:
     rows = [
         request_case(
             "messages → chat (Claude Code shape)",
+            "messages",
             registry.MESSAGES_TO_CHAT,
             claude,
             with_tools,
@@ -186,13 +192,19 @@ def main() -> None:
         ),
         request_case(
             "responses → chat (Codex shape)",
+            "responses",
             registry.RESPONSES_TO_CHAT,
             codex,
             with_tools,
             args.calls,
         ),
         request_case(
-            "ollama chat → chat", registry.OLLAMA_CHAT_TO_CHAT, ollama, answer, args.calls
+            "ollama chat → chat",
+            "ollama.chat",
+            registry.OLLAMA_CHAT_TO_CHAT,
+            ollama,
+            answer,
+            args.calls,
         ),
     ]
     anthropic_answer = orjson.dumps(
@@ -200,7 +212,12 @@ def main() -> None:
     )
     rows.append(
         request_case(
-            "chat → messages", registry.CHAT_TO_MESSAGES, chat, anthropic_answer, args.calls
+            "chat → messages",
+            "chat.completions",
+            registry.CHAT_TO_MESSAGES,
+            chat,
+            anthropic_answer,
+            args.calls,
         )
     )
     print(

@@ -113,6 +113,17 @@ def test_requests_appear_live_and_open_to_their_attempts(
     expect(detail.locator("table.attempts tbody tr")).to_have_count(1)
     expect(detail).to_contain_text("capacity tier: default")
     expect(detail).to_contain_text("prompt tokens: 3 (upstream usage)")
+    expect(detail.locator("table.attempts .wire")).to_have_text("native")
+
+    # an Ollama client on these vLLM deployments: the attempt says it was translated
+    body = {"model": "m", "messages": MSG, "stream": False}
+    resp = httpx.post(f"{stack.url}/api/chat", json=body, headers={"x-request-id": "tr-1"})
+    assert resp.status_code == 200
+    translated = page.locator("tr.request[data-id=tr-1]")
+    translated.wait_for(timeout=2_000)
+    translated.click()
+    wire = page.locator("tr.detail-row[data-for=tr-1] table.attempts .wire")
+    expect(wire).to_have_text("translated ollama.chat→chat.completions")
 
     # a fallback: both attempts, the failed one first
     stack.engines["a"].fail_next(Fault("status", status=503))

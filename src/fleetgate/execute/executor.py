@@ -209,6 +209,7 @@ class Executor:
         dep = candidate.deployment
         client = self.pool.client(dep.provider)
         wire = self.protocols.wire(profile, dep)
+        attempt.wire = wire.label
         resp: aiohttp.ClientResponse | None = None
         handed_over = False
         try:
@@ -227,6 +228,7 @@ class Executor:
                     break
                 resp.release()  # the host lacks the endpoint: speak chat to it instead
                 wire = fallback
+                attempt.wire = wire.label
             attempt.status = resp.status
             if resp.status >= 300:  # redirects are never followed: see execute/upstream.py
                 attempt.error_class = classify_status(resp.status)

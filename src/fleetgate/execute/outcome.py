@@ -54,6 +54,7 @@ class Attempt:
     quantization: str | None = None
     dropped_params: list[str] | None = None  # unsupported knobs removed from the body sent
     preferences: dict[str, Any] | None = None  # the provider preferences in force
+    wire: str | None = None  # "native", or the translation: "messages→chat.completions"
     # kept for the client's error message only; never logged
     message: str = field(default="", repr=False)
     upstream_body: bytes | None = field(default=None, repr=False)

@@ -53,6 +53,7 @@ def _attempt(a: Attempt) -> dict[str, Any]:
         "quantization": a.quantization,
         "dropped_params": a.dropped_params,
         "preferences": a.preferences,
+        "wire": a.wire,
     }
 
 

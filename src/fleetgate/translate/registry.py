@@ -229,12 +229,16 @@ def unserved_reason(endpoint: str, body: dict[str, Any], provider: Provider) -> 
 class Wire:
     """How one request is spoken to one deployment: natively, or through a translation."""
 
-    __slots__ = ("endpoint", "tentative", "translation")
+    __slots__ = ("endpoint", "label", "tentative", "translation")
 
-    def __init__(self, endpoint: str, translation: Translation | None, tentative: bool) -> None:
+    def __init__(
+        self, endpoint: str, translation: Translation | None, tentative: bool, client: str
+    ) -> None:
         self.endpoint = endpoint  # what is sent upstream (a key of UPSTREAM_PATHS)
         self.translation = translation
         self.tentative = tentative  # native, but the host may not have the endpoint
+        # what the request log says: "native", or "<client endpoint>→<upstream endpoint>"
+        self.label = "native" if translation is None else f"{client}→{endpoint}"
 
     def payload(self, profile: RequestProfile, candidate: Candidate) -> bytes:
         """The upstream body: translated, the candidate's overrides applied, its model set."""
@@ -298,7 +302,7 @@ class Protocols:
         wire = self._wires.get(key)
         if wire is None:
             upstream = translation.endpoint if translation is not None else endpoint
-            wire = self._wires[key] = Wire(upstream, translation, tentative)
+            wire = self._wires[key] = Wire(upstream, translation, tentative, endpoint)
         return wire
 
     def wire(self, profile: RequestProfile, dep: Deployment) -> Wire:

@@ -276,7 +276,8 @@ function select(id, label, options) {
 function attemptRows(attempts) {
   return attempts.map((a) => el("tr", { class: statusClass(a.status) },
     el("td", { class: "num" }, a.idx),
-    el("td", {}, a.deployment_id, el("div", { class: "muted small" }, `${a.provider_id} · ${a.upstream_model}`)),
+    el("td", {}, a.deployment_id, el("div", { class: "muted small" }, `${a.provider_id} · ${a.upstream_model}`),
+      a.wire ? el("div", { class: "muted small wire" }, a.wire === "native" ? "native" : `translated ${a.wire}`) : null),
     el("td", {}, el("span", { class: `tag ${statusClass(a.status)}` }, a.status === null ? "no answer" : a.status)),
     el("td", {}, a.error_class || "–"),
     el("td", { class: "num" }, fmt.secs(a.latency)),
