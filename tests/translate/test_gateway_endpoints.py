@@ -79,6 +79,44 @@ def test_show_from_a_worker_or_from_the_fleet(mixed: Stack) -> None:
     assert err.value.status_code == 404
 
 
+def test_show_and_tags_for_virtual_models(stack: Stack) -> None:
+    """A virtual model's name is answered from the fleet, also where it shadows a real model
+    an Ollama worker serves: the name reaches the virtual model, so that is what is shown."""
+    worker = stack.ollama("w", OllamaModel("llama3.2:3b", num_ctx=8192))
+    engine = stack.engine("v", context_window=32768)
+    stack.start_gateway(
+        {
+            "providers": [
+                ollama_provider("ol", worker),
+                {"id": "vl", "kind": "vllm", "base_url": engine.url + "/v1"},
+            ],
+            "deployments": [
+                deployment("small", "ol", upstream_model="llama3.2:3b"),
+                deployment("big", "vl", context_window=32768),
+            ],
+            "virtual_models": [
+                {"name": "Coder", "routes": [{"model": "big"}]},
+                {
+                    "name": "small",
+                    "allow_shadowing": True,
+                    "routes": [{"model": "big"}, {"deployment": "ol"}],
+                },
+            ],
+        }
+    )
+    c = ollama.Client(host=stack.url, timeout=10)
+    names = [m.model for m in c.list().models]
+    assert sorted(names) == ["Coder", "big", "small"]  # each name once
+    coder = c.show("coder")  # virtual names match whatever their case
+    assert coder.modelinfo["fleetgate.context_length"] == 32768
+    assert "tools" in coder.capabilities and "a virtual model" in coder.modelfile
+    shadowing = c.show("small")  # the fleet's answer: its routes' largest window (big's)
+    assert shadowing.modelinfo["fleetgate.context_length"] == 32768
+    assert "llama.context_length" not in shadowing.modelinfo  # not the worker's own show
+    answer = c.chat(model="Coder", messages=[{"role": "user", "content": "hi"}], stream=False)
+    assert answer.message.content.startswith("v says:")
+
+
 def test_ollama_chat_reaches_an_anthropic_provider(mixed: Stack) -> None:
     c = ollama.Client(host=mixed.url, timeout=10)
     resp = c.chat(model="claude", messages=[{"role": "user", "content": "hi"}], stream=False)

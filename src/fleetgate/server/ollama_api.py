@@ -21,6 +21,7 @@ from fleetgate.discovery.evidence import ollama_name
 from fleetgate.discovery.store import WindowStore
 from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Deployment, Fleet, Provider
+from fleetgate.server.virtuals import largest_window
 
 # the Ollama API level the native endpoints follow (clients read it from /api/version)
 OLLAMA_API_VERSION = "0.12.6"
@@ -92,7 +93,10 @@ def _worker_entry(dep: Deployment, listing: Listing) -> dict[str, Any] | None:
 
 
 def _reachable(fleet: Fleet) -> list[str]:
-    return [*fleet.models, *(vm.name for vm in fleet.virtual_models.values())]
+    """Each name once: a virtual model that shadows a real one takes its place (the name
+    reaches the virtual model, as in `GET /v1/models`)."""
+    real = [m for m in fleet.models if m.lower() not in fleet.virtual_models]
+    return [*real, *(vm.name for vm in fleet.virtual_models.values())]
 
 
 def tags(fleet: Fleet, listing: Listing) -> dict[str, Any]:
@@ -140,29 +144,40 @@ def ps(fleet: Fleet, windows: WindowStore, listing: Listing) -> dict[str, Any]:
 
 
 def has_worker(fleet: Fleet, model_id: str) -> bool:
-    """Whether a real Ollama worker serves the model (it then answers `/api/show` itself)."""
+    """Whether a real Ollama worker serves the model (it then answers `/api/show` itself);
+    never for a virtual model's name, which the fleet answers for."""
+    if model_id.lower() in fleet.virtual_models:
+        return False
     model = fleet.models.get(model_id)
     return model is not None and any(d.provider.kind == "ollama" for d in model.deployments)
 
 
 def show(fleet: Fleet, windows: WindowStore, model_id: str) -> dict[str, Any] | None:
-    """`POST /api/show` for a model no Ollama worker serves: what the fleet knows of it."""
+    """`POST /api/show` for a model no Ollama worker serves, or a virtual model: what the
+    fleet knows of it (the largest window and the capabilities its deployments have)."""
+    virtual = fleet.virtual_models.get(model_id.lower())
     model = fleet.models.get(model_id)
-    if model is None:
+    if virtual is not None:
+        deployments = virtual.deployments
+        window = largest_window(deployments, windows) or virtual.context_length
+        source = "# a virtual model of fleetgate"
+    elif model is not None:
+        deployments = model.deployments
+        window = largest_window(deployments, windows) or model.context_length
+        source = "# served by fleetgate"
+    else:
         return None
-    found = [windows.effective_window(d)[0] for d in model.deployments]
-    window = max((w for w in found if w is not None), default=model.context_length)
     capabilities = ["completion"]
-    if any(TOOLS in d.capabilities for d in model.deployments):
+    if any(TOOLS in d.capabilities for d in deployments):
         capabilities.append("tools")
-    if any(IMAGE_INPUT in d.capabilities for d in model.deployments):
+    if any(IMAGE_INPUT in d.capabilities for d in deployments):
         capabilities.append("vision")
     info: dict[str, Any] = {"general.architecture": "fleetgate"}
     if window:
         info["fleetgate.context_length"] = window
     return {
         "license": "",
-        "modelfile": f"# served by fleetgate\nFROM {model_id}\n",
+        "modelfile": f"{source}\nFROM {model_id}\n",
         "parameters": "",
         "template": "",
         "details": _details(),
