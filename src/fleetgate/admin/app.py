@@ -10,13 +10,18 @@ from typing import TYPE_CHECKING
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError, SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import Scope
 
 from fleetgate.admin import entities, explain, fleet_view, history, keys, log, stats
 from fleetgate.admin.docs import add_docs
 from fleetgate.admin.errors import AdminError
+from fleetgate.admin.openapi import entity_model, install_openapi
 from fleetgate.auth.guard import presents
 from fleetgate.errors import GatewayError
+from fleetgate.store.kinds import ENTITY_KINDS
 
 if TYPE_CHECKING:
     from fleetgate.server.control import ControlPlane
@@ -52,7 +57,18 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
             f"{request.method} {request.url.path}: {exc.detail}",
             status=exc.status_code,
         )
-        return JSONResponse(err.body(), status_code=exc.status_code)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of the path, not only one route's
+            headers["Allow"] = ", ".join(_allowed(app, request.scope))
+        return JSONResponse(err.body(), status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _store_error(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        if isinstance(exc, DataError):  # a value the database cannot hold
+            err = GatewayError("invalid_request", "A value is too long or malformed to store.")
+        else:
+            err = GatewayError("store_unavailable", "The store cannot be reached; retry shortly.")
+        return JSONResponse(err.body(), status_code=err.status)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -70,4 +86,17 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
     app.include_router(history.router(control))
     app.include_router(keys.router(control))
     app.include_router(entities.router(control))
+    install_openapi(app, [entity_model(kind) for kind in ENTITY_KINDS.values()])
     return app
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def _allowed(app: FastAPI, scope: Scope) -> list[str]:
+    """Every method some route serves at this path (one route serves one method here)."""
+    return [
+        method
+        for method in _METHODS
+        if any(r.matches({**scope, "method": method})[0] == Match.FULL for r in app.router.routes)
+    ]

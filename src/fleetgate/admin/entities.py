@@ -6,13 +6,15 @@ validated, and only then persisted and swapped in; an invalid result changes not
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 from fastapi import APIRouter, Body, Response
+from pydantic import BaseModel, ValidationError
 
 from fleetgate.admin.errors import AdminError
 from fleetgate.admin.key_labels import follow_key_labels
 from fleetgate.admin.merge import merge_patch
+from fleetgate.admin.openapi import body_schema, entity_model, responses
 from fleetgate.config.loader import ConfigError
 from fleetgate.errors import GatewayError
 from fleetgate.store.config_store import find
@@ -86,6 +88,73 @@ def _id_of(kind: EntityKind, body: dict[str, Any]) -> str:
     return entity_id
 
 
+def _unknown_fields(model: type[BaseModel], patch: dict[str, Any], prefix: str = "") -> list[str]:
+    """Paths of a merge patch that name no field of `model` (nested blocks included)."""
+    found = []
+    for key, value in patch.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            if model.model_config.get("extra") == "forbid":
+                found.append(prefix + key)
+            continue
+        inner = _block_model(field.annotation)
+        if inner is not None and isinstance(value, dict):
+            found += _unknown_fields(inner, value, f"{prefix}{key}.")
+    return found
+
+
+def _block_model(annotation: Any) -> type[BaseModel] | None:
+    """The config block a field holds (`X` or `X | None`), if it is one."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _same_id(kind: EntityKind, body: dict[str, Any], entity_id: str) -> None:
+    """A replaced or patched entity keeps its id: else the change is invalid (422)."""
+    try:
+        same = _id_of(kind, body) == entity_id
+    except AdminError as exc:
+        same, reason = False, exc.message
+    else:
+        reason = f"The id cannot change ({entity_id!r}); create a new entry instead."
+    if not same:
+        raise AdminError(
+            "invalid_config", reason, problems=[{"path": kind.key_field, "message": reason}]
+        )
+
+
+def _check_types(model: type[BaseModel], body: dict[str, Any]) -> None:
+    """A body the config's own (lenient) reading accepts must also hold JSON's own types:
+    `"5"` is no integer, `0` no boolean. The lenient reading's errors are left to the
+    whole-fleet check, whose messages name each path as the config file's do."""
+    try:
+        model.model_validate(body)
+    except ValidationError:
+        return
+    try:
+        model.model_validate(body, strict=True)
+    except ValidationError as exc:
+        problems = [
+            {"path": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
+            for e in exc.errors()
+            if not _integral(e)
+        ]
+        if not problems:
+            return
+        summary = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
+        raise AdminError(
+            "invalid_config", f"The entity is invalid: {summary}", problems=problems
+        ) from exc
+
+
+def _integral(error: Any) -> bool:
+    """JSON has one number type: 5.0 is the integer 5 (as JSON Schema says), "5" is not."""
+    value = error.get("input")
+    return error["type"] == "int_type" and isinstance(value, float) and value.is_integer()
+
+
 async def _apply(
     control: ControlPlane, edit: Any, events: list[dict[str, Any]] | None = None
 ) -> None:
@@ -102,6 +171,7 @@ async def _apply(
 def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> None:
     name = kind.name
     base = f"/admin/{name}"
+    model = entity_model(kind)
 
     async def list_all() -> dict[str, Any]:
         entities = await control.config_store.entities()
@@ -118,6 +188,7 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
         body = unmask({**body, kind.key_field: entity_id}, None)  # pins a default dep. id
 
         def edit(entities: Entities) -> Entities:
+            _check_types(model, body)
             if find(entities, name, entity_id) is not None:
                 raise AdminError(
                     "already_exists", f"{name} entry {entity_id!r} exists.", id=entity_id
@@ -140,11 +211,8 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
                 # masked credential moving with it), before masks are resolved
                 new = follow_key_labels(entities, old, new, public_body(old), events)
             new = unmask(new, old)
-            if _id_of(kind, new) != entity_id:
-                raise AdminError(
-                    "invalid_request",
-                    f"The id cannot change ({entity_id!r}); create a new entry instead.",
-                )
+            _check_types(model, new)
+            _same_id(kind, new, entity_id)
             entities[name][index] = new
             return entities
 
@@ -157,6 +225,12 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
         return await get_one(entity_id)
 
     async def patch(entity_id: str, body: EntityBody) -> dict[str, Any]:
+        unknown = _unknown_fields(model, body)
+        if unknown:  # `{"typo": null}` would merge into nothing, and must not pass as done
+            problems = [{"path": path, "message": "unknown field"} for path in unknown]
+            raise AdminError(
+                "invalid_config", f"Unknown field(s): {', '.join(unknown)}.", problems=problems
+            )
         events: list[dict[str, Any]] = []
         edit = _replacer(entity_id, lambda old: merge_patch(old, body), events)
         await _apply(control, edit, events)
@@ -182,15 +256,39 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
         return Response(status_code=204)
 
     tag = [name]
+    typed = model.__name__
     router.add_api_route(base, list_all, methods=["GET"], tags=tag, summary=f"List {name}")
     router.add_api_route(
-        base, create, methods=["POST"], tags=tag, status_code=201, summary=f"Create one of {name}"
+        base,
+        create,
+        methods=["POST"],
+        tags=tag,
+        status_code=201,
+        summary=f"Create one of {name}",
+        responses=responses(409, 422),
+        openapi_extra=body_schema(typed),
     )
     item = base + "/{entity_id:path}"
-    router.add_api_route(item, get_one, methods=["GET"], tags=tag, summary="Read one")
-    router.add_api_route(item, replace, methods=["PUT"], tags=tag, summary="Replace one")
     router.add_api_route(
-        item, patch, methods=["PATCH"], tags=tag, summary="Merge a partial body into one (RFC 7396)"
+        item, get_one, methods=["GET"], tags=tag, summary="Read one", responses=responses(404)
+    )
+    router.add_api_route(
+        item,
+        replace,
+        methods=["PUT"],
+        tags=tag,
+        summary="Replace one",
+        responses=responses(404, 422),
+        openapi_extra=body_schema(typed),
+    )
+    router.add_api_route(
+        item,
+        patch,
+        methods=["PATCH"],
+        tags=tag,
+        summary="Merge a partial body into one (RFC 7396)",
+        responses=responses(404, 422),
+        openapi_extra=body_schema(typed, patch=True),
     )
     router.add_api_route(
         item,
@@ -199,6 +297,7 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
         tags=tag,
         status_code=204,
         summary="Delete one (409 while others use it)",
+        responses=responses(404, 409, 422),
     )
 
 

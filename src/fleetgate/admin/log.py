@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Query
 
+from fleetgate.admin.openapi import responses
 from fleetgate.errors import GatewayError, invalid
 from fleetgate.store.request_log import parse_since
 
@@ -21,7 +22,11 @@ def router(control: ControlPlane) -> APIRouter:
         model: str | None = None,
         key: str | None = Query(None, description="a client key's id"),
         deployment: str | None = Query(None, description="the deployment that answered"),
-        status: str | None = Query(None, description="an HTTP status, `ok` or `error`"),
+        status: str | None = Query(
+            None,
+            pattern=r"^(ok|error|[1-5][0-9][0-9])$",
+            description="an HTTP status, `ok` or `error`",
+        ),
         since: str | None = Query(None, description="epoch seconds or ISO-8601"),
         limit: int = Query(50, ge=1, le=1000),
         cursor: str | None = None,
@@ -46,7 +51,11 @@ def router(control: ControlPlane) -> APIRouter:
             raise invalid("`cursor` is not one this API gave out.", "cursor") from exc
         return {"data": page.rows, "next_cursor": page.next_cursor}
 
-    @r.get("/admin/requests/{request_id:path}", summary="One request with its attempts")
+    @r.get(
+        "/admin/requests/{request_id:path}",
+        summary="One request with its attempts",
+        responses=responses(404),
+    )
     async def get_request(request_id: str) -> dict[str, Any]:
         row = await control.request_log.get(request_id)
         if row is None:

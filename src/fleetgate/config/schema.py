@@ -15,6 +15,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    WithJsonSchema,
     model_validator,
 )
 
@@ -35,8 +36,11 @@ def _check_id(value: str) -> str:
     return value
 
 
+_URL_PATTERN = r"^https?://[^\s/]+"
+
+
 def _check_url(value: str) -> str:
-    if not re.match(r"^https?://[^\s/]+", value):
+    if not re.match(_URL_PATTERN, value):
         raise ValueError("must be an http:// or https:// URL")
     return value.rstrip("/")
 
@@ -47,8 +51,13 @@ def _check_token_cap(value: int) -> int:
     return value
 
 
-Identifier = Annotated[str, AfterValidator(_check_id)]
-Url = Annotated[str, AfterValidator(_check_url)]
+# the JSON schema states the same rules (the admin API's OpenAPI document shows them)
+Identifier = Annotated[
+    str, AfterValidator(_check_id), WithJsonSchema({"type": "string", "pattern": _ID_RE.pattern})
+]
+Url = Annotated[
+    str, AfterValidator(_check_url), WithJsonSchema({"type": "string", "pattern": _URL_PATTERN})
+]
 
 
 class _Strict(BaseModel):

@@ -684,13 +684,17 @@ def explain_request(
     """The plan a request would follow, without sending anything."""
     endpoint = body.pop("endpoint", None) or infer_endpoint(body)
     parsers = {name: parser for name, parser in INGRESS_ROUTES.values()}
-    if endpoint not in parsers:
+    if not isinstance(endpoint, str) or endpoint not in parsers:
         raise GatewayError(
             "invalid_request",
             f"`endpoint` must be one of {sorted(parsers)}.",
             param="endpoint",
         )
-    profile = parsers[endpoint](endpoint, orjson.dumps(body))
+    try:
+        raw = orjson.dumps(body)
+    except TypeError as exc:  # e.g. an integer beyond 64 bits, from a lenient JSON parser
+        raise invalid(f"The request body cannot be read as JSON: {exc}.") from exc
+    profile = parsers[endpoint](endpoint, raw)
     profile.headers = headers
     plan = build_plan(profile, fleet, state, sticky=sticky, windows=windows)
     result = plan.describe()

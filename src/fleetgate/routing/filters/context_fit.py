@@ -25,7 +25,8 @@ from fleetgate.context.placement import (
     known_windows,
     record_estimate,
 )
-from fleetgate.routing.plan import Candidate, Dropped, PlanContext
+from fleetgate.errors import GatewayError
+from fleetgate.routing.plan import Candidate, Dropped, PlanContext, RoutePlan
 from fleetgate.translate.registry import unserved_reason
 
 GUARD_PENDING = "context_guard_pending"
@@ -100,6 +101,20 @@ class ContextFitFilter:
             raise context_too_large(profile.model, estimate, max(known_windows(everyone, of)))
         ctx.notes[GUARD_PENDING] = True  # in doubt: an exact count decides
         return kept, dropped
+
+    def empty_error(self, plan: RoutePlan, now: float) -> GatewayError | None:
+        """The last candidates were workers that truncate silently and cannot hold the
+        request: its size is the cause (400), not the fleet's state. When another
+        deployment is only out for now (a cooldown), `no_route` says when to come back."""
+        if not plan.dropped or any(d.filter != self.name for d in plan.dropped):
+            return None
+        reasons = "; ".join(f"{d.deployment_id}: {d.reason}" for d in plan.dropped)
+        return GatewayError(
+            "context_too_large",
+            f"No worker of {plan.requested_model!r} can hold this request without cutting "
+            f"it short ({reasons}); shorten the input or lower the output budget.",
+            headers=plan.headers,
+        )
 
 
 def _without_silent_overflow(
