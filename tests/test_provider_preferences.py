@@ -346,6 +346,7 @@ def test_old_measurements_fade_toward_the_prior():
     for dep, ttft in zip(("d0", "d1", "d2", "d3"), (0.01, 0.1, 0.3, 0.5), strict=True):
         state.health(dep).ttft_ema = ttft
         state.health(dep).measured_at = now
+        state.health(dep).tried_at = now  # tried just now: none is due for exploration
     profile = RequestProfile(
         "openai",
         "chat.completions",

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 
 from fleetgate.config.checks import deployment_id
 from fleetgate.context.placement import effective_window
+from fleetgate.discovery.engine_load import EngineLoads
 from fleetgate.discovery.store import WindowStore
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.fleet_routes import Route
@@ -44,11 +45,18 @@ def _window(fleet: Fleet, dep: Deployment, windows: WindowStore | None) -> dict[
     return {"effective": view.pop("tokens"), **view, "config_field": field}
 
 
+def _engine_load(loads: EngineLoads | None, deployment_id: str, now: float) -> Any:
+    """The last poll of the deployment's engine (None: not polled, see docs/balancing.md)."""
+    sample = loads.get(deployment_id) if loads is not None else None
+    return sample.public(now) if sample is not None else None
+
+
 def live_fleet(
     fleet: Fleet,
     state: RuntimeState,
     windows: WindowStore | None = None,
     now: float | None = None,
+    loads: EngineLoads | None = None,
 ) -> dict[str, Any]:
     now = time.time() if now is None else now
     deployments = []
@@ -81,12 +89,15 @@ def live_fleet(
                     "ttft_seconds": h.ttft_ema,
                     "latency_seconds": h.latency_ema,
                     "tokens_per_second": h.tps_ema,
+                    "measured_at": h.measured_at or None,
+                    "age_seconds": round(now - h.measured_at, 3) if h.measured_at else None,
                 },
                 "price": {"input": dep.price_input, "output": dep.price_output},
                 "capabilities": sorted(dep.capabilities),
                 "priority": dep.priority,
                 "weight": dep.weight,
                 "quantization": dep.quantization,
+                "engine_load": _engine_load(loads, dep.id, now),
             }
         )
     return {
@@ -142,7 +153,12 @@ def router(control: ControlPlane) -> APIRouter:
     @r.get("/admin/fleet", summary="The live fleet with each deployment's runtime state")
     async def fleet() -> dict[str, Any]:
         gateway = control.gateway
-        return live_fleet(control.fleet, gateway.state, getattr(gateway, "windows", None))
+        return live_fleet(
+            control.fleet,
+            gateway.state,
+            getattr(gateway, "windows", None),
+            loads=getattr(gateway, "loads", None),
+        )
 
     @r.get("/admin/status", summary="Store, request-log and Redis counters")
     async def status() -> dict[str, Any]:

@@ -376,9 +376,44 @@ class ContextConfig(_Strict):
     refine: RefineConfig = Field(default_factory=RefineConfig)
 
 
+class AffinityConfig(_Strict):
+    enabled: bool = True
+    epsilon: Annotated[float, Field(ge=0, le=10)] = 0.25
+    """Bounded load: no deployment takes more than (1 + epsilon) x the mean in-flight count."""
+    ttl_seconds: PositiveFloat = 300.0
+    """How long a prefix is taken to stay in the engine's cache after it last served it."""
+    max_entries: PositiveInt = 100_000
+    """Prefixes remembered per replica; the least recently used go first."""
+
+
+class EngineLoadConfig(_Strict):
+    enabled: bool = True
+    interval_seconds: Annotated[float, Field(ge=0.1)] = 1.0
+    """Seconds between two polls of an engine's own metrics (off the hot path)."""
+    max_queue: NonNegativeInt = 4
+    """Requests waiting in the engine above which it ranks after its peers."""
+    max_kv_cache: Annotated[float, Field(gt=0, le=1)] = 0.95
+    """KV-cache use (0-1) at or above which the engine ranks after its peers."""
+
+
+class ExplorationConfig(_Strict):
+    stale_after_seconds: PositiveFloat = 60.0
+    """`sort` by throughput or latency: a deployment unmeasured, or measured longer ago than
+    this, gets one request (when it was not tried within this time) to measure it."""
+
+
+class BalancingConfig(_Strict):
+    """Among deployments of equal rank: engine load, prefix-cache affinity, exploration."""
+
+    affinity: AffinityConfig = Field(default_factory=AffinityConfig)
+    engine_load: EngineLoadConfig = Field(default_factory=EngineLoadConfig)
+    exploration: ExplorationConfig = Field(default_factory=ExplorationConfig)
+
+
 class RoutingConfig(_Strict):
     circuit: CircuitConfig = Field(default_factory=CircuitConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
+    balancing: BalancingConfig = Field(default_factory=BalancingConfig)
 
 
 class ContextCapabilities(_Strict):

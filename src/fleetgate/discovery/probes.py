@@ -36,10 +36,8 @@ class ProbeCache:
         key = (provider.id, path, orjson.dumps(body).decode() if body is not None else "")
         if key in self._answers:
             return self._answers[key]
-        headers = {"Content-Type": "application/json", **dict(provider.headers)}
-        if provider.api_key:
-            headers["Authorization"] = f"Bearer {provider.api_key}"
-        url = _url(provider, path)
+        headers = {"Content-Type": "application/json", **provider_headers(provider)}
+        url = provider_url(provider, path)
         if body is None:
             request = self.session.get(url, headers=headers)
         else:
@@ -61,7 +59,15 @@ class ProbeCache:
         return answer
 
 
-def _url(provider: Provider, path: str) -> str:
+def provider_headers(provider: Provider) -> dict[str, str]:
+    """The provider's own headers and its key: what a worker's status endpoints may need."""
+    headers = dict(provider.headers)
+    if provider.api_key:
+        headers["Authorization"] = f"Bearer {provider.api_key}"
+    return headers
+
+
+def provider_url(provider: Provider, path: str) -> str:
     """`/v1/...` paths go under the OpenAI base; others (`/api/ps`, `/props`) at the root."""
     root = provider.base_url.removesuffix("/v1")
     return root + path

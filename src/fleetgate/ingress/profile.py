@@ -25,3 +25,5 @@ class RequestProfile:
     context: ContextEstimate | None = None  # tokens the request needs; set by routing
     # the body's OpenRouter-style `provider` object, removed from `body` at ingress
     preferences: ProviderPreferences | None = None
+    # running hashes of the prompt's leading blocks (ingress/prefix.py); None: not yet hashed
+    prefix: tuple[bytes, ...] | None = None

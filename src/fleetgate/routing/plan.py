@@ -11,9 +11,11 @@ from fleetgate.ingress.profile import RequestProfile
 from fleetgate.state.runtime import RuntimeState
 
 if TYPE_CHECKING:
+    from fleetgate.discovery.engine_load import EngineLoads
     from fleetgate.discovery.store import WindowStore
     from fleetgate.errors import GatewayError
     from fleetgate.routing.sticky import StickyTiers
+    from fleetgate.state.affinity import MemoryAffinity
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,8 @@ class PlanContext:
     windows: WindowStore | None = None  # discovered windows (None: declared windows only)
     # this request's window per deployment (discovered, clamped, `num_ctx`); None: declared
     window_of: Callable[[Deployment], int | None] | None = None
+    affinity: MemoryAffinity | None = None  # which deployment last served each prefix
+    loads: EngineLoads | None = None  # the engines' own load, polled (None: not polled)
     # the plan's own headers and notes dicts, so filters and orderers can fill them
     headers: dict[str, str] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)

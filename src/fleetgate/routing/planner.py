@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from fleetgate.discovery.engine_load import EngineLoads
 from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError, retry_after_header
 from fleetgate.fleet import Fleet
@@ -14,6 +15,7 @@ from fleetgate.routing.register import FILTERS, ORDERERS
 from fleetgate.routing.resolve import resolve
 from fleetgate.routing.sticky import StickyTiers
 from fleetgate.routing.windows import window_function
+from fleetgate.state.affinity import MemoryAffinity
 from fleetgate.state.runtime import RuntimeState
 
 
@@ -24,9 +26,12 @@ def build_plan(
     now: float | None = None,
     sticky: StickyTiers | None = None,
     windows: WindowStore | None = None,
+    affinity: MemoryAffinity | None = None,
+    loads: EngineLoads | None = None,
 ) -> RoutePlan:
     """The plan a request follows; never raises for an empty plan (see `require_route`)."""
     ctx = PlanContext(profile, fleet, state, time.time() if now is None else now, sticky)
+    ctx.affinity, ctx.loads = affinity, loads
     if windows is not None:
         ctx.windows = windows
         ctx.window_of = window_function(profile, windows)

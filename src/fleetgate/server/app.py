@@ -17,6 +17,7 @@ from fleetgate.auth.keys import ClientKey
 from fleetgate.context.placement import TIER_HEADER, effective_window
 from fleetgate.context.refine import ContextRefiner
 from fleetgate.context.truncation import judge
+from fleetgate.discovery.engine_load import EngineLoadPoller, EngineLoads
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError, invalid
@@ -31,6 +32,7 @@ from fleetgate.ingress.routes import INGRESS_ROUTES, Parser, error_protocol
 from fleetgate.record.calibration_sink import CalibrationSink
 from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
+from fleetgate.routing.orderers.affinity import record_served
 from fleetgate.routing.plan import RoutePlan
 from fleetgate.routing.planner import build_plan, require_route
 from fleetgate.routing.sticky import ReadOnlySticky, StickyTiers
@@ -55,6 +57,7 @@ from fleetgate.server.virtuals import (
     sticky_tiers_for,
     virtual_catalog,
 )
+from fleetgate.state.affinity import MemoryAffinity
 from fleetgate.state.runtime import MemoryState, RuntimeState
 from fleetgate.store.errors import StoreUnavailable
 
@@ -128,9 +131,21 @@ def _attempt_headers(attempts: list[Attempt]) -> Headers:
 class Gateway:
     """The ASGI app. One instance per process; the fleet inside it can be swapped live."""
 
-    def __init__(self, holder: FleetHolder, state: RuntimeState | None = None) -> None:
+    def __init__(
+        self,
+        holder: FleetHolder,
+        state: RuntimeState | None = None,
+        affinity: MemoryAffinity | None = None,
+    ) -> None:
         self.holder = holder
         self.state = state or MemoryState()
+        balancing = holder.fleet.config.routing.balancing
+        self.affinity = affinity or MemoryAffinity(balancing.affinity)
+        holder.on_swap(
+            lambda _old, new: self.affinity.configure(new.config.routing.balancing.affinity)
+        )
+        self.loads = EngineLoads()
+        self.load_poller = EngineLoadPoller(holder, self.loads)
         self.pool = UpstreamPool()
         self.executor = Executor(self.pool, self.state)
         self.refiner = ContextRefiner(self.pool)
@@ -256,11 +271,13 @@ class Gateway:
             await self.control.start()
         self.recorder.start()
         await self.discovery.start()
+        await self.load_poller.start()
         self.ready = True
 
     async def shutdown(self) -> None:
         self.ready = False
         await self.discovery.stop()
+        await self.load_poller.stop()
         await self.recorder.stop()  # flushes the last records into the store
         if self.control is not None:
             await self.control.stop()
@@ -344,7 +361,15 @@ class Gateway:
         try:
             if self.guard is not None:
                 ex.client_key = await self.guard.admit(scope, profile.model)
-            plan = build_plan(profile, fleet, self.state, sticky=self.sticky, windows=self.windows)
+            plan = build_plan(
+                profile,
+                fleet,
+                self.state,
+                sticky=self.sticky,
+                windows=self.windows,
+                affinity=self.affinity,
+                loads=self.loads,
+            )
             require_route(plan)
             await self.refiner.refine(plan, profile, fleet)  # exact count near a boundary
         except GatewayError as exc:  # refused before any upstream call: logged all the same
@@ -355,6 +380,7 @@ class Gateway:
             try:
                 outcome = await self.executor.run(plan, profile, fleet)
                 _note_context_tier(plan, outcome)
+                record_served(self.affinity, plan, profile, outcome.candidate.deployment.id)
             except ChainExhausted as exc:
                 self._record(ex, profile, plan, exc.status, exc.code, exc.attempts, None, 0.0)
                 extra = [(k.lower().encode(), v.encode()) for k, v in plan.headers.items()]
@@ -502,6 +528,8 @@ class Gateway:
             ex.headers,
             sticky=ReadOnlySticky(self.sticky),
             windows=self.windows,
+            affinity=self.affinity,
+            loads=self.loads,
         )
         await send_body(send, 200, orjson.dumps(result), ex.base_headers())
 
@@ -680,6 +708,8 @@ def explain_request(
     headers: dict[str, str],
     sticky: StickyTiers | None = None,
     windows: WindowStore | None = None,
+    affinity: MemoryAffinity | None = None,
+    loads: EngineLoads | None = None,
 ) -> dict[str, Any]:
     """The plan a request would follow, without sending anything."""
     endpoint = body.pop("endpoint", None) or infer_endpoint(body)
@@ -696,7 +726,9 @@ def explain_request(
         raise invalid(f"The request body cannot be read as JSON: {exc}.") from exc
     profile = parsers[endpoint](endpoint, raw)
     profile.headers = headers
-    plan = build_plan(profile, fleet, state, sticky=sticky, windows=windows)
+    plan = build_plan(
+        profile, fleet, state, sticky=sticky, windows=windows, affinity=affinity, loads=loads
+    )
     result = plan.describe()
     result["endpoint"] = endpoint
     try:

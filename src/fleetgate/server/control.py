@@ -157,9 +157,9 @@ class ControlPlane:
             self.link.on("keys", self._on_event)
             self.link.on("resync", self._on_event)
             self.link.on("spend", self._on_event)
-            state = self.gateway.state
-            if hasattr(state, "attach"):
-                state.attach(self.link)
+            for shared in (self.gateway.state, self.gateway.affinity):
+                if hasattr(shared, "attach"):
+                    shared.attach(self.link)
             await self.link.start()
             if applied is not None:  # replicas running already serve the fleet before it
                 self.link.announce({"type": "config", "version": applied})
@@ -188,9 +188,10 @@ class ControlPlane:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        close_state = getattr(self.gateway.state, "close", None)
-        if close_state is not None:
-            await close_state()
+        for shared in (self.gateway.state, self.gateway.affinity):
+            close_shared = getattr(shared, "close", None)
+            if close_shared is not None:
+                await close_shared()
         if self.link is not None:
             await self.link.stop()
         if isinstance(self.log_writer, LogWriterProcess):
@@ -341,15 +342,19 @@ def build_gateway(config: FleetConfig, options: ControlOptions | None = None) ->
     """A gateway with its control plane: store, request log, keys, admin API, Redis."""
     from fleetgate.fleet import FleetHolder
     from fleetgate.server.app import Gateway
+    from fleetgate.state.affinity import MemoryAffinity
     from fleetgate.state.runtime import MemoryState, RuntimeState
 
     options = options or ControlOptions()
     state: RuntimeState = MemoryState()
+    affinity = MemoryAffinity(config.routing.balancing.affinity)
     if options.redis_url or os.environ.get(REDIS_URL_ENV) or config.storage.redis_url:
+        from fleetgate.state.affinity import RedisAffinity
         from fleetgate.state.redis_state import RedisState
 
         state = RedisState()
-    gateway = Gateway(FleetHolder(build_fleet(config)), state)
+        affinity = RedisAffinity(config.routing.balancing.affinity)
+    gateway = Gateway(FleetHolder(build_fleet(config)), state, affinity)
     control = ControlPlane(gateway, config, options)
     gateway.control = control
     if config.auth.enabled:  # with auth off the hot path does not even look at keys

@@ -33,6 +33,7 @@ class DeploymentHealth:
     tps_ema: float | None = None  # completion tokens per second
     latency_ema: float | None = None  # seconds, whole exchange
     measured_at: float = 0.0  # wall-clock time of the last EMA update
+    tried_at: float = 0.0  # wall-clock time this replica last began an attempt on it
     successes: int = 0
     failures: int = 0
 
@@ -105,6 +106,7 @@ class MemoryState:
                 return False
             h.probing = True
         h.inflight += 1
+        h.tried_at = now
         return True
 
     def end(self, deployment_id: str) -> None:

@@ -37,6 +37,11 @@ Timing: ``latency`` is awaited before every JSON answer of the inference endpoin
 (success or error); ``ttft`` after the stream's headers and before its first event;
 ``1 / tokens_per_second`` between stream events. ``tokenize_delay`` delays ``/tokenize``.
 
+Load: ``GET /metrics`` answers vLLM's load gauges (``vllm:num_requests_waiting``,
+``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``) from :attr:`FakeEngine.load`
+(running defaults to the requests in progress); ``metrics_redirect`` makes it a 302 there
+instead. These polls are counted in ``metrics_calls``, not kept in ``requests``.
+
 Faults (:class:`Fault`) either persist (:meth:`FakeEngine.set_fault`) or are queued for
 the next N inference requests (:meth:`FakeEngine.fail_next`). A persistent ``status``,
 ``reset`` or ``hang`` fault hits every endpoint (the engine looks down); the other kinds
@@ -360,6 +365,9 @@ class FakeEngine:
         self.host = host
         self.port = port
         self.tokenize_delay = 0.0
+        self.load: dict[str, float] = {}  # waiting / running / kv_cache, as /metrics says
+        self.metrics_redirect: str | None = None
+        self.metrics_calls = 0
         self.requests: list[ReceivedRequest] = []
         self.tokenize_calls = 0
         self.active = 0
@@ -447,6 +455,8 @@ class FakeEngine:
     # -- dispatch ----------------------------------------------------------------------
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.method == "GET" and request.path == "/metrics":
+            return self._metrics()
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -496,6 +506,22 @@ class FakeEngine:
         return await self._tokenize(body, malformed)
 
     # -- endpoints ---------------------------------------------------------------------
+
+    def _metrics(self) -> web.Response:
+        self.metrics_calls += 1
+        if self.metrics_redirect is not None:
+            return web.Response(status=302, headers={"Location": self.metrics_redirect})
+        label = f'{{model_name="{self.served_model}"}}'
+        gauges = {
+            "vllm:num_requests_waiting": self.load.get("waiting", 0.0),
+            "vllm:num_requests_running": self.load.get("running", float(self.active)),
+            "vllm:kv_cache_usage_perc": self.load.get("kv_cache", 0.0),
+        }
+        text = "".join(
+            f"# HELP {name} {name}\n# TYPE {name} gauge\n{name}{label} {value}\n"
+            for name, value in gauges.items()
+        )
+        return web.Response(text=text, content_type="text/plain")
 
     def _models(self) -> web.Response:
         model = {

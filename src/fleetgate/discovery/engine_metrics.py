@@ -1,0 +1,97 @@
+"""Engine load from each engine's own metrics: vLLM and SGLang `/metrics`, llama.cpp
+`/metrics` and `/slots`.
+
+The Prometheus text is parsed with prometheus_client's parser, fed only the lines of the
+few gauges read here (an engine's page holds hundreds of histogram lines).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# kind -> (waiting, running, KV-cache use 0-1): the gauges of each engine, newest name first
+GAUGES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "vllm": (
+        ("vllm:num_requests_waiting",),
+        ("vllm:num_requests_running",),
+        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    ),
+    "sglang": (("sglang:num_queue_reqs",), ("sglang:num_running_reqs",), ("sglang:token_usage",)),
+    "llamacpp": (("llamacpp:requests_deferred",), ("llamacpp:requests_processing",), ()),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """One poll of one engine, as it reported itself (None: it does not say)."""
+
+    waiting: float | None = None  # requests queued in the engine, not yet running
+    running: float | None = None
+    kv_cache: float | None = None  # share of the KV cache in use, 0-1
+    slots: int | None = None  # llama.cpp: slots, and how many are processing
+    busy_slots: int | None = None
+    fetched_at: float = 0.0
+    error: str | None = None
+
+    def public(self, now: float) -> dict[str, Any]:
+        return {
+            "waiting": self.waiting,
+            "running": self.running,
+            "kv_cache": self.kv_cache,
+            "slots": self.slots,
+            "busy_slots": self.busy_slots,
+            "age_seconds": round(now - self.fetched_at, 3) if self.fetched_at else None,
+            "error": self.error,
+        }
+
+
+def _wanted_lines(text: str, names: tuple[str, ...]) -> str:
+    return "\n".join(line for line in text.splitlines() if line.startswith(names))
+
+
+def read_gauges(text: str, names: tuple[str, ...], model: str | None) -> dict[str, float]:
+    """Each named gauge's value; with several `model_name` series, the one of `model`
+    (summed over the other labels, e.g. vLLM's `engine`)."""
+    by_name: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(_wanted_lines(text, names)):
+        for sample in family.samples:
+            if sample.name not in names:
+                continue
+            series = by_name.setdefault(sample.name, {})
+            label = sample.labels.get("model_name", "")
+            series[label] = series.get(label, 0.0) + float(sample.value)
+    out: dict[str, float] = {}
+    for name, series in by_name.items():
+        if model is not None and model in series:
+            out[name] = series[model]
+        elif len(series) == 1:
+            out[name] = next(iter(series.values()))
+    return out
+
+
+def _first(values: dict[str, float], names: tuple[str, ...]) -> float | None:
+    return next((values[n] for n in names if n in values), None)
+
+
+def parse_metrics(kind: str, text: str, model: str | None, now: float | None = None) -> EngineLoad:
+    """The load an engine's `/metrics` page reports (kinds of `GAUGES`)."""
+    waiting, running, kv = GAUGES[kind]
+    values = read_gauges(text, waiting + running + kv, model)
+    return EngineLoad(
+        waiting=_first(values, waiting),
+        running=_first(values, running),
+        kv_cache=_first(values, kv),
+        fetched_at=time.time() if now is None else now,
+    )
+
+
+def parse_llamacpp_slots(slots: Any) -> tuple[int, int] | None:
+    """(slots, processing) from llama.cpp's `/slots` answer; None when it is not a list."""
+    if not isinstance(slots, list):
+        return None
+    busy = sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
+    return len(slots), busy

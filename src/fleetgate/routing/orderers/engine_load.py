@@ -1,0 +1,74 @@
+"""Engine load: among deployments of equal rank, a busy engine ranks after its peers.
+
+Busy means the engine's own metrics, polled in the background (discovery/engine_load.py),
+say that more than `routing.balancing.engine_load.max_queue` requests wait in its queue,
+or that its KV cache is at least `max_kv_cache` full. Only a fresh sample counts; the
+order inside the busy and the idle part is kept. The signals of every tied candidate are
+recorded in the plan's notes (`engine_load`), with the reason for each one moved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleetgate.config.schema import EngineLoadConfig
+from fleetgate.discovery.engine_metrics import EngineLoad
+from fleetgate.routing.plan import Candidate, PlanContext
+from fleetgate.routing.ties import tied_runs
+
+BUSY = "engine_busy"  # ctx.cache: ids of the deployments this orderer moved back
+
+
+def busy_reason(sample: EngineLoad, config: EngineLoadConfig) -> str | None:
+    if sample.waiting is not None and sample.waiting > config.max_queue:
+        return f"queue {sample.waiting:g} > {config.max_queue}"
+    if sample.kv_cache is not None and sample.kv_cache >= config.max_kv_cache:
+        return f"kv cache {sample.kv_cache:.0%} >= {config.max_kv_cache:.0%}"
+    return None
+
+
+class EngineLoadOrderer:
+    name = "engine_load"
+
+    def order(self, ctx: PlanContext, candidates: list[Candidate]) -> list[Candidate]:
+        loads = ctx.loads
+        config = ctx.fleet.config.routing.balancing.engine_load
+        if loads is None or not config.enabled or len(candidates) < 2:
+            return candidates
+        runs = tied_runs(ctx, candidates)
+        if not runs:
+            return candidates
+        out = list(candidates)
+        signals: dict[str, dict[str, Any]] = {}
+        busy: set[str] = set()
+        for start, end in runs:
+            group = out[start:end]
+            reasons: dict[str, str] = {}
+            for c in group:
+                sample = loads.fresh(c.deployment.id, ctx.now)
+                if sample is None:
+                    continue
+                signals[c.deployment.id] = _signal(sample)
+                reason = busy_reason(sample, config)
+                if reason is not None:
+                    reasons[c.deployment.id] = reason
+            if reasons and len(reasons) < len(group):  # some peer is not busy: it goes first
+                out[start:end] = [c for c in group if c.deployment.id not in reasons] + [
+                    c for c in group if c.deployment.id in reasons
+                ]
+                for dep_id, reason in reasons.items():
+                    signals[dep_id]["moved_back"] = reason
+                busy.update(reasons)
+        if signals:
+            ctx.notes["engine_load"] = signals
+        ctx.cache[BUSY] = busy
+        return out
+
+
+def _signal(sample: EngineLoad) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("waiting", "running", "kv_cache", "slots", "busy_slots"):
+        value = getattr(sample, name)
+        if value is not None:
+            out[name] = value
+    return out
