@@ -13,7 +13,7 @@ from tests.backends import (  # noqa: F401  (fixtures)
     redis_url,
     sqlite_url,
 )
-from tests.engines import llama  # noqa: F401  (fixture)
+from tests.engines import llama, llama_replicas  # noqa: F401  (fixtures)
 from tests.harness import LoopThread, Stack
 
 

@@ -36,5 +36,31 @@ def llama() -> Iterator[LlamaFactory]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def llama_replicas() -> Iterator[Callable[..., list[LlamaServer]]]:
+    """`llama_replicas(2, n_ctx=1024, threads=(1, 1))`: that many separate engines of the same
+    settings (replicas of one model, as a load balancer sees them), shared like `llama`'s."""
+    running: dict[tuple[Any, ...], LlamaServer] = {}
+
+    def get(
+        count: int, n_ctx: int = 1024, threads: tuple[int, ...] | None = None
+    ) -> list[LlamaServer]:
+        servers = []
+        for i in range(count):
+            t = threads[i] if threads else 1
+            key = (n_ctx, t, i)
+            if key not in running:
+                try:
+                    running[key] = LlamaServer(n_ctx=n_ctx, threads=t).start()
+                except EngineMissing as exc:
+                    pytest.fail(str(exc))
+            servers.append(running[key])
+        return servers
+
+    yield get
+    for server in running.values():
+        server.stop()
+
+
 def llama_provider(name: str, server: LlamaServer, **extra: Any) -> dict[str, Any]:
     return {"id": name, "kind": "llamacpp", "base_url": server.base_url, **extra}

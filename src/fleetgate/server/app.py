@@ -140,7 +140,7 @@ class Gateway:
         self.holder = holder
         self.state = state or MemoryState()
         balancing = holder.fleet.config.routing.balancing
-        self.affinity = affinity or MemoryAffinity(balancing.affinity)
+        self.affinity = affinity if affinity is not None else MemoryAffinity(balancing.affinity)
         holder.on_swap(
             lambda _old, new: self.affinity.configure(new.config.routing.balancing.affinity)
         )

@@ -1,0 +1,171 @@
+"""Engine load signals: polled from the engines' own metrics, shown in explain and
+/admin/fleet, and a busy engine ranks after its peers."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+
+from fleetgate.testing.llama import ALIAS
+from tests.admin.helpers import admin, options
+from tests.engines import llama_provider
+from tests.harness import Stack, deployment, provider, wait_until
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+FAST = {"routing": {"balancing": {"engine_load": {"interval_seconds": 0.1}}}}
+
+
+def _three(stack: Stack, **extra: Any) -> dict[str, Any]:
+    engines = {n: stack.engine(n) for n in ("a", "b", "c")}
+    stack.start_gateway(
+        {
+            "providers": [provider(n, e) for n, e in engines.items()],
+            "deployments": [deployment("m", n) for n in engines],
+            **FAST,
+        },
+        **extra,
+    )
+    return engines
+
+
+def _explain(stack: Stack, body: dict[str, Any] = BODY) -> dict[str, Any]:
+    return httpx.post(stack.url + "/v1/routing/explain", json=body, timeout=10).json()
+
+
+def _polled(stack: Stack, dep: str, **values: float) -> None:
+    loads = stack.gateway.loads
+
+    def seen() -> bool:
+        sample = loads.get(dep)
+        return sample is not None and all(getattr(sample, k) == v for k, v in values.items())
+
+    wait_until(seen, 5, f"{dep}'s engine polled with {values}")
+
+
+def test_a_deep_queue_or_a_full_kv_cache_ranks_after_the_peers(stack: Stack):
+    engines = _three(stack)
+    affinity_first = _explain(stack)["candidates"][0]["deployment"]
+    engines[affinity_first].load = {"waiting": 12, "running": 8}
+    _polled(stack, affinity_first, waiting=12)
+    plan = _explain(stack)
+    order = [c["deployment"] for c in plan["candidates"]]
+    assert order[-1] == affinity_first and order[0] != affinity_first
+    signals = plan["notes"]["engine_load"]
+    assert signals[affinity_first] == {
+        "waiting": 12,
+        "running": 8,
+        "kv_cache": 0.0,
+        "moved_back": "queue 12 > 4",
+    }
+    assert signals[order[0]]["waiting"] == 0 and "moved_back" not in signals[order[0]]
+    resp = httpx.post(stack.url + "/v1/chat/completions", json=BODY, timeout=10)
+    served = resp.headers["x-fleetgate-route"]
+    assert served != affinity_first
+    # a nearly full KV cache counts the same; when every peer is busy, nobody moves
+    engines[affinity_first].load = {"kv_cache": 0.97}
+    _polled(stack, affinity_first, kv_cache=0.97)
+    moved = _explain(stack)["notes"]["engine_load"][affinity_first]["moved_back"]
+    assert moved == "kv cache 97% >= 95%"
+    for name in engines:
+        engines[name].load = {"waiting": 9}
+    for name in engines:
+        _polled(stack, name, waiting=9)
+    plan = _explain(stack)
+    assert plan["candidates"][0]["deployment"] == served  # the prompt's owner, by affinity
+    assert plan["headers"]["X-Fleetgate-Affinity"] == "hit"
+    assert not any("moved_back" in s for s in plan["notes"]["engine_load"].values())
+
+
+def test_a_lone_deployment_is_not_polled(stack: Stack):
+    lone, a, b = stack.engine("lone"), stack.engine("a"), stack.engine("b")
+    stack.start_gateway(
+        {
+            "providers": [provider("lone", lone), provider("a", a), provider("b", b)],
+            "deployments": [
+                deployment("solo", "lone"),
+                deployment("m", "a"),
+                deployment("m", "b", priority=1),  # no peer of equal rank either
+            ],
+            **FAST,
+        }
+    )
+    rounds = stack.gateway.load_poller.rounds
+    wait_until(lambda: stack.gateway.load_poller.rounds >= rounds + 3, 5, "three poll rounds")
+    assert lone.metrics_calls == a.metrics_calls == b.metrics_calls == 0
+
+
+def test_polls_do_not_follow_redirects(stack: Stack):
+    engines = _three(stack)
+    elsewhere = stack.engine("elsewhere")
+    engines["a"].metrics_redirect = elsewhere.url + "/metrics"
+    loads = stack.gateway.loads
+    wait_until(
+        lambda: (s := loads.get("a")) is not None and s.error is not None, 5, "a's poll failed"
+    )
+    assert loads.get("a").error == "ValueError: /metrics: HTTP 302"
+    assert elsewhere.metrics_calls == 0 and engines["a"].metrics_calls > 0
+    assert "a" not in _explain(stack)["notes"]["engine_load"]  # no numbers: no signal
+
+
+def test_admin_fleet_shows_engine_load_and_ema_age(stack: Stack, sqlite_url: str):
+    _three(stack, options=options(sqlite_url))
+    httpx.post(stack.url + "/v1/chat/completions", json=BODY, timeout=10)
+    _polled(stack, "b", waiting=0)
+    fleet = admin(stack).get("/admin/fleet").json()
+    rows = {d["id"]: d for d in fleet["deployments"]}
+    load = rows["b"]["engine_load"]
+    assert load["waiting"] == 0 and load["kv_cache"] == 0 and load["error"] is None
+    assert 0 <= load["age_seconds"] < 5
+    served = next(d for d in rows.values() if d["ema"]["latency_seconds"] is not None)
+    assert 0 <= served["ema"]["age_seconds"] < 30 and served["ema"]["measured_at"] > 0
+    idle = [d for d in rows.values() if d["ema"]["latency_seconds"] is None]
+    assert len(idle) == 2 and all(d["ema"]["age_seconds"] is None for d in idle)
+
+
+def test_llama_cpp_slots_and_metrics(stack: Stack, llama_replicas):
+    """The real engine: `/slots` and `llamacpp:requests_processing` while it generates."""
+    r1, r2 = llama_replicas(2)
+    stack.start_gateway(
+        {
+            "providers": [llama_provider("r1", r1), llama_provider("r2", r2)],
+            "deployments": [
+                deployment("m", "r1", upstream_model=ALIAS),
+                deployment("m", "r2", upstream_model=ALIAS),
+            ],
+            **FAST,
+        }
+    )
+    _polled(stack, "r1", slots=1, busy_slots=0, running=0, waiting=0)
+    done = threading.Event()
+
+    def generate() -> None:  # a long answer, straight to r1
+        httpx.post(
+            r1.base_url + "/chat/completions",
+            json={
+                "model": ALIAS,
+                "messages": BODY["messages"],
+                "max_tokens": 900,
+                "ignore_eos": True,
+            },
+            timeout=60,
+        )
+        done.set()
+
+    worker = threading.Thread(target=generate)
+    worker.start()
+    try:
+        loads = stack.gateway.loads
+
+        def busy() -> bool:
+            sample = loads.get("r1")
+            return done.is_set() or (sample is not None and sample.busy_slots == 1)
+
+        wait_until(busy, 10, "r1 seen busy")
+        sample = loads.get("r1")
+        assert not done.is_set(), "the generation ended before a poll saw it"
+        assert sample.busy_slots == 1 and sample.running == 1 and sample.waiting == 0
+        assert _explain(stack)["notes"]["engine_load"]["r1"]["busy_slots"] == 1
+    finally:
+        worker.join(60)
