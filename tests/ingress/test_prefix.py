@@ -6,14 +6,14 @@ import orjson
 
 from fleetgate.ingress.anthropic import parse_messages
 from fleetgate.ingress.openai import parse_openai
-from fleetgate.ingress.prefix import MAX_BLOCKS, prefix_keys
+from fleetgate.ingress.prefix import KEYED_BLOCKS, MAX_BLOCKS, prefix_keys
 from fleetgate.ingress.responses import parse_responses
 
 SYSTEM = {"role": "system", "content": "You answer in French. " * 40}
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
 
 
-def chat_keys(messages: list[dict], **body) -> tuple[bytes, ...]:
+def chat_keys(messages: list[dict], **body) -> tuple[int, ...]:
     raw = orjson.dumps({"model": "m", "messages": messages, **body})
     return prefix_keys(parse_openai("chat.completions", raw))
 
@@ -55,13 +55,23 @@ def test_a_long_text_is_sampled_but_its_ends_and_length_count() -> None:
     assert chat_keys([{"role": "user", "content": base + "a"}]) != k  # length
 
 
+def test_a_long_conversation_keys_its_last_blocks_the_same_way() -> None:
+    """Only the last KEYED_BLOCKS block ends get keys, and the earlier blocks are hashed in
+    one go: the key of a block end must not depend on which way it was reached."""
+    messages = [{"role": "user", "content": f"turn {i}"} for i in range(40)]
+    longer = [*messages, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "?"}]
+    assert len(chat_keys(messages)) == KEYED_BLOCKS
+    assert chat_keys(messages)[-1] == chat_keys(longer)[-3]
+    assert chat_keys(messages[:5])[-1] == chat_keys(messages[:12])[4]
+
+
 def test_blocks_are_capped() -> None:
     messages = [{"role": "user", "content": str(i)} for i in range(MAX_BLOCKS + 50)]
-    assert len(chat_keys(messages)) == MAX_BLOCKS
+    assert chat_keys(messages) == chat_keys(messages[:MAX_BLOCKS])
 
 
 def test_anthropic_and_responses_shapes() -> None:
-    def messages_keys(body: dict) -> tuple[bytes, ...]:
+    def messages_keys(body: dict) -> tuple[int, ...]:
         return prefix_keys(parse_messages("messages", orjson.dumps({"model": "m", **body})))
 
     turn = [{"role": "user", "content": "hi"}]
@@ -76,7 +86,7 @@ def test_anthropic_and_responses_shapes() -> None:
     assert k2[: len(k1)] == k1
     assert messages_keys({"system": "Other.", "messages": turn})[0] != k1[0]
 
-    def responses_keys(body: dict) -> tuple[bytes, ...]:
+    def responses_keys(body: dict) -> tuple[int, ...]:
         return prefix_keys(parse_responses("responses", orjson.dumps({"model": "m", **body})))
 
     r1 = responses_keys({"instructions": "Be brief.", "input": turn})
@@ -85,7 +95,7 @@ def test_anthropic_and_responses_shapes() -> None:
 
 
 def test_a_growing_plain_prompt_keeps_its_whole_chunks() -> None:
-    def completion_keys(prompt: str) -> tuple[bytes, ...]:
+    def completion_keys(prompt: str) -> tuple[int, ...]:
         raw = orjson.dumps({"model": "m", "prompt": prompt})
         return prefix_keys(parse_openai("completions", raw))
 

@@ -164,9 +164,9 @@ def test_entries_expire_with_the_engine_cache(monkeypatch: pytest.MonkeyPatch):
 def test_the_table_is_bounded():
     table = MemoryAffinity(AffinityConfig(max_entries=3))
     for i in range(5):
-        table.record(bytes([i]), "a", 0.0)
+        table.record(i, "a", 0.0)
     assert len(table) == 3
-    assert table.owner(bytes([0]), 1.0) is None and table.owner(bytes([4]), 1.0) == "a"
+    assert table.owner(0, 1.0) is None and table.owner(4, 1.0) == "a"
 
 
 def test_affinity_survives_a_fleet_swap(stack: Stack):

@@ -26,4 +26,4 @@ class RequestProfile:
     # the body's OpenRouter-style `provider` object, removed from `body` at ingress
     preferences: ProviderPreferences | None = None
     # running hashes of the prompt's leading blocks (ingress/prefix.py); None: not yet hashed
-    prefix: tuple[bytes, ...] | None = None
+    prefix: tuple[int, ...] | None = None

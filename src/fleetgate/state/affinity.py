@@ -30,7 +30,7 @@ class MemoryAffinity:
         config = config or AffinityConfig()
         self.ttl = config.ttl_seconds
         self.max_entries = config.max_entries
-        self._entries: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
+        self._entries: OrderedDict[int, tuple[str, float]] = OrderedDict()
 
     def configure(self, config: AffinityConfig) -> None:
         """Apply a reloaded config; entries keep their expiry."""
@@ -38,7 +38,7 @@ class MemoryAffinity:
         self.max_entries = config.max_entries
         self._trim()
 
-    def owner(self, key: bytes, now: float) -> str | None:
+    def owner(self, key: int, now: float) -> str | None:
         """The deployment that last served `key`, while the entry lives."""
         entry = self._entries.get(key)
         if entry is None:
@@ -48,11 +48,11 @@ class MemoryAffinity:
             return None
         return entry[0]
 
-    def record(self, key: bytes, deployment_id: str, now: float) -> None:
+    def record(self, key: int, deployment_id: str, now: float) -> None:
         """`deployment_id` has just served a prompt whose whole prefix key is `key`."""
         self._store(key, deployment_id, now + self.ttl)
 
-    def _store(self, key: bytes, deployment_id: str, expires: float) -> None:
+    def _store(self, key: int, deployment_id: str, expires: float) -> None:
         self._entries[key] = (deployment_id, expires)
         self._entries.move_to_end(key)
         self._trim()
@@ -93,16 +93,16 @@ class RedisAffinity(MemoryAffinity):
                 await self._task
             self._task = None
 
-    def record(self, key: bytes, deployment_id: str, now: float) -> None:
+    def record(self, key: int, deployment_id: str, now: float) -> None:
         expires = now + self.ttl
         self._store(key, deployment_id, expires)
         if self.link is not None and self._wake is not None:
-            self._pending.append([key.hex(), deployment_id, expires])
+            self._pending.append([f"{key:x}", deployment_id, expires])
             self._wake.set()
 
     def _apply(self, event: dict[str, Any]) -> None:
         for key, deployment_id, expires in event.get("entries", ()):
-            self._store(bytes.fromhex(key), str(deployment_id), float(expires))
+            self._store(int(key, 16), str(deployment_id), float(expires))
 
     async def _flush_loop(self) -> None:
         assert self._wake is not None

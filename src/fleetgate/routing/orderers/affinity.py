@@ -30,11 +30,12 @@ from fleetgate.state.affinity import MemoryAffinity
 AFFINITY_HEADER = "X-Fleetgate-Affinity"
 
 
-def rendezvous(key: bytes, candidates: list[Candidate]) -> list[Candidate]:
+def rendezvous(key: int, candidates: list[Candidate]) -> list[Candidate]:
     """Candidates by weighted rendezvous score for `key`, best first."""
+    seed = key.to_bytes(8, "big")
 
     def score(c: Candidate) -> float:
-        digest = blake2b(key + c.deployment.id.encode(), digest_size=8).digest()
+        digest = blake2b(seed + c.deployment.id.encode(), digest_size=8).digest()
         u = (int.from_bytes(digest, "big") + 0.5) / 2**64  # uniform in (0, 1)
         return c.deployment.weight / -math.log(u)
 
