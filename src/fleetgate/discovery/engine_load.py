@@ -3,8 +3,8 @@ the store routing reads it from.
 
 Only engines that can matter are polled: vLLM, SGLang and llama.cpp providers of a
 deployment that has a peer of equal rank (same model, priority, declared window and tier);
-a deployment without one has nobody to rank against.
-Each provider is asked once per interval, off the hot path, without following redirects;
+a deployment without one has nobody to rank against. Each provider is asked once per
+interval, off the hot path, through an `UpstreamSession` (which never follows a redirect);
 a failed poll keeps the error and no numbers, so it never demotes anyone.
 """
 
@@ -27,6 +27,7 @@ from fleetgate.discovery.engine_metrics import (
     parse_metrics,
 )
 from fleetgate.discovery.probes import provider_headers, provider_url
+from fleetgate.execute.upstream import UpstreamSession
 from fleetgate.fleet import Deployment, Fleet, FleetHolder, Provider
 
 log = logging.getLogger("fleetgate.engine_load")
@@ -84,11 +85,11 @@ class EngineLoadPoller:
         self.holder = holder
         self.loads = loads
         self.rounds = 0  # completed poll rounds (tests wait on it)
-        self._session: aiohttp.ClientSession | None = None
+        self._session: UpstreamSession | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=POLL_TIMEOUT)
+        self._session = UpstreamSession(timeout=POLL_TIMEOUT)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -137,8 +138,7 @@ class EngineLoadPoller:
         async with self._session.get(
             provider_url(provider, path),
             headers=provider_headers(provider),
-            allow_redirects=False,  # a status endpoint that redirects is not followed anywhere
-        ) as resp:
+        ) as resp:  # never follows a redirect: a 3xx is an error here
             if resp.status >= 300:
                 raise ValueError(f"{path}: HTTP {resp.status}")
             return await resp.text()

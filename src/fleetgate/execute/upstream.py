@@ -33,7 +33,19 @@ class UpstreamSession:
 
     def request(self, method: str, url: str | URL, **kwargs: Any) -> _RequestContextManager:
         kwargs["allow_redirects"] = False
-        return self._session.request(method, url, **kwargs)
+        return _RequestContextManager(self._send(method, url, kwargs))
+
+    async def _send(
+        self, method: str, url: str | URL, kwargs: dict[str, Any]
+    ) -> aiohttp.ClientResponse:
+        for _ in range(STALE_RETRIES):
+            try:
+                return await self._session.request(method, url, **kwargs)
+            except aiohttp.ClientOSError as exc:
+                if not stale_connection(exc):
+                    raise
+            # the request never went out: send it again (the pool dropped that connection)
+        return await self._session.request(method, url, **kwargs)
 
     def get(self, url: str | URL, **kwargs: Any) -> _RequestContextManager:
         return self.request("GET", url, **kwargs)
@@ -47,6 +59,22 @@ class UpstreamSession:
 
     async def close(self) -> None:
         await self._session.close()
+
+
+STALE_RETRIES = 8
+
+
+def stale_connection(exc: aiohttp.ClientOSError) -> bool:
+    """A pooled connection the upstream had already closed: writing the request failed.
+
+    llama.cpp's server closes the connection right after a streamed answer (while its
+    headers say `Keep-Alive`), and the pool may hand it out again before it has seen the
+    close. Nothing reached the engine, so it is not the engine's failure. aiohttp says so
+    only in its message; a refused or unreachable host is a `ClientConnectorError`.
+    """
+    return not isinstance(exc, aiohttp.ClientConnectorError) and str(exc.strerror).startswith(
+        "Can not write request body"
+    )
 
 
 @dataclass(frozen=True, slots=True)
