@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fleetgate.testing.llama import EngineMissing, LlamaServer
+from fleetgate.testing.llama import ALIAS, EngineMissing, LlamaServer
 
 LlamaFactory = Callable[..., LlamaServer]
 
@@ -64,3 +64,15 @@ def llama_replicas() -> Iterator[Callable[..., list[LlamaServer]]]:
 
 def llama_provider(name: str, server: LlamaServer, **extra: Any) -> dict[str, Any]:
     return {"id": name, "kind": "llamacpp", "base_url": server.base_url, **extra}
+
+
+def llama_fleet(servers: list[LlamaServer], **extra: Any) -> dict[str, Any]:
+    """Model `m` on each engine, as deployments `r1`, `r2`, ... of equal rank."""
+    names = [f"r{i}" for i in range(1, len(servers) + 1)]
+    return {
+        "providers": [llama_provider(n, s) for n, s in zip(names, servers, strict=True)],
+        "deployments": [
+            {"model": "m", "provider": n, "id": n, "upstream_model": ALIAS} for n in names
+        ],
+        **extra,
+    }

@@ -22,8 +22,7 @@ from fleetgate.server.app import Gateway
 from fleetgate.server.control import ControlOptions
 from fleetgate.state.affinity import MemoryAffinity
 from fleetgate.state.runtime import MemoryState
-from fleetgate.testing.llama import ALIAS
-from tests.engines import llama_provider
+from tests.engines import llama_fleet
 from tests.harness import LoopThread, Stack, deployment, fleet_config, provider, wait_until
 
 HEADER = "x-fleetgate-affinity"
@@ -58,15 +57,7 @@ def _next_turn(messages: list[dict[str, Any]], resp: httpx.Response, text: str) 
 def test_a_conversation_stays_on_the_replica_that_caches_it(stack: Stack, llama_replicas):
     """Real llama.cpp replicas: the second turn hits the first one's engine cache."""
     r1, r2 = llama_replicas(2)
-    stack.start_gateway(
-        {
-            "providers": [llama_provider("r1", r1), llama_provider("r2", r2)],
-            "deployments": [
-                deployment("m", "r1", upstream_model=ALIAS),
-                deployment("m", "r2", upstream_model=ALIAS),
-            ],
-        }
-    )
+    stack.start_gateway(llama_fleet([r1, r2]))
     turn = [SYSTEM, {"role": "user", "content": "What is a prime number? (conv A)"}]
     first = _chat(stack.url, turn)
     assert first.headers[HEADER] == "miss"

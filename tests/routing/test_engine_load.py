@@ -10,7 +10,7 @@ import httpx
 
 from fleetgate.testing.llama import ALIAS
 from tests.admin.helpers import admin, options
-from tests.engines import llama_provider
+from tests.engines import llama_fleet
 from tests.harness import Stack, deployment, provider, wait_until
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
@@ -127,16 +127,7 @@ def test_admin_fleet_shows_engine_load_and_ema_age(stack: Stack, sqlite_url: str
 def test_llama_cpp_slots_and_metrics(stack: Stack, llama_replicas):
     """The real engine: `/slots` and `llamacpp:requests_processing` while it generates."""
     r1, r2 = llama_replicas(2)
-    stack.start_gateway(
-        {
-            "providers": [llama_provider("r1", r1), llama_provider("r2", r2)],
-            "deployments": [
-                deployment("m", "r1", upstream_model=ALIAS),
-                deployment("m", "r2", upstream_model=ALIAS),
-            ],
-            **FAST,
-        }
-    )
+    stack.start_gateway(llama_fleet([r1, r2], **FAST))
     _polled(stack, "r1", slots=1, busy_slots=0, running=0, waiting=0)
     done = threading.Event()
 

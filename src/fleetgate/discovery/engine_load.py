@@ -11,7 +11,6 @@ a failed poll keeps the error and no numbers, so it never demotes anyone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -20,6 +19,7 @@ from dataclasses import replace
 import aiohttp
 import orjson
 
+from fleetgate.discovery.background import BackgroundPoller
 from fleetgate.discovery.engine_metrics import (
     GAUGES,
     EngineLoad,
@@ -27,7 +27,6 @@ from fleetgate.discovery.engine_metrics import (
     parse_metrics,
 )
 from fleetgate.discovery.probes import provider_headers, provider_url
-from fleetgate.execute.upstream import UpstreamSession
 from fleetgate.fleet import Deployment, Fleet, FleetHolder, Provider
 
 log = logging.getLogger("fleetgate.engine_load")
@@ -80,27 +79,14 @@ def polled(fleet: Fleet) -> dict[str, list[Deployment]]:
     return out
 
 
-class EngineLoadPoller:
+class EngineLoadPoller(BackgroundPoller):
+    timeout = POLL_TIMEOUT
+
     def __init__(self, holder: FleetHolder, loads: EngineLoads) -> None:
+        super().__init__()
         self.holder = holder
         self.loads = loads
         self.rounds = 0  # completed poll rounds (tests wait on it)
-        self._session: UpstreamSession | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self._session = UpstreamSession(timeout=POLL_TIMEOUT)
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     async def poll_once(self) -> int:
         """Poll every engine worth polling now; returns how many providers were asked."""

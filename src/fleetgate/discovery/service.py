@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import aiohttp
 
+from fleetgate.discovery.background import BackgroundPoller
 from fleetgate.discovery.probes import DISCOVERABLE, ProbeCache, probe
 from fleetgate.discovery.store import WindowStore
-from fleetgate.execute.upstream import UpstreamSession
 from fleetgate.fleet import Deployment, FleetHolder
 
 log = logging.getLogger("fleetgate.discovery")
@@ -25,32 +25,22 @@ def discoverable(dep: Deployment) -> bool:
     return dep.provider.discovery and dep.provider.kind in DISCOVERABLE
 
 
-class DiscoveryService:
+class DiscoveryService(BackgroundPoller):
+    timeout = PROBE_TIMEOUT
+
     def __init__(self, holder: FleetHolder, store: WindowStore) -> None:
+        super().__init__()
         self.holder = holder
         self.store = store
         self.refreshes = 0  # completed refresh rounds (tests wait on it)
-        self._session: UpstreamSession | None = None
-        self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._pending: set[str] = set()
         self._lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
-        self._session = UpstreamSession(timeout=PROBE_TIMEOUT)
         self._loop = asyncio.get_running_loop()
-        self._task = self._loop.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await super().start()
 
     def request_refresh(self, deployment_id: str) -> None:
         """Ask the background task to re-probe one deployment soon (never blocks; callable
