@@ -76,6 +76,16 @@ def test_a_deep_queue_or_a_full_kv_cache_ranks_after_the_peers(stack: Stack):
     assert plan["candidates"][0]["deployment"] == served  # the prompt's owner, by affinity
     assert plan["headers"]["X-Fleetgate-Affinity"] == "hit"
     assert not any("moved_back" in s for s in plan["notes"]["engine_load"].values())
+    # busy everywhere: an engine moves back only when its queue is max_queue deeper than
+    # the shortest of its peers'
+    engines[served].load = {"waiting": 13}
+    _polled(stack, served, waiting=13)
+    assert "moved_back" not in _explain(stack)["notes"]["engine_load"][served]
+    engines[served].load = {"waiting": 14}
+    _polled(stack, served, waiting=14)
+    plan = _explain(stack)
+    assert plan["notes"]["engine_load"][served]["moved_back"] == "queue 14 > 4 (9 at the shortest)"
+    assert plan["candidates"][-1]["deployment"] == served
 
 
 def test_a_lone_deployment_is_not_polled(stack: Stack):

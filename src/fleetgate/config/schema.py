@@ -391,7 +391,8 @@ class EngineLoadConfig(_Strict):
     interval_seconds: Annotated[float, Field(ge=0.1)] = 1.0
     """Seconds between two polls of an engine's own metrics (off the hot path)."""
     max_queue: NonNegativeInt = 4
-    """Requests waiting in the engine above which it ranks after its peers."""
+    """Requests waiting in the engine, beyond its peers' shortest queue, above which it ranks
+    after them."""
     max_kv_cache: Annotated[float, Field(gt=0, le=1)] = 0.95
     """KV-cache use (0-1) at or above which the engine ranks after its peers."""
 

@@ -1,10 +1,12 @@
 """Engine load: among deployments of equal rank, a busy engine ranks after its peers.
 
 Busy means the engine's own metrics, polled in the background (discovery/engine_load.py),
-say that more than `routing.balancing.engine_load.max_queue` requests wait in its queue,
-or that its KV cache is at least `max_kv_cache` full. Only a fresh sample counts; the
-order inside the busy and the idle part is kept. The signals of every tied candidate are
-recorded in the plan's notes (`engine_load`), with the reason for each one moved.
+say that more than `routing.balancing.engine_load.max_queue` requests wait in its queue
+beyond the shortest queue among its tied peers (so a fleet that is busy everywhere does
+not herd onto whichever engine was a little less busy at the last poll), or that its KV
+cache is at least `max_kv_cache` full. Only a fresh sample counts; the order inside the
+busy and the idle part is kept. The signals of every tied candidate are recorded in the
+plan's notes (`engine_load`), with the reason for each one moved.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from fleetgate.routing.ties import tied_runs
 BUSY = "engine_busy"  # ctx.cache: ids of the deployments this orderer moved back
 
 
-def busy_reason(sample: EngineLoad, config: EngineLoadConfig) -> str | None:
-    if sample.waiting is not None and sample.waiting > config.max_queue:
-        return f"queue {sample.waiting:g} > {config.max_queue}"
+def busy_reason(sample: EngineLoad, config: EngineLoadConfig, shortest: float) -> str | None:
+    """Why the engine is busy (None: it is not); `shortest` is its peers' shortest queue."""
+    if sample.waiting is not None and sample.waiting - shortest > config.max_queue:
+        beyond = f" ({shortest:g} at the shortest)" if shortest else ""
+        return f"queue {sample.waiting:g} > {config.max_queue}{beyond}"
     if sample.kv_cache is not None and sample.kv_cache >= config.max_kv_cache:
         return f"kv cache {sample.kv_cache:.0%} >= {config.max_kv_cache:.0%}"
     return None
@@ -43,15 +47,19 @@ class EngineLoadOrderer:
         busy: set[str] = set()
         for start, end in runs:
             group = out[start:end]
+            samples = {
+                c.deployment.id: s
+                for c in group
+                if (s := loads.fresh(c.deployment.id, ctx.now)) is not None
+            }
+            queues = [s.waiting for s in samples.values() if s.waiting is not None]
+            shortest = min(queues) if len(queues) > 1 else 0.0
             reasons: dict[str, str] = {}
-            for c in group:
-                sample = loads.fresh(c.deployment.id, ctx.now)
-                if sample is None:
-                    continue
-                signals[c.deployment.id] = _signal(sample)
-                reason = busy_reason(sample, config)
+            for dep_id, sample in samples.items():
+                signals[dep_id] = _signal(sample)
+                reason = busy_reason(sample, config, shortest)
                 if reason is not None:
-                    reasons[c.deployment.id] = reason
+                    reasons[dep_id] = reason
             if reasons and len(reasons) < len(group):  # some peer is not busy: it goes first
                 out[start:end] = [c for c in group if c.deployment.id not in reasons] + [
                     c for c in group if c.deployment.id in reasons
