@@ -1,9 +1,9 @@
-"""A pooled connection the engine has just closed is not a failure of the engine.
+"""A connection the engine has just closed is not a failure of the engine.
 
 llama.cpp's server closes the connection right after a streamed answer (while saying
-`Keep-Alive`); the pool can hand that connection to the next request before it has seen
-the close. The request must then go out again on a fresh connection, not fall back, and
-not count against the deployment's circuit.
+`Keep-Alive`); a pool would hand that connection to the next request before it has seen
+the close, and the request would fail (a 502 for a lone deployment, and a failure on the
+deployment's circuit). Connections to llama.cpp are therefore not reused.
 """
 
 from __future__ import annotations

@@ -33,19 +33,7 @@ class UpstreamSession:
 
     def request(self, method: str, url: str | URL, **kwargs: Any) -> _RequestContextManager:
         kwargs["allow_redirects"] = False
-        return _RequestContextManager(self._send(method, url, kwargs))
-
-    async def _send(
-        self, method: str, url: str | URL, kwargs: dict[str, Any]
-    ) -> aiohttp.ClientResponse:
-        for _ in range(STALE_RETRIES):
-            try:
-                return await self._session.request(method, url, **kwargs)
-            except aiohttp.ClientOSError as exc:
-                if not stale_connection(exc):
-                    raise
-            # the request never went out: send it again (the pool dropped that connection)
-        return await self._session.request(method, url, **kwargs)
+        return self._session.request(method, url, **kwargs)
 
     def get(self, url: str | URL, **kwargs: Any) -> _RequestContextManager:
         return self.request("GET", url, **kwargs)
@@ -61,20 +49,11 @@ class UpstreamSession:
         await self._session.close()
 
 
-STALE_RETRIES = 8
-
-
-def stale_connection(exc: aiohttp.ClientOSError) -> bool:
-    """A pooled connection the upstream had already closed: writing the request failed.
-
-    llama.cpp's server closes the connection right after a streamed answer (while its
-    headers say `Keep-Alive`), and the pool may hand it out again before it has seen the
-    close. Nothing reached the engine, so it is not the engine's failure. aiohttp says so
-    only in its message; a refused or unreachable host is a `ClientConnectorError`.
-    """
-    return not isinstance(exc, aiohttp.ClientConnectorError) and str(exc.strerror).startswith(
-        "Can not write request body"
-    )
+# Engines that close the connection after each streamed answer while their headers say
+# `Keep-Alive` (llama.cpp's server): the pool would hand such a dead connection to the next
+# request before it has seen the close, and that request would fail (`Can not write request
+# body`, `Server disconnected`) though the engine is fine. Their connections are not reused.
+CLOSES_AFTER_STREAMS = frozenset({"llamacpp"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,11 +121,12 @@ class UpstreamPool:
                 self._clients[provider.id] = (provider, client)
                 return client
             self._retired.append(client.session)
+        reuse = provider.kind not in CLOSES_AFTER_STREAMS
         connector = aiohttp.TCPConnector(
             limit=provider.max_concurrency,
             limit_per_host=0,
-            keepalive_timeout=60,
             ttl_dns_cache=300,
+            **({"keepalive_timeout": 60} if reuse else {"force_close": True}),
         )
         session = UpstreamSession(
             connector=connector,
