@@ -384,4 +384,5 @@ def test_no_route_in_a_pool_narrowed_by_capability_says_why(stack: Stack, client
     assert "p2: circuit open" in message and "p1: lacks image_input, tools" in message
     # a plain request still reaches the hosts the narrowing had set aside
     raw = client.chat.completions.with_raw_response.create(model="m", messages=MSG)
-    assert raw.headers["x-fleetgate-route"] == "p1"
+    # (p1 and p4 are tied for it: prompt-cache affinity picks one, docs/balancing.md)
+    assert raw.headers["x-fleetgate-route"] in {"p1", "p4"}
