@@ -102,8 +102,12 @@ DEFAULT_PARAMETERS: dict[str, frozenset[str]] = {
             "parallel_tool_calls",
         )
     ),
+    # JSON outputs: `output_config.format` (always held to the schema; no schema-less mode)
     "anthropic": frozenset(
-        ("temperature", "top_p", "top_k", "stop", "max_tokens", TOOLS, TOOL_CHOICE, "reasoning")
+        (
+            *("temperature", "top_p", "top_k", "stop", "max_tokens", TOOLS, TOOL_CHOICE),
+            *("reasoning", RESPONSE_FORMAT, STRUCTURED_OUTPUTS),
+        )
     ),
 }
 

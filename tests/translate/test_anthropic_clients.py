@@ -375,3 +375,58 @@ def test_openai_errors_from_an_anthropic_provider(on_anthropic: Stack, client_fo
         json={"model": "m", "messages": [{"role": "user", "content": "one two three"}]},
     ).json()
     assert set(raw) == {"error"} and set(raw["error"]) >= {"message", "type"}
+
+
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+
+
+def test_output_config_goes_to_chat_as_response_format(chat_only: Stack) -> None:
+    msg = client(chat_only).messages.create(
+        model="m",
+        max_tokens=5,
+        messages=[{"role": "user", "content": "yes or no?"}],
+        output_config={"format": {"type": "json_schema", "schema": ANSWER_SCHEMA}, "effort": "max"},
+    )
+    assert msg.content[0].type == "text"
+    sent = chat_only.engines["e"].requests[-1].body
+    assert sent["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "response", "schema": ANSWER_SCHEMA, "strict": True},
+    }
+    assert sent["reasoning_effort"] == "high"  # chat's highest
+    assert "output_config" not in sent
+
+
+def test_json_outputs_on_an_anthropic_provider(on_anthropic: Stack, client_for) -> None:
+    # an Anthropic client: passed through as it is (the kind gives JSON outputs)
+    api = on_anthropic.apis["claude"]
+    fmt = {"type": "json_schema", "schema": ANSWER_SCHEMA}
+    client(on_anthropic).messages.create(
+        model="m",
+        max_tokens=5,
+        messages=[{"role": "user", "content": "x"}],
+        output_config={"format": fmt},
+    )
+    assert api.requests[-1].body["output_config"] == {"format": fmt}
+    # an OpenAI client: its json_schema becomes output_config.format
+    oc = client_for(on_anthropic)
+    schema = {"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER_SCHEMA}}
+    oc.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "x"}], response_format=schema
+    )
+    assert api.requests[-1].body["output_config"] == {"format": fmt}
+    # JSON without a schema has no Anthropic form: refused, naming why
+    sent = len(api.requests)
+    with pytest.raises(openai.APIStatusError) as err:
+        oc.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "x"}],
+            response_format={"type": "json_object"},
+        )
+    assert (err.value.status_code, err.value.body["code"]) == (400, "unsupported_endpoint")
+    assert "json_object" in err.value.message and len(api.requests) == sent

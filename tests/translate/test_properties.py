@@ -87,6 +87,13 @@ def anthropic_request(draw: st.DrawFn) -> dict[str, Any]:
         "stop_sequences": st.lists(text, min_size=1, max_size=2),
         "metadata": st.builds(lambda u: {"user_id": u}, text),
         "tools": st.lists(anthropic_tool, min_size=1, max_size=3),
+        "output_config": st.fixed_dictionaries(
+            {},
+            optional={
+                "format": st.builds(lambda s: {"type": "json_schema", "schema": s}, schema),
+                "effort": st.sampled_from(["low", "medium", "high", "xhigh", "max"]),
+            },
+        ),
     }
     for key, strategy in optional.items():
         if draw(st.booleans()):
@@ -131,8 +138,15 @@ def test_anthropic_request_there_and_back(body: dict[str, Any]) -> None:
     back = ac.chat_to_messages(ac.messages_to_chat(body))
     assert back.get("system") == body.get("system")
     assert _normal_turns(back["messages"]) == _normal_turns(body["messages"])
-    for key in ("max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "metadata"):
+    keys = ["max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "metadata"]
+    config = body.get("output_config", {})
+    if "effort" in config:  # back as chat's reasoning effort: a thinking budget, max_tokens above
+        assert back["thinking"]["type"] == "enabled"
+        assert back["max_tokens"] >= max(body["max_tokens"], back["thinking"]["budget_tokens"])
+        keys.remove("max_tokens")
+    for key in keys:
         assert back.get(key) == body.get(key), key
+    assert back.get("output_config", {}).get("format") == config.get("format")
     if "tools" in body:
         assert back["tools"] == body["tools"]
         assert back.get("tool_choice", {"type": "auto"}) == body.get(

@@ -6,8 +6,12 @@ Completions (llama.cpp also serves Messages and Responses natively; both are che
 
 from __future__ import annotations
 
+from typing import Literal
+
 import anthropic
+import httpx
 import pytest
+from pydantic import BaseModel
 
 from fleetgate.testing.llama import ALIAS
 from tests.engines import LlamaFactory, llama_provider
@@ -118,6 +122,32 @@ def test_anthropic_tools_and_results_template_as_natively(on_llama: Stack) -> No
         messages=[*history[:2], {"role": "user", "content": failed}],
     )
     assert answer.usage.output_tokens == 3 and answer.stop_reason == "max_tokens"
+
+
+class Answer(BaseModel):
+    answer: Literal["yes", "no"]
+    n: int
+
+
+def test_structured_output_on_llama_follows_the_schema(on_llama: Stack) -> None:
+    """`messages.parse(output_format=...)` on llama.cpp: its /v1/messages would answer the
+    tiny random model's free text, so the request goes to chat completions, where the
+    engine holds the output to the schema; the same deployment stays native otherwise."""
+    c = client(on_llama)
+    ask = {"model": "nat", "messages": [{"role": "user", "content": "yes or no?"}]}
+    parsed = c.messages.parse(
+        max_tokens=300,
+        output_format=Answer,
+        extra_headers={"x-request-id": "so-1"},
+        **ask,
+    )
+    assert isinstance(parsed.parsed_output, Answer) and parsed.stop_reason == "end_turn"
+    c.messages.create(max_tokens=2, extra_headers={"x-request-id": "so-2"}, **ask)
+    wires = [
+        httpx.get(f"{on_llama.url}/v1/requests/{rid}").json()["attempts"][0]["wire"]
+        for rid in ("so-1", "so-2")
+    ]
+    assert wires == ["messages→chat.completions", "native"]
 
 
 def test_context_error_of_llama_is_prompt_too_long(on_llama: Stack) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleetgate import capabilities as cap
+from fleetgate.translate.anthropic_chat import output_effort, output_format
 
 # body field -> need, for fields whose mere presence (non-null) is the need. `max_tokens`
 # is not a need: every OpenAI-compatible server takes it, and dropping it would lift the
@@ -104,6 +105,10 @@ def anthropic_needs(body: dict[str, Any]) -> frozenset[str]:
     thinking = body.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") == "enabled":
         needs.add("reasoning")
+    if output_effort(body) is not None:
+        needs.add("reasoning")
+    if output_format(body) is not None:  # always held to the schema: strict
+        needs |= {cap.RESPONSE_FORMAT, cap.STRUCTURED_OUTPUTS}
     for message in body.get("messages") or ():
         user = isinstance(message, dict) and message.get("role") != "assistant"
         if user and _has_anthropic_image(message.get("content")):

@@ -42,6 +42,28 @@ _FINISH_REASON = {
 _EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
 # what an OpenAI client on an anthropic provider gets when it names no output budget
 DEFAULT_MAX_TOKENS = 4096
+# Anthropic `output_config.effort` -> OpenAI `reasoning_effort` (chat's highest is "high")
+_OUTPUT_EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+
+
+def output_format(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema an Anthropic request wants its answer to follow: `output_config.format`
+    (the SDK's `messages.parse(output_format=...)`), or the older top-level `output_format`."""
+    config = body.get("output_config")
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if fmt is None:
+        fmt = body.get("output_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        schema = fmt.get("schema")
+        return schema if isinstance(schema, dict) else None
+    return None
+
+
+def output_effort(body: dict[str, Any]) -> str | None:
+    """`output_config.effort` as a chat `reasoning_effort`."""
+    config = body.get("output_config")
+    effort = config.get("effort") if isinstance(config, dict) else None
+    return _OUTPUT_EFFORT.get(effort) if isinstance(effort, str) else None
 
 
 def _effort(budget: Any) -> str:
@@ -240,6 +262,15 @@ def messages_to_chat(body: dict[str, Any]) -> dict[str, Any]:
     thinking = body.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") == "enabled":
         out["reasoning_effort"] = _effort(thinking.get("budget_tokens"))
+    effort = output_effort(body)
+    if effort is not None:  # named outright: it wins over a thinking budget's guess
+        out["reasoning_effort"] = effort
+    schema = output_format(body)
+    if schema is not None:  # Anthropic's JSON outputs are always held to the schema
+        out["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "response", "schema": schema, "strict": True},
+        }
     return out
 
 
@@ -593,6 +624,12 @@ def chat_to_messages(body: dict[str, Any]) -> dict[str, Any]:
     user = body.get("user")
     if isinstance(user, str) and user:
         out["metadata"] = {"user_id": user}
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if isinstance(schema, dict):
+            out["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     effort = body.get("reasoning_effort")
     if isinstance(effort, str) and effort in _EFFORT_BUDGET:
         budget_tokens = _EFFORT_BUDGET[effort]

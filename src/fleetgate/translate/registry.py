@@ -184,6 +184,46 @@ def native_protocols(provider: Provider) -> frozenset[str]:
     return provider.protocols if provider.protocols is not None else NATIVE[provider.kind]
 
 
+def _wants_output_format(body: dict[str, Any]) -> bool:
+    return anthropic_chat.output_format(body) is not None
+
+
+# native endpoints of a kind that ignore what a request asks for, which the translation
+# carries: (kind, protocol) -> whether the request asks for it. llama.cpp's /v1/messages
+# answers an `output_config.format` request with free text; its chat completions hold
+# `response_format` to the schema.
+NATIVE_IGNORES: dict[tuple[str, str], Callable[[dict[str, Any]], bool]] = {
+    ("llamacpp", ANTHROPIC): _wants_output_format,
+}
+
+
+def native_for(provider: Provider, endpoint: str, body: dict[str, Any]) -> frozenset[str]:
+    """The protocols the provider serves natively for this request (a kind's native
+    endpoint that would ignore part of it is not: `NATIVE_IGNORES`; a provider's own
+    `protocols: [...]` is taken as it is)."""
+    if provider.protocols is not None:
+        return provider.protocols
+    native = NATIVE[provider.kind]
+    protocol = ENDPOINT_PROTOCOL[endpoint]
+    ignores = NATIVE_IGNORES.get((provider.kind, protocol))
+    if ignores is not None and protocol in native and ignores(body):
+        return native - {protocol}
+    return native
+
+
+def _json_without_schema(endpoint: str, body: dict[str, Any]) -> bool:
+    """Whether the request asks for JSON without a schema (chat's `json_object`), which
+    Anthropic's JSON outputs cannot give: they always follow a schema."""
+    if endpoint == "chat.completions":
+        fmt = body.get("response_format")
+    elif endpoint == "responses":
+        text = body.get("text")
+        fmt = text.get("format") if isinstance(text, dict) else None
+    else:
+        return endpoint in ("ollama.chat", "ollama.generate") and body.get("format") == "json"
+    return isinstance(fmt, dict) and fmt.get("type") == "json_object"
+
+
 def _translation(endpoint: str, body: dict[str, Any], protocol: str) -> Translation | None:
     if endpoint == "ollama.generate" and (body.get("raw") or body.get("suffix")):
         return _RAW_GENERATE.get(protocol)
@@ -206,6 +246,8 @@ def choose(
     if _needs_state(endpoint, body):
         return False, None
     for protocol in (OPENAI, ANTHROPIC):
+        if protocol == ANTHROPIC and _json_without_schema(endpoint, body):
+            continue
         if protocol in native:
             found = _translation(endpoint, body, protocol)
             if found is not None:
@@ -215,14 +257,17 @@ def choose(
 
 def unserved_reason(endpoint: str, body: dict[str, Any], provider: Provider) -> str | None:
     """Why a provider cannot serve the request, natively or translated (None: it can)."""
-    native, translation = choose(endpoint, body, native_protocols(provider))
-    if native or translation is not None:
+    native = native_for(provider, endpoint, body)
+    served, translation = choose(endpoint, body, native)
+    if served or translation is not None:
         return None
     if _needs_state(endpoint, body):
         return (
             f"a {provider.kind} provider has no native /responses to keep "
             "`store`/`previous_response_id` state"
         )
+    if ANTHROPIC in native and _json_without_schema(endpoint, body):
+        return f"a {provider.kind} provider gives JSON only to a schema (not json_object)"
     return f"a {provider.kind} provider does not serve {_PATHS[endpoint]}"
 
 
@@ -308,7 +353,7 @@ class Protocols:
     def wire(self, profile: RequestProfile, dep: Deployment) -> Wire:
         provider = dep.provider
         endpoint = profile.endpoint
-        native = native_protocols(provider)
+        native = native_for(provider, endpoint, profile.body)
         protocol = ENDPOINT_PROTOCOL[endpoint]
         tentative = provider.protocols is None and protocol in TENTATIVE.get(provider.kind, ())
         if tentative and (provider.id, provider.base_url, protocol) in self._lacking:
