@@ -49,6 +49,20 @@ def test_models_retrieve(mixed: Stack, client_for) -> None:
     assert err.value.body["code"] == "model_not_found"
 
 
+def test_models_list_and_retrieve_in_the_anthropic_sdk(mixed: Stack) -> None:
+    c = anthropic.Anthropic(base_url=mixed.url, api_key="x", max_retries=0, timeout=10)
+    page = c.models.list()
+    models = {m.id: m for m in page.data}
+    assert set(models) == {"small", "big", "claude", "coder"} and page.has_more is False
+    big = models["big"]
+    assert (big.type, big.display_name, big.max_input_tokens) == ("model", "big", 32768)
+    assert big.created_at.year >= 1970
+    coder = c.models.retrieve("coder")
+    assert (coder.id, coder.type, coder.max_input_tokens) == ("coder", "model", 32768)
+    with pytest.raises(anthropic.NotFoundError):
+        c.models.retrieve("nope")
+
+
 def test_tags_list_every_reachable_model_with_real_worker_facts(mixed: Stack) -> None:
     models = {m.model: m for m in ollama.Client(host=mixed.url, timeout=10).list().models}
     assert set(models) == {"small", "big", "claude", "coder"}

@@ -37,6 +37,7 @@ from fleetgate.routing.plan import RoutePlan
 from fleetgate.routing.planner import build_plan, require_route
 from fleetgate.routing.sticky import ReadOnlySticky, StickyTiers
 from fleetgate.server import ollama_api
+from fleetgate.server.anthropic_models import anthropic_entry, anthropic_listing
 from fleetgate.server.asgi import (
     ClientDisconnected,
     DisconnectWatch,
@@ -510,7 +511,7 @@ class Gateway:
         listed = self._listed(scope)
         body = catalog(self.holder.fleet, self.windows)
         body["data"] = [entry for entry in body["data"] if listed(entry["id"])]
-        await send_body(send, 200, orjson.dumps(body), ex.base_headers())
+        await send_body(send, 200, orjson.dumps(anthropic_listing(body)), ex.base_headers())
 
     async def explain(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         raw = await read_body(receive, self.max_body)
@@ -539,7 +540,7 @@ class Gateway:
         listed = self._listed(scope)
         for entry in catalog(self.holder.fleet, self.windows)["data"]:
             if entry["id"] == model_id and listed(model_id):
-                await send_body(send, 200, orjson.dumps(entry), ex.base_headers())
+                await send_body(send, 200, orjson.dumps(anthropic_entry(entry)), ex.base_headers())
                 return
         raise GatewayError(
             "model_not_found",
