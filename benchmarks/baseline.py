@@ -15,6 +15,7 @@ Model `X` goes to `{upstream}/v1/chat/completions` as `X` with `bench-model` rep
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 import aiohttp
@@ -100,23 +101,36 @@ class Passthrough:
         await send({"type": "http.response.body", "body": body})
 
 
+def app_from_env() -> Passthrough:
+    """For `--workers N`: each worker builds its own pass-through."""
+    return Passthrough(os.environ["BASELINE_UPSTREAM"], os.environ.get("BASELINE_ENGINE"))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=18092)
     parser.add_argument("--upstream", required=True, help="e.g. http://127.0.0.1:18090")
     parser.add_argument("--engine", help="the real llama.cpp server, for bench-model-llama")
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
-    uvicorn.run(
-        Passthrough(args.upstream, args.engine),
-        host=args.host,
-        port=args.port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        access_log=False,
-        log_level="warning",
-    )
+    options: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "lifespan": "on",
+        "access_log": False,
+        "log_level": "warning",
+    }
+    if args.workers > 1:
+        os.environ["BASELINE_UPSTREAM"] = args.upstream
+        if args.engine:
+            os.environ["BASELINE_ENGINE"] = args.engine
+        app = "benchmarks.baseline:app_from_env"
+        uvicorn.run(app, factory=True, workers=args.workers, **options)
+        return
+    uvicorn.run(Passthrough(args.upstream, args.engine), **options)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ UPSTREAM_MODELS = {k: v.replace("bench-model", "upstream-bench") for k, v in CLI
 ENGINE_MODEL = "bench-model-llama"
 STREAM_CHUNKS = 20
 GATEWAY = "fleetgate"
+BASELINE = "baseline"
 
 
 class BenchError(Exception):
@@ -842,28 +843,20 @@ def run(s: Settings) -> dict[str, Any]:
             for line in check_gateway(gateway.port, upstream.port, engine is not None):
                 print(f"check ok ({v.name}): {line}", file=sys.stderr)
         if s.baseline:
-            bl_port = _free_port()
-            baseline = start_server(
-                "baseline",
-                [
-                    py,
-                    "-m",
-                    "benchmarks.baseline",
-                    "--port",
-                    str(bl_port),
-                    "--upstream",
-                    upstream.url(""),
-                    *(["--engine", engine.url("")] if engine is not None else []),
-                ],
-                bl_port,
-                "/readyz",
-                s.gw_cpu,
-                env,
-                ROOT,
-                work / "baseline.log",
-            )
-            started.append(baseline)
-            targets.insert(0, baseline)
+            # the floor, and the floor with as many workers as each -wN target: what
+            # several processes cost by themselves
+            floors = [(BASELINE, 1, s.gw_cpu)]
+            floors += [(f"{BASELINE}-w{n}", n, s.workers_cpus or s.gw_cpu) for n in s.workers[1:]]
+            for i, (name, workers, cpus) in enumerate(floors):
+                bl_port = _free_port()
+                cmd = [py, "-m", "benchmarks.baseline", "--port", str(bl_port)]
+                cmd += ["--upstream", upstream.url(""), "--workers", str(workers)]
+                if engine is not None:
+                    cmd += ["--engine", engine.url("")]
+                log = work / f"{name}.log"
+                baseline = start_server(name, cmd, bl_port, "/readyz", cpus, env, ROOT, log)
+                started.append(baseline)
+                targets.insert(i, baseline)
         for t in targets:
             t.idle_rss_mb = ProcSample.of(t.pid).rss_kb / 1024
 

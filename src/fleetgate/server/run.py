@@ -7,15 +7,16 @@ import gc
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from fleetgate.config import FleetConfig, load_config_file
-from fleetgate.server.app import Gateway
 from fleetgate.server.connections import GuardedHttpProtocol
-from fleetgate.server.control import build_gateway
 from fleetgate.store.database import database_url, prepare
+
+if TYPE_CHECKING:
+    from fleetgate.server.app import Gateway
 
 CONFIG_ENV = "FLEETGATE_CONFIG"
 
@@ -48,6 +49,9 @@ def tune_gc() -> None:
 
 def gateway_for(config: FleetConfig) -> Gateway:
     """The gateway with its control plane (store, admin API, keys, Redis when set)."""
+    # imported here: a `--workers N` supervisor never serves, and needs none of it
+    from fleetgate.server.control import build_gateway
+
     return build_gateway(config)
 
 
