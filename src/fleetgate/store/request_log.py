@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import Connection, Select, and_, delete, or_, select
-from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError
 
 from fleetgate.execute.outcome import Attempt
 from fleetgate.record.recorder import RequestRecord
@@ -148,7 +148,9 @@ class RequestLog:
         self.failures = 0  # batches that could not be written (and were kept)
         self.rejected = 0  # rows the database refused to hold (dropped)
         self._pending: deque[tuple[Any, ...]] = deque()
-        self._insert = _insert_sql(db.dialect.paramstyle)
+        # PostgreSQL: COPY (a third of executemany's client CPU per row); SQLite: executemany
+        self._insert = _copy_sql() if db.is_postgres else _insert_sql(db.dialect.paramstyle)
+        self._insert_rows = _copy_rows if db.is_postgres else _insert_rows
 
     @property
     def pending(self) -> int:
@@ -175,7 +177,7 @@ class RequestLog:
         batch = list(pending)
         try:
             # one hop to a DB thread: BEGIN, executemany, COMMIT
-            await self.db.transaction(_insert_rows, self._insert, batch)
+            await self.db.transaction(self._insert_rows, self._insert, batch)
             done = len(batch)
             self.written += done
         except _ROW_REJECTED:
@@ -197,7 +199,7 @@ class RequestLog:
             if lo == hi:
                 continue
             try:
-                await self.db.transaction(_insert_rows, self._insert, batch[lo:hi])
+                await self.db.transaction(self._insert_rows, self._insert, batch[lo:hi])
                 self.written += hi - lo
             except _ROW_REJECTED as exc:
                 if hi - lo > 1:
@@ -302,6 +304,26 @@ def _insert_sql(paramstyle: str) -> str:
 
 def _insert_rows(conn: Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
     conn.exec_driver_sql(sql, rows)
+
+
+def _copy_sql() -> str:
+    return f"COPY requests ({', '.join(_COLUMNS)}) FROM STDIN"
+
+
+def _copy_rows(conn: Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    """The rows through psycopg's COPY, in the transaction of `conn`; a driver error comes
+    out as SQLAlchemy's class for it (DataError for a value too long, …), as from
+    `_insert_rows`."""
+    import psycopg
+
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None
+    try:
+        with dbapi.cursor() as cursor, cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(sql, None, exc, psycopg.Error) from exc
 
 
 def _purge_chunk(conn: Connection, older_than: float, chunk: int) -> int:
