@@ -6,7 +6,6 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,16 +17,9 @@ from fleetgate.server.app import Gateway
 from fleetgate.server.control import ControlOptions
 from fleetgate.testing import Fault
 from tests.admin.helpers import ADMIN_KEY, admin, early_in_a_minute, two_tier_fleet
-from tests.harness import LoopThread, Stack, wait_until
+from tests.harness import Stack, wait_until
 
 MSG = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture
-def replica_b(loop_thread: LoopThread) -> Iterator[Stack]:
-    s = Stack(loop_thread)
-    yield s
-    s.close()
 
 
 def _options(pg_url: str, redis_url: str, namespace: str) -> ControlOptions:

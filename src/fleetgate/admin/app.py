@@ -21,6 +21,7 @@ from fleetgate.admin.errors import AdminError
 from fleetgate.admin.openapi import entity_model, install_openapi
 from fleetgate.auth.guard import presents
 from fleetgate.errors import GatewayError
+from fleetgate.store.errors import StoreUnavailable
 from fleetgate.store.kinds import ENTITY_KINDS
 
 if TYPE_CHECKING:
@@ -62,13 +63,23 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
             headers["Allow"] = ", ".join(_allowed(app, request.scope))
         return JSONResponse(err.body(), status_code=exc.status_code, headers=headers)
 
-    @app.exception_handler(SQLAlchemyError)
-    async def _store_error(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+    async def _store_error(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, DataError):  # a value the database cannot hold
             err = GatewayError("invalid_request", "A value is too long or malformed to store.")
-        else:
-            err = GatewayError("store_unavailable", "The store cannot be reached; retry shortly.")
-        return JSONResponse(err.body(), status_code=err.status)
+            return JSONResponse(err.body(), status_code=err.status)
+        control.store_outage.failed(exc)
+        err = GatewayError(
+            "store_unavailable",
+            f"{request.method} {request.url.path}: the store cannot be reached "
+            f"({type(exc).__name__}); nothing was changed. Retry shortly.",
+            headers={"Retry-After": "1"},
+        )
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+    # answered here, not by the framework's plain-text 500 (after which the gateway's own
+    # error answer would have broken the client's kept-alive connection)
+    for store_error in (SQLAlchemyError, OSError, StoreUnavailable):
+        app.add_exception_handler(store_error, _store_error)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:

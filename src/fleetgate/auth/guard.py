@@ -5,14 +5,18 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import Callable
+from collections.abc import Coroutine
 from typing import Any
 
+from fleetgate.auth.budgets import Budgets, Hold, LocalBudgets, expected_cost, hold_seconds
 from fleetgate.auth.keys import ClientKey, KeyRing
 from fleetgate.auth.limits import Limiter, MemoryLimiter, retry_after
 from fleetgate.errors import GatewayError
+from fleetgate.execute.outcome import Attempt
 from fleetgate.fleet import Fleet
+from fleetgate.ingress.profile import RequestProfile
 from fleetgate.record.recorder import RequestRecord
+from fleetgate.routing.plan import RoutePlan
 from fleetgate.server.asgi import Scope
 
 
@@ -41,9 +45,9 @@ class Guard:
         self.ring = ring
         self.enabled = enabled
         self.limiter: Limiter = limiter or MemoryLimiter()
+        self.local_budgets = LocalBudgets(ring)
+        self.budgets: Budgets = self.local_budgets  # cluster-wide with Redis
         self._tasks: set[asyncio.Task[Any]] = set()
-        # told of each key's spend, so other replicas can count it (set with Redis)
-        self.on_spend: Callable[[str, float], None] | None = None
 
     def identify(self, scope: Scope, model: str | None = None) -> ClientKey | None:
         """The caller's key (401 when none), allowed to use `model` (403); no limits counted.
@@ -75,10 +79,7 @@ class Guard:
             return None
         now = time.time()
         if key.budget is not None and self.ring.spent(key) >= key.budget:
-            raise GatewayError(
-                "budget_exceeded",
-                f"This key has spent its budget of {key.budget:g}; ask an operator to raise it.",
-            )
+            raise _over_budget(key)  # known here already; `hold` decides the rest
         if key.rpm is not None and not await self.limiter.hit(f"rpm:{key.id}", key.rpm, now):
             raise self._limited(f"{key.rpm} requests per minute", now)
         if key.tpm is not None and await self.limiter.used(f"tpm:{key.id}", now) >= key.tpm:
@@ -94,30 +95,63 @@ class Guard:
             headers={"Retry-After": str(wait)},
         )
 
-    def settle(self, key: ClientKey, tokens: int, cost: float) -> None:
+    async def hold(
+        self, key: ClientKey, plan: RoutePlan, profile: RequestProfile, fleet: Fleet
+    ) -> Hold | None:
+        """Before dispatch: hold the request's expected cost against the key's budget
+        (429 `budget_exceeded` when spent and held reach it). None: the key has no budget."""
+        if key.budget is None:
+            return None
+        amount = expected_cost(plan, profile, fleet)
+        hold = await self.budgets.hold(key, amount, profile.request_id, hold_seconds(plan))
+        if hold is None:
+            raise _over_budget(key)
+        return hold
+
+    async def release(self, key: ClientKey, hold: Hold, cost: float) -> None:
+        """Settle a hold now (before the answer is sent, so a next request sees it)."""
+        await self.budgets.settle(key, hold, cost)
+
+    def settle(self, key: ClientKey, tokens: int, cost: float, hold: Hold | None = None) -> None:
         """After a request: count its tokens and spend, off the response path."""
-        if cost:
+        if hold is not None:
+            if not hold.settled:
+                self._spawn(self.budgets.settle(key, hold, cost))
+        elif cost:
             self.ring.add_spend(key.id, cost)
-            if self.on_spend is not None:
-                self.on_spend(key.id, cost)
         if key.tpm is not None and tokens:
-            task = asyncio.get_running_loop().create_task(
-                self.limiter.add(f"tpm:{key.id}", tokens, time.time())
-            )
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self.limiter.add(f"tpm:{key.id}", tokens, time.time()))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _over_budget(key: ClientKey) -> GatewayError:
+    return GatewayError(
+        "budget_exceeded",
+        f"This key has spent its budget of {key.budget:g}; ask an operator to raise it.",
+    )
 
 
 def record_usage(record: RequestRecord, fleet: Fleet) -> tuple[int, float]:
     """Tokens a request used and what they cost at its deployment's prices."""
-    if not record.attempts or record.deployment_id is None:
+    return usage(record.attempts, record.deployment_id, record.notes, fleet)
+
+
+def usage(
+    attempts: list[Attempt], deployment_id: str | None, notes: dict[str, Any], fleet: Fleet
+) -> tuple[int, float]:
+    """Tokens the serving attempt used and what they cost at its deployment's prices."""
+    if not attempts or deployment_id is None:
         return 0, 0.0
-    last = record.attempts[-1]
-    estimate = record.notes.get("context_estimate")
+    last = attempts[-1]
+    estimate = notes.get("context_estimate")
     # streams carry no usage here: count the gateway's own prompt estimate then
     prompt = last.prompt_tokens or (estimate if isinstance(estimate, int) else 0)
     completion = last.completion_tokens or 0
-    dep = fleet.deployments.get(record.deployment_id)
+    dep = fleet.deployments.get(deployment_id)
     if dep is None:
         return prompt + completion, 0.0
     cost = (prompt * dep.price_input + completion * dep.price_output) / 1e6

@@ -38,20 +38,33 @@ class KeyRing:
 
     def __init__(self) -> None:
         self._by_hash: dict[str, ClientKey] = {}
-        self._spent: dict[str, float] = {}  # spend recorded here since the last reload
+        # spend recorded here: not yet in the store, and stored since the keys were loaded
+        # (so in neither case part of `ClientKey.spent` yet)
+        self._unsaved: dict[str, float] = {}
+        self._saved: dict[str, float] = {}
 
     def replace(self, keys: dict[str, ClientKey]) -> None:
         self._by_hash = keys
-        self._spent = {}
+        self._saved = {}
 
     def lookup(self, secret: str) -> ClientKey | None:
         return self._by_hash.get(hash_secret(secret))
 
     def spent(self, key: ClientKey) -> float:
-        return key.spent + self._spent.get(key.id, 0.0)
+        return key.spent + self._saved.get(key.id, 0.0) + self._unsaved.get(key.id, 0.0)
 
     def add_spend(self, key_id: str, cost: float) -> None:
-        self._spent[key_id] = self._spent.get(key_id, 0.0) + cost
+        self._unsaved[key_id] = self._unsaved.get(key_id, 0.0) + cost
+
+    def persisted(self, spend: dict[str, float]) -> None:
+        """`spend` is in the store now (the next load of the keys includes it)."""
+        for key_id, cost in spend.items():
+            left = self._unsaved.get(key_id, 0.0) - cost
+            if left > 1e-12:
+                self._unsaved[key_id] = left
+            else:
+                self._unsaved.pop(key_id, None)
+            self._saved[key_id] = self._saved.get(key_id, 0.0) + cost
 
     def __len__(self) -> int:
         return len(self._by_hash)

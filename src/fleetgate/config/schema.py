@@ -460,6 +460,10 @@ class StorageConfig(_Strict):
     FLEETGATE_DATABASE_URL overrides)."""
     redis_url: str | None = None
     """Shared runtime state for many replicas (env FLEETGATE_REDIS_URL overrides)."""
+    redis_namespace: str | None = None
+    """Prefix of every Redis key and channel (env FLEETGATE_REDIS_NAMESPACE overrides);
+    default `fleetgate:<db>`, the URL's database number: pub/sub spans every database, so
+    clusters on one Redis stay apart only by name."""
     data_dir: str | None = None
     """Where the default SQLite file lives (env FLEETGATE_DATA_DIR; default `./data`)."""
     retention_days: PositiveFloat = 30.0

@@ -54,7 +54,14 @@ class RequestRecord:
 
 
 class RecordSink(Protocol):
+    """Takes batches of records. A sink that keeps what it could not write may say so with
+    a true `waiting` attribute: it is then given empty batches to retry with, every
+    `RETRY_SECONDS`, until it is done, even while no request arrives."""
+
     async def write(self, records: list[RequestRecord]) -> None: ...
+
+
+RETRY_SECONDS = 1.0
 
 
 class RecentRequests:
@@ -122,17 +129,21 @@ class Recorder:
 
     async def _run(self) -> None:
         while True:
-            await self._wake.wait()
+            if self._buffer or not any(getattr(s, "waiting", False) for s in self.sinks):
+                await self._wake.wait()
+            else:  # a sink keeps rows for later: retry even if no request comes
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), RETRY_SECONDS)
             self._wake.clear()
             await self.flush()
             await asyncio.sleep(self.interval)  # batch what arrives meanwhile
 
     async def flush(self) -> None:
-        if not self._buffer:
-            return
         batch = list(self._buffer)
         self._buffer.clear()
         for sink in self.sinks:
+            if not batch and not getattr(sink, "waiting", False):
+                continue
             try:
                 await sink.write(batch)
             except Exception:  # a failing sink must never take the gateway down

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from fleetgate.auth.guard import presents, record_usage
+from fleetgate.auth.budgets import Hold
+from fleetgate.auth.guard import presents, record_usage, usage
 from fleetgate.auth.keys import ClientKey
 from fleetgate.context.placement import TIER_HEADER, effective_window
 from fleetgate.context.refine import ContextRefiner
@@ -42,6 +43,7 @@ from fleetgate.server.asgi import (
     ClientDisconnected,
     DisconnectWatch,
     Headers,
+    Message,
     Receive,
     Scope,
     Send,
@@ -77,11 +79,12 @@ Handler = Callable[[Scope, Receive, Send, "Exchange"], Awaitable[None]]
 class Exchange:
     """Per-request facts the handlers share: id, start time, and the routing headers."""
 
-    __slots__ = ("client_key", "headers", "protocol", "refused", "request_id", "started")
+    __slots__ = ("client_key", "headers", "hold", "protocol", "refused", "request_id", "started")
 
     def __init__(self, scope: Scope) -> None:
         self.started = time.perf_counter()
         self.client_key: ClientKey | None = None
+        self.hold: Hold | None = None  # the request's expected cost, held against a budget
         self.protocol = error_protocol(scope["path"])  # the shape errors are answered in
         self.headers: dict[str, str] = {}
         self.refused: GatewayError | None = None  # a header no request may carry
@@ -292,7 +295,21 @@ class Gateway:
 
             assert self.control is not None
             self.admin_app = create_admin_app(self.control)
-        await self.admin_app(scope, receive, send)
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.admin_app(scope, receive, tracked)
+        except Exception:
+            if not started:
+                raise  # answered as an internal_error by __call__
+            # the framework answered already (its own 500): a second answer would break
+            # the connection the client keeps alive for its next request
+            log.exception("admin request %s failed after its answer began", ex.request_id)
 
     async def _dashboard(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         if self.dashboard is None:  # loaded on first use, like the admin app
@@ -373,6 +390,8 @@ class Gateway:
             )
             require_route(plan)
             await self.refiner.refine(plan, profile, fleet)  # exact count near a boundary
+            if ex.client_key is not None and self.guard is not None:
+                ex.hold = await self.guard.hold(ex.client_key, plan, profile, fleet)
         except GatewayError as exc:  # refused before any upstream call: logged all the same
             self._record(ex, profile, plan, exc.status, exc.code, [], None, 0.0)
             raise
@@ -394,6 +413,7 @@ class Gateway:
             body = outcome.body
             assert body is not None
             self._check_truncation(ex, profile, plan, outcome)
+            await self._release(ex, outcome, plan)  # a next request must see this one's cost
             overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
             headers = ex.base_headers()
             headers.extend(_routing_headers(plan, outcome, overhead))
@@ -408,6 +428,17 @@ class Gateway:
             await watch.absorb()
         finally:
             watch.finish()
+            if ex.hold is not None and not ex.hold.settled and self.guard is not None:
+                assert ex.client_key is not None  # the client left before any record
+                self.guard.settle(ex.client_key, 0, 0.0, ex.hold)
+
+    async def _release(self, ex: Exchange, outcome: Outcome, plan: RoutePlan) -> None:
+        """Settle the request's budget hold with its real cost, before the answer ends."""
+        if ex.hold is None or self.guard is None or ex.client_key is None:
+            return
+        dep = outcome.candidate.deployment.id
+        cost = usage(outcome.attempts, dep, plan.notes, self.holder.fleet)[1]
+        await self.guard.release(ex.client_key, ex.hold, cost)
 
     async def _send_stream(
         self,
@@ -430,6 +461,7 @@ class Gateway:
             async for chunk in stream:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             self._check_truncation(ex, profile, plan, outcome)  # from the stream's end
+            await self._release(ex, outcome, plan)  # a next request must see its cost
             # recorded before the stream's end reaches the client: whoever has the whole
             # answer can read its record
             self._record_stream(ex, profile, plan, outcome, overhead)
@@ -485,7 +517,7 @@ class Gateway:
         self.recent.add(record)
         self.recorder.add(record)
         if key is not None and self.guard is not None:
-            self.guard.settle(key, *record_usage(record, self.holder.fleet))
+            self.guard.settle(key, *record_usage(record, self.holder.fleet), ex.hold)
 
     # ---- the gateway's own endpoints --------------------------------------------------
     def _is_admin(self, scope: Scope) -> bool:

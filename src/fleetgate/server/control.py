@@ -16,10 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from fleetgate.auth.guard import Guard, record_usage
 from fleetgate.auth.keys import KeyRing
 from fleetgate.config.schema import FleetConfig
 from fleetgate.fleet import Fleet, build_fleet, resolve_secret
+from fleetgate.outage import Outage
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
@@ -46,6 +49,7 @@ log = logging.getLogger("fleetgate.control")
 ADMIN_KEY_ENV = "FLEETGATE_ADMIN_KEY"
 KEYS_VERSION = "keys_version"
 REDIS_URL_ENV = "FLEETGATE_REDIS_URL"
+REDIS_NAMESPACE_ENV = "FLEETGATE_REDIS_NAMESPACE"
 # `GET /v1/requests/{id}` keeps this many records in memory when the store logs every
 # request (`GET /admin/requests/{id}`): 2000 held ~2 MB of the peak RSS under load.
 RECENT_WITH_STORE = 500
@@ -58,7 +62,7 @@ class ControlOptions:
     database_url: str | None = None
     data_dir: str | None = None
     redis_url: str | None = None
-    redis_namespace: str = "fleetgate"
+    redis_namespace: str | None = None  # default: `storage.redis_namespace`, then derived
     admin_key: str | None = None
     purge_interval: float = 600.0
     poll_interval: float = 1.0  # store polling when there is no working Redis
@@ -69,22 +73,43 @@ def _has_entities(config: FleetConfig) -> bool:
 
 
 class SpendSink:
-    """Adds each key's spend to its row, one UPDATE per key per batch."""
+    """Adds each key's spend to its row, one UPDATE per key per batch. While the store is
+    unreachable the sums wait, one number per key (so nothing is ever dropped), and go
+    with the next batch."""
 
-    def __init__(self, keys: KeyStore, fleet: Callable[[], Fleet]) -> None:
+    def __init__(self, keys: KeyStore, fleet: Callable[[], Fleet], ring: KeyRing, outage: Outage):
         self.keys = keys
         self.fleet = fleet
+        self.ring = ring
+        self.outage = outage
+        self.pending: dict[str, float] = {}
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self.pending)
 
     async def write(self, records: list[RequestRecord]) -> None:
         fleet = self.fleet()
-        spend: dict[str, float] = {}
+        pending = self.pending
         for r in records:
             if r.client_key_id is not None:
                 cost = record_usage(r, fleet)[1]
                 if cost:
-                    spend[r.client_key_id] = spend.get(r.client_key_id, 0.0) + cost
-        if spend:
-            await self.keys.add_spend(spend)
+                    pending[r.client_key_id] = pending.get(r.client_key_id, 0.0) + cost
+        if not pending:
+            return
+        batch = dict(pending)
+        try:
+            await self.keys.add_spend(batch)
+        except (SQLAlchemyError, OSError) as exc:
+            self.outage.failed(exc, "request-log rows and spend wait in memory")
+            return
+        self.outage.ok()
+        for key_id, cost in batch.items():
+            left = pending.pop(key_id) - cost
+            if abs(left) > 1e-12:  # (records only arrive between writes; kept for safety)
+                pending[key_id] = left
+        self.ring.persisted(batch)
 
 
 class ControlPlane:
@@ -108,14 +133,23 @@ class ControlPlane:
         self.redis_url = (
             self.options.redis_url or os.environ.get(REDIS_URL_ENV) or storage.redis_url
         )
+        self.redis_namespace = (
+            self.options.redis_namespace
+            or os.environ.get(REDIS_NAMESPACE_ENV)
+            or storage.redis_namespace
+        )
         self.db = open_database(self.url)
+        self.store_outage = Outage(
+            "the store", log, self.db.url.render_as_string(hide_password=True)
+        )
         self.config_store = ConfigStore(self.db)
-        self.request_log = RequestLog(self.db, base.storage.log_buffer)
+        self.request_log = RequestLog(self.db, base.storage.log_buffer, self.store_outage)
         # who writes the log's rows: the request log itself, or its writer process
         self.log_writer: RequestLog | LogWriterProcess = self.request_log
         self.keys = KeyStore(self.db)
         self.ring = KeyRing()
         self.guard = Guard(self.ring, base.auth.enabled)
+        self.spend = SpendSink(self.keys, lambda: self.fleet, self.ring, self.store_outage)
         self.link: RedisLink | None = None
         self._keys_version = 0
         self._fleet_lock = asyncio.Lock()
@@ -145,18 +179,19 @@ class ControlPlane:
         await self.reload_fleet(force=True)
         await self.reload_keys()
         self.gateway.recorder.sinks.append(self.log_writer)
-        self.gateway.recorder.sinks.append(SpendSink(self.keys, lambda: self.fleet))
+        self.gateway.recorder.sinks.append(self.spend)
+        self._export_store_metrics()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._purge_loop()))
         self._tasks.append(loop.create_task(self._poll_loop()))
         if self.redis_url:
+            from fleetgate.state.redis_budgets import RedisBudgets
             from fleetgate.state.redis_link import RedisLink
 
-            self.link = RedisLink(self.redis_url, self.options.redis_namespace)
+            self.link = RedisLink(self.redis_url, self.redis_namespace)
             self.link.on("config", self._on_event)
             self.link.on("keys", self._on_event)
             self.link.on("resync", self._on_event)
-            self.link.on("spend", self._on_event)
             for shared in (self.gateway.state, self.gateway.affinity):
                 if hasattr(shared, "attach"):
                     shared.attach(self.link)
@@ -164,24 +199,39 @@ class ControlPlane:
             if applied is not None:  # replicas running already serve the fleet before it
                 self.link.announce({"type": "config", "version": applied})
             self.guard.limiter = self.link.limiter()
-            link = self.link
-            self.guard.on_spend = lambda key_id, cost: link.announce(
-                {"type": "spend", "key": key_id, "cost": cost}
-            )
+            self.guard.budgets = RedisBudgets(self.link, self.guard.local_budgets)
             self._export_redis_metrics(self.link)
 
-    def _export_redis_metrics(self, link: RedisLink) -> None:
-        from prometheus_client import Gauge
+    def _export_store_metrics(self) -> None:
+        outage = self.store_outage
+        self._gauge(
+            "fleetgate_store_connected",
+            "1 while the store (database) answers; 0 during an outage.",
+            lambda: float(outage.up),
+        )
+        self._gauge(
+            "fleetgate_store_errors",
+            "Store operations that failed (rows and spend were kept and retried).",
+            lambda: float(outage.failures),
+        )
 
-        registry = self.gateway.metrics.registry
-        Gauge(
-            "fleetgate_redis_connected", "1 while the link to Redis is up.", registry=registry
-        ).set_function(lambda: float(link.healthy))
-        Gauge(
+    def _export_redis_metrics(self, link: RedisLink) -> None:
+        self._gauge(
+            "fleetgate_redis_connected",
+            "1 while the link to Redis is up.",
+            lambda: float(link.healthy),
+        )
+        self._gauge(
             "fleetgate_redis_errors",
             "Redis operations that failed; the replica used its local state instead.",
-            registry=registry,
-        ).set_function(lambda: float(link.errors))
+            lambda: float(link.errors),
+        )
+
+    def _gauge(self, name: str, documentation: str, read: Callable[[], float]) -> None:
+        from prometheus_client import Gauge
+
+        gauge = Gauge(name, documentation, registry=self.gateway.metrics.registry)
+        gauge.set_function(read)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -278,16 +328,17 @@ class ControlPlane:
     # ---- other replicas -----------------------------------------------------------------
     async def _on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
-        if kind == "config":
-            if int(event.get("version", 0)) > self.fleet.version:
+        try:
+            if kind == "config":
+                if int(event.get("version", 0)) > self.fleet.version:
+                    await self.reload_fleet()
+            elif kind == "keys":
+                await self.reload_keys()
+            elif kind == "resync":  # back from a Redis outage: changes may have been missed
                 await self.reload_fleet()
-        elif kind == "keys":
-            await self.reload_keys()
-        elif kind == "spend":  # another replica's spend, until the stored total catches up
-            self.ring.add_spend(str(event["key"]), float(event["cost"]))
-        elif kind == "resync":  # back from a Redis outage: changes may have been missed
-            await self.reload_fleet()
-            await self.reload_keys()
+                await self.reload_keys()
+        except (SQLAlchemyError, OSError) as exc:  # the poll loop catches up once it is back
+            self.store_outage.failed(exc)
 
     # ---- without (working) Redis: notice other processes' changes by polling -------------
     async def _poll_loop(self) -> None:
@@ -301,8 +352,13 @@ class ControlPlane:
                 await self.reload_fleet()
                 if await self.config_store.counter(KEYS_VERSION) != self._keys_version:
                     await self.reload_keys()
+            except (SQLAlchemyError, OSError) as exc:
+                self.store_outage.failed(exc)
+                continue
             except Exception:
                 log.exception("polling the store for changes failed; retrying")
+                continue
+            self.store_outage.ok()
 
     # ---- retention ----------------------------------------------------------------------
     async def purge_once(self, now: float | None = None, chunk: int = 1000) -> int:
@@ -315,6 +371,8 @@ class ControlPlane:
                 gone = await self.purge_once()
                 if gone:
                     log.info("purged %d request-log rows past retention", gone)
+            except (SQLAlchemyError, OSError) as exc:
+                self.store_outage.failed(exc)
             except Exception:
                 log.exception("request-log purge failed; retrying later")
             await asyncio.sleep(self.options.purge_interval)
@@ -330,6 +388,8 @@ class ControlPlane:
             "records_unwritten": self.log_writer.dropped,
             "log_write_failures": self.log_writer.failures,
             "records_rejected": self.log_writer.rejected,
+            "spend_pending": round(sum(self.spend.pending.values()), 12),
+            "store": self.store_outage.status(),
             "client_keys": len(self.ring),
             "auth_enabled": self.guard.enabled,
             "fleet_source": fleet_source(self.base, _has_entities(self.base)),

@@ -13,7 +13,7 @@ import contextlib
 import inspect
 import logging
 import os
-import time
+import urllib.parse
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -22,9 +22,11 @@ import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from fleetgate.auth.limits import WINDOW, MemoryLimiter
+from fleetgate.outage import Outage
 
 log = logging.getLogger("fleetgate.redis")
 
@@ -34,21 +36,29 @@ _OUTBOX = 10_000  # queued writes kept while Redis is slow; the oldest go first
 Handler = Callable[[dict[str, Any]], Any]
 
 
+def default_namespace(url: str) -> str:
+    """`fleetgate:<db>`: the database number of the URL (`/N` or `?db=N`; 0 by default).
+    Keys already live per database, but pub/sub channels span them all."""
+    parts = urllib.parse.urlsplit(url)
+    db = parts.path.strip("/")
+    if parts.scheme == "unix" or not db.isdigit():
+        db = urllib.parse.parse_qs(parts.query).get("db", ["0"])[0]
+    return f"fleetgate:{int(db) if db.isdigit() else 0}"
+
+
 class RedisLink:
-    def __init__(self, url: str, namespace: str = "fleetgate") -> None:
+    def __init__(self, url: str, namespace: str | None = None) -> None:
         self.url = url
-        self.namespace = namespace
+        self.namespace = namespace or default_namespace(url)
         self.replica = os.urandom(6).hex()
-        self.channel = f"{namespace}:events"
+        self.channel = self.key("events")
         # short timeouts and one retry (which replaces a pooled connection that died with
         # an earlier Redis): a dead Redis must cost a request nothing noticeable
         self.client = aioredis.Redis.from_url(
             url, socket_timeout=0.5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 1)
         )
         self.healthy = False
-        self.errors = 0  # the metric: Redis operations that failed
-        self.outages = 0  # times the link went down
-        self.down_since: float | None = None
+        self.outage = Outage("Redis", log, url.split("@")[-1])
         self.dropped_writes = 0
         self._handlers: dict[str, list[Handler]] = {}
         self._outbox: deque[tuple[str, Any]] = deque()
@@ -86,22 +96,25 @@ class RedisLink:
     # ---- health -------------------------------------------------------------------------
     def fail(self, exc: BaseException) -> None:
         """Count a failed operation; the first one of an outage logs a warning."""
-        self.errors += 1
-        if self.healthy or self.down_since is None:
-            self.outages += 1
-            self.down_since = time.time()
-            log.warning(
-                "Redis at %s is unreachable (%s); using local state until it is back",
-                self.url.split("@")[-1],
-                type(exc).__name__,
-            )
         self.healthy = False
+        self.outage.failed(exc, "using local state until it is back")
 
     def _recovered(self) -> None:
-        if not self.healthy:
-            log.warning("Redis is reachable again; shared state resumes")
         self.healthy = True
-        self.down_since = None
+        self.outage.ok()
+
+    @property
+    def errors(self) -> int:
+        """The metric: Redis operations that failed."""
+        return self.outage.failures
+
+    @property
+    def outages(self) -> int:
+        return self.outage.outages
+
+    @property
+    def down_since(self) -> float | None:
+        return self.outage.down_since
 
     def status(self) -> dict[str, Any]:
         return {
@@ -118,8 +131,11 @@ class RedisLink:
         """Publish an event to every other replica."""
         self._queue(("publish", {**event, "origin": self.replica}))
 
-    def store_hash(self, name: str, field: str, value: dict[str, Any]) -> None:
-        self._queue(("hset", (name, field, value)))
+    def run_script(
+        self, script: AsyncScript, keys: list[str], args: list[Any], durable: bool = False
+    ) -> None:
+        """Run a Lua script with the next batch; `durable`: kept while Redis is down."""
+        self._queue(("script", (script, keys, args, durable)))
 
     def _queue(self, op: tuple[str, Any]) -> None:
         if len(self._outbox) >= _OUTBOX:
@@ -153,14 +169,18 @@ class RedisLink:
             if op == "publish":
                 pipe.publish(self.channel, orjson.dumps(arg))
             else:
-                name, field, value = arg
-                pipe.hset(self.key(name), field, orjson.dumps(value))
+                script, keys, args, _ = arg
+                await script(keys=keys, args=args, client=pipe)  # queued, not sent yet
         try:
-            await pipe.execute()
+            results = await pipe.execute(raise_on_error=False)
         except (RedisError, OSError) as exc:
             self.dropped_writes += len(ops) - len(kept)
             self._outbox.extendleft(reversed(kept))
             self.fail(exc)
+            return
+        for result in results:
+            if isinstance(result, RedisError):  # a command Redis refused: a bug, not an outage
+                log.error("Redis refused a write: %s", result)
 
     # ---- reads --------------------------------------------------------------------------
     async def read_hash(self, name: str) -> dict[str, dict[str, Any]]:
@@ -218,7 +238,9 @@ class RedisLink:
 
 
 def _durable(op: tuple[str, Any]) -> bool:
-    """Notifications other replicas must not miss (config and key changes)."""
+    """Notifications other replicas must not miss (config and key changes), and spend."""
+    if op[0] == "script":
+        return bool(op[1][3])
     return op[0] == "publish" and op[1].get("type") in ("config", "keys")
 
 

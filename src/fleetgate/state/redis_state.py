@@ -2,11 +2,15 @@
 
 Reads stay synchronous on a local mirror (a `MemoryState`), so routing never awaits.
 Every change to a deployment's circuit, cooldown or EMAs is applied locally first, then
-queued to Redis (a hash other replicas load at start-up, and a pub/sub event they apply
-at once). In-flight counts are approximate: each replica publishes its own counts about
-twice a second (while they change or are non-zero), and every replica's mirror holds its
-own count plus the others' last published ones; a replica that stops publishing drops
-out after a few seconds. Without Redis this is a `MemoryState`.
+queued to Redis as one atomic script on the deployment's entry of a hash (which replicas
+load at start-up); the script publishes the result, which every replica (this one too)
+applies at once. Failures are counted in the script, so failures seen at the same moment
+on several replicas add up: the cluster as a whole opens the circuit at its threshold.
+
+In-flight counts are approximate: each replica publishes its own counts about twice a
+second (while they change or are non-zero), and every replica's mirror holds its own
+count plus the others' last published ones; a replica that stops publishing drops out
+after a few seconds. Without Redis this is a `MemoryState`.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ import contextlib
 import time
 from typing import Any
 
+import orjson
+
 from fleetgate.config.schema import CircuitConfig
 from fleetgate.state.redis_link import RedisLink
-from fleetgate.state.runtime import RATE_LIMITED, MemoryState
+from fleetgate.state.runtime import CIRCUIT_OPEN, RATE_LIMITED, MemoryState, threshold
 
 _SHARED = (
     "consecutive_failures",
@@ -29,6 +35,34 @@ _SHARED = (
     "latency_ema",
 )
 
+
+# KEYS[1] the health hash; ARGV: channel, deployment, op, now, then per op:
+# failure: threshold, cooldown, probing (1/0), reason; cooldown: until, reason;
+# success: the fields to set (JSON)
+_HEALTH = """
+local raw = redis.call('HGET', KEYS[1], ARGV[2])
+local h = raw and cjson.decode(raw) or {}
+local now = tonumber(ARGV[4])
+local open_until = tonumber(h.open_until) or 0
+if ARGV[3] == 'failure' then
+  local count = (tonumber(h.consecutive_failures) or 0) + 1
+  h.consecutive_failures = count
+  if ARGV[7] == '1' or count >= tonumber(ARGV[5]) then
+    local untl = now + tonumber(ARGV[6])
+    if untl > open_until then h.open_until = untl; h.open_reason = ARGV[8] end
+  end
+elseif ARGV[3] == 'cooldown' then
+  local untl = tonumber(ARGV[5])
+  if untl > open_until then h.open_until = untl; h.open_reason = ARGV[6] end
+else
+  for k, v in pairs(cjson.decode(ARGV[5])) do h[k] = v end
+end
+local fields = cjson.encode(h)
+redis.call('HSET', KEYS[1], ARGV[2], fields)
+redis.call('PUBLISH', ARGV[1], '{"type":"health","origin":"redis","deployment":'
+  .. cjson.encode(ARGV[2]) .. ',"fields":' .. fields .. '}')
+return fields
+"""
 
 INFLIGHT_INTERVAL = 0.5  # seconds between in-flight publications
 INFLIGHT_STALE = 5.0  # a replica silent this long no longer counts
@@ -45,6 +79,7 @@ class RedisState(MemoryState):
 
     def attach(self, link: RedisLink) -> None:
         self.link = link
+        self._health_script = link.client.register_script(_HEALTH)
         link.on("health", self._apply)
         link.on("inflight", self._apply_inflight)
         link.on("resync", lambda _event: self._load_snapshot())
@@ -106,25 +141,32 @@ class RedisState(MemoryState):
         if h.open_until and h.open_until > time.time():
             h.probing = False
 
-    def _share(self, deployment_id: str) -> None:
+    def _share(self, deployment_id: str, op: str, now: float, *args: Any) -> None:
+        """Merge a change into the cluster's entry for the deployment (see `_HEALTH`)."""
         if self.link is None:
             return
-        h = self.health(deployment_id)
-        fields = {name: getattr(h, name) for name in _SHARED}
-        self.link.store_hash("health", deployment_id, fields)
-        self.link.announce({"type": "health", "deployment": deployment_id, "fields": fields})
+        link = self.link
+        argv = [link.channel, deployment_id, op, now, *args]
+        link.run_script(self._health_script, [link.key("health")], argv)
 
     def record_success(
         self, deployment_id: str, ttft: float | None, latency: float, tokens: int | None
     ) -> None:
         super().record_success(deployment_id, ttft, latency, tokens)
-        self._share(deployment_id)
+        h = self.health(deployment_id)
+        fields = orjson.dumps({name: getattr(h, name) for name in _SHARED})
+        self._share(deployment_id, "success", time.time(), fields)
 
     def record_failure(
         self, deployment_id: str, now: float, circuit: CircuitConfig, severe: bool = False
     ) -> None:
+        probing = self.health(deployment_id).probing
         super().record_failure(deployment_id, now, circuit, severe)
-        self._share(deployment_id)
+        limit = threshold(circuit, severe)
+        flag = "1" if probing else "0"
+        self._share(
+            deployment_id, "failure", now, limit, circuit.cooldown_seconds, flag, CIRCUIT_OPEN
+        )
 
     def record_rate_limit(
         self,
@@ -135,5 +177,6 @@ class RedisState(MemoryState):
         reason: str = RATE_LIMITED,
     ) -> float:
         until = super().record_rate_limit(deployment_id, now, retry_after, circuit, reason)
-        self._share(deployment_id)
+        h = self.health(deployment_id)
+        self._share(deployment_id, "cooldown", now, until, h.open_reason)
         return until

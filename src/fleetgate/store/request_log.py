@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Select, and_, delete, or_, select
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError
 
 from fleetgate.execute.outcome import Attempt
+from fleetgate.outage import Outage
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.store.db import Database
 from fleetgate.store.tables import requests
@@ -140,9 +141,10 @@ class RequestLog:
     database rejects (a value it cannot hold) is set apart, counted and dropped: it never
     holds back the rows after it."""
 
-    def __init__(self, db: Database, capacity: int = 10_000) -> None:
+    def __init__(self, db: Database, capacity: int = 10_000, outage: Outage | None = None) -> None:
         self.db = db
         self.capacity = capacity
+        self.outage = outage or Outage("the store", log)
         self.written = 0
         self.dropped = 0  # rows lost because the database stayed unreachable
         self.failures = 0  # batches that could not be written (and were kept)
@@ -155,6 +157,11 @@ class RequestLog:
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    @property
+    def waiting(self) -> bool:
+        """Rows kept for the next batch (the store was unreachable)."""
+        return bool(self._pending)
 
     async def write(self, records: list[RequestRecord]) -> None:
         self.queue([row_of(record) for record in records])
@@ -180,6 +187,7 @@ class RequestLog:
             await self.db.transaction(self._insert_rows, self._insert, batch)
             done = len(batch)
             self.written += done
+            self.outage.ok()
         except _ROW_REJECTED:
             done = await self._isolate(batch)
         except (SQLAlchemyError, OSError) as exc:
@@ -220,11 +228,7 @@ class RequestLog:
 
     def _keep(self, rows: list[tuple[Any, ...]], exc: BaseException) -> None:
         self.failures += 1
-        log.warning(
-            "request log: cannot write %d row(s) (%s); keeping them for the next batch",
-            len(rows),
-            type(exc).__name__,
-        )
+        self.outage.failed(exc, "request-log rows and spend wait in memory")
 
     async def purge(self, older_than: float, chunk: int = 1000) -> int:
         """Delete rows older than `older_than` (epoch seconds), `chunk` requests per
