@@ -29,6 +29,7 @@ def _fleet(stack: Stack) -> dict[str, Any]:
         "providers": [provider("pa", a)],
         "deployments": [deployment("m", "pa", price=PRICED)],
         "auth": {"enabled": True},
+        "storage": {"log_writer": "thread"},  # a forked writer would inherit the proxy's port
     }
 
 
@@ -136,7 +137,11 @@ def test_the_admin_api_answers_503_during_a_store_outage_on_a_healthy_connection
     url, proxy = pg_outage
     a = stack.engine("a")
     stack.start_gateway(
-        {"providers": [provider("pa", a)], "deployments": [deployment("m", "pa")]},
+        {
+            "providers": [provider("pa", a)],
+            "deployments": [deployment("m", "pa")],
+            "storage": {"log_writer": "thread"},
+        },
         ControlOptions(database_url=url, admin_key=ADMIN_KEY),
     )
     caplog.set_level(logging.ERROR)
