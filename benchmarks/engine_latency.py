@@ -1,17 +1,25 @@
 """What fleetgate adds to one request's latency in front of the real llama.cpp engine.
 
-Starts one `llama-server` (n_ctx 512, one slot, one thread) and `fleetgate serve` in front
-of it, then sends the same short chat many times, one at a time over one keep-alive
-connection per target, alternating direct and through the gateway so that drift in the
-machine's load hits both alike. Reports p50 / mean / p90 of both, the added latency
-(difference of medians and mean of the paired differences), what the gateway says it
-spent itself (`X-Fleetgate-Overhead-Ms`), and how many TCP connections the gateway opened
-to the engine (from the engine's side: distinct client ports seen in /proc/net/tcp).
+Starts one `llama-server` (one slot, one thread; or, with `--upstream fake`, the benchmarks'
+fake upstream) and `fleetgate serve` in front of it, then sends the same chat many times,
+one at a time over one keep-alive connection per target, alternating direct and through
+the gateway so that drift in the machine's load hits both alike. Reports:
+
+- p50 / mean / p90 of both, the added latency (difference of medians, and mean of the
+  paired differences) and what the gateway says it spent itself (`X-Fleetgate-Overhead-Ms`);
+- answers that were not 200 (`failures`; e.g. a reset on a pooled connection the engine
+  had closed);
+- the serving process's CPU time, run-queue wait and timeslices per request
+  (`/proc/PID/task/*/schedstat`), and the TCP connections opened to the engine meanwhile
+  (from /proc/net/tcp);
+- the floor of the same run: the round trip of 200 bytes over loopback TCP between two
+  processes on the same CPU and on different CPUs (what each extra process hop costs here).
 
     python3 benchmarks/engine_latency.py [--requests 400] [--stream] [--max-tokens 1]
+        [--prompt-bytes N] [--upstream llama|fake] [--src DIR] [--gateway-cpu 0] ...
 
-The floor of the run is the direct figure; the added latency is reported in milliseconds
-and as a ratio to it.
+`--src DIR` runs the gateway from another checkout's `src` (A/B a change); `--profile
+FILE` / `--strace FILE` record py-spy / `strace -c` of the gateway during the run.
 """
 
 from __future__ import annotations
@@ -20,11 +28,17 @@ import argparse
 import http.client
 import json
 import os
+import random
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +47,11 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 from benchmarks.run import start_server, stop  # noqa: E402
+from fleetgate.testing.corpus import text_of  # noqa: E402
 from fleetgate.testing.llama import ALIAS, LlamaServer, free_port  # noqa: E402
 
 MODEL = "tiny"
+PATH = "/v1/chat/completions"
 
 
 class Client:
@@ -45,28 +61,28 @@ class Client:
         self.port = port
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         self.reconnects = 0
+        self.failures: list[str] = []
 
-    def post(self, path: str, body: bytes) -> tuple[float, dict[str, str], bytes]:
+    def post(self, body: bytes) -> tuple[float, dict[str, str]]:
         for attempt in range(2):
             started = time.perf_counter()
             try:
-                self.conn.request("POST", path, body, {"Content-Type": "application/json"})
+                self.conn.request("POST", PATH, body, {"Content-Type": "application/json"})
                 resp = self.conn.getresponse()
                 data = resp.read()
             except (http.client.RemoteDisconnected, ConnectionError):
-                self.conn.close()
+                self.conn.close()  # the server had closed it: this client's own retry
                 self.reconnects += 1
                 if attempt:
                     raise
                 continue
             elapsed = time.perf_counter() - started
-            headers = {k.lower(): v for k, v in resp.getheaders()}
             if resp.will_close:
                 self.conn.close()
                 self.reconnects += 1
             if resp.status != 200:
-                raise RuntimeError(f"{path} on {self.port}: {resp.status} {data[:200]!r}")
-            return elapsed, headers, data
+                self.failures.append(f"{resp.status} {data[:160]!r}")
+            return elapsed, {k.lower(): v for k, v in resp.getheaders()}
         raise AssertionError("unreachable")
 
 
@@ -79,9 +95,8 @@ def connections_to(port: int) -> set[int]:
                 next(f)
                 for line in f:
                     fields = line.split()
-                    local, remote = fields[1], fields[2]
-                    if int(local.rsplit(":", 1)[1], 16) == port:
-                        ports.add(int(remote.rsplit(":", 1)[1], 16))
+                    if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        ports.add(int(fields[2].rsplit(":", 1)[1], 16))
         except FileNotFoundError:
             continue
     return ports
@@ -111,6 +126,57 @@ class PortWatch:
         self._thread.join()
 
 
+def schedstat(pid: int) -> tuple[int, int, int]:
+    """(ns on a CPU, ns waiting for one, timeslices) over all of a process's threads."""
+    totals = [0, 0, 0]
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                values = [int(v) for v in f.read().split()]
+        except FileNotFoundError:
+            continue  # a thread that ended
+        totals = [t + v for t, v in zip(totals, values, strict=True)]
+    return totals[0], totals[1], totals[2]
+
+
+def hop_floor(cross: bool, rounds: int = 2000) -> dict[str, float]:
+    """The round trip of 200 bytes over loopback TCP to a forked echo process, on the same
+    CPU as this one or on another: what one process hop costs on this machine now."""
+    here = min(os.sched_getaffinity(0))
+    cpus = sorted(range(os.cpu_count() or 1))
+    there = next((c for c in cpus if c != here), here) if cross else here
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        pid = os.fork()
+        if pid == 0:  # the echo process
+            os.sched_setaffinity(0, {there})
+            conn, _ = listener.accept()
+            while data := conn.recv(1000):
+                conn.sendall(data)
+            os._exit(0)
+        saved = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {here})
+        times = []
+        with socket.create_connection(listener.getsockname()) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for _ in range(rounds):
+                started = time.perf_counter()
+                sock.sendall(b"x" * 200)
+                got = 0
+                while got < 200:
+                    got += len(sock.recv(1000))
+                times.append(time.perf_counter() - started)
+        os.waitpid(pid, 0)
+        os.sched_setaffinity(0, saved)
+    times.sort()
+    return {
+        "p50_us": times[len(times) // 2] * 1e6,
+        "p90_us": times[int(len(times) * 0.9)] * 1e6,
+        "p99_us": times[int(len(times) * 0.99)] * 1e6,
+    }
+
+
 def summary(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     return {
@@ -120,80 +186,186 @@ def summary(values: list[float]) -> dict[str, float]:
     }
 
 
-def write_config(path: Path, engine: LlamaServer, port: int) -> None:
+@dataclass
+class Upstream:
+    """The engine under the gateway: the real llama.cpp server, or the benchmarks' fake."""
+
+    kind: str  # provider kind
+    port: int
+    pid: int
+    stop: Callable[[], None]
+    model: str  # the name it answers to
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+def start_upstream(which: str, work: Path, env: dict[str, str], n_ctx: int) -> Upstream:
+    if which == "llama":
+        engine = LlamaServer(n_ctx=n_ctx, slots=1, threads=1).start()
+        assert engine.process is not None
+        return Upstream("llamacpp", engine.port, engine.process.pid, engine.stop, ALIAS)
+    port = free_port()
+    server = start_server(
+        "upstream",
+        [sys.executable, "-m", "benchmarks.upstream", "--port", str(port)],
+        port,
+        "/_stats",
+        set(range(os.cpu_count() or 1)),
+        env,
+        ROOT,
+        work / "upstream.log",
+    )
+    return Upstream("openai", port, server.pid, lambda: stop(server.proc), "upstream-model")
+
+
+def write_config(path: Path, upstream: Upstream, port: int, n_ctx: int) -> None:
     config = {
         "server": {"host": "127.0.0.1", "port": port},
-        "providers": [{"id": "cpp", "kind": "llamacpp", "base_url": engine.base_url}],
+        "providers": [{"id": "cpp", "kind": upstream.kind, "base_url": upstream.base_url}],
         "deployments": [
-            {"model": MODEL, "provider": "cpp", "upstream_model": ALIAS, "context_window": 512}
+            {
+                "model": MODEL,
+                "provider": "cpp",
+                "upstream_model": upstream.model,
+                "context_window": n_ctx,
+            }
         ],
     }
     path.write_text(json.dumps(config))
 
 
-def run(requests: int, stream: bool, max_tokens: int) -> dict[str, Any]:
-    engine = LlamaServer(n_ctx=512, slots=1, threads=1).start()
+def _prompt(size: int) -> str:
+    """A short question, or about `size` bytes of the standard library's English prose (the
+    same text every time: the engine's prompt cache keeps its cost small and steady)."""
+    if size < 1000:
+        return "Say hello in five words."
+    return text_of("prose", random.Random(7), size)[:size]
+
+
+def _cpus(arg: str) -> set[int]:
+    return set(range(os.cpu_count() or 1)) if arg == "any" else {int(c) for c in arg.split(",")}
+
+
+@dataclass
+class Settings:
+    requests: int = 400
+    stream: bool = False
+    max_tokens: int = 1
+    prompt_bytes: int = 0
+    upstream: str = "llama"
+    src: Path = ROOT / "src"  # the checkout the gateway runs
+    cpus: dict[str, set[int]] | None = None
+    profile: Path | None = None
+    strace: Path | None = None
+
+
+def _watchers(s: Settings, pid: int) -> list[subprocess.Popen[bytes]]:
+    watchers = []
+    if s.profile is not None:  # py-spy on the gateway while it serves the measured run
+        cmd = ["py-spy", "record", "--format", "raw", "--rate", "1000", "--nonblocking"]
+        cmd += ["--pid", str(pid), "--output", str(s.profile)]
+        watchers.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    if s.strace is not None:  # strace -c of the gateway's threads during the run
+        cmd = ["strace", "-c", "-f", "-o", str(s.strace), "-p", str(pid)]
+        watchers.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    if watchers:
+        time.sleep(1.0)  # attached
+    return watchers
+
+
+def run(s: Settings) -> dict[str, Any]:
+    cpus = s.cpus or {w: _cpus("any") for w in ("gateway", "engine", "client")}
+    n_ctx = 512 if s.prompt_bytes < 1000 else 8192
+    work = Path(tempfile.mkdtemp(prefix="fleetgate-latency-"))
+    pythonpath = [str(s.src), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in pythonpath if p))
+    env["FLEETGATE_DATA_DIR"] = str(work)
+    floor = {"same_cpu": hop_floor(False), "cross_cpu": hop_floor(True)}
+    engine = start_upstream(s.upstream, work, env, n_ctx)
+    for tid in os.listdir(f"/proc/{engine.pid}/task"):
+        os.sched_setaffinity(int(tid), cpus["engine"])
+    os.sched_setaffinity(0, cpus["client"])
     gateway = None
     try:
-        work = Path(tempfile.mkdtemp(prefix="fleetgate-latency-"))
         port = free_port()
         config = work / "fleet.json"
-        write_config(config, engine, port)
-        pythonpath = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in pythonpath if p))
-        env["FLEETGATE_DATA_DIR"] = str(work)
+        write_config(config, engine, port, n_ctx)
         gateway = start_server(
             "fleetgate",
             [sys.executable, "-m", "fleetgate", "serve", "--config", str(config)],
             port,
             "/readyz",
-            0,
+            cpus["gateway"],
             env,
             ROOT,
             work / "gateway.log",
         )
         body: dict[str, Any] = {
             "model": MODEL,
-            "messages": [{"role": "user", "content": "Say hello in five words."}],
-            "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": _prompt(s.prompt_bytes)}],
+            "max_tokens": s.max_tokens,
             "temperature": 0,
         }
-        if stream:
+        if s.stream:
             body["stream"] = True
-        direct_body = json.dumps({**body, "model": ALIAS}).encode()
+        direct_body = json.dumps({**body, "model": engine.model}).encode()
         gateway_body = json.dumps(body).encode()
         direct, through = Client(engine.port), Client(port)
         for _ in range(20):  # warm-up: connections, caches, the engine's prompt cache
-            direct.post("/v1/chat/completions", direct_body)
-            through.post("/v1/chat/completions", gateway_body)
+            direct.post(direct_body)
+            through.post(gateway_body)
+        warm_failures = len(through.failures)
         before = connections_to(engine.port)
+        watchers = _watchers(s, gateway.pid)
+        sched_before = schedstat(gateway.pid)
         d_times: list[float] = []
         g_times: list[float] = []
         own: list[float] = []
         with PortWatch(engine.port, before) as watch:
-            for i in range(requests):
-                order = (True, False) if i % 2 else (False, True)
-                for is_direct in order:
+            for i in range(s.requests):
+                for is_direct in (True, False) if i % 2 else (False, True):
                     if is_direct:
-                        d_times.append(direct.post("/v1/chat/completions", direct_body)[0])
-                    else:
-                        elapsed, headers, _ = through.post("/v1/chat/completions", gateway_body)
-                        g_times.append(elapsed)
+                        d_times.append(direct.post(direct_body)[0])
+                        continue
+                    elapsed, headers = through.post(gateway_body)
+                    g_times.append(elapsed)
+                    if "x-fleetgate-overhead-ms" in headers:
                         own.append(float(headers["x-fleetgate-overhead-ms"]))
+        cpu_ns, wait_ns, slices = (
+            a - b for a, b in zip(schedstat(gateway.pid), sched_before, strict=True)
+        )
+        for watcher in watchers:
+            watcher.send_signal(signal.SIGINT)
+            watcher.wait(30)
         paired = [g - d for g, d in zip(g_times, d_times, strict=True)]
         d, g = summary(d_times), summary(g_times)
+        failures = through.failures[warm_failures:]
         return {
-            "requests": requests,
-            "stream": stream,
-            "max_tokens": max_tokens,
+            "requests": s.requests,
+            "upstream": s.upstream,
+            "src": str(s.src),
+            "stream": s.stream,
+            "max_tokens": s.max_tokens,
+            "body_bytes": len(gateway_body),
             "load_average": os.getloadavg(),
+            "cpus": {k: sorted(v) for k, v in cpus.items()},
+            "hop_floor": floor,
             "direct": d,
             "fleetgate": g,
             "added_p50_ms": g["p50_ms"] - d["p50_ms"],
             "added_mean_ms": statistics.fmean(paired) * 1000,
             "added_ratio_p50": g["p50_ms"] / d["p50_ms"],
-            "gateway_overhead_header_p50_ms": statistics.median(own),
-            # new connections the gateway (and, separately, the direct client) opened
+            "gateway_overhead_header_p50_ms": statistics.median(own) if own else None,
+            "failures": len(failures),
+            "first_failure": failures[0] if failures else None,
+            # the serving process, per gateway request: its CPU time, the time its threads
+            # waited for a CPU while runnable, and the times they were scheduled in
+            "gateway_cpu_ms_per_request": cpu_ns / 1e6 / s.requests,
+            "gateway_runqueue_wait_ms_per_request": wait_ns / 1e6 / s.requests,
+            "gateway_timeslices_per_request": slices / s.requests,
+            # connections opened to the engine by the gateway and the direct client together
             "engine_connections_opened": len(watch.seen),
             "direct_client_reconnects": direct.reconnects,
         }
@@ -202,14 +374,49 @@ def run(requests: int, stream: bool, max_tokens: int) -> dict[str, Any]:
         engine.stop()
 
 
+def line(r: dict[str, Any]) -> str:
+    """One line of the figures that matter."""
+    floor = r["hop_floor"]
+    return (
+        f"{r['upstream']} stream={r['stream']} body={r['body_bytes']}B "
+        f"load={r['load_average'][0]:.1f}: direct p50 {r['direct']['p50_ms']:.2f} ms, "
+        f"added p50 {r['added_p50_ms']:.2f} mean {r['added_mean_ms']:.2f} ms "
+        f"(own {r['gateway_overhead_header_p50_ms'] or 0:.3f}), failures {r['failures']}, "
+        f"gateway CPU {r['gateway_cpu_ms_per_request']:.2f} ms/req, run-queue wait "
+        f"{r['gateway_runqueue_wait_ms_per_request']:.2f} ms/req, engine connections "
+        f"{r['engine_connections_opened']}; hop floor same CPU "
+        f"{floor['same_cpu']['p50_us']:.0f} us, cross CPU {floor['cross_cpu']['p50_us']:.0f} "
+        f"us (p90 {floor['cross_cpu']['p90_us']:.0f})"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--max-tokens", type=int, default=1)
+    parser.add_argument("--prompt-bytes", type=int, default=0, help="a long prompt (n_ctx 8192)")
+    parser.add_argument("--upstream", choices=("llama", "fake"), default="llama")
+    parser.add_argument("--src", type=Path, default=ROOT / "src", help="the gateway's src")
+    for who in ("gateway", "engine", "client"):
+        parser.add_argument(f"--{who}-cpu", default="any", help="CPUs, e.g. 0 or 0,1 (any)")
+    parser.add_argument("--profile", type=Path, help="py-spy raw profile of the gateway")
+    parser.add_argument("--strace", type=Path, help="strace -c summary of the gateway")
+    parser.add_argument("--json", action="store_true", help="the whole result as JSON")
     args = parser.parse_args()
-    result = run(args.requests, args.stream, args.max_tokens)
-    print(json.dumps(result, indent=2))
+    settings = Settings(
+        requests=args.requests,
+        stream=args.stream,
+        max_tokens=args.max_tokens,
+        prompt_bytes=args.prompt_bytes,
+        upstream=args.upstream,
+        src=args.src.resolve(),
+        cpus={w: _cpus(getattr(args, f"{w}_cpu")) for w in ("gateway", "engine", "client")},
+        profile=args.profile,
+        strace=args.strace,
+    )
+    result = run(settings)
+    print(json.dumps(result, indent=2) if args.json else line(result))
     return 0
 
 

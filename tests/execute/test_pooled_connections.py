@@ -3,7 +3,7 @@
 llama.cpp's server closes the connection right after a streamed answer (while saying
 `Keep-Alive`); a pool would hand that connection to the next request before it has seen
 the close, and the request would fail (a 502 for a lone deployment, and a failure on the
-deployment's circuit). Connections to llama.cpp are therefore not reused.
+deployment's circuit). Streamed requests to llama.cpp therefore ask to close.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import asyncio
 import hashlib
 from collections import OrderedDict
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -148,12 +148,17 @@ def _anthropic_count_body(body: dict[str, Any], model: str) -> dict[str, Any]:
     return out
 
 
+class Counted(NamedTuple):
+    tokens: int
+    calls: int  # the engine calls it took (0: a cache hit or a local tokenizer)
+
+
 class ExactCounter:
     """Exact counts with a cache; one per gateway."""
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
-        self.calls = 0  # engine calls made (benchmarks read it)
+        self.calls = 0  # engine calls made, in all
         self._cache: OrderedDict[bytes, int] = OrderedDict()
 
     def _key(self, dep: Deployment, profile: RequestProfile) -> bytes:
@@ -163,14 +168,17 @@ class ExactCounter:
             what.append(body.get(name))
         return hashlib.blake2b(orjson.dumps(what), digest_size=16).digest()
 
-    async def count(self, dep: Deployment, profile: RequestProfile, settings: ContextConfig) -> int:
+    async def count(
+        self, dep: Deployment, profile: RequestProfile, settings: ContextConfig
+    ) -> Counted:
         """The prompt tokens of `profile` on `dep`; raises on any failure (the caller keeps
         the estimate)."""
         key = self._key(dep, profile)
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
-            return cached
+            return Counted(cached, 0)
+        spent = [0]  # this count's engine calls (others may count at the same time)
         if dep.tokenizer is not None:
             texts = _texts(profile)
             if sum(len(t) for t in texts) > OFF_LOOP_BYTES:
@@ -179,15 +187,18 @@ class ExactCounter:
                 text_count = _local_count(dep.tokenizer, texts)
             count = text_count + _scaffolding(dep, profile)
         else:
-            count = await self._engine_count(dep, profile)
+            count = await self._engine_count(dep, profile, spent)
         self._cache[key] = count
         if len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)
-        return count
+        return Counted(count, spent[0])
 
-    async def _post(self, dep: Deployment, url: str, payload: dict[str, Any]) -> Any:
+    async def _post(
+        self, dep: Deployment, url: str, payload: dict[str, Any], spent: list[int]
+    ) -> Any:
         client = self.pool.client(dep.provider)
         self.calls += 1
+        spent[0] += 1
         async with client.session.post(
             url, data=orjson.dumps(payload), headers=client.headers, allow_redirects=False
         ) as resp:
@@ -196,7 +207,9 @@ class ExactCounter:
                 raise TokenizeError(f"tokenize answered {resp.status}")
             return orjson.loads(raw)
 
-    async def _engine_count(self, dep: Deployment, profile: RequestProfile) -> int:
+    async def _engine_count(
+        self, dep: Deployment, profile: RequestProfile, spent: list[int]
+    ) -> int:
         client = self.pool.client(dep.provider)
         root = _server_root(client.base_url)
         body = profile.body
@@ -212,17 +225,20 @@ class ExactCounter:
                     payload["tools"] = tools
             else:
                 payload["prompt"] = body.get("prompt")
-            return _count(await self._post(dep, root + "/tokenize", payload))
+            return _count(await self._post(dep, root + "/tokenize", payload, spent))
         if kind == "llamacpp":
             if not chat:
                 content = "".join(_texts(profile))
-                return _count(await self._post(dep, root + "/tokenize", {"content": content}))
+                return _count(
+                    await self._post(dep, root + "/tokenize", {"content": content}, spent)
+                )
             messages = body["messages"]
             if _plain_chat(messages):
                 answer = await self._post(
                     dep,
                     root + "/v1/messages/count_tokens",
                     _anthropic_count_body(body, dep.upstream_model),
+                    spent,
                 )
                 return _count(answer)
             payload = {"messages": messages}
@@ -230,20 +246,20 @@ class ExactCounter:
                 payload["tools"] = tools
                 if body.get("tool_choice") is not None:
                     payload["tool_choice"] = body["tool_choice"]
-            templated = await self._post(dep, root + "/apply-template", payload)
+            templated = await self._post(dep, root + "/apply-template", payload, spent)
             text = templated.get("prompt") if isinstance(templated, dict) else None
             if not isinstance(text, str):
                 raise TokenizeError("no prompt in the apply-template answer")
-            return _count(await self._post(dep, root + "/tokenize", {"content": text}))
+            return _count(await self._post(dep, root + "/tokenize", {"content": text}, spent))
         # SGLang: text only, so the chat template's scaffolding stays estimated
         payload = {"model": dep.upstream_model, "prompt": "\n".join(_texts(profile))}
-        count = _count(await self._post(dep, client.base_url + "/tokenize", payload))
+        count = _count(await self._post(dep, client.base_url + "/tokenize", payload, spent))
         return count + _scaffolding(dep, profile)
 
 
 async def count_prompt(
     counter: ExactCounter, dep: Deployment, profile: RequestProfile, settings: ContextConfig
-) -> int:
+) -> Counted:
     """The exact prompt tokens of a request on a deployment (raises when it cannot tell)."""
     if profile.endpoint not in COUNTABLE_ENDPOINTS:
         raise TokenizeError(f"{profile.endpoint} requests are not counted")

@@ -53,6 +53,7 @@ from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
 from fleetgate.routing.planner import require_route
 
 COUNTED_BY = "context_counted_by"  # note: the deployment whose tokenizer counted
+COUNT_CALLS = "context_count_calls"  # note: engine calls the count took (none: cached)
 
 
 class ContextRefiner:
@@ -99,7 +100,7 @@ class ContextRefiner:
     async def count(self, dep: Deployment, profile: RequestProfile, settings: ContextConfig) -> int:
         """The exact prompt count of a chat or completions request on `dep` (tools counted);
         raises on any failure. `POST /v1/messages/count_tokens` uses it."""
-        return await count_prompt(self.counter, dep, profile, settings)
+        return (await count_prompt(self.counter, dep, profile, settings)).tokens
 
     async def _refine(
         self, plan: RoutePlan, profile: RequestProfile, settings: ContextConfig
@@ -116,7 +117,7 @@ class ContextRefiner:
         self.inflight += 1
         try:
             async with asyncio.timeout(settings.refine.timeout_seconds):
-                prompt = await count_prompt(self.counter, counter, profile, settings)
+                counted = await count_prompt(self.counter, counter, profile, settings)
         except TimeoutError:
             plan.notes["context_refine"] = "timeout"
             return
@@ -125,9 +126,11 @@ class ContextRefiner:
             return
         finally:
             self.inflight -= 1
-        exact = replace(estimate, prompt_tokens=prompt, exact=True)
+        exact = replace(estimate, prompt_tokens=counted.tokens, exact=True)
         profile.context = exact
         plan.notes["context_refine"] = "exact"
+        if counted.calls:
+            plan.notes[COUNT_CALLS] = counted.calls
         plan.notes["context_estimated"] = estimate.total
         plan.notes[COUNTED_BY] = counter.id
         record_estimate(exact, plan.headers, plan.notes)

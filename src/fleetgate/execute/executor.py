@@ -217,7 +217,9 @@ class Executor:
                 resp = await client.session.post(
                     upstream_url(client.base_url, dep.provider.kind, UPSTREAM_PATHS[wire.endpoint]),
                     data=wire.payload(profile, candidate),
-                    headers=request_headers(client, dep.provider, candidate.key_label),
+                    headers=request_headers(
+                        client, dep.provider, candidate.key_label, profile.stream
+                    ),
                     timeout=client.timeout,
                 )
                 if resp.status < 300:

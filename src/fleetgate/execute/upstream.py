@@ -3,12 +3,19 @@
 Every call fleetgate makes to an upstream (proxied requests, discovery probes, tokenize
 counts, engine polls) goes through an `UpstreamSession`, which never follows a redirect:
 a 3xx would carry the provider's credentials to whatever host it names.
+
+A pooled connection is only worth keeping while the server keeps it too. llama.cpp's
+server (cpp-httplib) ends the connection after every streamed answer although its headers
+say `Keep-Alive`, and closes idle ones after 5 s: a connection handed out again before its
+close has been seen carries the next request into a closed socket (a reset: the attempt
+fails). So a streamed request to it says `Connection: close` (the connection is not pooled
+again), and idle ones are dropped before the server drops them (`KEEP_ALIVE`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -49,11 +56,17 @@ class UpstreamSession:
         await self._session.close()
 
 
-# Engines that close the connection after each streamed answer while their headers say
-# `Keep-Alive` (llama.cpp's server): the pool would hand such a dead connection to the next
-# request before it has seen the close, and that request would fail (`Can not write request
-# body`, `Server disconnected`) though the engine is fine. Their connections are not reused.
-CLOSES_AFTER_STREAMS = frozenset({"llamacpp"})
+@dataclass(frozen=True, slots=True)
+class KeepAlive:
+    """What a provider kind's HTTP server does with kept-alive connections."""
+
+    idle_seconds: float = 60.0  # how long an idle pooled connection is kept
+    after_stream: bool = True  # whether a streamed answer's connection may serve another
+
+
+# where a server differs from keeping every connection open (cpp-httplib: 5 s idle)
+KEEP_ALIVE: dict[str, KeepAlive] = {"llamacpp": KeepAlive(idle_seconds=4.0, after_stream=False)}
+_DEFAULT_KEEP_ALIVE = KeepAlive()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +77,9 @@ class ProviderClient:
     base_url: str
     # this provider's credentials out of its error text, before any of it is cut short
     redactor: Redactor
+    # the headers of a streamed request (with `Connection: close` where the server ends the
+    # connection after a stream anyway)
+    stream_headers: dict[str, str] = field(default_factory=dict)
 
 
 def _auth(provider: Provider, key: str) -> dict[str, str]:
@@ -83,15 +99,17 @@ def _headers(provider: Provider) -> dict[str, str]:
 
 
 def request_headers(
-    client: ProviderClient, provider: Provider, key_label: str | None
+    client: ProviderClient, provider: Provider, key_label: str | None, stream: bool = False
 ) -> dict[str, str]:
-    """The provider's headers, with the labelled credential instead of the default one."""
+    """The provider's headers (a stream's, when streaming), with the labelled credential
+    instead of the default one."""
+    headers = client.stream_headers if stream else client.headers
     if key_label is None:
-        return client.headers
+        return headers
     credential = provider.credential(key_label)
     if credential is None or credential[0] is None:
-        return client.headers  # availability has dropped such a route already
-    return {**client.headers, **_auth(provider, credential[0])}
+        return headers  # availability has dropped such a route already
+    return {**headers, **_auth(provider, credential[0])}
 
 
 class UpstreamPool:
@@ -115,18 +133,17 @@ class UpstreamPool:
             # settings are the same; otherwise retire it (closed at shutdown, so requests
             # still using it finish).
             prev, client = old
-            same = (prev.base_url, prev.max_concurrency)
-            if same == (provider.base_url, provider.max_concurrency):
+            same = (prev.base_url, prev.max_concurrency, prev.kind)
+            if same == (provider.base_url, provider.max_concurrency, provider.kind):
                 client = _client(client.session, provider)
                 self._clients[provider.id] = (provider, client)
                 return client
             self._retired.append(client.session)
-        reuse = provider.kind not in CLOSES_AFTER_STREAMS
         connector = aiohttp.TCPConnector(
             limit=provider.max_concurrency,
             limit_per_host=0,
+            keepalive_timeout=KEEP_ALIVE.get(provider.kind, _DEFAULT_KEEP_ALIVE).idle_seconds,
             ttl_dns_cache=300,
-            **({"keepalive_timeout": 60} if reuse else {"force_close": True}),
         )
         session = UpstreamSession(
             connector=connector,
@@ -153,10 +170,13 @@ def _timeout(provider: Provider) -> aiohttp.ClientTimeout:
 
 
 def _client(session: UpstreamSession, provider: Provider) -> ProviderClient:
+    headers = _headers(provider)
+    keep = KEEP_ALIVE.get(provider.kind, _DEFAULT_KEEP_ALIVE)
     return ProviderClient(
         session,
         _timeout(provider),
-        _headers(provider),
+        headers,
         provider.base_url,
         redactor_for([provider]),
+        headers if keep.after_stream else {**headers, "Connection": "close"},
     )

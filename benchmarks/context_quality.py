@@ -1,0 +1,439 @@
+"""How well fleetgate places requests by context, in front of two real llama.cpp engines.
+
+Generates a varied corpus (`fleetgate.testing.corpus`: English prose, code, numeric CSV,
+CJK, other scripts, identifiers, JSON, tool schemas, multi-turn chats with tool calls,
+`max_tokens` 8-256), sized around the windows. Takes each request's exact prompt count
+from the engine (`/apply-template` with its tools, then `/tokenize`), so each request's
+need (prompt + max_tokens) and the tier it belongs on are known. Starts two `llama-server`
+engines (n_ctx 512 and 2048) behind one model id and replays the corpus through
+`fleetgate serve` twice: with `context_guard: allow` (the default) and with `reject`.
+Each request is also sent directly to the engine it belongs on, alternating which goes
+first, for the added latency.
+
+Reports, with the issue's targets:
+- placed right: on the smallest window that holds it (100 %); what fits nowhere goes to
+  the largest window with `allow`, and is refused before any upstream call with `reject`;
+- cut short: a 200 with a length stop before its own `max_tokens` (0), among requests that
+  fit a tier;
+- refused while a tier fits (`reject`; 0);
+- fits nowhere and reached an engine anyway (`reject`; 0);
+- exact-count engine calls per request (<= 0.3; the record note `context_count_calls`);
+- the estimate's error spread per class (the central estimate of the deployment's family
+  over the true count), and the share within [0.85, 1.25];
+- added latency, gateway - direct, paired per request (mean <= 1 ms), for all requests and
+  for those without an exact count.
+
+    python3 benchmarks/context_quality.py [--seed 21] [--requests 300] [--out FILE]
+
+Prompts are sent with `cache_prompt: false` and `temperature: 0`, so a request costs the
+engine the same whichever of its two sends comes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
+
+from benchmarks.run import start_server, stop  # noqa: E402
+from fleetgate.config.schema import ContextConfig  # noqa: E402
+from fleetgate.context.need import family_tokens  # noqa: E402
+from fleetgate.context.tally import tally_body  # noqa: E402
+from fleetgate.testing.corpus import CLASSES, corpus  # noqa: E402
+from fleetgate.testing.llama import ALIAS, LlamaServer, free_port  # noqa: E402
+
+MODEL = "ctx-model"
+WINDOWS = (512, 2048)
+SIZES = (60, 9000)  # characters of text per request: needs from ~40 to ~4000 tokens
+TARGETS = {
+    "placed_right": 1.0,
+    "cut_short": 0,
+    "refused_while_fits": 0,
+    "nowhere_reached_engine": 0,
+    "count_calls_per_request": 0.3,
+    "added_mean_ms": 1.0,
+}
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection, reopened when the server closes it."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+
+    def request(
+        self, method: str, path: str, body: Any = None
+    ) -> tuple[float, int, dict[str, str], Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        for attempt in range(2):
+            started = time.perf_counter()
+            try:
+                self.conn.request(method, path, data, headers)
+                resp = self.conn.getresponse()
+                raw = resp.read()
+            except (http.client.RemoteDisconnected, ConnectionError):
+                self.conn.close()  # a kept-alive connection the server had closed
+                if attempt:
+                    raise
+                continue
+            elapsed = time.perf_counter() - started
+            if resp.will_close:
+                self.conn.close()
+            parsed = json.loads(raw) if raw else None
+            return elapsed, resp.status, {k.lower(): v for k, v in resp.getheaders()}, parsed
+        raise AssertionError("unreachable")
+
+
+@dataclass
+class Item:
+    index: int
+    kind: str
+    body: dict[str, Any]
+    prompt: int = 0  # the engine's exact count
+    estimate: int = 0  # the family's central estimate (qwen2)
+
+    @property
+    def need(self) -> int:
+        return self.prompt + int(self.body["max_tokens"])
+
+    @property
+    def tier(self) -> int | None:
+        """The smallest window that holds it (None: none)."""
+        return next((w for w in WINDOWS if self.need <= w), None)
+
+
+@dataclass
+class Outcome:
+    status: int
+    route: str | None
+    attempts: int
+    error: str | None
+    cut_short: bool
+    count_calls: int
+    counted: bool
+    seconds: float
+    direct_seconds: float | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def exact_counts(engine: LlamaServer, items: list[Item]) -> None:
+    conn = Connection(engine.port)
+    for item in items:
+        payload: dict[str, Any] = {"messages": item.body["messages"]}
+        if item.body.get("tools"):
+            payload["tools"] = item.body["tools"]
+        _, status, _, templated = conn.request("POST", "/apply-template", payload)
+        assert status == 200, templated
+        _, status, _, tokens = conn.request("POST", "/tokenize", {"content": templated["prompt"]})
+        assert status == 200, tokens
+        item.prompt = len(tokens["tokens"])
+
+
+def make_items(seed: int, n: int) -> list[Item]:
+    settings = ContextConfig()
+    items = []
+    for i, sample in enumerate(corpus(seed, n, SIZES)):
+        body = {"model": MODEL, **sample.body, "temperature": 0, "cache_prompt": False}
+        estimate = family_tokens(tally_body(body, "chat.completions"), "qwen2", settings)
+        items.append(Item(i, sample.kind, body, estimate=estimate))
+    return items
+
+
+def write_config(path: Path, port: int, engines: list[LlamaServer], guard: str) -> None:
+    config = {
+        "server": {"host": "127.0.0.1", "port": port},
+        "routing": {"context": {"guard": guard}},
+        "providers": [
+            {"id": f"ctx-{w}", "kind": "llamacpp", "base_url": e.base_url}
+            for w, e in zip(WINDOWS, engines, strict=True)
+        ],
+        "deployments": [
+            {
+                "id": f"ctx-{w}",
+                "model": MODEL,
+                "provider": f"ctx-{w}",
+                "upstream_model": ALIAS,
+                "context_window": w,
+            }
+            for w in WINDOWS
+        ],
+    }
+    path.write_text(json.dumps(config))
+
+
+def start_gateway(work: Path, engines: list[LlamaServer], guard: str) -> Any:
+    port = free_port()
+    config = work / f"fleet-{guard}.json"
+    write_config(config, port, engines, guard)
+    pythonpath = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in pythonpath if p))
+    env["FLEETGATE_DATA_DIR"] = str(work / guard)
+    (work / guard).mkdir()
+    return start_server(
+        f"fleetgate-{guard}",
+        [sys.executable, "-m", "fleetgate", "serve", "--config", str(config)],
+        port,
+        "/readyz",
+        0,
+        env,
+        ROOT,
+        work / f"gateway-{guard}.log",
+    )
+
+
+def _cut_short(item: Item, answer: Any) -> bool:
+    if not isinstance(answer, dict) or not answer.get("choices"):
+        return False
+    finish = answer["choices"][0].get("finish_reason")
+    completion = (answer.get("usage") or {}).get("completion_tokens", 0)
+    return bool(finish == "length" and completion < item.body["max_tokens"])
+
+
+def replay(
+    gateway_port: int, engines: list[LlamaServer], items: list[Item], direct: bool
+) -> list[Outcome]:
+    through = Connection(gateway_port)
+    records = Connection(gateway_port)
+    straight = {w: Connection(e.port) for w, e in zip(WINDOWS, engines, strict=True)}
+    out = []
+    for item in items:
+        send_direct = direct and item.tier is not None
+        direct_body = {**item.body, "model": ALIAS}
+        direct_seconds = None
+        if send_direct and item.index % 2:
+            direct_seconds = straight[item.tier].request(  # type: ignore[index]
+                "POST", "/v1/chat/completions", direct_body
+            )[0]
+        seconds, status, headers, answer = through.request(
+            "POST", "/v1/chat/completions", item.body
+        )
+        if send_direct and not item.index % 2:
+            direct_seconds = straight[item.tier].request(  # type: ignore[index]
+                "POST", "/v1/chat/completions", direct_body
+            )[0]
+        _, rec_status, _, record = records.request("GET", f"/v1/requests/{headers['x-request-id']}")
+        assert rec_status == 200, record
+        notes = record.get("notes") or {}
+        error = answer.get("error") if isinstance(answer, dict) else None
+        out.append(
+            Outcome(
+                status=status,
+                route=headers.get("x-fleetgate-route"),
+                attempts=len(record.get("attempts") or ()),
+                error=(error or {}).get("code") if isinstance(error, dict) else None,
+                cut_short=status == 200 and _cut_short(item, answer),
+                count_calls=int(notes.get("context_count_calls") or 0),
+                counted=notes.get("context_refine") == "exact",
+                seconds=seconds,
+                direct_seconds=direct_seconds,
+                notes=notes,
+            )
+        )
+    return out
+
+
+def _route_window(route: str | None) -> int | None:
+    return int(route.removeprefix("ctx-")) if route else None
+
+
+def score(items: list[Item], outcomes: list[Outcome], guard: str) -> dict[str, Any]:
+    fits = [(i, o) for i, o in zip(items, outcomes, strict=True) if i.tier is not None]
+    nowhere = [(i, o) for i, o in zip(items, outcomes, strict=True) if i.tier is None]
+    wrong: list[dict[str, Any]] = []
+    placed = 0
+    for item, o in fits:
+        if o.status == 200 and _route_window(o.route) == item.tier and not o.cut_short:
+            placed += 1
+        else:
+            wrong.append(_miss(item, o))
+    refused_nowhere = [o for _, o in nowhere if o.error == "context_too_large" and not o.attempts]
+    if guard == "reject":
+        placed += len(refused_nowhere)
+        wrong.extend(_miss(i, o) for i, o in nowhere if o not in refused_nowhere)
+    else:  # allow: the largest window first, and its engine's own answer
+        biggest = [o for _, o in nowhere if o.attempts and _first_window(o) == WINDOWS[-1]]
+        placed += len(biggest)
+        wrong.extend(_miss(i, o) for i, o in nowhere if o not in biggest)
+    calls = sum(o.count_calls for o in outcomes)
+    result: dict[str, Any] = {
+        "guard": guard,
+        "requests": len(items),
+        "placed_right": placed / len(items),
+        "placed_right_n": placed,
+        "cut_short": sum(o.cut_short for _, o in fits),
+        "refused_while_fits": sum(o.error == "context_too_large" for _, o in fits),
+        "counted_requests": sum(o.counted for o in outcomes),
+        "count_calls": calls,
+        "count_calls_per_request": calls / len(items),
+        "misses": wrong[:20],
+    }
+    if guard == "reject":
+        result["nowhere_refused_before_upstream"] = len(refused_nowhere)
+        result["nowhere_reached_engine"] = sum(o.attempts > 0 for _, o in nowhere)
+    paired = [
+        (o.seconds - o.direct_seconds, o.counted) for _, o in fits if o.direct_seconds is not None
+    ]
+    if paired:
+        result["latency"] = {
+            "all": _latency([d for d, _ in paired]),
+            "not_counted": _latency([d for d, c in paired if not c]),
+            "counted": _latency([d for d, c in paired if c]),
+            "direct_p50_ms": statistics.median(
+                o.direct_seconds * 1000 for _, o in fits if o.direct_seconds is not None
+            ),
+        }
+        result["added_mean_ms"] = result["latency"]["all"]["mean_ms"]
+    return result
+
+
+def _first_window(o: Outcome) -> int | None:
+    return _route_window(o.route) if o.route else WINDOWS[-1] if o.attempts else None
+
+
+def _latency(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    ms = sorted(v * 1000 for v in values)
+    return {
+        "n": len(ms),
+        "mean_ms": statistics.fmean(ms),
+        "p50_ms": statistics.median(ms),
+        "trimmed_mean_ms": statistics.fmean(ms[len(ms) // 20 : len(ms) - len(ms) // 20] or ms),
+    }
+
+
+def _miss(item: Item, o: Outcome) -> dict[str, Any]:
+    return {
+        "index": item.index,
+        "kind": item.kind,
+        "prompt": item.prompt,
+        "max_tokens": item.body["max_tokens"],
+        "need": item.need,
+        "tier": item.tier,
+        "estimate": item.estimate,
+        "status": o.status,
+        "route": o.route,
+        "error": o.error,
+        "cut_short": o.cut_short,
+        "notes": {k: v for k, v in o.notes.items() if k.startswith("context_")},
+    }
+
+
+def spread(items: list[Item]) -> dict[str, Any]:
+    """The central estimate / the true count, per class: quantiles and the share within
+    [0.85, 1.25] (the issue's criterion for the estimate)."""
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    for item in items:
+        by_kind[item.kind].append(item.estimate / item.prompt)
+    out: dict[str, Any] = {}
+    for kind in (*CLASSES, "all"):
+        ratios = sorted(r for k, rs in by_kind.items() if kind in (k, "all") for r in rs)
+        if not ratios:
+            continue
+        q = statistics.quantiles(ratios, n=20, method="inclusive") if len(ratios) > 1 else ratios
+        out[kind] = {
+            "n": len(ratios),
+            "min": round(ratios[0], 3),
+            "p5": round(q[0], 3),
+            "p50": round(statistics.median(ratios), 3),
+            "p95": round(q[-1], 3),
+            "max": round(ratios[-1], 3),
+            "within_0.85_1.25": round(sum(0.85 <= r <= 1.25 for r in ratios) / len(ratios), 3),
+        }
+    return out
+
+
+def checks(results: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for r in results:
+        g = r["guard"]
+        lines.append(
+            f"{g}: placed right {r['placed_right_n']}/{r['requests']} (target 100 %), "
+            f"cut short {r['cut_short']} (0), refused while a tier fits "
+            f"{r['refused_while_fits']} (0), exact-count calls/request "
+            f"{r['count_calls_per_request']:.3f} (<= 0.3)"
+        )
+        if g == "reject":
+            lines.append(
+                f"{g}: fits nowhere: refused before any upstream call "
+                f"{r['nowhere_refused_before_upstream']}, reached an engine "
+                f"{r['nowhere_reached_engine']} (0)"
+            )
+        if "latency" in r:
+            lat = r["latency"]
+            lines.append(
+                f"{g}: added latency mean {lat['all']['mean_ms']:.2f} ms, p50 "
+                f"{lat['all']['p50_ms']:.2f} ms (target mean <= 1 ms; direct p50 "
+                f"{lat['direct_p50_ms']:.1f} ms); not counted: mean "
+                f"{lat['not_counted'].get('mean_ms', float('nan')):.2f} ms, counted: mean "
+                f"{lat['counted'].get('mean_ms', float('nan')):.2f} ms"
+            )
+    return lines
+
+
+def run(seed: int, n: int, latency: bool) -> dict[str, Any]:
+    engines = [LlamaServer(n_ctx=w, slots=1, threads=1) for w in WINDOWS]
+    gateways: list[Any] = []
+    try:
+        for e in engines:
+            e.start()
+        items = make_items(seed, n)
+        exact_counts(engines[-1], items)
+        tiers = Counter(str(i.tier) for i in items)
+        work = Path(tempfile.mkdtemp(prefix="fleetgate-context-quality-"))
+        results = []
+        for guard in ("allow", "reject"):
+            gateway = start_gateway(work, engines, guard)
+            gateways.append(gateway)
+            outcomes = replay(gateway.port, engines, items, direct=latency and guard == "allow")
+            results.append(score(items, outcomes, guard))
+            stop(gateway.proc)
+        return {
+            "seed": seed,
+            "requests": n,
+            "tiers": dict(tiers),
+            "load_average": os.getloadavg(),
+            "spread": spread(items),
+            "results": results,
+            "checks": checks(results),
+        }
+    finally:
+        for gateway in gateways:
+            stop(gateway.proc)
+        for e in engines:
+            e.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=21)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--no-latency", action="store_true", help="skip the direct sends")
+    parser.add_argument("--out", type=Path, help="write the JSON result here too")
+    args = parser.parse_args()
+    result = run(args.seed, args.requests, not args.no_latency)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    print("\n".join(result["checks"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
