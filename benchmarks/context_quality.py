@@ -32,13 +32,11 @@ engine the same whichever of its two sends comes first.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +46,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
+from benchmarks.keepalive import KeepAliveClient  # noqa: E402
 from benchmarks.run import start_server, stop  # noqa: E402
 from fleetgate.config.schema import ContextConfig  # noqa: E402
 from fleetgate.context.need import family_tokens  # noqa: E402
@@ -56,6 +55,7 @@ from fleetgate.testing.corpus import CLASSES, corpus  # noqa: E402
 from fleetgate.testing.llama import ALIAS, LlamaServer, free_port  # noqa: E402
 
 MODEL = "ctx-model"
+PATH = "/v1/chat/completions"
 WINDOWS = (512, 2048)
 SIZES = (60, 9000)  # characters of text per request: needs from ~40 to ~4000 tokens
 TARGETS = {
@@ -68,35 +68,15 @@ TARGETS = {
 }
 
 
-class Connection:
-    """One keep-alive HTTP/1.1 connection, reopened when the server closes it."""
+class Connection(KeepAliveClient):
+    """JSON in and out."""
 
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-
-    def request(
+    def call(
         self, method: str, path: str, body: Any = None
     ) -> tuple[float, int, dict[str, str], Any]:
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        for attempt in range(2):
-            started = time.perf_counter()
-            try:
-                self.conn.request(method, path, data, headers)
-                resp = self.conn.getresponse()
-                raw = resp.read()
-            except (http.client.RemoteDisconnected, ConnectionError):
-                self.conn.close()  # a kept-alive connection the server had closed
-                if attempt:
-                    raise
-                continue
-            elapsed = time.perf_counter() - started
-            if resp.will_close:
-                self.conn.close()
-            parsed = json.loads(raw) if raw else None
-            return elapsed, resp.status, {k.lower(): v for k, v in resp.getheaders()}, parsed
-        raise AssertionError("unreachable")
+        elapsed, status, headers, raw = self.request(method, path, data)
+        return elapsed, status, headers, json.loads(raw) if raw else None
 
 
 @dataclass
@@ -128,6 +108,10 @@ class Outcome:
     counted: bool
     seconds: float
     direct_seconds: float | None = None
+    # the engine's own compute for each send (its `timings`): subtracted, the engine's
+    # variance leaves the comparison
+    engine_seconds: float = 0.0
+    direct_engine_seconds: float = 0.0
     notes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -137,9 +121,9 @@ def exact_counts(engine: LlamaServer, items: list[Item]) -> None:
         payload: dict[str, Any] = {"messages": item.body["messages"]}
         if item.body.get("tools"):
             payload["tools"] = item.body["tools"]
-        _, status, _, templated = conn.request("POST", "/apply-template", payload)
+        _, status, _, templated = conn.call("POST", "/apply-template", payload)
         assert status == 200, templated
-        _, status, _, tokens = conn.request("POST", "/tokenize", {"content": templated["prompt"]})
+        _, status, _, tokens = conn.call("POST", "/tokenize", {"content": templated["prompt"]})
         assert status == 200, tokens
         item.prompt = len(tokens["tokens"])
 
@@ -189,7 +173,7 @@ def start_gateway(work: Path, engines: list[LlamaServer], guard: str) -> Any:
         [sys.executable, "-m", "fleetgate", "serve", "--config", str(config)],
         port,
         "/readyz",
-        0,
+        set(range(os.cpu_count() or 1)),
         env,
         ROOT,
         work / f"gateway-{guard}.log",
@@ -204,6 +188,14 @@ def _cut_short(item: Item, answer: Any) -> bool:
     return bool(finish == "length" and completion < item.body["max_tokens"])
 
 
+def _engine_seconds(answer: Any) -> float:
+    """What llama.cpp says the request cost it (prompt + generation), in seconds."""
+    timings = answer.get("timings") if isinstance(answer, dict) else None
+    if not isinstance(timings, dict):
+        return 0.0
+    return float(timings.get("prompt_ms", 0.0) + timings.get("predicted_ms", 0.0)) / 1000
+
+
 def replay(
     gateway_port: int, engines: list[LlamaServer], items: list[Item], direct: bool
 ) -> list[Outcome]:
@@ -214,19 +206,13 @@ def replay(
     for item in items:
         send_direct = direct and item.tier is not None
         direct_body = {**item.body, "model": ALIAS}
-        direct_seconds = None
+        direct: tuple[float, int, dict[str, str], Any] | None = None
         if send_direct and item.index % 2:
-            direct_seconds = straight[item.tier].request(  # type: ignore[index]
-                "POST", "/v1/chat/completions", direct_body
-            )[0]
-        seconds, status, headers, answer = through.request(
-            "POST", "/v1/chat/completions", item.body
-        )
+            direct = straight[item.tier].call("POST", PATH, direct_body)  # type: ignore[index]
+        seconds, status, headers, answer = through.call("POST", PATH, item.body)
         if send_direct and not item.index % 2:
-            direct_seconds = straight[item.tier].request(  # type: ignore[index]
-                "POST", "/v1/chat/completions", direct_body
-            )[0]
-        _, rec_status, _, record = records.request("GET", f"/v1/requests/{headers['x-request-id']}")
+            direct = straight[item.tier].call("POST", PATH, direct_body)  # type: ignore[index]
+        _, rec_status, _, record = records.call("GET", f"/v1/requests/{headers['x-request-id']}")
         assert rec_status == 200, record
         notes = record.get("notes") or {}
         error = answer.get("error") if isinstance(answer, dict) else None
@@ -240,7 +226,9 @@ def replay(
                 count_calls=int(notes.get("context_count_calls") or 0),
                 counted=notes.get("context_refine") == "exact",
                 seconds=seconds,
-                direct_seconds=direct_seconds,
+                direct_seconds=direct[0] if direct is not None else None,
+                engine_seconds=_engine_seconds(answer),
+                direct_engine_seconds=_engine_seconds(direct[3]) if direct is not None else 0.0,
                 notes=notes,
             )
         )
@@ -285,14 +273,22 @@ def score(items: list[Item], outcomes: list[Outcome], guard: str) -> dict[str, A
     if guard == "reject":
         result["nowhere_refused_before_upstream"] = len(refused_nowhere)
         result["nowhere_reached_engine"] = sum(o.attempts > 0 for _, o in nowhere)
-    paired = [
-        (o.seconds - o.direct_seconds, o.counted) for _, o in fits if o.direct_seconds is not None
+    sent = [o for _, o in fits if o.direct_seconds is not None]
+    paired = [(o.seconds - o.direct_seconds, o.counted) for o in sent]  # type: ignore[operator]
+    # the same, the engine's own compute taken out of each send
+    outside = [
+        (o.seconds - o.engine_seconds) - (o.direct_seconds - o.direct_engine_seconds)  # type: ignore[operator]
+        for o in sent
     ]
     if paired:
         result["latency"] = {
             "all": _latency([d for d, _ in paired]),
             "not_counted": _latency([d for d, c in paired if not c]),
             "counted": _latency([d for d, c in paired if c]),
+            "outside_engine": _latency(outside),
+            "outside_engine_not_counted": _latency(
+                [d for d, (_, c) in zip(outside, paired, strict=True) if not c]
+            ),
             "direct_p50_ms": statistics.median(
                 o.direct_seconds * 1000 for _, o in fits if o.direct_seconds is not None
             ),
@@ -382,6 +378,12 @@ def checks(results: list[dict[str, Any]]) -> list[str]:
                 f"{lat['direct_p50_ms']:.1f} ms); not counted: mean "
                 f"{lat['not_counted'].get('mean_ms', float('nan')):.2f} ms, counted: mean "
                 f"{lat['counted'].get('mean_ms', float('nan')):.2f} ms"
+            )
+            lines.append(
+                f"{g}: added latency outside the engine's compute (its `timings`): mean "
+                f"{lat['outside_engine']['mean_ms']:.2f} ms, p50 "
+                f"{lat['outside_engine']['p50_ms']:.2f} ms; not counted: mean "
+                f"{lat['outside_engine_not_counted'].get('mean_ms', float('nan')):.2f} ms"
             )
     return lines
 

@@ -25,7 +25,6 @@ FILE` / `--strace FILE` record py-spy / `strace -c` of the gateway during the ru
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import random
@@ -46,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
+from benchmarks.keepalive import KeepAliveClient  # noqa: E402
 from benchmarks.run import start_server, stop  # noqa: E402
 from fleetgate.testing.corpus import text_of  # noqa: E402
 from fleetgate.testing.llama import ALIAS, LlamaServer, free_port  # noqa: E402
@@ -54,36 +54,18 @@ MODEL = "tiny"
 PATH = "/v1/chat/completions"
 
 
-class Client:
-    """One keep-alive HTTP/1.1 connection, reopened when the server closes it."""
+class Client(KeepAliveClient):
+    """Posts the run's chat; answers that are not 200 are kept as failures."""
 
     def __init__(self, port: int) -> None:
-        self.port = port
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        self.reconnects = 0
+        super().__init__(port, timeout=30)
         self.failures: list[str] = []
 
     def post(self, body: bytes) -> tuple[float, dict[str, str]]:
-        for attempt in range(2):
-            started = time.perf_counter()
-            try:
-                self.conn.request("POST", PATH, body, {"Content-Type": "application/json"})
-                resp = self.conn.getresponse()
-                data = resp.read()
-            except (http.client.RemoteDisconnected, ConnectionError):
-                self.conn.close()  # the server had closed it: this client's own retry
-                self.reconnects += 1
-                if attempt:
-                    raise
-                continue
-            elapsed = time.perf_counter() - started
-            if resp.will_close:
-                self.conn.close()
-                self.reconnects += 1
-            if resp.status != 200:
-                self.failures.append(f"{resp.status} {data[:160]!r}")
-            return elapsed, {k.lower(): v for k, v in resp.getheaders()}
-        raise AssertionError("unreachable")
+        elapsed, status, headers, data = self.request("POST", PATH, body)
+        if status != 200:
+            self.failures.append(f"{status} {data[:160]!r}")
+        return elapsed, headers
 
 
 def connections_to(port: int) -> set[int]:
