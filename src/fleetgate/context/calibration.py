@@ -28,6 +28,7 @@ _BINS = 140
 _LOG_FLOOR, _LOG_CEILING = math.log(FLOOR), math.log(CEILING)
 _STEP = (_LOG_CEILING - _LOG_FLOOR) / _BINS  # about 1 % of ratio a bin
 _DECAY = 0.5 ** (1 / HALF_LIFE)
+MAX_UNSHARED = 10_000  # local samples kept for sharing while none is taken
 
 
 def _bin(ratio: float) -> int:
@@ -107,11 +108,18 @@ class Calibration:
 
 
 class CalibrationBook:
-    """Every deployment's calibration, read synchronously by routing."""
+    """Every deployment's calibration, read synchronously by routing.
+
+    Samples observed here are also kept for the state layer to share (`take_samples`):
+    other replicas add them to their own books, so every replica learns from all traffic.
+    """
 
     def __init__(self) -> None:
         self._by_deployment: dict[str, Calibration] = {}
         self.changed: set[str] = set()  # deployments changed since the last `take_changed`
+        self.version = 0  # goes up with every sample (the store saves a changed book)
+        self._outbox: dict[str, list[list[float]]] = {}  # local samples not yet shared
+        self._outbox_size = 0
 
     def factors(self, deployment_id: str, prior: tuple[float, float]) -> tuple[float, float]:
         """(low, high) factors on a deployment's estimate: learned, else the family's."""
@@ -119,12 +127,31 @@ class CalibrationBook:
         bounds = cal.bounds() if cal is not None else None
         return bounds if bounds is not None else prior
 
-    def observe(self, deployment_id: str, ratio: float, now: float | None = None) -> None:
+    def observe(
+        self, deployment_id: str, ratio: float, now: float | None = None, shared: bool = False
+    ) -> None:
+        """One sample (`shared`: another replica's, not to be shared again)."""
+        if not math.isfinite(ratio) or ratio <= 0:
+            return
+        when = time.time() if now is None else now
         cal = self._by_deployment.get(deployment_id)
         if cal is None:
             cal = self._by_deployment[deployment_id] = Calibration()
-        cal.add(ratio, time.time() if now is None else now)
+        cal.add(ratio, when)
         self.changed.add(deployment_id)
+        self.version += 1
+        if not shared and self._outbox_size < MAX_UNSHARED:
+            self._outbox.setdefault(deployment_id, []).append([round(ratio, 5), when])
+            self._outbox_size += 1
+
+    def take_samples(self) -> dict[str, list[list[float]]]:
+        """The samples observed here since the last call: deployment -> [[ratio, time]]."""
+        out, self._outbox, self._outbox_size = self._outbox, {}, 0
+        return out
+
+    def dumps(self) -> dict[str, dict[str, Any]]:
+        """Every deployment's whole state (what the store keeps)."""
+        return {d: cal.dump() for d, cal in self._by_deployment.items()}
 
     def get(self, deployment_id: str) -> Calibration | None:
         return self._by_deployment.get(deployment_id)

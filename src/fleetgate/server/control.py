@@ -24,6 +24,7 @@ from fleetgate.config.schema import FleetConfig
 from fleetgate.fleet import Fleet, build_fleet, resolve_secret
 from fleetgate.outage import Outage
 from fleetgate.record.recorder import RequestRecord
+from fleetgate.store.calibration import CalibrationKeeper, CalibrationStore
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
 from fleetgate.store.database import database_url, migrate, open_database
@@ -147,6 +148,7 @@ class ControlPlane:
         # who writes the log's rows: the request log itself, or its writer process
         self.log_writer: RequestLog | LogWriterProcess = self.request_log
         self.keys = KeyStore(self.db)
+        self.calibration = CalibrationKeeper(CalibrationStore(self.db), gateway.state.calibration)
         self.ring = KeyRing()
         self.guard = Guard(self.ring, base.auth.enabled)
         self.spend = SpendSink(self.keys, lambda: self.fleet, self.ring, self.store_outage)
@@ -181,9 +183,11 @@ class ControlPlane:
         self.gateway.recorder.sinks.append(self.log_writer)
         self.gateway.recorder.sinks.append(self.spend)
         self._export_store_metrics()
+        await self.calibration.load()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._purge_loop()))
         self._tasks.append(loop.create_task(self._poll_loop()))
+        self._tasks.append(loop.create_task(self.calibration.run()))
         if self.redis_url:
             from fleetgate.state.redis_budgets import RedisBudgets
             from fleetgate.state.redis_link import RedisLink
@@ -242,6 +246,7 @@ class ControlPlane:
             close_shared = getattr(shared, "close", None)
             if close_shared is not None:
                 await close_shared()
+        await self.calibration.save()
         if self.link is not None:
             await self.link.stop()
         if isinstance(self.log_writer, LogWriterProcess):

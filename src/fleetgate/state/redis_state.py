@@ -10,7 +10,10 @@ on several replicas add up: the cluster as a whole opens the circuit at its thre
 In-flight counts are approximate: each replica publishes its own counts about twice a
 second (while they change or are non-zero), and every replica's mirror holds its own
 count plus the others' last published ones; a replica that stops publishing drops out
-after a few seconds. Without Redis this is a `MemoryState`.
+after a few seconds. The context estimate's calibration: each replica publishes the
+samples it observed every `CALIBRATION_INTERVAL` and every replica adds the others' to its
+own book, so all learn from all traffic; the changed books go to a hash that a starting
+replica loads. Without Redis this is a `MemoryState`.
 """
 
 from __future__ import annotations
@@ -64,7 +67,11 @@ redis.call('PUBLISH', ARGV[1], '{"type":"health","origin":"redis","deployment":'
 return fields
 """
 
+# KEYS[1] a hash; ARGV: field, value (the link's writes are scripts)
+_HSET = "return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])"
+
 INFLIGHT_INTERVAL = 0.5  # seconds between in-flight publications
+CALIBRATION_INTERVAL = 2.0  # seconds between publications of calibration samples
 INFLIGHT_STALE = 5.0  # a replica silent this long no longer counts
 
 
@@ -80,13 +87,16 @@ class RedisState(MemoryState):
     def attach(self, link: RedisLink) -> None:
         self.link = link
         self._health_script = link.client.register_script(_HEALTH)
+        self._hset = link.client.register_script(_HSET)
         link.on("health", self._apply)
         link.on("inflight", self._apply_inflight)
+        link.on("calibration", self._apply_calibration)
         link.on("resync", lambda _event: self._load_snapshot())
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._load_snapshot()),
             loop.create_task(self._publish_inflight()),
+            loop.create_task(self._publish_calibration()),
         ]
 
     async def close(self) -> None:
@@ -95,6 +105,7 @@ class RedisState(MemoryState):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        self.share_calibration()  # the last samples, queued before the link stops
 
     def _remote_count(self, deployment_id: str) -> int:
         return sum(counts.get(deployment_id, 0) for counts, _ in self._remote.values())
@@ -132,6 +143,30 @@ class RedisState(MemoryState):
         assert self.link is not None
         for dep_id, fields in (await self.link.read_hash("health")).items():
             self._apply({"deployment": dep_id, "fields": fields})
+        for dep_id, data in (await self.link.read_hash("calibration")).items():
+            self.calibration.put(dep_id, data)  # adopted when newer than ours
+
+    def _apply_calibration(self, event: dict[str, Any]) -> None:
+        for dep_id, samples in event.get("samples", {}).items():
+            for ratio, when in samples:
+                self.calibration.observe(str(dep_id), float(ratio), float(when), shared=True)
+
+    def share_calibration(self) -> None:
+        """Publish the samples observed here, and store the books they changed."""
+        book = self.calibration
+        samples = book.take_samples()
+        if self.link is None:
+            return
+        if samples:
+            self.link.announce({"type": "calibration", "samples": samples})
+        link = self.link
+        for dep_id, data in book.take_changed().items():
+            link.run_script(self._hset, [link.key("calibration")], [dep_id, orjson.dumps(data)])
+
+    async def _publish_calibration(self) -> None:
+        while True:
+            await asyncio.sleep(CALIBRATION_INTERVAL)
+            self.share_calibration()
 
     def _apply(self, event: dict[str, Any]) -> None:
         h = self.health(str(event["deployment"]))

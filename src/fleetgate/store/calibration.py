@@ -1,0 +1,88 @@
+"""The context estimate's calibration, kept in the store across restarts.
+
+One `store_meta` row holds every deployment's decayed histogram (`CalibrationBook.dumps`).
+A replica loads it at start and saves its book while it changes; with several replicas the
+books are shared through Redis (`state/redis_state.py`), so whichever saves last saves the
+cluster's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+from fleetgate.context.calibration import CalibrationBook
+from fleetgate.store.db import Database
+from fleetgate.store.errors import StoreUnavailable
+from fleetgate.store.tables import store_meta
+
+log = logging.getLogger("fleetgate.store")
+
+KEY = "context_calibration"
+SAVE_INTERVAL = 30.0  # seconds between saves of a changed book
+
+
+class CalibrationStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def load(self) -> dict[str, dict[str, Any]]:
+        """deployment -> its calibration's dump; empty before the first save."""
+        return await self.db.read(_load)
+
+    async def save(self, dumps: dict[str, dict[str, Any]]) -> None:
+        value = orjson.dumps(dumps).decode()
+        try:
+            await self.db.transaction(_save, value)
+        except IntegrityError:  # another replica inserted the row first
+            await self.db.transaction(_save, value)
+
+
+def _load(conn: Connection) -> dict[str, dict[str, Any]]:
+    row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == KEY)).first()
+    data = orjson.loads(row[0]) if row else {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save(conn: Connection, value: str) -> None:
+    done = conn.execute(update(store_meta).where(store_meta.c.key == KEY).values(value=value))
+    if not done.rowcount:
+        conn.execute(insert(store_meta).values(key=KEY, value=value))
+
+
+class CalibrationKeeper:
+    """Loads a replica's book from the store at start, saves it while it changes (every
+    `SAVE_INTERVAL`) and once more at stop. A store outage costs a save, never a request."""
+
+    def __init__(self, store: CalibrationStore, book: CalibrationBook) -> None:
+        self.store = store
+        self.book = book
+        self._saved = 0  # the book's version at the last save
+
+    async def load(self) -> None:
+        for dep_id, data in (await self.store.load()).items():
+            self.book.put(dep_id, data)
+        self._saved = self.book.version
+
+    async def save(self) -> None:
+        version = self.book.version
+        if version == self._saved:
+            return
+        try:
+            await self.store.save(self.book.dumps())
+        except (StoreUnavailable, SQLAlchemyError, OSError) as exc:
+            log.info(
+                "calibration not saved (%s); next try in %.0f s", type(exc).__name__, SAVE_INTERVAL
+            )
+            return
+        self._saved = version
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(SAVE_INTERVAL)
+            await self.save()

@@ -1,0 +1,159 @@
+"""Exact counts and context errors on the real llama.cpp engine (real Qwen2 tokenizer and
+Qwen2.5 template): every count equals the prompt the engine then reports it read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from fleetgate.config.schema import ContextConfig
+from fleetgate.context.counts import ExactCounter, count_prompt
+from fleetgate.execute.upstream import UpstreamPool
+from fleetgate.fleet import Deployment, build_fleet
+from fleetgate.ingress.openai import parse_openai
+from fleetgate.testing.llama import ALIAS, LlamaServer
+from tests.engines import LlamaFactory, llama_provider
+from tests.harness import Stack, deployment, fleet_config
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city, today or on a given day.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "day": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": json.dumps({"city": "Lyon"})},
+}
+CHATS: dict[str, dict[str, Any]] = {
+    "plain": {"messages": [{"role": "user", "content": "Name three rivers of France."}]},
+    "system and tools": {
+        "messages": [
+            {"role": "system", "content": "You answer in one line."},
+            {"role": "user", "content": "Weather in Lyon, 2024-05-01? Digits: 31415926535"},
+        ],
+        "tools": [WEATHER],
+        "tool_choice": "auto",
+    },
+    "tool calls and results": {
+        "messages": [
+            {"role": "user", "content": "What is the weather in Lyon?"},
+            {"role": "assistant", "content": "", "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"sky": "clear", "c": 21}'},
+            {"role": "user", "content": "And tomorrow? 東京の天気は"},
+        ],
+        "tools": [WEATHER],
+    },
+}
+
+
+@pytest.fixture
+async def counting(llama: LlamaFactory) -> AsyncIterator[tuple[LlamaServer, Deployment, Any]]:
+    engine = llama(n_ctx=2048)
+    fleet = build_fleet(
+        fleet_config(
+            {
+                "providers": [llama_provider("cpp", engine)],
+                "deployments": [deployment("tiny", "cpp", upstream_model=ALIAS)],
+            }
+        )
+    )
+    pool = UpstreamPool()
+    yield engine, fleet.deployments["cpp"], ExactCounter(pool)
+    await pool.close()
+
+
+def _prompt_tokens(engine: LlamaServer, endpoint: str, body: dict[str, Any]) -> int:
+    path = "/v1/chat/completions" if endpoint == "chat.completions" else "/v1/completions"
+    answer = httpx.post(engine.root + path, json={**body, "max_tokens": 1}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    return int(answer.json()["usage"]["prompt_tokens"])
+
+
+@pytest.mark.parametrize("name", list(CHATS))
+async def test_a_count_is_the_prompt_the_engine_reads(
+    counting: tuple[LlamaServer, Deployment, Any], name: str
+) -> None:
+    engine, dep, counter = counting
+    body = {"model": "tiny", **CHATS[name]}
+    profile = parse_openai("chat.completions", orjson.dumps(body))
+    counted = await count_prompt(counter, dep, profile, ContextConfig())
+    assert counted.tokens == _prompt_tokens(engine, "chat.completions", body)
+    # one call for a plain chat (count_tokens), two when turns carry tool calls
+    assert counted.calls == (2 if name == "tool calls and results" else 1)
+    again = await count_prompt(counter, dep, profile, ContextConfig())
+    assert again == (counted.tokens, 0)  # cached
+
+
+async def test_tools_are_counted_not_guessed(counting: tuple[LlamaServer, Deployment, Any]) -> None:
+    engine, dep, counter = counting
+    with_tools = {"model": "tiny", **CHATS["system and tools"]}
+    without = {k: v for k, v in with_tools.items() if k not in ("tools", "tool_choice")}
+    counts = []
+    for body in (with_tools, without):
+        profile = parse_openai("chat.completions", orjson.dumps(body))
+        counts.append((await count_prompt(counter, dep, profile, ContextConfig())).tokens)
+    # the Qwen2.5 template wraps tool schemas in a long system block
+    assert counts[0] - counts[1] > 100
+    assert counts[0] == _prompt_tokens(engine, "chat.completions", with_tools)
+
+
+async def test_a_completions_prompt_is_tokenized(
+    counting: tuple[LlamaServer, Deployment, Any],
+) -> None:
+    engine, dep, counter = counting
+    body = {"model": "tiny", "prompt": "def add(a, b):\n    return a + b  # 2024-05-01 12:00"}
+    profile = parse_openai("completions", orjson.dumps(body))
+    counted = await count_prompt(counter, dep, profile, ContextConfig())
+    assert counted.tokens == _prompt_tokens(engine, "completions", body)
+
+
+def test_a_real_context_400_falls_through_and_teaches_the_window(
+    stack: Stack, client_for, llama: LlamaFactory
+) -> None:
+    # `small` is said to hold 1024 tokens; its engine has 512 (and is never asked)
+    stack.start_gateway(
+        {
+            "providers": [
+                llama_provider("small", llama(n_ctx=512), discovery=False),
+                llama_provider("big", llama(n_ctx=2048), discovery=False),
+            ],
+            "deployments": [
+                deployment("tiny", "small", upstream_model=ALIAS, context_window=1024),
+                deployment("tiny", "big", upstream_model=ALIAS, context_window=2048),
+            ],
+            "routing": {"context": {"refine": {"enabled": False}}},
+        }
+    )
+    client = client_for(stack, timeout=60)
+    messages = [{"role": "user", "content": "hello " * 600}]  # about 630 prompt tokens
+    first = client.chat.completions.with_raw_response.create(
+        model="tiny", messages=messages, max_tokens=8
+    )
+    assert first.headers["x-fleetgate-route"] == "big"
+    assert first.headers["x-fleetgate-attempts"] == "2"  # small's real 400, then big
+    record = httpx.get(f"{stack.url}/v1/requests/{first.headers['x-request-id']}", timeout=5)
+    tried = [(a["deployment_id"], a["error_class"]) for a in record.json()["attempts"]]
+    assert tried == [("small", "context_exceeded"), ("big", None)]
+    windows = httpx.get(stack.url + "/v1/fleet/windows", timeout=5).json()["data"]
+    small = next(w for w in windows if w["deployment"] == "small")
+    assert (small["tokens"], small["source"]) == (512, "parsed_from_error")
+    again = client.chat.completions.with_raw_response.create(
+        model="tiny", messages=messages, max_tokens=8
+    )
+    assert (again.headers["x-fleetgate-route"], again.headers["x-fleetgate-attempts"]) == (
+        "big",
+        "1",
+    )
