@@ -5,9 +5,16 @@ from __future__ import annotations
 import random
 
 from fleetgate.context.calibration import CEILING, FLOOR, MIN_SAMPLES, CalibrationBook
+from fleetgate.context.refine import TEMPLATE_NOTE
+from fleetgate.context.template_costs import TemplateCosts, step_key
+from fleetgate.execute.outcome import Attempt
+from fleetgate.fleet import build_fleet
+from fleetgate.record.calibration_sink import CalibrationSink
+from fleetgate.record.recorder import RequestRecord
+from fleetgate.routing.filters.context_fit import RAW_NOTE
 from fleetgate.testing.llama import ALIAS
 from tests.engines import LlamaFactory, llama_provider
-from tests.harness import Stack, deployment, wait_until
+from tests.harness import Stack, deployment, fleet_config, wait_until
 
 
 def test_bounds_follow_the_measured_ratios_and_stay_bounded() -> None:
@@ -71,3 +78,51 @@ def test_usage_from_the_real_engine_calibrates_its_deployment(
     low, high = cal.bounds() or (0.0, 0.0)
     # the engine's usage over the family's estimate (the model name says nothing: generic)
     assert 0.3 < low <= high < 1.5
+
+
+async def test_usage_corrects_a_learned_template_framing() -> None:
+    fleet = build_fleet(
+        fleet_config(
+            {
+                "providers": [
+                    {"id": "a", "kind": "llamacpp", "base_url": "http://127.0.0.1:9/v1"},
+                    {"id": "b", "kind": "llamacpp", "base_url": "http://127.0.0.1:8/v1"},
+                    {"id": "c", "kind": "vllm", "base_url": "http://127.0.0.1:7/v1"},
+                ],
+                "deployments": [
+                    deployment("m", "a", upstream_model="q"),
+                    deployment("m", "b", upstream_model="q"),
+                    deployment("m", "c", upstream_model="q"),
+                ],
+            }
+        )
+    )
+    template = TemplateCosts()
+    key = step_key(fleet.deployments["a"], {"role": "user"}, [{"role": "assistant"}])
+    template.learn(key, 7)  # a wrong figure
+    sink = CalibrationSink(CalibrationBook(), lambda: fleet, template)
+
+    def answered_by(dep: str, prompt_tokens: int) -> RequestRecord:
+        attempt = Attempt(0, dep, dep, "q", "model", status=200, prompt_tokens=prompt_tokens)
+        notes = {RAW_NOTE: {"generic": 100}, TEMPLATE_NOTE: {"key": list(key), "text": 95}}
+        return RequestRecord(
+            "r",
+            0.0,
+            "chat.completions",
+            "m",
+            "model",
+            False,
+            200,
+            None,
+            0.1,
+            0.0,
+            dep,
+            dep,
+            [attempt],
+            notes=notes,
+        )
+
+    await sink.write([answered_by("c", 120)])  # another engine's template: teaches nothing
+    assert template.get(key) == 7
+    await sink.write([answered_by("b", 100)])  # the same template on another engine
+    assert template.get(key) == 5

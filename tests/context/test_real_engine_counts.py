@@ -94,7 +94,31 @@ async def test_a_count_is_the_prompt_the_engine_reads(
     # one call for a plain chat (count_tokens), two when turns carry tool calls
     assert counted.calls == (2 if name == "tool calls and results" else 1)
     again = await count_prompt(counter, dep, profile, ContextConfig())
-    assert again == (counted.tokens, 0)  # cached
+    assert (again.tokens, again.calls) == (counted.tokens, 0)  # cached
+
+
+async def test_a_growing_conversation_costs_one_short_call_a_turn(
+    counting: tuple[LlamaServer, Deployment, Any],
+) -> None:
+    engine, dep, counter = counting
+    body: dict[str, Any] = {
+        "model": "tiny",
+        "messages": [{"role": "system", "content": "You answer briefly."}],
+        "tools": [WEATHER],
+    }
+    calls = []
+    for turn in range(4):
+        if turn:
+            body["messages"].append({"role": "assistant", "content": f"Answer {turn}: 12.5 °C"})
+        body["messages"].append({"role": "user", "content": f"Question {turn}? 東京 x{turn}"})
+        profile = parse_openai("chat.completions", orjson.dumps(body))
+        counted = await count_prompt(counter, dep, profile, ContextConfig())
+        assert counted.tokens == _prompt_tokens(engine, "chat.completions", body), turn
+        calls.append(counted.calls)
+    # whole, then whole + the new turn's text (the framing learned), then one short
+    # /tokenize call a turn
+    assert calls == [1, 2, 1, 1]
+    assert counter.template.learned == 1
 
 
 async def test_tools_are_counted_not_guessed(counting: tuple[LlamaServer, Deployment, Any]) -> None:

@@ -31,6 +31,7 @@ import orjson
 from fleetgate.config.schema import ContextConfig
 from fleetgate.context.families import FAMILIES
 from fleetgate.context.tally import FIELDS, tally_body
+from fleetgate.context.template_costs import Key, TemplateCosts, step_key, whole_key
 from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Deployment
 from fleetgate.ingress.profile import RequestProfile
@@ -151,47 +152,142 @@ def _anthropic_count_body(body: dict[str, Any], model: str) -> dict[str, Any]:
 class Counted(NamedTuple):
     tokens: int
     calls: int  # the engine calls it took (0: a cache hit or a local tokenizer)
+    # what the answer's usage can teach: usage - tokens_without is the template's part
+    # for this key (`template_costs.py`); None when the count was the engine's whole one
+    basis: tuple[Key, int] | None = None
+
+
+def _pieces(message: Any) -> list[str] | None:
+    """The text of a message whose template framing depends on its role only: string
+    content or text parts, no tool calls; None otherwise."""
+    if not isinstance(message, dict) or message.get("tool_calls") or message.get("role") == "tool":
+        return None
+    content = message.get("content")
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        texts = [p.get("text") for p in content if isinstance(p, dict)]
+        if all(isinstance(t, str) for t in texts) and all(p.get("type") == "text" for p in content):
+            return texts  # type: ignore[return-value]
+    return None
 
 
 class ExactCounter:
-    """Exact counts with a cache; one per gateway."""
+    """Exact counts with a cache per conversation prefix; one per gateway.
 
-    def __init__(self, pool: UpstreamPool) -> None:
+    A chat's count is cached under a running hash of its messages, so the next turn of a
+    conversation finds its earlier messages counted, and costs one short call for the new
+    ones (`template_costs.py`)."""
+
+    def __init__(self, pool: UpstreamPool, template: TemplateCosts | None = None) -> None:
         self.pool = pool
+        self.template = template or TemplateCosts()
         self.calls = 0  # engine calls made, in all
         self._cache: OrderedDict[bytes, int] = OrderedDict()
 
-    def _key(self, dep: Deployment, profile: RequestProfile) -> bytes:
+    def _keys(self, dep: Deployment, profile: RequestProfile) -> list[bytes]:
+        """The cache keys of a request: of each prefix of its messages (chats), the last
+        one the whole request's."""
         body = profile.body
         what = [profile.endpoint, dep.tokenizer or dep.provider.base_url, dep.upstream_model]
-        for name in ("messages", "prompt", "tools", "tool_choice"):
-            what.append(body.get(name))
-        return hashlib.blake2b(orjson.dumps(what), digest_size=16).digest()
+        what.extend(body.get(name) for name in ("tools", "tool_choice"))
+        messages = body.get("messages")
+        if profile.endpoint != "chat.completions" or not isinstance(messages, list):
+            what.append(body.get("prompt"))
+            return [hashlib.blake2b(orjson.dumps(what), digest_size=16).digest()]
+        keys = []
+        running = hashlib.blake2b(orjson.dumps(what), digest_size=16)
+        for message in messages:
+            running.update(orjson.dumps(message))
+            keys.append(running.copy().digest())
+        return keys or [running.digest()]
+
+    def _remember(self, key: bytes, count: int) -> None:
+        self._cache[key] = count
+        if len(self._cache) > _CACHE_SIZE:
+            self._cache.popitem(last=False)
+
+    def _prefix(self, keys: list[bytes]) -> tuple[int, int] | None:
+        """(messages, count) of the longest counted prefix short of the whole request."""
+        for k in range(len(keys) - 1, 0, -1):
+            count = self._cache.get(keys[k - 1])
+            if count is not None:
+                return k, count
+        return None
 
     async def count(
         self, dep: Deployment, profile: RequestProfile, settings: ContextConfig
     ) -> Counted:
         """The prompt tokens of `profile` on `dep`; raises on any failure (the caller keeps
         the estimate)."""
-        key = self._key(dep, profile)
-        cached = self._cache.get(key)
+        keys = self._keys(dep, profile)
+        cached = self._cache.get(keys[-1])
         if cached is not None:
-            self._cache.move_to_end(key)
+            self._cache.move_to_end(keys[-1])
             return Counted(cached, 0)
         spent = [0]  # this count's engine calls (others may count at the same time)
+        counted = await self._step(dep, profile, keys, spent)
+        if counted is None:
+            counted = await self._whole(dep, profile, spent)
+        self._remember(keys[-1], counted.tokens)
+        return counted
+
+    async def _step(
+        self, dep: Deployment, profile: RequestProfile, keys: list[bytes], spent: list[int]
+    ) -> Counted | None:
+        """A conversation whose earlier messages were counted: their count, the new
+        messages' text and the template's framing of them (learned: see the module doc)."""
+        if dep.tokenizer is None and dep.provider.kind != "llamacpp":
+            return None
+        found = self._prefix(keys)
+        if found is None:
+            return None
+        k, before = found
+        messages = profile.body["messages"]
+        pieces = [_pieces(m) for m in messages[k:]]
+        if any(p is None for p in pieces):
+            return None
+        texts = [t for p in pieces for t in p or ()]
+        key = step_key(dep, messages[k - 1], messages[k:])
+        framing = self.template.get(key)
+        if framing is None and dep.tokenizer is None:
+            whole = await self._whole(dep, profile, spent)  # the first time: counted whole
+            text = await self._text_count(dep, texts, spent)
+            self.template.learn(key, whole.tokens - before - text)
+            return Counted(whole.tokens, spent[0], whole.basis)
+        text = await self._text_count(dep, texts, spent)
+        if framing is None:  # a local tokenizer: the family's figure until usage teaches it
+            per_message = FAMILIES[dep.tokenizer_family].weights[FIELDS.index("messages")]
+            framing = round(per_message * (len(messages) - k))
+        return Counted(before + text + framing, spent[0], (key, before + text))
+
+    async def _text_count(self, dep: Deployment, texts: list[str], spent: list[int]) -> int:
+        """Tokens of each text alone, summed (no merges across them)."""
         if dep.tokenizer is not None:
-            texts = _texts(profile)
             if sum(len(t) for t in texts) > OFF_LOOP_BYTES:
-                text_count = await asyncio.to_thread(_local_count, dep.tokenizer, texts)
-            else:
-                text_count = _local_count(dep.tokenizer, texts)
-            count = text_count + _scaffolding(dep, profile)
-        else:
-            count = await self._engine_count(dep, profile, spent)
-        self._cache[key] = count
-        if len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
-        return Counted(count, spent[0])
+                return await asyncio.to_thread(_local_count, dep.tokenizer, texts)
+            return _local_count(dep.tokenizer, texts)
+        root = _server_root(self.pool.client(dep.provider).base_url)
+        # llama.cpp tokenizes each string of a list apart
+        return _count(await self._post(dep, root + "/tokenize", {"content": texts}, spent))
+
+    async def _whole(self, dep: Deployment, profile: RequestProfile, spent: list[int]) -> Counted:
+        if dep.tokenizer is not None:
+            text = await self._text_count(dep, _texts(profile), spent)
+            return self._with_scaffolding(dep, profile, text)
+        if dep.provider.kind == "sglang":
+            return await self._sglang_count(dep, profile, spent)
+        return Counted(await self._engine_count(dep, profile, spent), spent[0])
+
+    def _with_scaffolding(self, dep: Deployment, profile: RequestProfile, text: int) -> Counted:
+        """A text-only count plus the template's scaffolding: learned from usage for this
+        request shape, else the family's estimate."""
+        if profile.endpoint != "chat.completions":
+            return Counted(text, 0)
+        key = whole_key(dep, profile.body)
+        learned = self.template.get(key)
+        scaffolding = learned if learned is not None else _scaffolding(dep, profile)
+        return Counted(text + scaffolding, 0, (key, text))
 
     async def _post(
         self, dep: Deployment, url: str, payload: dict[str, Any], spent: list[int]
@@ -251,10 +347,17 @@ class ExactCounter:
             if not isinstance(text, str):
                 raise TokenizeError("no prompt in the apply-template answer")
             return _count(await self._post(dep, root + "/tokenize", {"content": text}, spent))
-        # SGLang: text only, so the chat template's scaffolding stays estimated
+        raise TokenizeError(f"{kind} engines are not counted here")
+
+    async def _sglang_count(
+        self, dep: Deployment, profile: RequestProfile, spent: list[int]
+    ) -> Counted:
+        """SGLang counts text only: the template's scaffolding is learned, or estimated."""
+        client = self.pool.client(dep.provider)
         payload = {"model": dep.upstream_model, "prompt": "\n".join(_texts(profile))}
-        count = _count(await self._post(dep, client.base_url + "/tokenize", payload, spent))
-        return count + _scaffolding(dep, profile)
+        text = _count(await self._post(dep, client.base_url + "/tokenize", payload, spent))
+        counted = self._with_scaffolding(dep, profile, text)
+        return counted._replace(calls=spent[0])
 
 
 async def count_prompt(

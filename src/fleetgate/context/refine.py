@@ -54,6 +54,8 @@ from fleetgate.routing.planner import require_route
 
 COUNTED_BY = "context_counted_by"  # note: the deployment whose tokenizer counted
 COUNT_CALLS = "context_count_calls"  # note: engine calls the count took (none: cached)
+# note: what the answer's usage teaches the template costs ({key, text}; counts.py)
+TEMPLATE_NOTE = "context_template"
 
 
 class ContextRefiner:
@@ -131,6 +133,9 @@ class ContextRefiner:
         plan.notes["context_refine"] = "exact"
         if counted.calls:
             plan.notes[COUNT_CALLS] = counted.calls
+        if counted.basis is not None:
+            key, text = counted.basis
+            plan.notes[TEMPLATE_NOTE] = {"key": list(key), "text": text}
         plan.notes["context_estimated"] = estimate.total
         plan.notes[COUNTED_BY] = counter.id
         record_estimate(exact, plan.headers, plan.notes)

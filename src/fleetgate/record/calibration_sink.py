@@ -2,9 +2,11 @@
 
 For each request whose plan estimated its context (the central estimate per tokenizer
 family is in the record's notes), the answering attempt's reported prompt tokens over the
-estimate of its deployment's family is one sample for that deployment. Requests with media
-(estimated with fixed reserves), and answers suspected of truncation or cut short, teach
-nothing.
+estimate of its deployment's family is one sample for that deployment. A request counted
+in part (a conversation's new turn, a text-only count) teaches the template's framing: the
+reported prompt tokens minus the counted text (`context/template_costs.py`), when a
+deployment of the same template answered. Requests with media (estimated with fixed
+reserves), and answers suspected of truncation or cut short, teach nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fleetgate.context.calibration import CalibrationBook
+from fleetgate.context.refine import TEMPLATE_NOTE
+from fleetgate.context.template_costs import TemplateCosts, template_of
 from fleetgate.context.truncation import CUT_SHORT_NOTE, TRUNCATION_NOTE
 from fleetgate.fleet import Fleet
 from fleetgate.record.recorder import RequestRecord
@@ -21,9 +25,15 @@ _UNTRUSTED = (TRUNCATION_NOTE, CUT_SHORT_NOTE)
 
 
 class CalibrationSink:
-    def __init__(self, book: CalibrationBook, fleet: Callable[[], Fleet]) -> None:
+    def __init__(
+        self,
+        book: CalibrationBook,
+        fleet: Callable[[], Fleet],
+        template: TemplateCosts | None = None,
+    ) -> None:
         self.book = book
         self.fleet = fleet
+        self.template = template
 
     async def write(self, records: list[RequestRecord]) -> None:
         deployments = self.fleet().deployments
@@ -40,3 +50,8 @@ class CalibrationSink:
             estimate = raw.get(dep.tokenizer_family)
             if estimate:
                 self.book.observe(dep.id, attempt.prompt_tokens / estimate, record.time)
+            basis = record.notes.get(TEMPLATE_NOTE)
+            if basis and self.template is not None:
+                key = tuple(basis["key"])
+                if key[1:4] == template_of(dep):  # the same template answered
+                    self.template.learn(key, attempt.prompt_tokens - int(basis["text"]))

@@ -155,7 +155,9 @@ class Gateway:
         self.refiner = ContextRefiner(self.pool)
         self.recent = RecentRequests()
         self.metrics = Metrics(lambda: self.holder.fleet)
-        calibration = CalibrationSink(self.state.calibration, lambda: self.holder.fleet)
+        calibration = CalibrationSink(
+            self.state.calibration, lambda: self.holder.fleet, self.refiner.counter.template
+        )
         # `recent` is filled in `_record` itself
         self.recorder = Recorder([self.metrics, calibration])
         self.sticky = sticky_tiers_for(holder.fleet)
