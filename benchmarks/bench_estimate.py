@@ -1,14 +1,24 @@
 """Cost of the context estimate on a typical 10 KB chat request, in µs per call: one walk
-(`estimate_context_tokens`) and the walk plus a dot product for each of the four families.
+(`estimate_context_tokens`) and the walk plus a dot product for each of the four families,
+each against a floor measured in the same run: the old bytes/4 rule (a plain walk that
+encodes every text piece and sums the lengths), and `orjson.dumps` of the same body.
 
-Run: python3 benchmarks/bench_estimate.py [--calls N]
+Each of `--repeat` rounds times the floor and the estimate back to back, so a loaded
+machine slows both; the table gives the best round of each and the median of the
+per-round ratios (the steadier figure when others share the cores).
+
+Run: python3 benchmarks/bench_estimate.py [--calls N] [--repeat R]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import statistics
 import sys
 import timeit
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,35 +64,62 @@ def typical_request(target_bytes: int = 10_000) -> dict[str, Any]:
     return body
 
 
+def bytes_rule(body: dict[str, Any]) -> int:
+    """The floor: the old `ceil(bytes / 4 * 1.2)` rule, a plain walk over the same texts."""
+    size = 0
+    for message in body["messages"]:
+        content = message.get("content")
+        if isinstance(content, str):
+            size += len(content.encode())
+        elif isinstance(content, list):
+            for part in content:
+                text = part.get("text")
+                if isinstance(text, str):
+                    size += len(text.encode())
+    for tool in body.get("tools") or ():
+        size += len(orjson.dumps(tool))
+    return math.ceil(size / 4 * 1.2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     body = typical_request()
     settings = ContextConfig()
     size = len(orjson.dumps(body))
     estimate = estimate_context_tokens(body, "chat.completions", settings)
-    runs = timeit.repeat(
-        lambda: estimate_context_tokens(body, "chat.completions", settings),
-        number=args.calls,
-        repeat=5,
-    )
-    best_us = min(runs) / args.calls * 1e6
 
     def every_family() -> int:
         tally = tally_body(body, "chat.completions")
         return max(f.tokens(tally.counts) for f in FAMILIES.values())
 
-    runs = timeit.repeat(every_family, number=args.calls, repeat=5)
-    families_us = min(runs) / args.calls * 1e6
+    timed: dict[str, Callable[[], object]] = {
+        "floor: bytes/4 walk": lambda: bytes_rule(body),
+        "floor: orjson.dumps": lambda: orjson.dumps(body),
+        "estimate_context_tokens": lambda: estimate_context_tokens(
+            body, "chat.completions", settings
+        ),
+        f"tally + {len(FAMILIES)} families": every_family,
+    }
+    rounds: dict[str, list[float]] = {name: [] for name in timed}
+    for _ in range(args.repeat):
+        for name, fn in timed.items():
+            seconds = timeit.timeit(fn, number=args.calls)
+            rounds[name].append(seconds / args.calls * 1e6)
+    floor = rounds["floor: bytes/4 walk"]
     print(
-        f"tally + {len(FAMILIES)} families: {families_us:.2f} µs/call (budget {BUDGET_US:.0f} µs)"
+        f"request {size} bytes, {len(body['messages'])} messages, estimate {estimate.total} "
+        f"tokens; {args.repeat} rounds x {args.calls} calls; load average "
+        f"{os.getloadavg()[0]:.1f}; budget {BUDGET_US:.0f} µs"
     )
-    print(
-        f"estimate_context_tokens: {best_us:.2f} µs/call "
-        f"(request {size} bytes, {len(body['messages'])} messages, estimate {estimate.total} "
-        f"tokens; best of 5 x {args.calls} calls; budget {BUDGET_US:.0f} µs)"
-    )
+    print("| what | best µs/call | median ratio to the bytes/4 walk |")
+    print("|---|---:|---:|")
+    for name, values in rounds.items():
+        ratio = statistics.median(v / f for v, f in zip(values, floor, strict=True))
+        mark = "" if name.startswith("floor") else (" ✓" if min(values) <= BUDGET_US else " ✗")
+        print(f"| {name} | {min(values):.2f}{mark} | {ratio:.2f} |")
 
 
 if __name__ == "__main__":

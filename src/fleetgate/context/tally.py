@@ -110,12 +110,13 @@ _WORD_VIEW = bytes(ord("a") if b in _ALPHABETIC else ord(" ") for b in range(256
 
 def count_text(data: bytes, counts: list[int]) -> None:
     """Add the character classes of UTF-8 `data` to `counts` (a tally vector)."""
-    if data.isascii():
-        view = data.translate(_CLASS_TABLE)
-    else:
-        view = data.translate(_CLASS_TABLE, _CONTINUATION)
+    ascii = data.isascii()
+    view = data.translate(_CLASS_TABLE) if ascii else data.translate(_CLASS_TABLE, _CONTINUATION)
+    # every class but lower-case letters and spaces, in one short copy: counted there
+    rare = view.translate(None, b"a ")
+    if not ascii:
         for i, code in enumerate(_SCRIPT_CODES):
-            n = view.count(code)
+            n = rare.count(code)
             if n:
                 counts[_SCRIPT_FIELDS[i]] += n
         if counts[INDIC]:  # Thai shares its lead byte with the Indic scripts
@@ -123,10 +124,10 @@ def count_text(data: bytes, counts: list[int]) -> None:
             counts[INDIC] -= thai
             counts[THAI] += thai
     counts[CHARS] += len(view)
-    counts[UPPER] += view.count(b"A")
-    counts[DIGITS] += view.count(b"0")
-    counts[PUNCT] += view.count(b".")
-    counts[NEWLINES] += view.count(b"\n")
+    counts[UPPER] += rare.count(b"A")
+    counts[DIGITS] += rare.count(b"0")
+    counts[PUNCT] += rare.count(b".")
+    counts[NEWLINES] += rare.count(b"\n")
     words = view.translate(_WORD_VIEW)
     counts[WORDS] += words.count(b" a") + (words[:1] == b"a")
     counts[LONG_RUNS] += words.count(b"aaaaaaaa")
@@ -135,30 +136,28 @@ def count_text(data: bytes, counts: list[int]) -> None:
 class _Walk:
     """Collects the text pieces and structure counts of one body."""
 
-    __slots__ = ("audio", "counts", "images", "parts", "token_ids")
+    __slots__ = ("audio", "blobs", "counts", "images", "parts", "token_ids")
 
     def __init__(self) -> None:
-        self.parts: list[bytes] = []
+        self.parts: list[str] = []  # text, joined and encoded once
+        self.blobs: list[bytes] = []  # JSON of tool calls, schemas and other parts
         self.token_ids = 0
         self.images = 0
         self.audio = 0
         self.counts = [0] * N_FIELDS
 
-    def text(self, value: str) -> None:
-        self.parts.append(value.encode())
-
     def json(self, value: Any) -> None:
         with contextlib.suppress(TypeError):
-            self.parts.append(orjson.dumps(value))
+            self.blobs.append(orjson.dumps(value))
 
     def content(self, value: Any) -> None:
         """A message `content` (string or parts), a prompt, an input or a system value."""
         if isinstance(value, str):
-            self.parts.append(value.encode())
+            self.parts.append(value)
         elif isinstance(value, list):
             for part in value:
                 if isinstance(part, str):
-                    self.parts.append(part.encode())
+                    self.parts.append(part)
                 elif isinstance(part, int):
                     self.token_ids += 1  # a prompt given as token ids
                 elif isinstance(part, dict):
@@ -178,7 +177,7 @@ class _Walk:
             return
         text = part.get("text")
         if isinstance(text, str):
-            self.parts.append(text.encode())
+            self.parts.append(text)
             return
         if "role" in part:  # a message inside a Responses `input` array
             self.message(part)
@@ -192,22 +191,35 @@ class _Walk:
 
     def message(self, message: dict[str, Any]) -> None:
         self.counts[MESSAGES] += 1
-        self.content(message.get("content"))
+        content = message.get("content")
+        if type(content) is str:
+            self.parts.append(content)
+        else:
+            self.content(content)
+        if len(message) <= 2:  # role and content: the common case
+            return
         for key in ("tool_calls", "function_call"):
             calls = message.get(key)
             if calls:
                 self.json(calls)
         reasoning = message.get("reasoning_content")
         if isinstance(reasoning, str):
-            self.parts.append(reasoning.encode())
+            self.parts.append(reasoning)
         images = message.get("images")  # Ollama: base64 images next to the content
         if isinstance(images, list):
             self.images += len(images)
 
+    def size(self) -> int:
+        """About the bytes of text gathered (to pick a batch's longest item)."""
+        return sum(len(p) for p in self.parts) + sum(len(b) for b in self.blobs)
+
     def finish(self) -> list[int]:
         counts = self.counts
-        if self.parts:
-            count_text(b" ".join(self.parts), counts)
+        if self.parts or self.blobs:
+            text = " ".join(self.parts).encode()
+            if self.blobs:
+                text = b" ".join((text, *self.blobs)) if self.parts else b" ".join(self.blobs)
+            count_text(text, counts)
         counts[TOKEN_IDS] += self.token_ids
         counts[REQUESTS] = 1
         return counts
@@ -219,15 +231,18 @@ def _is_batch(value: Any) -> bool:
 
 def _longest(batch: list[Any], walk: _Walk) -> None:
     """Each sequence of a batch needs the window alone: keep the longest one."""
-    best: tuple[int, list[bytes], int] = (-1, [], 0)
+    best: _Walk | None = None
+    best_size = -1
     for item in batch:
         one = _Walk()
         one.content(item)
-        size = sum(len(p) for p in one.parts) // 4 + one.token_ids
-        if size > best[0]:
-            best = (size, one.parts, one.token_ids)
-    walk.parts.extend(best[1])
-    walk.token_ids += best[2]
+        size = one.size() // 4 + one.token_ids
+        if size > best_size:
+            best, best_size = one, size
+    if best is not None:
+        walk.parts.extend(best.parts)
+        walk.blobs.extend(best.blobs)
+        walk.token_ids += best.token_ids
 
 
 # endpoints whose list-valued `prompt` / `input` is a batch of separate sequences
