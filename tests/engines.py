@@ -76,3 +76,31 @@ def llama_fleet(servers: list[LlamaServer], **extra: Any) -> dict[str, Any]:
         ],
         **extra,
     }
+
+
+def misstated_tiers(llama: LlamaFactory, **extra: Any) -> dict[str, Any]:
+    """Model `tiny` on two real engines, `small` (n_ctx 512, said to hold 1024: it is never
+    asked) and `big` (2048)."""
+    return {
+        "providers": [
+            llama_provider("small", llama(n_ctx=512), discovery=False),
+            llama_provider("big", llama(n_ctx=2048), discovery=False),
+        ],
+        "deployments": [
+            {
+                "id": "small",
+                "model": "tiny",
+                "provider": "small",
+                "upstream_model": ALIAS,
+                "context_window": 1024,
+            },
+            {
+                "id": "big",
+                "model": "tiny",
+                "provider": "big",
+                "upstream_model": ALIAS,
+                "context_window": 2048,
+            },
+        ],
+        **extra,
+    }

@@ -12,7 +12,7 @@ import pytest
 
 from fleetgate.context.truncation import cut_short, judge
 from fleetgate.testing.llama import ALIAS
-from tests.engines import LlamaFactory, llama_provider
+from tests.engines import LlamaFactory, llama_provider, misstated_tiers
 from tests.harness import Stack, deployment, wait_until
 
 LONG = "hello " * 300  # about 330 prompt tokens with the template: fits 512, not with 400 more
@@ -161,19 +161,7 @@ def test_an_ollama_client_sees_the_cut_too(on_512: Stack) -> None:
 def test_the_window_a_cut_shows_is_learned_and_routes_the_next_request(
     stack: Stack, client_for, llama: LlamaFactory
 ) -> None:
-    # `small` is said to hold 1024 tokens but its engine has 512 (and is never asked)
-    stack.start_gateway(
-        {
-            "providers": [
-                llama_provider("small", llama(n_ctx=512), discovery=False),
-                llama_provider("big", llama(n_ctx=2048), discovery=False),
-            ],
-            "deployments": [
-                deployment("tiny", "small", upstream_model=ALIAS, context_window=1024),
-                deployment("tiny", "big", upstream_model=ALIAS, context_window=2048),
-            ],
-        }
-    )
+    stack.start_gateway(misstated_tiers(llama))
     client = client_for(stack, timeout=60)
     messages = [{"role": "user", "content": LONG}]
     first = client.chat.completions.with_raw_response.create(

@@ -17,7 +17,7 @@ from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Deployment, build_fleet
 from fleetgate.ingress.openai import parse_openai
 from fleetgate.testing.llama import ALIAS, LlamaServer
-from tests.engines import LlamaFactory, llama_provider
+from tests.engines import LlamaFactory, llama_provider, misstated_tiers
 from tests.harness import Stack, deployment, fleet_config
 
 WEATHER = {
@@ -147,20 +147,7 @@ async def test_a_completions_prompt_is_tokenized(
 def test_a_real_context_400_falls_through_and_teaches_the_window(
     stack: Stack, client_for, llama: LlamaFactory
 ) -> None:
-    # `small` is said to hold 1024 tokens; its engine has 512 (and is never asked)
-    stack.start_gateway(
-        {
-            "providers": [
-                llama_provider("small", llama(n_ctx=512), discovery=False),
-                llama_provider("big", llama(n_ctx=2048), discovery=False),
-            ],
-            "deployments": [
-                deployment("tiny", "small", upstream_model=ALIAS, context_window=1024),
-                deployment("tiny", "big", upstream_model=ALIAS, context_window=2048),
-            ],
-            "routing": {"context": {"refine": {"enabled": False}}},
-        }
-    )
+    stack.start_gateway(misstated_tiers(llama, routing={"context": {"refine": {"enabled": False}}}))
     client = client_for(stack, timeout=60)
     messages = [{"role": "user", "content": "hello " * 600}]  # about 630 prompt tokens
     first = client.chat.completions.with_raw_response.create(
