@@ -41,12 +41,15 @@ class Framing:
     def all_json(self, block: bytes) -> bool:
         """Whether every event in a block of whole events carries JSON (or `[DONE]`)."""
         payload = self.payload
+        loads = orjson.loads
         for event in block.split(self.separator):
+            if not event:
+                continue  # the split after the last separator
             data = payload(event)
             if data is None or data == sse.DONE:
                 continue
             try:
-                orjson.loads(data)
+                loads(data)
             except orjson.JSONDecodeError:
                 return False
         return True

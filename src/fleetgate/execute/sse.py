@@ -7,7 +7,9 @@ DONE = b"[DONE]"
 
 def event_data(event: bytes) -> bytes | None:
     """The payload of an event's `data:` lines (joined), or None for comments etc."""
-    if event.startswith(b"data:") and b"\n" not in event:
+    if b"\n" not in event and event.startswith(b"data:"):
+        if event[5:6] == b" " and event[6:7] != b" ":  # the common case: one copy, no strip
+            return event[6:]
         return event[5:].lstrip(b" ")
     parts = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
     return b"\n".join(parts) if parts else None
