@@ -133,3 +133,26 @@ def test_tokens_per_minute_limit(stack: Stack, db_url: str) -> None:
     resp = _chat(stack, **auth)
     assert resp.json()["error"]["code"] == "rate_limited"
     assert "3 tokens per minute" in resp.json()["error"]["message"]
+
+
+def test_concurrent_requests_hold_the_budget_on_one_replica(stack: Stack, sqlite_url: str):
+    config = _auth_fleet(stack)
+    # 8 completion tokens at 13125 per million: 0.105 a request, so 5 fit a budget of 0.5
+    config["deployments"].append(
+        {"id": "pa-c", "model": "c", "provider": "pa", "price": {"input": 0, "output": 13125}}
+    )
+    stack.start_gateway(config, options(sqlite_url))
+    key = admin(stack).post("/admin/keys", json={"name": "b", "budget": 0.5}).json()
+    auth = {"authorization": f"Bearer {key['key']}"}
+    assert _chat(stack, "c", **auth).status_code == 200  # the others hold what it cost
+    stack.engines["a"].latency = 0.3  # all in flight at once
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=10) as client:
+            body = {"model": "c", "messages": MSG}
+            answers = await asyncio.gather(
+                *(client.post("/v1/chat/completions", json=body, headers=auth) for _ in range(10))
+            )
+        return [a.status_code for a in answers]
+
+    assert sorted(asyncio.run(burst())) == [200] * 4 + [429] * 6
