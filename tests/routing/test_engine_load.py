@@ -35,11 +35,20 @@ def _explain(stack: Stack, body: dict[str, Any] = BODY) -> dict[str, Any]:
 
 
 def _polled(stack: Stack, dep: str, **values: float) -> None:
-    loads = stack.gateway.loads
+    """Wait until `dep`'s sample shows `values` and a whole poll round has run since this
+    call: the round under way may have read some engines before their load changed, and
+    records each engine's sample as its answer comes, so one sample seen new does not
+    mean its peers' are."""
+    loads, poller = stack.gateway.loads, stack.gateway.load_poller
+    after = poller.rounds + 2
 
     def seen() -> bool:
         sample = loads.get(dep)
-        return sample is not None and all(getattr(sample, k) == v for k, v in values.items())
+        return (
+            poller.rounds >= after
+            and sample is not None
+            and all(getattr(sample, k) == v for k, v in values.items())
+        )
 
     wait_until(seen, 5, f"{dep}'s engine polled with {values}")
 
@@ -110,9 +119,12 @@ def test_polls_do_not_follow_redirects(stack: Stack):
     engines = _three(stack)
     elsewhere = stack.engine("elsewhere")
     engines["a"].metrics_redirect = elsewhere.url + "/metrics"
-    loads = stack.gateway.loads
+    loads, poller = stack.gateway.loads, stack.gateway.load_poller
+    after = poller.rounds + 2  # a whole round since: b's and c's samples are in too
     wait_until(
-        lambda: (s := loads.get("a")) is not None and s.error is not None, 5, "a's poll failed"
+        lambda: poller.rounds >= after and (s := loads.get("a")) is not None and s.error,
+        5,
+        "a's poll failed",
     )
     assert loads.get("a").error == "ValueError: /metrics: HTTP 302"
     assert elsewhere.metrics_calls == 0 and engines["a"].metrics_calls > 0
@@ -159,12 +171,14 @@ def test_llama_cpp_slots_and_metrics(stack: Stack, llama_replicas):
     try:
         loads = stack.gateway.loads
 
-        def busy() -> bool:
-            sample = loads.get("r1")
-            return done.is_set() or (sample is not None and sample.busy_slots == 1)
+        seen: list[Any] = []
+
+        def busy() -> bool:  # keeps the sample it judged (the next poll replaces it)
+            seen[:] = [loads.get("r1")]
+            return done.is_set() or (seen[0] is not None and seen[0].busy_slots == 1)
 
         wait_until(busy, 10, "r1 seen busy")
-        sample = loads.get("r1")
+        sample = seen[0]
         assert not done.is_set(), "the generation ended before a poll saw it"
         assert sample.busy_slots == 1 and sample.running == 1 and sample.waiting == 0
         assert _explain(stack)["notes"]["engine_load"]["r1"]["busy_slots"] == 1
