@@ -17,7 +17,15 @@ Figures per policy (median of REPEAT runs, range in brackets):
   (the share of prompt tokens the engine took from its cache), and as a share of `pinned`'s;
 - TTFT p50 / p99: from sending the request to the first content chunk, at the client;
 - load spread: requests per replica, and the time-averaged in-flight count per replica,
-  each as max / mean.
+  each as max / mean (these move with how long each replica takes to answer, after the
+  requests were placed: round-robin, which places evenly, spreads as wide);
+- the bound (affinity only): what bounded load governs, read from each request's record
+  (`GET /v1/requests/{id}`, the plan's `affinity` note): at each placement, the chosen
+  replica's in-flight count with this request over the mean of its group, and how many
+  placements went over (1 + epsilon) x the mean, and over that rounded up (the rule's
+  limit: never); placements that engine load decided alone (one non-busy replica left,
+  so no affinity note) are counted apart, with the same ratio from the client's view
+  (requests sent and not yet finished when this one was sent, per replica).
 
 Then the sequential scenario: replica r0 slowed (SLOW_THREADS threads: on a 2-core machine
 more threads than cores slow an engine down), r0 listed first, `sort: throughput`, SEQUENTIAL
@@ -88,6 +96,7 @@ class Settings:
     slow_threads: int = 2
     seed: int = 15
     cache_ram: str | None = None
+    epsilon: float = 0.25  # routing.balancing.affinity.epsilon: the default, not configured
     out: Path = HERE / "results"
 
     @classmethod
@@ -220,6 +229,8 @@ class Answer:
     text: str
     attempts: int = 1  # upstream attempts the gateway made (X-Fleetgate-Attempts)
     retried: bool = False  # the client sent it again after a 502
+    request_id: str = ""
+    notes: dict[str, Any] = field(default_factory=dict)  # the record's plan notes
 
 
 class Unreachable(RuntimeError):
@@ -242,6 +253,7 @@ async def stream_chat(
             raise RuntimeError(f"HTTP {resp.status}: {detail[:300]}")
         route = resp.headers.get("x-fleetgate-route", "?")
         attempts = int(resp.headers.get("x-fleetgate-attempts", "1"))
+        request_id = resp.headers.get("x-request-id", "")
         affinity = resp.headers.get("x-fleetgate-affinity")
         buffer = b""
         async for chunk in resp.content.iter_any():
@@ -273,6 +285,7 @@ async def stream_chat(
         float(timings.get("predicted_per_second", 0.0)),
         "".join(text),
         attempts,
+        request_id=request_id,
     )
 
 
@@ -327,7 +340,18 @@ async def play(s: Settings, port: int, policy: str, convs: list[Conversation]) -
     timeout = aiohttp.ClientTimeout(total=120)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         await asyncio.gather(*(converse(session, c) for c in convs))
-    return summarise(answers, time.perf_counter() - started)
+        wall = time.perf_counter() - started
+        if policy == "affinity":  # after the run: the reads do not load the replicas
+            await fetch_notes(session, port, answers)
+    return summarise(answers, wall, s.epsilon)
+
+
+async def fetch_notes(session: aiohttp.ClientSession, port: int, answers: list[Answer]) -> None:
+    """Each answer's plan notes, from its request record (the gateway keeps the last 500)."""
+    for a in answers:
+        async with session.get(f"http://127.0.0.1:{port}/v1/requests/{a.request_id}") as resp:
+            if resp.status == 200:
+                a.notes = (await resp.json()).get("notes") or {}
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -335,7 +359,47 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def summarise(answers: list[Answer], wall: float) -> dict[str, Any]:
+def bound_figures(answers: list[Answer], epsilon: float) -> dict[str, Any]:
+    """What bounded load governs, at each placement the affinity rule made (its note: the
+    group's in-flight counts before this request, and each one's limit), and the same
+    ratio from the client's view for the placements engine load made alone."""
+    ratios: list[float] = []
+    excess = 0.0  # the most requests any placement put above (1 + epsilon) x the mean
+    over_mean = over_limit = 0
+    for a in answers:
+        note = a.notes.get("affinity")
+        if not note:
+            continue
+        inflight, chosen = note["inflight"], note["deployment"]
+        placed = inflight[chosen] + 1
+        mean = (sum(inflight.values()) + 1) / len(inflight)  # the replicas' weights are equal
+        ratios.append(placed / mean)
+        excess = max(excess, placed - (1 + epsilon) * mean)
+        over_mean += placed > (1 + epsilon) * mean + 1e-9
+        over_limit += placed > note["limit"][chosen]
+    alone = [a for a in answers if a.notes and not a.notes.get("affinity")]
+    alone_ratios = []
+    for a in alone:  # requests in flight per replica when this one was sent, this one too
+        counts = dict.fromkeys((f"r{i}" for i in range(REPLICAS)), 0)
+        for b in answers:
+            if b is a or b.sent <= a.sent < b.done:
+                counts[b.route] = counts.get(b.route, 0) + 1
+        alone_ratios.append(counts[a.route] / statistics.mean(counts.values()))
+    return {
+        "placements": len(ratios),
+        "placed_over_mean_p50": _pct(ratios, 0.5) if ratios else None,
+        "placed_over_mean_p90": _pct(ratios, 0.9) if ratios else None,
+        "placed_over_mean_max": max(ratios, default=None),
+        "over_mean": over_mean,
+        "over_mean_by_at_most": excess,
+        "over_limit": over_limit,
+        "engine_load_alone": len(alone),
+        "alone_over_mean_max": max(alone_ratios, default=None),
+        "alone_over_mean": sum(r > 1 + epsilon + 1e-9 for r in alone_ratios),
+    }
+
+
+def summarise(answers: list[Answer], wall: float, epsilon: float) -> dict[str, Any]:
     cached = sum(a.cache_n for a in answers)
     evaluated = sum(a.prompt_n for a in answers)
     ttft = [a.ttft * 1000 for a in answers]
@@ -359,6 +423,7 @@ def summarise(answers: list[Answer], wall: float) -> dict[str, Any]:
         "affinity_results": results,
         "fallbacks": sum(1 for a in answers if a.attempts > 1),
         "client_retries": sum(1 for a in answers if a.retried),
+        "bound": bound_figures(answers, epsilon) if any(a.notes for a in answers) else None,
     }
 
 
@@ -460,6 +525,33 @@ def report(s: Settings, results: dict[str, list[dict[str, Any]]], seq: dict[str,
             f"{', '.join(f'{k} {v}' for k, v in sorted(outcomes.items())) or '-'} | "
             f"{sum(r['fallbacks'] + r['client_retries'] for r in runs)} |"
         )
+    bounds = [r["bound"] for r in results.get("affinity", ()) if r.get("bound")]
+    if bounds:
+        placed = [b for b in bounds if b["placements"]]
+        alone = [b["alone_over_mean_max"] for b in bounds if b["engine_load_alone"]]
+
+        def per_run(key: str) -> str:
+            return " / ".join(f"{b[key]:.2f}" for b in placed)
+
+        lines += [
+            "",
+            f"Bounded load (affinity, epsilon {s.epsilon:g}), at placement: the affinity rule "
+            f"placed {sum(b['placements'] for b in bounds)} requests; the chosen replica's "
+            "in-flight count (this request included) over its group's mean was, per run, "
+            f"{per_run('placed_over_mean_p50')} at the median, {per_run('placed_over_mean_p90')}"
+            f" at p90, {per_run('placed_over_mean_max')} at most (a request placed on an idle "
+            f"fleet is 3x the mean); {sum(b['over_mean'] for b in bounds)} placements went over "
+            "(1 + epsilon) x the mean, by at most "
+            f"{max(b['over_mean_by_at_most'] for b in bounds):.2f} request (the limit rounds "
+            f"up), {sum(b['over_limit'] for b in bounds)} over the limit. Engine load alone "
+            f"placed {sum(b['engine_load_alone'] for b in bounds)}"
+            + (
+                f" (client's view: at most {max(alone):.2f} x the mean, "
+                f"{sum(b['alone_over_mean'] for b in bounds)} over 1 + epsilon)."
+                if alone
+                else "."
+            ),
+        ]
     if seq:
         lines += [
             "",
