@@ -4,14 +4,23 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import httpx
+import orjson
 
+from fleetgate.discovery.engine_load import EngineLoads
+from fleetgate.discovery.engine_metrics import EngineLoad
+from fleetgate.fleet import build_fleet
+from fleetgate.ingress.openai import parse_openai
+from fleetgate.routing.planner import build_plan
+from fleetgate.state.affinity import MemoryAffinity
+from fleetgate.state.runtime import MemoryState
 from fleetgate.testing.llama import ALIAS
 from tests.admin.helpers import admin, options
 from tests.engines import llama_fleet
-from tests.harness import Stack, deployment, provider, wait_until
+from tests.harness import Stack, deployment, fleet_config, provider, wait_until
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 FAST = {"routing": {"balancing": {"engine_load": {"interval_seconds": 0.1}}}}
@@ -184,3 +193,75 @@ def test_llama_cpp_slots_and_metrics(stack: Stack, llama_replicas):
         assert _explain(stack)["notes"]["engine_load"]["r1"]["busy_slots"] == 1
     finally:
         worker.join(60)
+
+
+def _plan_with(loads: dict[str, tuple[float, int]], inflight: dict[str, int]) -> Any:
+    """A plan for three tied deployments: `loads` is each engine's (queue, the gateway's
+    in-flight count when it was polled), `inflight` the gateway's count now."""
+    fleet = build_fleet(
+        fleet_config(
+            {
+                "providers": [{"id": n, "base_url": "http://127.0.0.1:9/v1"} for n in "abc"],
+                "deployments": [deployment("m", n) for n in "abc"],
+            }
+        )
+    )
+    state, samples, now = MemoryState(), EngineLoads(), time.time()
+    for dep, (waiting, then) in loads.items():
+        samples.record(dep, EngineLoad(waiting=waiting, running=1, fetched_at=now, inflight=then))
+        state.health(dep).inflight = inflight[dep]
+    profile = parse_openai("chat.completions", orjson.dumps(BODY))
+    return build_plan(profile, fleet, state, now=now, affinity=MemoryAffinity(), loads=samples)
+
+
+def test_requests_sent_since_the_poll_count_in_the_queue():
+    """c was the one engine not busy at the last poll: what the gateway has sent it since
+    joins its queue, so it stops taking every request once its peers are no longer more
+    than max_queue deeper (the affinity rule and its bound decide among the three again)."""
+    polled = {"a": (10, 11), "b": (10, 11), "c": (1, 2)}
+    plan = _plan_with(polled, {"a": 11, "b": 11, "c": 2})
+    assert plan.candidates[0].deployment.id == "c"
+    assert plan.notes["engine_load"]["a"]["moved_back"] == "queue 10 > 4 (1 at the shortest)"
+    assert "affinity" not in plan.notes  # one engine left: engine load decided alone
+    plan = _plan_with(polled, {"a": 11, "b": 11, "c": 6})  # four sent to c since
+    assert plan.notes["engine_load"]["c"]["queue_now"] == 5
+    assert plan.notes["engine_load"]["a"]["moved_back"] == "queue 10 > 4 (5 at the shortest)"
+    plan = _plan_with(polled, {"a": 11, "b": 11, "c": 7})  # five: a and b are not 4 deeper
+    assert not any("moved_back" in s for s in plan.notes["engine_load"].values())
+    assert plan.notes["affinity"]["inflight"] == {"a": 11, "b": 11, "c": 7}
+    # requests that ended since shorten a queue the same way
+    plan = _plan_with(polled, {"a": 8, "b": 11, "c": 2})
+    assert plan.notes["engine_load"]["a"]["queue_now"] == 7
+    assert plan.notes["engine_load"]["a"]["moved_back"] == "queue 7 > 4 (1 at the shortest)"
+
+
+def test_the_queue_now_fills_free_slots_first():
+    # llama.cpp: two slots, one busy, no queue; three sent since: one runs, two queue
+    sample = EngineLoad(waiting=0, running=1, slots=2, busy_slots=1, inflight=1)
+    assert sample.queue_now(4) == 2
+    assert sample.queue_now(0) == 0
+    # no queue and no slot count (vLLM below its batch size): nothing to add
+    assert EngineLoad(waiting=0, running=3, inflight=3).queue_now(9) == 0
+    assert EngineLoad(waiting=2, running=3).queue_now(9) == 2  # no snapshot: as reported
+
+
+def test_a_polled_sample_carries_the_gateways_in_flight_count(stack: Stack):
+    engines = _three(stack)
+    engines["a"].latency = 2.0  # one request held in flight on a
+    done = threading.Event()
+    gateway = stack.gateway
+    worker = threading.Thread(
+        target=lambda: (
+            httpx.post(stack.url + "/v1/chat/completions", json={**BODY, "model": "a"}),
+            done.set(),
+        )
+    )
+    worker.start()
+    try:
+        wait_until(lambda: gateway.state.health("a").inflight == 1 or done.is_set(), 5, "sent")
+        _polled(stack, "a")
+        sample = gateway.loads.get("a")
+        assert done.is_set() or sample.inflight == 1
+        assert gateway.loads.get("b").inflight == 0
+    finally:
+        worker.join(10)

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 
 import aiohttp
@@ -82,10 +83,16 @@ def polled(fleet: Fleet) -> dict[str, list[Deployment]]:
 class EngineLoadPoller(BackgroundPoller):
     timeout = POLL_TIMEOUT
 
-    def __init__(self, holder: FleetHolder, loads: EngineLoads) -> None:
+    def __init__(
+        self,
+        holder: FleetHolder,
+        loads: EngineLoads,
+        inflight: Callable[[str], int] | None = None,
+    ) -> None:
         super().__init__()
         self.holder = holder
         self.loads = loads
+        self.inflight = inflight  # the gateway's own in-flight count per deployment
         self.rounds = 0  # completed poll rounds (tests wait on it)
 
     async def poll_once(self) -> int:
@@ -116,8 +123,11 @@ class EngineLoadPoller(BackgroundPoller):
                 slots = parse_llamacpp_slots(orjson.loads(await self._get(provider, "/slots")))
             except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError, ValueError) as exc:
                 error = error or _describe(exc)
-        for dep in deps:
-            self.loads.record(dep.id, _sample(provider.kind, dep, text, slots, error, now))
+        for dep in deps:  # with the gateway's count as the engine answered (no await since)
+            sample = _sample(provider.kind, dep, text, slots, error, now)
+            if self.inflight is not None and sample.error is None:
+                sample = replace(sample, inflight=max(0, self.inflight(dep.id)))
+            self.loads.record(dep.id, sample)
 
     async def _get(self, provider: Provider, path: str) -> str:
         assert self._session is not None

@@ -36,6 +36,28 @@ class EngineLoad:
     busy_slots: int | None = None
     fetched_at: float = 0.0
     error: str | None = None
+    # the gateway's own in-flight count to the deployment when the engine answered: routing
+    # adds what it dispatched since (or takes off what ended) to the engine's queue
+    inflight: int | None = None
+
+    def queue_now(self, inflight: int) -> float | None:
+        """The engine's queue corrected by the gateway's own requests since the sample
+        (`inflight`: its count now): ones sent since fill the free slots llama.cpp reported,
+        then queue (an engine with a queue has no free slot); ones ended since let queued
+        ones run. Without a snapshot, or for an engine that had neither a queue nor a slot
+        count (vLLM or SGLang below their batch size), the reported queue."""
+        if self.waiting is None or self.inflight is None:
+            return self.waiting
+        since = inflight - self.inflight
+        if since > 0:
+            if self.waiting > 0:
+                free = 0
+            elif self.slots is not None and self.busy_slots is not None:
+                free = max(0, self.slots - self.busy_slots)
+            else:
+                return self.waiting
+            return self.waiting + max(0, since - free)
+        return max(0.0, self.waiting + since)
 
     def public(self, now: float) -> dict[str, Any]:
         return {

@@ -149,7 +149,9 @@ class Gateway:
             lambda _old, new: self.affinity.configure(new.config.routing.balancing.affinity)
         )
         self.loads = EngineLoads()
-        self.load_poller = EngineLoadPoller(holder, self.loads)
+        self.load_poller = EngineLoadPoller(
+            holder, self.loads, lambda dep_id: self.state.health(dep_id).inflight
+        )
         self.pool = UpstreamPool()
         self.executor = Executor(self.pool, self.state)
         self.refiner = ContextRefiner(self.pool)

@@ -21,11 +21,15 @@ from fleetgate.routing.ties import tied_runs
 BUSY = "engine_busy"  # ctx.cache: ids of the deployments this orderer moved back
 
 
-def busy_reason(sample: EngineLoad, config: EngineLoadConfig, shortest: float) -> str | None:
-    """Why the engine is busy (None: it is not); `shortest` is its peers' shortest queue."""
-    if sample.waiting is not None and sample.waiting - shortest > config.max_queue:
+def busy_reason(
+    sample: EngineLoad, config: EngineLoadConfig, shortest: float, queue: float | None = None
+) -> str | None:
+    """Why the engine is busy (None: it is not); `shortest` is its peers' shortest queue,
+    `queue` its own as routing counts it now (the sample's, by default)."""
+    queue = sample.waiting if queue is None else queue
+    if queue is not None and queue - shortest > config.max_queue:
         beyond = f" ({shortest:g} at the shortest)" if shortest else ""
-        return f"queue {sample.waiting:g} > {config.max_queue}{beyond}"
+        return f"queue {queue:g} > {config.max_queue}{beyond}"
     if sample.kv_cache is not None and sample.kv_cache >= config.max_kv_cache:
         return f"kv cache {sample.kv_cache:.0%} >= {config.max_kv_cache:.0%}"
     return None
@@ -52,12 +56,22 @@ class EngineLoadOrderer:
                 for c in group
                 if (s := loads.fresh(c.deployment.id, ctx.now)) is not None
             }
-            queues = [s.waiting for s in samples.values() if s.waiting is not None]
+            # each queue as it stands now: the sample's, plus what this gateway sent since
+            # (without it, a poll interval's traffic herds onto the one engine that was not
+            # busy at the last poll, whatever its share of the requests in flight)
+            now_queue = {
+                dep_id: s.queue_now(max(0, ctx.state.health(dep_id).inflight))
+                for dep_id, s in samples.items()
+            }
+            queues = [q for q in now_queue.values() if q is not None]
             shortest = min(queues) if len(queues) > 1 else 0.0
             reasons: dict[str, str] = {}
             for dep_id, sample in samples.items():
                 signals[dep_id] = _signal(sample)
-                reason = busy_reason(sample, config, shortest)
+                queue = now_queue[dep_id]
+                if queue is not None and queue != sample.waiting:
+                    signals[dep_id]["queue_now"] = queue
+                reason = busy_reason(sample, config, shortest, queue)
                 if reason is not None:
                     reasons[dep_id] = reason
             if reasons and len(reasons) < len(group):  # some peer is not busy: it goes first
