@@ -29,7 +29,6 @@ def _fleet(stack: Stack) -> dict[str, Any]:
         "providers": [provider("pa", a)],
         "deployments": [deployment("m", "pa", price=PRICED)],
         "auth": {"enabled": True},
-        "storage": {"log_writer": "thread"},  # a forked writer would inherit the proxy's port
     }
 
 
@@ -141,7 +140,6 @@ def test_the_admin_api_answers_503_during_a_store_outage_on_a_healthy_connection
         {
             "providers": [provider("pa", a)],
             "deployments": [deployment("m", "pa")],
-            "storage": {"log_writer": "thread"},
         },
         ControlOptions(database_url=url, admin_key=ADMIN_KEY),
     )

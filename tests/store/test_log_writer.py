@@ -1,11 +1,14 @@
 """The request log's writer process: every row reaches the store, whoever writes it, or is
-counted; at shutdown, through a store outage, when the child is behind and when it dies."""
+counted; at shutdown, through a store outage, when the child is behind and when it dies; it
+holds none of the serving process's descriptors but its pipes."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -19,7 +22,7 @@ from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.db import Database
 from fleetgate.store.log_writer import LogWriterProcess
 from fleetgate.store.request_log import RequestLog
-from tests.harness import Stack
+from tests.harness import Stack, wait_until
 from tests.test_serve import chat, serving
 
 
@@ -77,6 +80,32 @@ def _started(url: str, capacity: int = 10_000) -> LogWriterProcess:
     return writer
 
 
+def _fds(pid: int) -> dict[int, str]:
+    """What each of the process's descriptors is (`socket:[inode]`, `pipe:[inode]`, a path)."""
+    found = {}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed meanwhile
+            found[int(name)] = os.readlink(f"/proc/{pid}/fd/{name}")
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError):
+            found += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+    return found
+
+
+def _listening(port: int) -> str:
+    """The descriptor target of the socket listening on 127.0.0.1:`port`."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == f"0100007F:{port:04X}" and fields[3] == "0A":
+            return f"socket:[{fields[9]}]"
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port}")
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -104,6 +133,33 @@ async def test_a_child_process_writes_the_rows_and_shutdown_waits_for_all(
     assert row["stream"] is True and row["status"] == 200 and row["prompt_tokens"] == 7
     assert row["time"] == _record(7).time and row["upstream_model"] == "up-a"
     assert [(a["idx"], a["deployment_id"], a["ttft"]) for a in row["attempts"]] == [(0, "pa", 0.1)]
+
+
+async def test_the_child_holds_no_descriptor_of_the_serving_process_but_its_pipes(
+    store: tuple[str, Database],
+) -> None:
+    url, _ = store
+    # a listening socket of the serving process, inheritable even: it stays the server's
+    listener = socket.create_server(("127.0.0.1", 0))
+    os.set_inheritable(listener.fileno(), True)
+    port = listener.getsockname()[1]
+    writer = _started(url)
+    assert writer.pid is not None
+    try:
+        await writer.write(_batch(0, 3))
+        await until(lambda: writer.written == 3, 10, "the child is up and wrote the rows")
+        ours = {t for t in _fds(os.getpid()).values() if t.startswith(("socket:", "pipe:"))}
+        theirs = {fd: t for fd, t in _fds(writer.pid).items() if fd > 2}  # but 0, 1, 2
+        assert f"socket:[{os.fstat(listener.fileno()).st_ino}]" not in theirs.values()
+        shared = sorted(t for t in theirs.values() if t in ours)
+        assert len(shared) == 2 and all(t.startswith("pipe:") for t in shared), theirs
+        listener.close()
+        # the server's port is free the moment the server lets it go, writer or not
+        socket.create_server(("127.0.0.1", port)).close()
+    finally:
+        listener.close()
+        await writer.stop()
+    assert writer.written == 3
 
 
 async def test_rows_wait_in_the_child_through_a_store_outage(
@@ -204,3 +260,26 @@ def test_fleetgate_serve_logs_through_its_writer_and_sigterm_loses_nothing(
             await db.dispose()
 
     assert asyncio.run(count()) == 300
+
+
+def test_serve_workers_writers_do_not_hold_the_listening_socket(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """`serve --workers 2`: each worker has the listening socket before it starts its
+    writer (the supervisor bound it); the writers must not keep it."""
+    with serving(stack, tmp_path, "--workers", "2") as (url, proc):
+        listening = _listening(int(url.rsplit(":", 1)[1]))
+
+        def workers() -> list[int]:
+            return [c for c in _children(proc.pid) if listening in _fds(c).values()]
+
+        wait_until(
+            lambda: len(workers()) == 2 and all(_children(w) for w in workers()),
+            30,
+            "two workers, each with its writer",
+        )
+        writers = [w for worker in workers() for w in _children(worker)]
+        assert len(writers) == 2
+        for writer in writers:
+            assert listening not in _fds(writer).values()
+        assert chat(url).status_code == 200

@@ -165,7 +165,7 @@ class ControlPlane:
 
     async def start(self) -> None:
         if self.base.storage.log_writer == "process" and can_fork_writer(self.url):
-            # first: the fork must come before this process starts its DB threads
+            # first: the child's start (a fresh interpreter) overlaps the rest of ours
             self.log_writer = LogWriterProcess(self.url, self.base.storage.log_buffer)
             self.log_writer.start()
         try:

@@ -1,11 +1,18 @@
 """The request log's writer process: the store work of logging, out of the serving process.
 
 In the serving process a batch of records costs only its rows' encoding and one
-non-blocking pipe write. A child forked at start-up (before any thread exists) decodes
-the rows and writes them with the same `RequestLog` the serving process would use,
-through a database connection of its own, in transactions of its own size. Its CPU never
-holds the serving process's GIL, the kernel schedules it below the server, and
-on a host with a free core it runs there.
+non-blocking pipe write. A child started at start-up decodes the rows and writes them with
+the same `RequestLog` the serving process would use, through a database connection of its
+own, in transactions of its own size. Its CPU never holds the serving process's GIL, the
+kernel schedules it below the server, and on a host with a free core it runs there.
+
+The child is a fresh interpreter (fork + exec), not a fork of the serving process: it
+holds the two pipes and the standard streams, nothing else. A forked child kept every
+descriptor the server had open, the listening socket among them, so the port stayed
+taken (and accepted nothing) after the server was gone, and connections it had open
+never closed; forking a process that runs threads copies locks other threads hold, too.
+Its settings (the store's URL may carry a password) come as the first line of the rows
+pipe, never on its command line.
 
 Nothing is lost on the way: rows the pipe cannot take yet wait in the serving process
 (up to the log's capacity, the oldest dropped and counted, as `RequestLog` does while the
@@ -22,6 +29,7 @@ import fcntl
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -78,6 +86,7 @@ class LogWriterProcess:
         self._status_buf = b""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._exited: asyncio.Future[None] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
 
     # ---- counters --------------------------------------------------------------------
     def _count(self, name: str) -> int:
@@ -102,22 +111,22 @@ class LogWriterProcess:
 
     # ---- life ------------------------------------------------------------------------
     def start(self) -> None:
-        """Fork the child. Call it before the process starts any thread: a fork copies
-        only the calling thread, and a lock another thread held would stay held."""
+        """Start the child. Safe from any thread, at any time: nothing is forked but an
+        exec, and the child inherits no descriptor but its pipes (and 0, 1, 2)."""
         self._loop = asyncio.get_running_loop()
         rows_r, rows_w = os.pipe()
         status_r, status_w = os.pipe()
         with contextlib.suppress(OSError):  # Linux: a bigger pipe, fewer waits
             fcntl.fcntl(rows_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-        pid = os.fork()
-        if pid == 0:  # the child never returns from here
-            os.close(rows_w)
-            os.close(status_r)
-            _child_main(self.url, self.capacity, self.nice, rows_r, status_w)
-        os.close(rows_r)
-        os.close(status_w)
+        settings = {"url": self.url, "capacity": self.capacity, "nice": self.nice}
+        os.write(rows_w, orjson.dumps(settings) + b"\n")  # the child's first line
+        try:
+            self._proc = _spawn_child(rows_r, status_w)
+        finally:
+            os.close(rows_r)
+            os.close(status_w)
         os.set_blocking(rows_w, False)
-        self.pid, self._rows_fd, self._status_fd = pid, rows_w, status_r
+        self.pid, self._rows_fd, self._status_fd = self._proc.pid, rows_w, status_r
         self._exited = self._loop.create_future()
         self._loop.add_reader(status_r, self._on_status)
 
@@ -212,8 +221,8 @@ class LogWriterProcess:
         assert self._loop is not None and self._exited is not None and self.pid is not None
         self._loop.remove_reader(self._status_fd)
         os.close(self._status_fd)
-        _, status = os.waitpid(self.pid, 0)
-        code = os.waitstatus_to_exitcode(status)
+        assert self._proc is not None
+        code = self._proc.wait()  # its status pipe closed: it has exited, or is exiting
         child = self._child
         settled = sum(child.get(k, 0) for k in ("written", "dropped", "rejected"))
         self._lost = max(0, self._sent - settled)
@@ -249,21 +258,60 @@ class LogWriterProcess:
 # ---- the child ---------------------------------------------------------------------------
 
 
-def _child_main(url: str, capacity: int, nice: int, rows_fd: int, status_fd: int) -> None:
+# The child's first lines, before anything is imported: below the server at once (its
+# imports are most of its start), and deaf to the signals meant for the server, which were
+# blocked in it from the spawn on (`_spawn_child`) so that none lands in between.
+_CHILD_CODE = """\
+import os, signal, sys
+try:
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+except (AttributeError, OSError):
+    pass
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+from fleetgate.store.log_writer import child_main
+child_main(int(sys.argv[1]), int(sys.argv[2]))
+"""
+_DEAF_TO = {signal.SIGINT, signal.SIGTERM}
+
+
+def _spawn_child(rows_fd: int, status_fd: int) -> subprocess.Popen[bytes]:
+    """A new interpreter running `child_main`, importing this same fleetgate."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    # the child inherits this thread's signal mask through the exec; it unblocks the two
+    # once it ignores them (a signal meanwhile stays pending, then is discarded)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _DEAF_TO)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-P", "-c", _CHILD_CODE, str(rows_fd), str(status_fd)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            close_fds=True,
+            pass_fds=(rows_fd, status_fd),
+            env=env,
+        )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def child_main(rows_fd: int, status_fd: int) -> None:
+    """The child's body: settings from the rows pipe's first line, then rows until EOF."""
     code = 1
     try:
-        with contextlib.suppress(AttributeError, OSError):  # Linux only
-            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-        os.nice(nice)
-        # the serving process decides when the writer stops: it closes the pipe. The
-        # serving loop's signal wake-up fd is the parent's: not ours to write to.
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        # forked from inside the serving loop: this thread is not running it any more
-        asyncio.events._set_running_loop(None)
-        asyncio.set_event_loop_policy(None)
-        asyncio.run(_child_write(url, capacity, rows_fd, status_fd))
+        buf = bytearray()
+        while b"\n" not in buf:
+            data = os.read(rows_fd, 1 << 16)
+            if not data:  # the server went away before it said anything
+                os._exit(0)
+            buf.extend(data)
+        end = buf.index(b"\n")
+        settings = orjson.loads(buf[:end])
+        del buf[: end + 1]
+        os.nice(settings["nice"])
+        asyncio.run(_child_write(settings["url"], settings["capacity"], rows_fd, status_fd, buf))
         code = 0
     except BaseException:
         traceback.print_exc(file=sys.stderr)
@@ -271,14 +319,15 @@ def _child_main(url: str, capacity: int, nice: int, rows_fd: int, status_fd: int
         os._exit(code)
 
 
-async def _child_write(url: str, capacity: int, rows_fd: int, status_fd: int) -> None:
+async def _child_write(
+    url: str, capacity: int, rows_fd: int, status_fd: int, buf: bytearray
+) -> None:
     db = open_database(url)
     # bounded by reading no more: the rows wait in the pipe, then in the serving process,
     # whose queue drops (and counts) the oldest beyond its capacity
     request_log = RequestLog(db, capacity=sys.maxsize)
     loop = asyncio.get_running_loop()
     arrived = asyncio.Event()
-    buf = bytearray()
     eof = False
     reading = False
 
@@ -324,6 +373,9 @@ async def _child_write(url: str, capacity: int, rows_fd: int, status_fd: int) ->
         }
         os.write(status_fd, orjson.dumps(status) + b"\n")
 
+    if buf:  # rows that came with the settings
+        take()
+        arrived.set()
     read_while_room()
     deadline: float | None = None
     try:
