@@ -399,7 +399,7 @@ class Gateway:
         except GatewayError as exc:  # refused before any upstream call: logged all the same
             self._record(ex, profile, plan, exc.status, exc.code, [], None, 0.0)
             raise
-        watch = DisconnectWatch(receive, self._loop or asyncio.get_running_loop())
+        watch = DisconnectWatch(receive, self._loop or asyncio.get_running_loop(), scope)
         try:
             try:
                 outcome = await self.executor.run(plan, profile, fleet)

@@ -73,35 +73,56 @@ async def send_body(
     await send({"type": "http.response.body", "body": body})
 
 
+# A scope key the connection layer (server/connections.py) sets to None when it will call
+# the callable the app stores there once the client's connection is lost.
+DISCONNECT_HOOK = "fleetgate.on_disconnect"
+
+
 class DisconnectWatch:
     """Cancels the handling task when the client goes away before the response is done.
 
     Without it an abandoned request would keep its upstream request (and a GPU) busy.
+    Behind fleetgate's own connection layer the connection calls it when it is lost (no
+    task, no callback on the loop); behind another ASGI server a task waits on `receive()`.
     """
 
-    __slots__ = ("_loop", "_owner", "_task", "cancelled", "done")
+    __slots__ = ("_hooked", "_loop", "_owner", "_scope", "_task", "cancelled", "done")
 
-    def __init__(self, receive: Receive, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, receive: Receive, loop: asyncio.AbstractEventLoop, scope: Scope) -> None:
         # `loop` is the running loop, passed in: asking asyncio for it costs a getpid()
         # system call each time (its fork check), three per request here
         self.done = False
         self.cancelled = False
         self._loop = loop
         self._owner = asyncio.current_task(loop)
+        self._scope = scope
+        self._task: asyncio.Task[Message] | None = None
+        self._hooked = DISCONNECT_HOOK in scope
+        if self._hooked:
+            scope[DISCONNECT_HOOK] = self._lost
+            return
         # The body has been read, so the only message left is http.disconnect: a task on
         # receive() itself with a done-callback is the cheapest way to hear it.
-        self._task: asyncio.Task[Message] = loop.create_task(receive())  # type: ignore[arg-type]
+        self._task = loop.create_task(receive())  # type: ignore[arg-type]
         self._task.add_done_callback(self._heard)
+
+    def _lost(self) -> None:
+        if not self.done and self._owner is not None:
+            self.cancelled = True
+            self._owner.cancel()
 
     def _heard(self, task: asyncio.Task[Message]) -> None:
         if task.cancelled() or task.exception() is not None or self.done:
             return
-        if task.result()["type"] == "http.disconnect" and self._owner is not None:
-            self.cancelled = True
-            self._owner.cancel()
+        if task.result()["type"] == "http.disconnect":
+            self._lost()
 
     def finish(self) -> None:
         self.done = True
+        if self._hooked:
+            self._scope[DISCONNECT_HOOK] = None
+            return
+        assert self._task is not None
         if not self._task.done():
             # uvicorn answers the pending receive() with http.disconnect once the response is
             # complete, so the watcher normally ends by itself in this loop turn. Cancelling it
@@ -110,7 +131,7 @@ class DisconnectWatch:
             self._loop.call_soon(self._reap)
 
     def _reap(self) -> None:
-        if not self._task.done():
+        if self._task is not None and not self._task.done():
             self._task.cancel()
 
     async def absorb(self) -> None:
@@ -118,5 +139,6 @@ class DisconnectWatch:
         task = asyncio.current_task()
         if task is not None:
             task.uncancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -9,6 +9,8 @@ facing untrusted clients needs and uvicorn does not have.
   the body is read.
 - At most `server.max_connections` connections are open per process; one more is answered
   503 and closed.
+- A lost connection cancels the handling of its request at once, through a hook the app
+  sets in the request's scope (`asgi.DISCONNECT_HOOK`): no task per request waits for it.
 
 All of it costs nothing on the common path: timers are armed only while a request's head
 or body is incomplete after a read, which a client that sends its request at once never
@@ -29,7 +31,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from fleetgate.config.schema import ServerConfig
 from fleetgate.errors import GatewayError
 from fleetgate.ingress.routes import error_protocol
-from fleetgate.server.asgi import new_request_id
+from fleetgate.server.asgi import DISCONNECT_HOOK, new_request_id
 from fleetgate.server.error_shapes import error_body
 
 _LINGER_SECONDS = 2.0  # how long a refused connection's further bytes are read and dropped
@@ -117,6 +119,16 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+        self._tell_app()
+
+    def _tell_app(self) -> None:
+        """The current request's client is gone: call what the app hooked on it (the
+        cancellation of its handling, `asgi.DisconnectWatch`)."""
+        cycle = self.cycle
+        if cycle is not None and cycle.disconnected:
+            hook = cycle.scope.get(DISCONNECT_HOOK)
+            if hook is not None:
+                hook()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -155,6 +167,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return
         super().on_headers_complete()
         self._phase = _BODY
+        # the app may hook its disconnect handling here (before it runs: its task starts
+        # at the loop's next turn)
+        self.scope[DISCONNECT_HOOK] = None  # type: ignore[literal-required]
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:
@@ -217,6 +232,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True  # the app, if it waits on the body, hears it at once
             cycle.message_event.set()
+            self._tell_app()
         if busy or not self.transport.can_write_eof():
             self.transport.close()
             return
