@@ -26,7 +26,15 @@ _STOP_IN_STREAM = re.compile(
     rb'"(?:finish_reason|stop_reason|done_reason)"\s*:\s*"(\w+)"'
     rb'|"incomplete_details"\s*:\s*\{\s*"reason"\s*:\s*"(\w+)"'
 )
-_USAGE_MARKS = (b'"usage"', b'"prompt_eval_count"', b'"timings"')
+_STOP_KEYS = (b'"finish_reason"', b'"stop_reason"', b'"done_reason"', b'"incomplete_details"')
+
+
+def _has_usage(data: bytes) -> bool:
+    """Whether `data` may report usage: OpenAI's and Anthropic's `usage`, Ollama's counts,
+    llama.cpp's `timings` (three `in` tests: no generator per call)."""
+    return b'"usage"' in data or b'"prompt_eval_count"' in data or b'"timings"' in data
+
+
 _USAGE_START = re.compile(rb'"usage"\s*:\s*\{')
 
 
@@ -55,14 +63,26 @@ def stop_reason(data: Any) -> str | None:
 
 
 def stop_in_stream(block: bytes) -> str | None:
-    """The last stop reason in a stream's end (a byte scan; no event is parsed)."""
+    """The last stop reason in a stream's end (a byte scan; no event is parsed).
+
+    Searched from the end, key by key (the pattern is tried only where a key is, last one
+    first), where a scan of the whole block tried the pattern at every quote of the ~4 KB
+    tail: the same answer, unless a stop reason is itself spelled like one of the keys."""
     if b"reason" not in block:
         return None
-    found = _STOP_IN_STREAM.findall(block)
-    if not found:
+    best = -1
+    found: re.Match[bytes] | None = None
+    for key in _STOP_KEYS:
+        at = block.rfind(key)
+        while at > best:
+            match = _STOP_IN_STREAM.match(block, at)
+            if match is not None:
+                best, found = at, match
+                break
+            at = block.rfind(key, 0, at)  # e.g. `"finish_reason":null`: an earlier one
+    if found is None:
         return None
-    reason, incomplete = found[-1]
-    return _normal((reason or incomplete).decode())
+    return _normal((found[1] or found[2]).decode())
 
 
 def _int(value: object) -> int:
@@ -123,11 +143,11 @@ def _usage_object(block: bytes) -> bytes | None:
 
 def stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
     """Usage from the last event of a stream block that reports it."""
-    if not any(mark in block for mark in _USAGE_MARKS):
+    if not _has_usage(block):
         return
     for event in reversed(block.replace(b"\r\n", b"\n").split(framing.separator)):
         data = framing.payload(event)
-        if not data or not any(mark in data for mark in _USAGE_MARKS):
+        if not data or not _has_usage(data):
             continue
         if b'"usage":null' in data or b'"usage": null' in data:
             continue  # OpenAI chunks carry an empty usage until the last one
