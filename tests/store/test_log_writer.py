@@ -162,6 +162,34 @@ async def test_the_child_holds_no_descriptor_of_the_serving_process_but_its_pipe
     assert writer.written == 3
 
 
+async def test_rows_written_before_the_child_starts_wait_for_it(
+    store: tuple[str, Database],
+) -> None:
+    """The server opens the pipes at start and spawns the child once it is ready."""
+    url, db = store
+    writer = LogWriterProcess(url)
+    writer.open()
+    assert writer.pid is None
+    await writer.write(_batch(0, 20))
+    writer.spawn()
+    await until(lambda: writer.written == 20, 10, "the child wrote what waited")
+    await writer.stop()
+    assert await _ids(db) == [f"req-{i:05d}" for i in range(20)]
+
+
+async def test_a_writer_stopped_before_it_spawned_leaves_nothing_open(
+    store: tuple[str, Database],
+) -> None:
+    url, _ = store
+    before = set(_fds(os.getpid()))
+    writer = LogWriterProcess(url)
+    writer.open()
+    await writer.stop()
+    await writer.stop()
+    assert writer.pid is None
+    assert set(_fds(os.getpid())) <= before
+
+
 async def test_rows_wait_in_the_child_through_a_store_outage(
     store: tuple[str, Database],
 ) -> None:

@@ -281,6 +281,8 @@ class Gateway:
         await self.discovery.start()
         await self.load_poller.start()
         self.ready = True
+        if self.control is not None:
+            self.control.serving()
 
     async def shutdown(self) -> None:
         self.ready = False

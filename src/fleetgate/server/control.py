@@ -165,15 +165,20 @@ class ControlPlane:
 
     async def start(self) -> None:
         if self.base.storage.log_writer == "process" and can_fork_writer(self.url):
-            # first: the child's start (a fresh interpreter) overlaps the rest of ours
+            # the pipes now; the child once the gateway is ready (`serving`)
             self.log_writer = LogWriterProcess(self.url, self.base.storage.log_buffer)
-            self.log_writer.start()
+            self.log_writer.open()
         try:
             await self._start()
         except BaseException:
             if isinstance(self.log_writer, LogWriterProcess):
                 await self.log_writer.stop()
             raise
+
+    def serving(self) -> None:
+        """The gateway is ready: start what its first requests do not wait for."""
+        if isinstance(self.log_writer, LogWriterProcess):
+            self.log_writer.spawn()
 
     async def _start(self) -> None:
         await migrate(self.db)

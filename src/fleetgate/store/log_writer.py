@@ -87,6 +87,7 @@ class LogWriterProcess:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._exited: asyncio.Future[None] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._child_fds = (-1, -1)  # the child's ends of the pipes, until it is spawned
 
     # ---- counters --------------------------------------------------------------------
     def _count(self, name: str) -> int:
@@ -111,8 +112,13 @@ class LogWriterProcess:
 
     # ---- life ------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the child. Safe from any thread, at any time: nothing is forked but an
-        exec, and the child inherits no descriptor but its pipes (and 0, 1, 2)."""
+        """Open the pipes and start the child at once."""
+        self.open()
+        self.spawn()
+
+    def open(self) -> None:
+        """Open the pipes: rows can be written from now on; they wait in the pipe (then
+        here) until the child, started by `spawn`, reads them."""
         self._loop = asyncio.get_running_loop()
         rows_r, rows_w = os.pipe()
         status_r, status_w = os.pipe()
@@ -120,15 +126,26 @@ class LogWriterProcess:
             fcntl.fcntl(rows_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         settings = {"url": self.url, "capacity": self.capacity, "nice": self.nice}
         os.write(rows_w, orjson.dumps(settings) + b"\n")  # the child's first line
+        os.set_blocking(rows_w, False)
+        self._rows_fd, self._status_fd = rows_w, status_r
+        self._child_fds = (rows_r, status_w)
+
+    def spawn(self) -> None:
+        """Start the child. Safe from any thread, at any time: the fork only execs, and the
+        child inherits no descriptor but its pipes (and 0, 1, 2). A server spawns it once
+        it is ready: the child's start (mostly imports) then never delays its own."""
+        if self._proc is not None:
+            return
+        assert self._loop is not None, "open() first"
+        rows_r, status_w = self._child_fds
         try:
             self._proc = _spawn_child(rows_r, status_w)
         finally:
             os.close(rows_r)
             os.close(status_w)
-        os.set_blocking(rows_w, False)
-        self.pid, self._rows_fd, self._status_fd = self._proc.pid, rows_w, status_r
+        self.pid = self._proc.pid
         self._exited = self._loop.create_future()
-        self._loop.add_reader(status_r, self._on_status)
+        self._loop.add_reader(self._status_fd, self._on_status)
 
     async def write(self, records: list[RequestRecord]) -> None:
         if not records:
@@ -151,8 +168,16 @@ class LogWriterProcess:
 
     async def stop(self) -> None:
         """Hand over every row, let the child write them, and wait for it to exit."""
-        if self.pid is None:
+        if self._loop is None:
+            return  # never opened
+        if self._proc is None and not (self._frames or self._sent):
+            self._close_rows()  # stopped before it was ready, with nothing to write
+            for fd in (self._status_fd, *self._child_fds):
+                if fd >= 0:
+                    os.close(fd)
+            self._status_fd, self._child_fds = -1, (-1, -1)
             return
+        self.spawn()  # a server that stops before it was ready may have rows already
         loop, exited = self._loop, self._exited
         assert loop is not None and exited is not None
         deadline = time.monotonic() + STOP_TIMEOUT
