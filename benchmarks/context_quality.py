@@ -206,12 +206,12 @@ def replay(
     for item in items:
         send_direct = direct and item.tier is not None
         direct_body = {**item.body, "model": ALIAS}
-        direct: tuple[float, int, dict[str, str], Any] | None = None
+        paired: tuple[float, int, dict[str, str], Any] | None = None
         if send_direct and item.index % 2:
-            direct = straight[item.tier].call("POST", PATH, direct_body)  # type: ignore[index]
+            paired = straight[item.tier].call("POST", PATH, direct_body)  # type: ignore[index]
         seconds, status, headers, answer = through.call("POST", PATH, item.body)
         if send_direct and not item.index % 2:
-            direct = straight[item.tier].call("POST", PATH, direct_body)  # type: ignore[index]
+            paired = straight[item.tier].call("POST", PATH, direct_body)  # type: ignore[index]
         _, rec_status, _, record = records.call("GET", f"/v1/requests/{headers['x-request-id']}")
         assert rec_status == 200, record
         notes = record.get("notes") or {}
@@ -226,9 +226,9 @@ def replay(
                 count_calls=int(notes.get("context_count_calls") or 0),
                 counted=notes.get("context_refine") == "exact",
                 seconds=seconds,
-                direct_seconds=direct[0] if direct is not None else None,
+                direct_seconds=paired[0] if paired is not None else None,
                 engine_seconds=_engine_seconds(answer),
-                direct_engine_seconds=_engine_seconds(direct[3]) if direct is not None else 0.0,
+                direct_engine_seconds=_engine_seconds(paired[3]) if paired is not None else 0.0,
                 notes=notes,
             )
         )
