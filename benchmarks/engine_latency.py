@@ -7,6 +7,9 @@ the gateway so that drift in the machine's load hits both alike. Reports:
 
 - p50 / mean / p90 of both, the added latency (difference of medians, and mean of the
   paired differences) and what the gateway says it spent itself (`X-Fleetgate-Overhead-Ms`);
+- the same for the Python floor (`benchmarks/baseline.py`: a bare uvicorn + aiohttp
+  pass-through on the gateway's CPUs), sent in the same rotation, with its CPU per
+  request: what one sequential request costs this stack before any of fleetgate's work;
 - answers that were not 200 (`failures`; e.g. a reset on a pooled connection the engine
   had closed);
 - the serving process's CPU time, run-queue wait and timeslices per request
@@ -294,35 +297,65 @@ def run(s: Settings) -> dict[str, Any]:
             body["stream"] = True
         direct_body = json.dumps({**body, "model": engine.model}).encode()
         gateway_body = json.dumps(body).encode()
-        direct, through = Client(engine.port), Client(port)
+        floor_port = free_port()
+        baseline = start_server(
+            "baseline",
+            [
+                *(sys.executable, "-m", "benchmarks.baseline", "--port", str(floor_port)),
+                *("--upstream", f"http://127.0.0.1:{engine.port}"),
+                *("--engine", f"http://127.0.0.1:{engine.port}"),
+            ],
+            floor_port,
+            "/readyz",
+            cpus["gateway"],
+            env,
+            ROOT,
+            work / "baseline.log",
+        )
+        # the floor's model: its name for the real engine (sent as the engine's alias), or
+        # the fake's own name (the fake answers to any)
+        floor_model = "bench-model-llama" if s.upstream == "llama" else engine.model
+        floor_body = json.dumps({**body, "model": floor_model}).encode()
+        direct, through, bare = Client(engine.port), Client(port), Client(floor_port)
         for _ in range(20):  # warm-up: connections, caches, the engine's prompt cache
             direct.post(direct_body)
             through.post(gateway_body)
+            bare.post(floor_body)
         warm_failures = len(through.failures)
         before = connections_to(engine.port)
         watchers = _watchers(s, gateway.pid)
         sched_before = schedstat(gateway.pid)
+        floor_sched_before = schedstat(baseline.pid)
         d_times: list[float] = []
         g_times: list[float] = []
+        f_times: list[float] = []
         own: list[float] = []
+        order = ("direct", "fleetgate", "floor")
         with PortWatch(engine.port, before) as watch:
             for i in range(s.requests):
-                for is_direct in (True, False) if i % 2 else (False, True):
-                    if is_direct:
+                for target in order[i % 3 :] + order[: i % 3]:  # each goes first in turn
+                    if target == "direct":
                         d_times.append(direct.post(direct_body)[0])
-                        continue
-                    elapsed, headers = through.post(gateway_body)
-                    g_times.append(elapsed)
-                    if "x-fleetgate-overhead-ms" in headers:
-                        own.append(float(headers["x-fleetgate-overhead-ms"]))
+                    elif target == "floor":
+                        f_times.append(bare.post(floor_body)[0])
+                    else:
+                        elapsed, headers = through.post(gateway_body)
+                        g_times.append(elapsed)
+                        if "x-fleetgate-overhead-ms" in headers:
+                            own.append(float(headers["x-fleetgate-overhead-ms"]))
         cpu_ns, wait_ns, slices = (
             a - b for a, b in zip(schedstat(gateway.pid), sched_before, strict=True)
         )
+        floor_cpu_ns, floor_wait_ns, _ = (
+            a - b for a, b in zip(schedstat(baseline.pid), floor_sched_before, strict=True)
+        )
+        stop(baseline.proc)
         for watcher in watchers:
             watcher.send_signal(signal.SIGINT)
             watcher.wait(30)
         paired = [g - d for g, d in zip(g_times, d_times, strict=True)]
-        d, g = summary(d_times), summary(g_times)
+        floor_paired = [f - d for f, d in zip(f_times, d_times, strict=True)]
+        d, g, f = summary(d_times), summary(g_times), summary(f_times)
         failures = through.failures[warm_failures:]
         return {
             "requests": s.requests,
@@ -339,6 +372,11 @@ def run(s: Settings) -> dict[str, Any]:
             "added_p50_ms": g["p50_ms"] - d["p50_ms"],
             "added_mean_ms": statistics.fmean(paired) * 1000,
             "added_ratio_p50": g["p50_ms"] / d["p50_ms"],
+            "floor": f,
+            "floor_added_p50_ms": f["p50_ms"] - d["p50_ms"],
+            "floor_added_mean_ms": statistics.fmean(floor_paired) * 1000,
+            "floor_cpu_ms_per_request": floor_cpu_ns / 1e6 / s.requests,
+            "floor_runqueue_wait_ms_per_request": floor_wait_ns / 1e6 / s.requests,
             "gateway_overhead_header_p50_ms": statistics.median(own) if own else None,
             "failures": len(failures),
             "first_failure": failures[0] if failures else None,
@@ -366,7 +404,10 @@ def line(r: dict[str, Any]) -> str:
         f"(own {r['gateway_overhead_header_p50_ms'] or 0:.3f}), failures {r['failures']}, "
         f"gateway CPU {r['gateway_cpu_ms_per_request']:.2f} ms/req, run-queue wait "
         f"{r['gateway_runqueue_wait_ms_per_request']:.2f} ms/req, engine connections "
-        f"{r['engine_connections_opened']}; hop floor same CPU "
+        f"{r['engine_connections_opened']}; Python floor: added p50 "
+        f"{r['floor_added_p50_ms']:.2f} mean {r['floor_added_mean_ms']:.2f} ms, CPU "
+        f"{r['floor_cpu_ms_per_request']:.2f} ms/req, run-queue wait "
+        f"{r['floor_runqueue_wait_ms_per_request']:.2f} ms/req; hop floor same CPU "
         f"{floor['same_cpu']['p50_us']:.0f} us, cross CPU {floor['cross_cpu']['p50_us']:.0f} "
         f"us (p90 {floor['cross_cpu']['p90_us']:.0f})"
     )
