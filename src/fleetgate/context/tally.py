@@ -103,17 +103,21 @@ for _code, (_lo, _hi) in zip(_SCRIPT_CODES, _LEADS, strict=True):
         _CLASS[_b] = _code
 _CLASS_TABLE = bytes(_CLASS)
 _CONTINUATION = bytes(range(0x80, 0xC0))
-# class code -> word view: letters of ASCII and of the alphabetic scripts are `a`
+# byte -> word view: letters of ASCII and of the alphabetic scripts (by lead byte) are `a`
 _ALPHABETIC = b"aA" + _SCRIPT_CODES[:5]  # ASCII, latin_ext, greek, cyrillic, hebrew, arabic
-_WORD_VIEW = bytes(ord("a") if b in _ALPHABETIC else ord(" ") for b in range(256))
+_WORD_TABLE = bytes(ord("a") if _CLASS[b] in _ALPHABETIC else ord(" ") for b in range(256))
+# the bytes whose class is a lower-case letter or a space: deleted from the short copy
+_COMMON = bytes(b for b in range(256) if _CLASS[b] in b"a " and b not in _CONTINUATION)
+_COMMON_OR_CONTINUATION = _COMMON + _CONTINUATION
 
 
 def count_text(data: bytes, counts: list[int]) -> None:
     """Add the character classes of UTF-8 `data` to `counts` (a tally vector)."""
     ascii = data.isascii()
-    view = data.translate(_CLASS_TABLE) if ascii else data.translate(_CLASS_TABLE, _CONTINUATION)
     # every class but lower-case letters and spaces, in one short copy: counted there
-    rare = view.translate(None, b"a ")
+    rare = data.translate(_CLASS_TABLE, _COMMON if ascii else _COMMON_OR_CONTINUATION)
+    # letters and the rest, one character a byte
+    words = data.translate(_WORD_TABLE) if ascii else data.translate(_WORD_TABLE, _CONTINUATION)
     if not ascii:
         for i, code in enumerate(_SCRIPT_CODES):
             n = rare.count(code)
@@ -123,12 +127,11 @@ def count_text(data: bytes, counts: list[int]) -> None:
             thai = data.count(b"\xe0\xb8") + data.count(b"\xe0\xb9")
             counts[INDIC] -= thai
             counts[THAI] += thai
-    counts[CHARS] += len(view)
+    counts[CHARS] += len(words)
     counts[UPPER] += rare.count(b"A")
     counts[DIGITS] += rare.count(b"0")
     counts[PUNCT] += rare.count(b".")
     counts[NEWLINES] += rare.count(b"\n")
-    words = view.translate(_WORD_VIEW)
     counts[WORDS] += words.count(b" a") + (words[:1] == b"a")
     counts[LONG_RUNS] += words.count(b"aaaaaaaa")
 
