@@ -24,9 +24,10 @@ import uvicorn
 
 
 class Passthrough:
-    def __init__(self, upstream: str, engine: str | None = None) -> None:
+    def __init__(self, upstream: str, engine: str | None = None, stream_prefix: str = "") -> None:
         self.upstream = upstream.rstrip("/")
         self.engine = engine.rstrip("/") if engine else None
+        self.stream_prefix = stream_prefix  # bench-peers' nginx streams under /sse/v1
         self.session: aiohttp.ClientSession | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -63,6 +64,8 @@ class Passthrough:
             base, upstream_model = self.engine, "tiny-qwen2tok"
         body["model"] = upstream_model
         prefix = "/paced" if client_model == "bench-model-paced" else ""
+        if client_model == "bench-model-stream":
+            prefix = self.stream_prefix
         old = b'"model":' + orjson.dumps(upstream_model)
         new = b'"model":' + orjson.dumps(client_model)
         assert self.session is not None
@@ -103,7 +106,11 @@ class Passthrough:
 
 def app_from_env() -> Passthrough:
     """For `--workers N`: each worker builds its own pass-through."""
-    return Passthrough(os.environ["BASELINE_UPSTREAM"], os.environ.get("BASELINE_ENGINE"))
+    return Passthrough(
+        os.environ["BASELINE_UPSTREAM"],
+        os.environ.get("BASELINE_ENGINE"),
+        os.environ.get("BASELINE_STREAM_PREFIX", ""),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -113,6 +120,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--upstream", required=True, help="e.g. http://127.0.0.1:18090")
     parser.add_argument("--engine", help="the real llama.cpp server, for bench-model-llama")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--stream-prefix", default="", help="path prefix for bench-model-stream (e.g. /sse)"
+    )
     args = parser.parse_args(argv)
     options: dict[str, Any] = {
         "host": args.host,
@@ -127,10 +137,11 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["BASELINE_UPSTREAM"] = args.upstream
         if args.engine:
             os.environ["BASELINE_ENGINE"] = args.engine
+        os.environ["BASELINE_STREAM_PREFIX"] = args.stream_prefix
         app = "benchmarks.baseline:app_from_env"
         uvicorn.run(app, factory=True, workers=args.workers, **options)
         return
-    uvicorn.run(Passthrough(args.upstream, args.engine), **options)
+    uvicorn.run(Passthrough(args.upstream, args.engine, args.stream_prefix), **options)
 
 
 if __name__ == "__main__":
