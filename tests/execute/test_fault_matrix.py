@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -172,12 +173,13 @@ async def _one(client: openai.AsyncOpenAI, cell: Cell) -> Result:
                 return Result(
                     INTERRUPTED if ok else f"other: {exc}", time.monotonic() - started, True
                 )
-            return _served(route, text, models, cell, tried, started)
+            return _served(route, text, models, cell, tried, started, raw.headers["x-request-id"])
         raw = await client.chat.completions.with_raw_response.create(model=cell.model, messages=MSG)
         body = raw.parse()
         text = body.choices[0].message.content or ""
         tried = raw.headers["x-fleetgate-attempts"] == "2"
-        return _served(raw.headers["x-fleetgate-route"], text, {body.model}, cell, tried, started)
+        route, request_id = raw.headers["x-fleetgate-route"], raw.headers["x-request-id"]
+        return _served(route, text, {body.model}, cell, tried, started, request_id)
     except openai.APIStatusError as exc:
         seconds = time.monotonic() - started
         attempts = exc.response.headers.get("x-fleetgate-attempts")
@@ -189,13 +191,19 @@ async def _one(client: openai.AsyncOpenAI, cell: Cell) -> Result:
 
 
 def _served(
-    route: str, text: str, models: set[str], cell: Cell, tried: bool, started: float
+    route: str,
+    text: str,
+    models: set[str],
+    cell: Cell,
+    tried: bool,
+    started: float,
+    request_id: str,
 ) -> Result:
     seconds = time.monotonic() - started
     good = (
         route == f"{cell.model}-good" and text.startswith("good says:") and models == {cell.model}
     )
-    detail = f"route={route} models={models} text={text[:40]!r}"
+    detail = f"request={request_id} route={route} models={models} text={text[:40]!r}"
     return Result(SERVED if good else f"other: {detail}", seconds, tried, detail)
 
 
@@ -242,10 +250,33 @@ def _report(cells: list[Cell], title: str, seconds: float) -> list[str]:
         print(f"  {cell.name:32} {sorted(outcomes)} cost={cost} worst={worst:.2f}s")
         if worst > HANG_BOUND:
             problems.append(f"{cell.name}: a request took {worst:.2f}s (a hang)")
-        allowed = {cell.ideal, SERVED} if cell.ideal == INTERRUPTED else {cell.ideal}
+        allowed = _allowed(cell)
         if not outcomes <= allowed:
             problems.append(f"{cell.name}: {sorted(outcomes - allowed)}")
     return problems
+
+
+def _allowed(cell: Cell) -> set[str]:
+    return {cell.ideal, SERVED} if cell.ideal == INTERRUPTED else {cell.ideal}
+
+
+def _attempts_of_unexpected(stack: Stack, cells: list[Cell]) -> list[str]:
+    lines = []
+    for cell in cells:
+        odd = next(
+            (r for r in cell.results if r.outcome not in _allowed(cell) and "request=" in r.detail),
+            None,
+        )
+        if odd is None:
+            continue
+        request_id = odd.detail.split()[0].removeprefix("request=")
+        record = httpx.get(f"{stack.url}/v1/requests/{request_id}", timeout=10).json()
+        attempts = [
+            {k: a.get(k) for k in ("deployment_id", "error_class", "status", "message")}
+            for a in record.get("attempts") or ()
+        ]
+        lines.append(f"{cell.name}: {odd.outcome}; attempts {attempts}")
+    return lines
 
 
 def _good_requests(stack: Stack, cell: Cell) -> int:
@@ -278,5 +309,7 @@ def test_fault_matrix_thirty_two_at_a_time(stack: Stack, refusing: str) -> None:
     stack.start_gateway(config)
     seconds = _run(stack, cells, 32, concurrent=True)
     problems = _report(cells, "fault matrix, 32 concurrent requests per cell", seconds)
+    if problems:  # what each attempt of one unexpected answer per cell was, from its record
+        problems += _attempts_of_unexpected(stack, cells)
     assert not problems, "\n".join(problems)
     assert sum(len(c.results) for c in cells) == 32 * len(cells)
