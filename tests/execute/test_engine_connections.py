@@ -7,8 +7,7 @@ import httpx
 
 from fleetgate.execute.upstream import UpstreamPool, request_headers
 from fleetgate.fleet import build_fleet
-from fleetgate.testing.llama import ALIAS
-from tests.engines import LlamaFactory, llama_provider
+from tests.engines import LlamaFactory, llama_fleet
 from tests.harness import Stack, deployment, fleet_config
 
 
@@ -16,14 +15,9 @@ def test_streams_back_to_back_never_meet_a_closed_connection(
     stack: Stack, llama: LlamaFactory
 ) -> None:
     # one deployment, so a reset on a reused connection would be the client's 502
-    stack.start_gateway(
-        {
-            "providers": [llama_provider("cpp", llama(n_ctx=512))],
-            "deployments": [deployment("tiny", "cpp", upstream_model=ALIAS)],
-        }
-    )
+    stack.start_gateway(llama_fleet([llama(n_ctx=512)]))
     body = {
-        "model": "tiny",
+        "model": "m",
         "messages": [{"role": "user", "content": "Say hello."}],
         "max_tokens": 2,
         "stream": True,

@@ -12,19 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from fleetgate.testing.llama import ALIAS
-from tests.engines import llama_provider
-from tests.harness import Stack, deployment
+from tests.engines import llama_fleet
+from tests.harness import Stack
 
 
 def test_back_to_back_streams_to_llama_cpp_all_succeed(stack: Stack, llama) -> None:
-    engine = llama(n_ctx=512)
-    stack.start_gateway(
-        {
-            "providers": [llama_provider("solo", engine)],
-            "deployments": [deployment("m", "solo", upstream_model=ALIAS)],
-        }
-    )
+    stack.start_gateway(llama_fleet([llama(n_ctx=512)]))
     body = {
         "model": "m",
         "messages": [{"role": "user", "content": "hi"}],
