@@ -116,11 +116,12 @@ def _cells(stack: Stack, phase: str, refusing: str) -> tuple[list[Cell], dict[st
     cells: list[Cell] = []
     providers: list[dict[str, Any]] = [{"id": "good", "kind": "vllm", "base_url": good.url + "/v1"}]
     deployments: list[dict[str, Any]] = []
-    # the first-byte timeout (also the read gap) is tight only where the fault is silence: on a
-    # loaded machine an ordinary answer can take longer than it, and the cell would measure
-    # a timeout instead of its own fault
+    # the timeouts are tight only where the fault is silence: on a loaded machine an ordinary
+    # answer can take longer than 1 s, and a burst of 32 new connections can overflow the
+    # engine's accept queue (a dropped SYN is sent again after 1 s), so the cell would measure
+    # a timeout or a connect failure instead of its own fault
     tight = {"connect": FIRST_BYTE, "first_byte": FIRST_BYTE, "total": 10}
-    loose = {"connect": FIRST_BYTE, "first_byte": 10, "total": 20}
+    loose = {"connect": 10, "first_byte": 10, "total": 20}
     for k, kind in enumerate(KINDS):
         for stream in (False, True):
             model = f"{phase}{k}{'s' if stream else 'w'}"
