@@ -9,6 +9,7 @@ import asyncio
 import itertools
 import json
 import random
+import types
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -53,6 +54,9 @@ def fixed_ids() -> Iterator[None]:
         mock.patch.object(ac, "new_id", new_id),
         mock.patch.object(rc, "new_id", new_id),
         mock.patch.object(oc, "_stamp", lambda: "2025-01-01T00:00:00.000000000Z"),
+        # a Responses stream stamps `created_at` with the clock's second: the gateway's run
+        # and the reference's may fall on either side of a second's edge
+        mock.patch.object(rc, "time", types.SimpleNamespace(time=lambda: 1735689600.0)),
     ):
         yield
 
