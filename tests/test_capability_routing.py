@@ -386,3 +386,44 @@ def test_no_route_in_a_pool_narrowed_by_capability_says_why(stack: Stack, client
     raw = client.chat.completions.with_raw_response.create(model="m", messages=MSG)
     # (p1 and p4 are tied for it: prompt-cache affinity picks one, docs/balancing.md)
     assert raw.headers["x-fleetgate-route"] in {"p1", "p4"}
+
+
+def test_a_virtual_model_whose_routes_are_narrowed_by_capability_says_why(
+    stack: Stack, client_for
+):
+    engines = [stack.engine(f"e{i}") for i in range(1, 5)]
+    stack.start_gateway(
+        {
+            "providers": [provider(f"p{i}", e) for i, e in enumerate(engines, 1)],
+            "deployments": [
+                deployment("m", "p1", supported_parameters=["max_tokens"]),  # no tools
+                deployment("m", "p2"),
+                deployment("m", "p3"),
+                deployment("m", "p4", supported_parameters=["max_tokens"]),
+            ],
+            "virtual_models": [
+                {"name": "v", "routes": [{"deployment": d} for d in ("p1", "p2", "p3", "p4")]}
+            ],
+            "routing": {"circuit": {"failure_threshold": 1}},
+        }
+    )
+    client = client_for(stack)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    for engine in engines[1:3]:
+        engine.fail_next(Fault("status", status=500))
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model="v", messages=MSG, tools=tools)
+    assert [len(e.requests) for e in engines] == [0, 1, 1, 0]
+    # both routes that take tools have an open circuit: the error names the narrowing
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model="v", messages=MSG, tools=tools)
+    assert err.value.body["code"] == "virtual_model_unavailable"
+    message = err.value.body["message"]
+    assert (
+        "only 2 of 4 allowed deployments support tools — p2, p3 — and both are unavailable"
+    ) in message, message
+    assert "p1: lacks tools" in message and "continue_on_default" in message
+    assert err.value.response.headers["x-fleetgate-virtual-model"] == "v"
+    # without the narrowing (a plain request), the hosts it had set aside serve
+    raw = client.chat.completions.with_raw_response.create(model="v", messages=MSG)
+    assert raw.headers["x-fleetgate-route"] == "p1"

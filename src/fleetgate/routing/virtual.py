@@ -16,6 +16,7 @@ from fleetgate.errors import GatewayError
 from fleetgate.fleet_routes import VirtualModel
 from fleetgate.routing.chains import dedup, route_candidates
 from fleetgate.routing.filters.availability import credentials_problem, unavailable_reason
+from fleetgate.routing.filters.capability import explain_narrowing
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext, RoutePlan
 from fleetgate.routing.resolution import Resolution
 
@@ -114,14 +115,20 @@ def unavailable_error(vm: VirtualModel, plan: RoutePlan) -> GatewayError:
             param="stream",
             headers=dict(plan.headers),
         )
+    # the capability filter left few routes: say so, as a real model's no-route error does
+    later = {d.deployment_id for d in plan.dropped if d.filter != "capability"}
+    outcome = "unavailable" if plan.emptied_by == "availability" else "ruled out"
+    narrowed = explain_narrowing(plan, outcome, later)
     if plan.emptied_by not in _CHAIN_STEPS:
-        message = (
+        lead = narrowed or (
             f"No route of the virtual model {vm.name!r} can serve this request: the "
-            f"{plan.emptied_by} filter removed the last candidate ({_reasons(plan)})."
+            f"{plan.emptied_by} filter removed the last candidate"
         )
+        message = f"{lead} ({_reasons(plan)})."
     elif not vm.continue_on_default:
+        lead = narrowed or f"The virtual model {vm.name!r} has no available route"
         message = (
-            f"The virtual model {vm.name!r} has no available route ({_reasons(plan)}). "
+            f"{lead} ({_reasons(plan)}). "
             "Set continue_on_default: true to fall back to the default tier."
         )
     else:

@@ -26,6 +26,7 @@ from fleetgate.routing.preferences import effective_preferences
 
 EFFECTIVE_POOL_HEADER = "X-Fleetgate-Effective-Pool"
 _NARROWING = "capability.narrowing"  # key in the plan's cache
+_EMPTIED = "capability.emptied"  # (needs, fleet) when the filter dropped every candidate
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,8 @@ class CapabilityFilter:
                 pool=pool,
                 lacking=tuple(sorted(lacking)),
             )
+        if not kept:
+            ctx.cache[_EMPTIED] = (required, ctx.fleet)
         if pool >= 2 and len(kept) <= 1:
             ctx.headers[EFFECTIVE_POOL_HEADER] = f"{len(kept)}/{pool}"
             ctx.notes["effective_pool"] = {
@@ -101,7 +104,9 @@ class CapabilityFilter:
             }
         return kept, dropped
 
-    def empty_error(self, plan: RoutePlan, now: float) -> GatewayError:
+    def empty_error(self, plan: RoutePlan, now: float) -> GatewayError | None:
+        if _capable_but_unavailable(plan):
+            return None  # the no-route error of the plan says which and why
         lacks = sorted(
             {d.reason.removeprefix("lacks ") for d in plan.dropped if d.filter == self.name}
         )
@@ -112,3 +117,32 @@ class CapabilityFilter:
             "model.",
             headers=plan.headers,
         )
+
+
+def _capable_but_unavailable(plan: RoutePlan) -> bool:
+    """A chain (a virtual model's) sets unavailable routes aside before this filter runs: if
+    some of those support what the request needs, the request is not at fault. Then the
+    narrowing is those routes, and the plan counts as emptied by availability."""
+    emptied = plan.cache.get(_EMPTIED)
+    if emptied is None:
+        return False
+    required, fleet = emptied
+    aside = [d for d in plan.dropped if d.filter == "availability"]
+    capable = dict.fromkeys(
+        d.deployment_id
+        for d in aside
+        if d.deployment_id in fleet.deployments
+        and not required - fleet.deployments[d.deployment_id].capabilities
+    )
+    if not capable:
+        return False
+    plan.cache[_NARROWING] = PoolNarrowing(
+        eligible=tuple(capable),
+        kept=len(capable),
+        pool=len(
+            {d.deployment_id for d in plan.dropped if d.filter in ("availability", "capability")}
+        ),
+        lacking=tuple(sorted(required)),
+    )
+    plan.emptied_by = "availability"
+    return True
