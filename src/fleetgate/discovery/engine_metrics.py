@@ -75,23 +75,44 @@ def _wanted_lines(text: str, names: tuple[str, ...]) -> str:
     return "\n".join(line for line in text.splitlines() if line.startswith(names))
 
 
-def read_gauges(text: str, names: tuple[str, ...], model: str | None) -> dict[str, float]:
-    """Each named gauge's value; with several `model_name` series, the one of `model`
-    (summed over the other labels, e.g. vLLM's `engine`)."""
-    by_name: dict[str, dict[str, float]] = {}
+# labels that tell the ranks of one engine apart (they report the same scheduler's state):
+# one value per engine from them; other labels (vLLM's `engine`, a data-parallel rank) are
+# engines of their own, whose queues add up
+_RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank"})
+
+
+def read_gauges(
+    text: str, names: tuple[str, ...], model: str | None, ratios: tuple[str, ...] = ()
+) -> dict[str, float]:
+    """Each named gauge's value; with several `model_name` series, the one of `model`.
+    Counts add up over an engine's other series (vLLM's `engine`, data-parallel ranks);
+    a ratio in `ratios` (KV-cache use, 0-1) is the fullest one's, so it never passes 1;
+    ranks of one engine (`tp_rank`, ...) count once."""
+    # name -> model_name -> engine labels -> value (the largest of the engine's ranks)
+    by_name: dict[str, dict[str, dict[tuple[tuple[str, str], ...], float]]] = {}
     for family in text_string_to_metric_families(_wanted_lines(text, names)):
         for sample in family.samples:
             if sample.name not in names:
                 continue
-            series = by_name.setdefault(sample.name, {})
-            label = sample.labels.get("model_name", "")
-            series[label] = series.get(label, 0.0) + float(sample.value)
+            labels = sample.labels
+            engine = tuple(
+                sorted(
+                    (k, v) for k, v in labels.items() if k not in _RANK_LABELS and k != "model_name"
+                )
+            )
+            engines = by_name.setdefault(sample.name, {}).setdefault(
+                labels.get("model_name", ""), {}
+            )
+            engines[engine] = max(engines.get(engine, float("-inf")), float(sample.value))
     out: dict[str, float] = {}
     for name, series in by_name.items():
         if model is not None and model in series:
-            out[name] = series[model]
+            engines = series[model]
         elif len(series) == 1:
-            out[name] = next(iter(series.values()))
+            engines = next(iter(series.values()))
+        else:
+            continue
+        out[name] = max(engines.values()) if name in ratios else sum(engines.values())
     return out
 
 
@@ -102,7 +123,7 @@ def _first(values: dict[str, float], names: tuple[str, ...]) -> float | None:
 def parse_metrics(kind: str, text: str, model: str | None, now: float | None = None) -> EngineLoad:
     """The load an engine's `/metrics` page reports (kinds of `GAUGES`)."""
     waiting, running, kv = GAUGES[kind]
-    values = read_gauges(text, waiting + running + kv, model)
+    values = read_gauges(text, waiting + running + kv, model, ratios=kv)
     return EngineLoad(
         waiting=_first(values, waiting),
         running=_first(values, running),

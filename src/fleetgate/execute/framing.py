@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -99,6 +100,7 @@ def stream_error_event(endpoint: str, framing: Framing, code: str, message: str)
     """A gateway error, as the last event of a stream in the client's protocol."""
     if framing is NDJSON:
         return ndjson.error_line(message)
+    body: dict[str, Any]
     if endpoint == "messages":
         body = {"type": "error", "error": {"type": "api_error", "message": message}}
         return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"

@@ -51,7 +51,7 @@ def parse_openai(endpoint: str, raw: bytes) -> RequestProfile:
         raise invalid(f"`{name}` is required: {what}.", name)
     if not isinstance(value, types) or (isinstance(value, list) and not value):
         raise invalid(f"`{name}` must be {what}.", name)
-    if endpoint == "chat.completions":
+    if endpoint == "chat.completions" and isinstance(value, list):
         for i, message in enumerate(value):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise invalid(

@@ -647,6 +647,7 @@ class Gateway:
 
     async def readyz(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         fleet = self.holder.fleet
+        body: dict[str, Any]
         if not self.ready:
             body = {"status": "starting"}
             status = 503
