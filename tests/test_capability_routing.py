@@ -388,9 +388,7 @@ def test_no_route_in_a_pool_narrowed_by_capability_says_why(stack: Stack, client
     assert raw.headers["x-fleetgate-route"] in {"p1", "p4"}
 
 
-def test_a_virtual_model_whose_routes_are_narrowed_by_capability_says_why(
-    stack: Stack, client_for
-):
+def test_a_virtual_model_whose_routes_are_narrowed_by_capability_says_why(stack: Stack, client_for):
     engines = [stack.engine(f"e{i}") for i in range(1, 5)]
     stack.start_gateway(
         {

@@ -148,6 +148,37 @@ def test_circuit_state_is_shared(
     assert pa["health"]["circuit"] == "open" and pa["health"]["cooldown_until"] > time.time()
 
 
+def test_one_half_open_probe_for_the_whole_cluster(
+    stack: Stack, replica_b: Stack, pg_url: str, redis_url: str, redis_namespace: str
+) -> None:
+    a, b = _start_pair(
+        stack,
+        replica_b,
+        _options(pg_url, redis_url, redis_namespace),
+        routing={"circuit": {"failure_threshold": 1, "cooldown_seconds": 1}},
+    )
+    engine = stack.engines["a"]
+    engine.fail_next(Fault("status", status=503))
+    assert _chat(stack).headers["x-fleetgate-route"] == "pb"  # A opened pa for both
+    wait_until(lambda: b.state.health("pa").circuit == "open", 5, "B sees pa open")
+    engine.latency = 0.5  # the probe is slow: the others arrive while it is out
+    wait_until(
+        lambda: a.state.health("pa").circuit == b.state.health("pa").circuit == "half-open",
+        5,
+        "both see pa half-open",
+    )
+    before = len(engine.requests)
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(_chat, [stack, replica_b] * 6))
+    assert {r.status_code for r in answers} == {200}
+    assert len(engine.requests) - before == 1  # one probe, not one per replica
+    routes = [r.headers["x-fleetgate-route"] for r in answers]
+    assert routes.count("pa") == 1 and routes.count("pb") == 11
+    # its success is shared: both close the circuit, and the claim is freed
+    wait_until(lambda: b.state.health("pa").circuit == "closed", 5, "B sees pa closed")
+    assert _chat(replica_b).headers["x-fleetgate-route"] == "pa"
+
+
 def test_inflight_counts_are_shared_approximately(
     stack: Stack, replica_b: Stack, pg_url: str, redis_url: str, redis_namespace: str
 ) -> None:

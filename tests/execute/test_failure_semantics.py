@@ -155,6 +155,28 @@ def test_one_half_open_probe_among_concurrent_requests(stack: Stack) -> None:
     assert routes.count("pa") == 1 and routes.count("pb") == 15
 
 
+def test_a_probe_answered_with_the_requests_own_fault_does_not_hold_the_host(
+    stack: Stack,
+) -> None:
+    _two_hosts(stack, cooldown_seconds=0.3)
+    a = stack.engines["a"]
+    a.set_fault(Fault("status", status=500))
+    client = _openai(stack)
+    for _ in range(2):
+        client.chat.completions.create(model="m", messages=MSG)
+    assert stack.gateway.state.health("pa").circuit == "open"
+    wait_until(lambda: stack.gateway.state.health("pa").circuit == "half-open", 5)
+    # the probe is a request the host refuses as the client's fault: the host is up
+    a.set_fault(None)
+    a.fail_next(Fault("status", status=400))
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="m", messages=MSG)
+    # so the next request probes it again, and its success closes the circuit
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=MSG)
+    assert raw.headers["x-fleetgate-route"] == "pa"
+    assert stack.gateway.state.health("pa").circuit == "closed"
+
+
 # ---- 4. a 503 is not a rate limit --------------------------------------------------------
 
 

@@ -155,6 +155,15 @@ class Executor:
                 release()
                 plan.dropped.append(Dropped(dep.id, "execute", "half-open probe in flight"))
                 continue
+            if self.state.health(dep.id).probing and not await self.state.claim_probe(
+                dep.id, dep.provider.timeouts.total
+            ):
+                self.state.abandon_probe(dep.id)
+                release()
+                plan.dropped.append(
+                    Dropped(dep.id, "execute", "half-open probe in flight on another replica")
+                )
+                continue
             attempt = Attempt(
                 index=len(attempts),
                 deployment_id=dep.id,

@@ -97,6 +97,7 @@ def record_failure(
         state.record_rate_limit(dep_id, now, attempt.retry_after, circuit)
         return
     if error_class not in RETRYABLE and error_class != STREAM_BROKEN:
+        state.settle_probe(dep_id)  # the host answered: a probe it was ends here
         return  # the request's fault (a 4xx, a context-length 400), not the host's
     if attempt.retry_after is not None:
         state.record_rate_limit(dep_id, now, attempt.retry_after, circuit, RETRY_LATER)

@@ -24,10 +24,17 @@ import time
 from typing import Any
 
 import orjson
+from redis.exceptions import RedisError
 
 from fleetgate.config.schema import CircuitConfig
 from fleetgate.state.redis_link import RedisLink
-from fleetgate.state.runtime import CIRCUIT_OPEN, RATE_LIMITED, MemoryState, threshold
+from fleetgate.state.runtime import (
+    CIRCUIT_OPEN,
+    MAX_PROBE_HOLD,
+    RATE_LIMITED,
+    MemoryState,
+    threshold,
+)
 
 _SHARED = (
     "consecutive_failures",
@@ -70,6 +77,12 @@ return fields
 # KEYS[1] a hash; ARGV: field, value (the link's writes are scripts)
 _HSET = "return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])"
 
+# KEYS[1] a deployment's probe claim; ARGV[1] the replica that holds it
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 INFLIGHT_INTERVAL = 0.5  # seconds between in-flight publications
 CALIBRATION_INTERVAL = 2.0  # seconds between publications of calibration samples
 INFLIGHT_STALE = 5.0  # a replica silent this long no longer counts
@@ -88,6 +101,7 @@ class RedisState(MemoryState):
         self.link = link
         self._health_script = link.client.register_script(_HEALTH)
         self._hset = link.client.register_script(_HSET)
+        self._release = link.client.register_script(_RELEASE)
         link.on("health", self._apply)
         link.on("inflight", self._apply_inflight)
         link.on("calibration", self._apply_calibration)
@@ -184,9 +198,38 @@ class RedisState(MemoryState):
         argv = [link.channel, deployment_id, op, now, *args]
         link.run_script(self._health_script, [link.key("health")], argv)
 
+    async def claim_probe(self, deployment_id: str, hold_seconds: float) -> bool:
+        """One half-open probe for the whole cluster: the replica that sets the claim
+        first sends it; the others route around the deployment until its result is shared.
+        While Redis is down, each replica probes on its own (local state is the truth)."""
+        link = self.link
+        if link is None or not link.healthy:
+            return True
+        hold = max(1, int(min(hold_seconds, MAX_PROBE_HOLD) * 1000))
+        try:
+            claimed = await link.client.set(
+                link.key("probe", deployment_id), link.replica, nx=True, px=hold
+            )
+        except (RedisError, OSError) as exc:
+            link.fail(exc)
+            return True
+        return bool(claimed)
+
+    def _end_probe(self, deployment_id: str) -> None:
+        """The probe's result is in: free the claim (the next probe, after the next
+        cooldown, may be anyone's)."""
+        if self.link is not None and self.health(deployment_id).probing:
+            link = self.link
+            link.run_script(self._release, [link.key("probe", deployment_id)], [link.replica])
+
+    def settle_probe(self, deployment_id: str) -> None:
+        self._end_probe(deployment_id)
+        super().settle_probe(deployment_id)
+
     def record_success(
         self, deployment_id: str, ttft: float | None, latency: float, tokens: int | None
     ) -> None:
+        self._end_probe(deployment_id)
         super().record_success(deployment_id, ttft, latency, tokens)
         h = self.health(deployment_id)
         fields = orjson.dumps({name: getattr(h, name) for name in _SHARED})
@@ -196,6 +239,7 @@ class RedisState(MemoryState):
         self, deployment_id: str, now: float, circuit: CircuitConfig, severe: bool = False
     ) -> None:
         probing = self.health(deployment_id).probing
+        self._end_probe(deployment_id)
         super().record_failure(deployment_id, now, circuit, severe)
         limit = threshold(circuit, severe)
         flag = "1" if probing else "0"
@@ -211,6 +255,7 @@ class RedisState(MemoryState):
         circuit: CircuitConfig,
         reason: str = RATE_LIMITED,
     ) -> float:
+        self._end_probe(deployment_id)
         until = super().record_rate_limit(deployment_id, now, retry_after, circuit, reason)
         h = self.health(deployment_id)
         self._share(deployment_id, "cooldown", now, until, h.open_reason)

@@ -20,6 +20,7 @@ EMA_ALPHA = 0.2
 CIRCUIT_OPEN = "circuit open"
 RATE_LIMITED = "rate limited"  # a 429: only this cooldown makes `all_routes_rate_limited`
 RETRY_LATER = "asked to retry later"  # a 5xx with Retry-After: an outage, not a rate limit
+MAX_PROBE_HOLD = 60.0  # seconds a half-open probe holds its host, if its end goes unheard
 
 
 @dataclass(slots=True)
@@ -28,6 +29,7 @@ class DeploymentHealth:
     open_until: float = 0.0  # wall-clock seconds; the deployment is out until then
     open_reason: str = ""  # CIRCUIT_OPEN | RATE_LIMITED | RETRY_LATER
     probing: bool = False  # a half-open probe is in flight
+    probe_since: float = 0.0  # wall-clock time it began
     inflight: int = 0
     ttft_ema: float | None = None  # seconds
     tps_ema: float | None = None  # completion tokens per second
@@ -54,6 +56,12 @@ class RuntimeState(Protocol):
     def unavailable_reason(self, deployment_id: str, now: float) -> str | None: ...
 
     def try_begin(self, deployment_id: str, now: float) -> bool: ...
+
+    async def claim_probe(self, deployment_id: str, hold_seconds: float) -> bool: ...
+
+    def abandon_probe(self, deployment_id: str) -> None: ...
+
+    def settle_probe(self, deployment_id: str) -> None: ...
 
     def end(self, deployment_id: str) -> None: ...
 
@@ -102,12 +110,30 @@ class MemoryState:
         """Claim a slot for an attempt; False when a half-open probe is already out."""
         h = self.health(deployment_id)
         if h.open_until and h.open_until <= now and h.consecutive_failures:
-            if h.probing:
+            # a probe whose end went unheard (its client left) no longer holds the host
+            if h.probing and now - h.probe_since < MAX_PROBE_HOLD:
                 return False
             h.probing = True
+            h.probe_since = now
         h.inflight += 1
         h.tried_at = now
         return True
+
+    async def claim_probe(self, deployment_id: str, hold_seconds: float) -> bool:
+        """After `try_begin` made this attempt the half-open probe: whether it may go (the
+        only probe of the cluster). One process: always."""
+        return True
+
+    def settle_probe(self, deployment_id: str) -> None:
+        """The probe was answered with the request's own fault (a 4xx): the host is up but
+        said nothing of its health; the next request probes again."""
+        self.health(deployment_id).probing = False
+
+    def abandon_probe(self, deployment_id: str) -> None:
+        """Undo a `try_begin` whose probe another replica has already sent."""
+        h = self.health(deployment_id)
+        h.probing = False
+        h.inflight -= 1
 
     def end(self, deployment_id: str) -> None:
         h = self.health(deployment_id)
