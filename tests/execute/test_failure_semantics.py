@@ -130,7 +130,8 @@ def test_a_bad_host_costs_at_most_two_of_five(stack: Stack, fault: Fault | None,
     assert stack.gateway.state.health("pa").circuit == "open"
 
 
-def test_one_half_open_probe_among_concurrent_requests(stack: Stack) -> None:
+def _open_the_circuit_of_a(stack: Stack) -> tuple[Any, openai.OpenAI]:
+    """Two failures open host a's circuit for 0.3 s; a is healthy again afterwards."""
     _two_hosts(stack, cooldown_seconds=0.3)
     a = stack.engines["a"]
     a.set_fault(Fault("status", status=500))
@@ -139,6 +140,11 @@ def test_one_half_open_probe_among_concurrent_requests(stack: Stack) -> None:
         client.chat.completions.create(model="m", messages=MSG)
     assert stack.gateway.state.health("pa").circuit == "open"
     a.set_fault(None)
+    return a, client
+
+
+def test_one_half_open_probe_among_concurrent_requests(stack: Stack) -> None:
+    a, client = _open_the_circuit_of_a(stack)
     a.latency = 0.3  # the probe is slow: the others arrive while it is out
     wait_until(lambda: stack.gateway.state.health("pa").circuit == "half-open", 5)
     before = len(a.requests)
@@ -158,16 +164,9 @@ def test_one_half_open_probe_among_concurrent_requests(stack: Stack) -> None:
 def test_a_probe_answered_with_the_requests_own_fault_does_not_hold_the_host(
     stack: Stack,
 ) -> None:
-    _two_hosts(stack, cooldown_seconds=0.3)
-    a = stack.engines["a"]
-    a.set_fault(Fault("status", status=500))
-    client = _openai(stack)
-    for _ in range(2):
-        client.chat.completions.create(model="m", messages=MSG)
-    assert stack.gateway.state.health("pa").circuit == "open"
+    a, client = _open_the_circuit_of_a(stack)
     wait_until(lambda: stack.gateway.state.health("pa").circuit == "half-open", 5)
     # the probe is a request the host refuses as the client's fault: the host is up
-    a.set_fault(None)
     a.fail_next(Fault("status", status=400))
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="m", messages=MSG)
