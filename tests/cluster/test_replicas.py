@@ -125,20 +125,28 @@ def test_concurrent_edits_on_two_replicas_lose_nothing(
         assert {f"x{i}" for i in range(8)} <= set(gw.holder.fleet.models)
 
 
-def test_circuit_state_is_shared(
-    stack: Stack, replica_b: Stack, pg_url: str, redis_url: str, redis_namespace: str
-) -> None:
-    _, b = _start_pair(
+def _pa_opened_by_a(
+    stack: Stack, replica_b: Stack, opts: ControlOptions, cooldown: float
+) -> tuple[Gateway, Gateway]:
+    """Replicas A and B; one 503 on A opens pa's circuit for `cooldown` s, and B sees it."""
+    a, b = _start_pair(
         stack,
         replica_b,
-        _options(pg_url, redis_url, redis_namespace),
-        routing={"circuit": {"failure_threshold": 1, "cooldown_seconds": 60}},
+        opts,
+        routing={"circuit": {"failure_threshold": 1, "cooldown_seconds": cooldown}},
     )
     stack.engines["a"].fail_next(Fault("status", status=503))
     assert _chat(stack).headers["x-fleetgate-route"] == "pb"  # A fell back and opened pa
     wait_until(
         lambda: b.state.unavailable_reason("pa", time.time()) is not None, 5, "B sees pa open"
     )
+    return a, b
+
+
+def test_circuit_state_is_shared(
+    stack: Stack, replica_b: Stack, pg_url: str, redis_url: str, redis_namespace: str
+) -> None:
+    _pa_opened_by_a(stack, replica_b, _options(pg_url, redis_url, redis_namespace), 60)
     # B routes around pa without ever trying it
     before = len(stack.engines["a"].requests)
     assert _chat(replica_b).headers["x-fleetgate-route"] == "pb"
@@ -151,16 +159,8 @@ def test_circuit_state_is_shared(
 def test_one_half_open_probe_for_the_whole_cluster(
     stack: Stack, replica_b: Stack, pg_url: str, redis_url: str, redis_namespace: str
 ) -> None:
-    a, b = _start_pair(
-        stack,
-        replica_b,
-        _options(pg_url, redis_url, redis_namespace),
-        routing={"circuit": {"failure_threshold": 1, "cooldown_seconds": 1}},
-    )
+    a, b = _pa_opened_by_a(stack, replica_b, _options(pg_url, redis_url, redis_namespace), 1)
     engine = stack.engines["a"]
-    engine.fail_next(Fault("status", status=503))
-    assert _chat(stack).headers["x-fleetgate-route"] == "pb"  # A opened pa for both
-    wait_until(lambda: b.state.health("pa").circuit == "open", 5, "B sees pa open")
     engine.latency = 0.5  # the probe is slow: the others arrive while it is out
     wait_until(
         lambda: a.state.health("pa").circuit == b.state.health("pa").circuit == "half-open",
