@@ -469,7 +469,8 @@ class StorageConfig(_Strict):
     retention_days: PositiveFloat = 30.0
     """Request-log rows older than this are purged in the background."""
     log_buffer: PositiveInt = 10_000
-    """Request records held in memory before the oldest unflushed ones are dropped."""
+    """Request-log rows held in memory, not yet written, before the oldest are dropped (and
+    counted in `records_unwritten`)."""
     fleet_source: Literal["file", "store"] | None = None
     """Who owns the fleet sections: `file` (a changed file is applied at start) or `store`
     (the admin API; the file only seeds). Unset: `file` when this file has fleet sections."""

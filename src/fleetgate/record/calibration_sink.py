@@ -18,13 +18,13 @@ from fleetgate.context.refine import TEMPLATE_NOTE
 from fleetgate.context.template_costs import TemplateCosts, template_of
 from fleetgate.context.truncation import CUT_SHORT_NOTE, TRUNCATION_NOTE
 from fleetgate.fleet import Fleet
-from fleetgate.record.recorder import RequestRecord
+from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.routing.filters.context_fit import RAW_NOTE
 
 _UNTRUSTED = (TRUNCATION_NOTE, CUT_SHORT_NOTE)
 
 
-class CalibrationSink:
+class CalibrationSink(BatchSink):
     def __init__(
         self,
         book: CalibrationBook,
@@ -35,23 +35,24 @@ class CalibrationSink:
         self.fleet = fleet
         self.template = template
 
-    async def write(self, records: list[RequestRecord]) -> None:
-        deployments = self.fleet().deployments
-        for record in records:
-            raw = record.notes.get(RAW_NOTE)
-            if not raw or record.error_code is not None or not record.attempts:
-                continue
-            if any(name in record.notes for name in _UNTRUSTED):
-                continue
-            attempt = record.attempts[-1]
-            dep = deployments.get(attempt.deployment_id)
-            if dep is None or not attempt.ok or not attempt.prompt_tokens:
-                continue
-            estimate = raw.get(dep.tokenizer_family)
-            if estimate:
-                self.book.observe(dep.id, attempt.prompt_tokens / estimate, record.time)
-            basis = record.notes.get(TEMPLATE_NOTE)
-            if basis and self.template is not None:
-                key = tuple(basis["key"])
-                if key[1:4] == template_of(dep):  # the same template answered
-                    self.template.learn(key, attempt.prompt_tokens - int(basis["text"]))
+    def take(self, record: RequestRecord) -> None:
+        raw = record.notes.get(RAW_NOTE)
+        if not raw or record.error_code is not None or not record.attempts:
+            return
+        if any(name in record.notes for name in _UNTRUSTED):
+            return
+        attempt = record.attempts[-1]
+        dep = self.fleet().deployments.get(attempt.deployment_id)
+        if dep is None or not attempt.ok or not attempt.prompt_tokens:
+            return
+        estimate = raw.get(dep.tokenizer_family)
+        if estimate:
+            self.book.observe(dep.id, attempt.prompt_tokens / estimate, record.time)
+        basis = record.notes.get(TEMPLATE_NOTE)
+        if basis and self.template is not None:
+            key = tuple(basis["key"])
+            if key[1:4] == template_of(dep):  # the same template answered
+                self.template.learn(key, attempt.prompt_tokens - int(basis["text"]))
+
+    async def flush(self) -> None:
+        """Nothing to hand on: `take` taught the book and the template costs already."""

@@ -1,9 +1,9 @@
 """Prometheus metrics, computed from request records off the hot path.
 
-The metrics sink consumes the same batches as the request log, so the hot path pays for
-one deque append per request and nothing per metric. Labels carry ids and numbers only,
-and only ids the fleet defines: a name a client sent that the fleet does not know is
-`_unknown`, so no client can grow the label sets (and a scrape) without bound.
+The metrics sink takes the same records as the request log, after each request ended: it
+tallies each one, and hands the tallies to prometheus_client every flush. Labels carry ids
+and numbers only, and only ids the fleet defines: a name a client sent that the fleet does
+not know is `_unknown`, so no client can grow the label sets (and a scrape) without bound.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from fleetgate.context.truncation import CUT_SHORT_NOTE, TRUNCATION_NOTE
 from fleetgate.fleet import Fleet
 from fleetgate.record.histograms import BatchHistogram
-from fleetgate.record.recorder import Recorder, RequestRecord
+from fleetgate.record.recorder import BatchSink, Recorder, RequestRecord
 from fleetgate.routing.auto import AUTO_MODEL
 
 UNKNOWN = "_unknown"
@@ -43,11 +43,27 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
 
 
-class Metrics:
+class _Tally:
+    """What the records taken since the last flush add to the metrics."""
+
+    __slots__ = ("attempts", "fallbacks", "latency", "models", "overhead", "requests", "ttft")
+
+    def __init__(self) -> None:
+        self.models: dict[str, str] = {}  # requested name -> its label
+        self.requests: Counter_[tuple[str, ...]] = Counter_()
+        self.attempts: Counter_[tuple[str, ...]] = Counter_()
+        self.fallbacks: Counter_[str] = Counter_()
+        self.latency: defaultdict[str, list[float]] = defaultdict(list)
+        self.ttft: defaultdict[str, list[float]] = defaultdict(list)
+        self.overhead: list[float] = []
+
+
+class Metrics(BatchSink):
     """Every metric fleetgate exports, in one registry."""
 
     def __init__(self, fleet: Callable[[], Fleet] | None = None) -> None:
         self.fleet = fleet  # the live fleet, whose names are the only label values
+        self._tally = _Tally()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -103,61 +119,56 @@ class Metrics:
         )
         self.records_dropped = Gauge(
             "fleetgate_records_dropped",
-            "Request records dropped because the buffer was full.",
+            "Request records a sink failed to take (a bug, logged).",
             registry=r,
         )
 
-    async def write(self, records: list[RequestRecord]) -> None:
-        # Tally per label set first: one prometheus call per distinct label set and batch
-        # instead of one per record keeps the flush cheap at thousands of requests/s.
-        requests: Counter_[tuple[str, ...]] = Counter_()
-        attempts: Counter_[tuple[str, ...]] = Counter_()
-        fallbacks: Counter_[str] = Counter_()
-        latency: dict[str, list[float]] = defaultdict(list)
-        ttft: dict[str, list[float]] = defaultdict(list)
-        overhead: list[float] = []
-        fleet = self.fleet() if self.fleet is not None else None
-        labels_of: dict[str, str] = {}
-        for rec in records:
-            model = labels_of.get(rec.requested_model)
-            if model is None:
-                model = labels_of[rec.requested_model] = model_label(fleet, rec.requested_model)
-            tier = str(rec.notes.get("context_tier", "default"))
-            requests[(model, rec.endpoint, str(rec.status), rec.error_code or "", tier)] += 1
-            latency[model].append(rec.latency)
-            overhead.append(max(rec.overhead, 0.0))
-            if rec.error_code is None and len(rec.attempts) > 1:
-                fallbacks[model] += 1
-            if TRUNCATION_NOTE in rec.notes and rec.deployment_id:
-                # rare (a suspected silent truncation): counted directly
-                self.truncations.labels(rec.deployment_id).inc()
-            if CUT_SHORT_NOTE in rec.notes and rec.deployment_id:  # rare too
-                self.cut_short.labels(rec.deployment_id).inc()
-            ctx = rec.notes.get("provider_ctx") or {}
-            for a in rec.attempts:
-                window = ctx.get(a.deployment_id, "unbounded") if isinstance(ctx, dict) else ""
-                attempts[
-                    (
-                        a.deployment_id,
-                        a.provider_id,
-                        str(a.status or ""),
-                        a.error_class or "",
-                        str(window),
-                    )
-                ] += 1
-                if a.ok and a.ttft is not None:
-                    ttft[a.deployment_id].append(a.ttft)
-        for labels, n in requests.items():
+    def take(self, record: RequestRecord) -> None:
+        """Tally the record; `flush` hands the tallies to prometheus_client, one call per
+        distinct label set (one per record would cost ten times as much)."""
+        tally = self._tally
+        model = tally.models.get(record.requested_model)
+        if model is None:
+            fleet = self.fleet() if self.fleet is not None else None
+            model = tally.models[record.requested_model] = model_label(
+                fleet, record.requested_model
+            )
+        notes = record.notes
+        tier = str(notes.get("context_tier", "default"))
+        status = str(record.status)
+        tally.requests[(model, record.endpoint, status, record.error_code or "", tier)] += 1
+        tally.latency[model].append(record.latency)
+        tally.overhead.append(max(record.overhead, 0.0))
+        if record.error_code is None and len(record.attempts) > 1:
+            tally.fallbacks[model] += 1
+        if TRUNCATION_NOTE in notes and record.deployment_id:
+            # rare (a suspected silent truncation): counted directly
+            self.truncations.labels(record.deployment_id).inc()
+        if CUT_SHORT_NOTE in notes and record.deployment_id:  # rare too
+            self.cut_short.labels(record.deployment_id).inc()
+        ctx = notes.get("provider_ctx") or {}
+        for a in record.attempts:
+            window = ctx.get(a.deployment_id, "unbounded") if isinstance(ctx, dict) else ""
+            status = str(a.status or "")
+            error = a.error_class or ""
+            tally.attempts[(a.deployment_id, a.provider_id, status, error, str(window))] += 1
+            if a.ok and a.ttft is not None:
+                tally.ttft[a.deployment_id].append(a.ttft)
+
+    async def flush(self) -> None:
+        tally, self._tally = self._tally, _Tally()
+        for labels, n in tally.requests.items():
             self.requests.labels(*labels).inc(n)
-        for labels, n in attempts.items():
+        for labels, n in tally.attempts.items():
             self.attempts.labels(*labels).inc(n)
-        for model, n in fallbacks.items():
+        for model, n in tally.fallbacks.items():
             self.fallbacks.labels(model).inc(n)
-        for model, values in latency.items():
+        for model, values in tally.latency.items():
             self.latency.observe((model,), values)
-        for dep, values in ttft.items():
+        for dep, values in tally.ttft.items():
             self.ttft.observe((dep,), values)
-        self.overhead.observe((), overhead)
+        if tally.overhead:
+            self.overhead.observe((), tally.overhead)
 
     def render(self, recorder: Recorder) -> bytes:
         self.records_dropped.set(recorder.dropped)

@@ -1,7 +1,9 @@
-"""Request records, buffered in memory and handed to sinks by a background task.
+"""Request records, handed to sinks off the request's path.
 
-The hot path only appends to a bounded deque; when it is full the oldest unflushed record
-is dropped and counted. Records hold numbers and ids, never prompt or completion text.
+The hot path only appends a record to a list. In the next loop turn every sink takes each
+record (its own cheap share: a row encoded, metrics tallied), and a background task
+flushes the sinks every 50 ms (a transaction, a metrics update). Each sink bounds what it
+holds. Records hold numbers and ids, never prompt or completion text.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -54,11 +56,35 @@ class RequestRecord:
 
 
 class RecordSink(Protocol):
-    """Takes batches of records. A sink that keeps what it could not write may say so with
-    a true `waiting` attribute: it is then given empty batches to retry with, every
-    `RETRY_SECONDS`, until it is done, even while no request arrives."""
+    """Takes records in two steps. `take` does one record's own share of the work (encode
+    its row, tally its metrics), synchronously and cheaply, in the loop turn after the
+    request ended: spread that way, no request waits behind a whole batch of it. `flush`
+    then hands on what was taken since the last flush (one store transaction, one metrics
+    update per label set), every `Recorder.interval`.
 
-    async def write(self, records: list[RequestRecord]) -> None: ...
+    A sink that keeps what it could not hand on may say so with a true `waiting`
+    attribute: its `flush` is then called every `RETRY_SECONDS` to retry, even while no
+    request arrives."""
+
+    def take(self, record: RequestRecord) -> None: ...
+
+    async def flush(self) -> None: ...
+
+
+class BatchSink:
+    """The `write` of a sink that has `take` and `flush`: a batch of records at once (tests,
+    benchmarks, bulk loads)."""
+
+    def take(self, record: RequestRecord) -> None:
+        raise NotImplementedError
+
+    async def flush(self) -> None:
+        raise NotImplementedError
+
+    async def write(self, records: list[RequestRecord]) -> None:
+        for record in records:
+            self.take(record)
+        await self.flush()
 
 
 RETRY_SECONDS = 1.0
@@ -102,52 +128,71 @@ class RecentRequests:
 
 
 class Recorder:
-    def __init__(
-        self, sinks: list[RecordSink], capacity: int = 10_000, interval: float = 0.05
-    ) -> None:
+    """Hands each record to the sinks' `take` in the loop turn after it was added (one
+    call a turn, for every record added in it), and calls their `flush` every `interval`.
+
+    `buffered` counts the records added and not yet flushed by every sink; `dropped`, the
+    records a sink's `take` failed on (a bug, logged)."""
+
+    def __init__(self, sinks: list[RecordSink], interval: float = 0.05) -> None:
         self.sinks = sinks
-        self.capacity = capacity
         self.interval = interval
         self.dropped = 0
-        self._buffer: deque[RequestRecord] = deque()
+        self._fresh: list[RequestRecord] = []  # added in this loop turn, not yet taken
+        self._taken = 0  # taken since the last flush began
+        self._flushing = 0  # taken before the flush under way began
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        return len(self._fresh) + self._taken + self._flushing
 
     def add(self, record: RequestRecord) -> None:
-        if len(self._buffer) >= self.capacity:
-            self._buffer.popleft()
-            self.dropped += 1
-        self._buffer.append(record)
+        fresh = self._fresh
+        fresh.append(record)
+        if len(fresh) == 1:  # the turn's first record: take them all when this turn ends
+            asyncio.get_running_loop().call_soon(self._take)
         self._wake.set()
+
+    def _take(self) -> None:
+        fresh, self._fresh = self._fresh, []
+        for sink in self.sinks:
+            take = sink.take
+            for record in fresh:
+                try:
+                    take(record)
+                except Exception:  # a failing sink must never take the gateway down
+                    self.dropped += 1
+                    log.exception("record sink %s failed", type(sink).__name__)
+        self._taken += len(fresh)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
         while True:
-            if self._buffer or not any(getattr(s, "waiting", False) for s in self.sinks):
+            if self.buffered or not any(getattr(s, "waiting", False) for s in self.sinks):
                 await self._wake.wait()
             else:  # a sink keeps rows for later: retry even if no request comes
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), RETRY_SECONDS)
             self._wake.clear()
             await self.flush()
-            await asyncio.sleep(self.interval)  # batch what arrives meanwhile
+            await asyncio.sleep(self.interval)  # gather what arrives meanwhile
 
     async def flush(self) -> None:
-        batch = list(self._buffer)
-        self._buffer.clear()
+        self._take()  # records of this very turn, if any
+        taken, self._taken = self._taken, 0
+        self._flushing += taken
         for sink in self.sinks:
-            if not batch and not getattr(sink, "waiting", False):
+            if not taken and not getattr(sink, "waiting", False):
                 continue
             try:
-                await sink.write(batch)
+                await sink.flush()
             except Exception:  # a failing sink must never take the gateway down
                 log.exception("record sink %s failed", type(sink).__name__)
+        self._flushing -= taken
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -23,7 +23,7 @@ from fleetgate.auth.keys import KeyRing
 from fleetgate.config.schema import FleetConfig
 from fleetgate.fleet import Fleet, build_fleet, resolve_secret
 from fleetgate.outage import Outage
-from fleetgate.record.recorder import RequestRecord
+from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.store.calibration import CalibrationKeeper, CalibrationStore
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
@@ -73,7 +73,7 @@ def _has_entities(config: FleetConfig) -> bool:
     return any(entities_of(config).values())
 
 
-class SpendSink:
+class SpendSink(BatchSink):
     """Adds each key's spend to its row, one UPDATE per key per batch. While the store is
     unreachable the sums wait, one number per key (so nothing is ever dropped), and go
     with the next batch."""
@@ -89,14 +89,15 @@ class SpendSink:
     def waiting(self) -> bool:
         return bool(self.pending)
 
-    async def write(self, records: list[RequestRecord]) -> None:
-        fleet = self.fleet()
+    def take(self, record: RequestRecord) -> None:
+        key_id = record.client_key_id
+        if key_id is not None:
+            cost = record_usage(record, self.fleet())[1]
+            if cost:
+                self.pending[key_id] = self.pending.get(key_id, 0.0) + cost
+
+    async def flush(self) -> None:
         pending = self.pending
-        for r in records:
-            if r.client_key_id is not None:
-                cost = record_usage(r, fleet)[1]
-                if cost:
-                    pending[r.client_key_id] = pending.get(r.client_key_id, 0.0) + cost
         if not pending:
             return
         batch = dict(pending)
@@ -156,7 +157,6 @@ class ControlPlane:
         self._keys_version = 0
         self._fleet_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
-        gateway.recorder.capacity = storage.log_buffer
         gateway.recent.capacity = min(gateway.recent.capacity, RECENT_WITH_STORE)
 
     @property

@@ -37,7 +37,7 @@ from collections import deque
 
 import orjson
 
-from fleetgate.record.recorder import RequestRecord
+from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.store.database import open_database
 from fleetgate.store.request_log import RequestLog, row_of
 
@@ -54,6 +54,9 @@ PIPE_BYTES = 1 << 20  # what the pipe holds before rows wait in the serving proc
 # the child writes at most this often: fewer, larger transactions (a transaction costs
 # about as much as 15 rows on SQLite)
 WRITE_INTERVAL = 0.2
+# the child offers the core back after each so many rows of a transaction: a server that
+# shares its core waits for one such piece (~0.1 ms on SQLite), not a whole transaction
+YIELD_EVERY = 25
 RETRY_INTERVAL = 1.0  # while the database is down
 STOP_TIMEOUT = 10.0  # at shutdown, how long the child may keep trying to write
 
@@ -63,7 +66,7 @@ def can_fork_writer(url: str) -> bool:
     return not (url.startswith("sqlite") and (":memory:" in url or url.rstrip("/") == "sqlite:"))
 
 
-class LogWriterProcess:
+class LogWriterProcess(BatchSink):
     """A `RecordSink` that hands the request log's rows to a child process.
 
     `written`, `dropped`, `failures` and `rejected` mean what they mean on `RequestLog`,
@@ -74,6 +77,7 @@ class LogWriterProcess:
         self.capacity = capacity
         self.nice = nice
         self.pid: int | None = None
+        self._rows: deque[bytes] = deque()  # taken, for the next flush's frame
         self._frames: deque[tuple[bytes, int]] = deque()  # not yet in the pipe, with rows
         self._head_sent = 0  # bytes of the first frame already in the pipe
         self._queued = 0  # rows in `_frames`
@@ -147,29 +151,44 @@ class LogWriterProcess:
         self._exited = self._loop.create_future()
         self._loop.add_reader(self._status_fd, self._on_status)
 
-    async def write(self, records: list[RequestRecord]) -> None:
-        if not records:
-            return
-        rows = [row_of(r) for r in records]
-        if self._fallback is not None:
-            self._fallback.queue(rows)
-            await self._fallback.flush()
-            return
-        self._frames.append((orjson.dumps(rows) + b"\n", len(rows)))
-        self._queued += len(rows)
+    def take(self, record: RequestRecord) -> None:
+        """The record's row, encoded now (one request's share, not a batch's at once)."""
+        self._rows.append(orjson.dumps(row_of(record)))
+        if len(self._rows) + self._queued > self.capacity:
+            self._drop_oldest()
+
+    async def flush(self) -> None:
+        self._frame()
+        if self._fallback is not None:  # the child is gone: write here
+            await self._take_over()
+        else:
+            self._send()
+
+    def _frame(self) -> None:
+        """The rows taken since the last flush, as one frame for the pipe."""
+        rows, self._rows = self._rows, deque()
+        if rows:
+            self._frames.append((b"[" + b",".join(rows) + b"]\n", len(rows)))
+            self._queued += len(rows)
+
+    def _drop_oldest(self) -> None:
+        """One row or frame less, the oldest not yet in the pipe, counted."""
         frames = self._frames
-        while self._queued > self.capacity and len(frames) > 1:
-            oldest = 1 if self._head_sent else 0  # not a frame partly in the pipe already
+        oldest = 1 if self._head_sent else 0  # not a frame partly in the pipe already
+        if len(frames) > oldest:
             n = frames[oldest][1]
             del frames[oldest]
             self._queued -= n
-            self._dropped += n
-        self._send()
+        else:
+            self._rows.popleft()
+            n = 1
+        self._dropped += n
 
     async def stop(self) -> None:
         """Hand over every row, let the child write them, and wait for it to exit."""
         if self._loop is None:
             return  # never opened
+        self._frame()
         if self._proc is None and not (self._frames or self._sent):
             self._close_rows()  # stopped before it was ready, with nothing to write
             for fd in (self._status_fd, *self._child_fds):
@@ -265,6 +284,7 @@ class LogWriterProcess:
 
     async def _take_over(self) -> None:
         """Write what is left (and what comes) in this process."""
+        self._frame()
         if self._fallback is None:
             self._fallback = RequestLog(open_database(self.url), self.capacity)
             self._fallback.dropped = 0
@@ -350,7 +370,7 @@ async def _child_write(
     db = open_database(url)
     # bounded by reading no more: the rows wait in the pipe, then in the serving process,
     # whose queue drops (and counts) the oldest beyond its capacity
-    request_log = RequestLog(db, capacity=sys.maxsize)
+    request_log = RequestLog(db, capacity=sys.maxsize, yield_every=YIELD_EVERY)
     loop = asyncio.get_running_loop()
     arrived = asyncio.Event()
     eof = False

@@ -1,16 +1,18 @@
 """The request log in the store: one row per request, attempts inline, written in batches.
 
-`RequestLog` is a `RecordSink` for the `Recorder`, which already batches records off the
-hot path and counts the ones it drops. Rows hold numbers and ids, never prompt or
-completion text, never secrets.
+`RequestLog` is a `RecordSink` for the `Recorder`, which hands it records off the hot
+path (each row made as its request ends, the rows written in batches). Rows hold numbers
+and ids, never prompt or completion text, never secrets.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+import os
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,7 +23,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyErro
 
 from fleetgate.execute.outcome import Attempt
 from fleetgate.outage import Outage
-from fleetgate.record.recorder import RequestRecord
+from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.store.db import Database
 from fleetgate.store.tables import requests
 
@@ -135,13 +137,21 @@ def parse_since(value: str) -> float:
     return when.timestamp()
 
 
-class RequestLog:
+class RequestLog(BatchSink):
     """A `RecordSink`. When the database is unreachable, rows wait (up to `capacity`
     requests, the oldest dropped and counted) and go with the next batch. A row the
     database rejects (a value it cannot hold) is set apart, counted and dropped: it never
     holds back the rows after it."""
 
-    def __init__(self, db: Database, capacity: int = 10_000, outage: Outage | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        capacity: int = 10_000,
+        outage: Outage | None = None,
+        yield_every: int = 0,
+    ) -> None:
+        """`yield_every`: within a transaction, give the CPU to any runnable process after
+        each so many rows (the log writer process, which shares a core with the server)."""
         self.db = db
         self.capacity = capacity
         self.outage = outage or Outage("the store", log)
@@ -153,6 +163,7 @@ class RequestLog:
         # PostgreSQL: COPY (a third of executemany's client CPU per row); SQLite: executemany
         self._insert = _copy_sql() if db.is_postgres else _insert_sql(db.dialect.paramstyle)
         self._insert_rows = _copy_rows if db.is_postgres else _insert_rows
+        self._chunk = yield_every
 
     @property
     def pending(self) -> int:
@@ -163,9 +174,8 @@ class RequestLog:
         """Rows kept for the next batch (the store was unreachable)."""
         return bool(self._pending)
 
-    async def write(self, records: list[RequestRecord]) -> None:
-        self.queue([row_of(record) for record in records])
-        await self.flush()
+    def take(self, record: RequestRecord) -> None:
+        self.queue([row_of(record)])
 
     def queue(self, rows: list[tuple[Any, ...]]) -> None:
         """Rows (as `row_of` makes them) to go with the next `flush`."""
@@ -184,7 +194,7 @@ class RequestLog:
         batch = list(pending)
         try:
             # one hop to a DB thread: BEGIN, executemany, COMMIT
-            await self.db.transaction(self._insert_rows, self._insert, batch)
+            await self.db.transaction(self._insert_rows, self._insert, batch, self._chunk)
             done = len(batch)
             self.written += done
             self.outage.ok()
@@ -207,7 +217,9 @@ class RequestLog:
             if lo == hi:
                 continue
             try:
-                await self.db.transaction(self._insert_rows, self._insert, batch[lo:hi])
+                await self.db.transaction(
+                    self._insert_rows, self._insert, batch[lo:hi], self._chunk
+                )
                 self.written += hi - lo
             except _ROW_REJECTED as exc:
                 if hi - lo > 1:
@@ -306,15 +318,29 @@ def _insert_sql(paramstyle: str) -> str:
     return f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({marks})"
 
 
-def _insert_rows(conn: Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
-    conn.exec_driver_sql(sql, rows)
+def _chunks(rows: list[tuple[Any, ...]], chunk: int) -> Iterator[list[tuple[Any, ...]]]:
+    """`rows` in pieces of `chunk` (all at once for 0), the CPU offered to any other
+    runnable process between two pieces: a server sharing the core with the log writer
+    waits for one piece at most, never for a whole transaction."""
+    if chunk <= 0 or len(rows) <= chunk:
+        yield rows
+        return
+    for start in range(0, len(rows), chunk):
+        if start:
+            os.sched_yield()
+        yield rows[start : start + chunk]
+
+
+def _insert_rows(conn: Connection, sql: str, rows: list[tuple[Any, ...]], chunk: int) -> None:
+    for piece in _chunks(rows, chunk):
+        conn.exec_driver_sql(sql, piece)
 
 
 def _copy_sql() -> str:
     return f"COPY requests ({', '.join(_COLUMNS)}) FROM STDIN"
 
 
-def _copy_rows(conn: Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
+def _copy_rows(conn: Connection, sql: str, rows: list[tuple[Any, ...]], chunk: int) -> None:
     """The rows through psycopg's COPY, in the transaction of `conn`; a driver error comes
     out as SQLAlchemy's class for it (DataError for a value too long, …), as from
     `_insert_rows`."""
@@ -324,8 +350,9 @@ def _copy_rows(conn: Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
     assert dbapi is not None
     try:
         with dbapi.cursor() as cursor, cursor.copy(sql) as copy:
-            for row in rows:
-                copy.write_row(row)
+            for piece in _chunks(rows, chunk):
+                for row in piece:
+                    copy.write_row(row)
     except psycopg.Error as exc:
         raise DBAPIError.instance(sql, None, exc, psycopg.Error) from exc
 

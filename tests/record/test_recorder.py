@@ -1,0 +1,143 @@
+"""The recorder hands each record to its sinks in the loop turn after the request, not in
+the flush: a flush then only hands on what was taken, so no request waits behind a whole
+batch's rows; and the log writer's transactions give the core back piece by piece."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from fleetgate.execute.outcome import Attempt
+from fleetgate.record.metrics import Metrics
+from fleetgate.record.recorder import Recorder, RequestRecord
+from fleetgate.store.database import database_url, migrate, open_database
+from fleetgate.store.request_log import RequestLog
+
+
+def _record(i: int) -> RequestRecord:
+    record = RequestRecord(
+        request_id=f"rec-{i}",
+        time=1_700_000_000.0 + i,
+        endpoint="chat.completions",
+        requested_model="m",
+        resolution="explicit",
+        stream=False,
+        status=200,
+        error_code=None,
+        latency=0.01,
+        overhead=0.0002,
+        deployment_id="pa",
+        provider_id="pa",
+    )
+    record.attempts = [Attempt(0, "pa", "pa", "up-a", "deployment", status=200, ttft=0.005)]
+    return record
+
+
+class Seen:
+    """A sink that notes what it was handed, and when."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.events: list[str] = []
+        self.fail_on = fail_on
+
+    def take(self, record: RequestRecord) -> None:
+        if record.request_id == self.fail_on:
+            raise RuntimeError("a sink bug")
+        self.events.append(f"take {record.request_id}")
+
+    async def flush(self) -> None:
+        self.events.append("flush")
+
+
+async def _turns(n: int = 3) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_records_are_taken_in_the_next_loop_turn_and_flushed_later() -> None:
+    seen = Seen()
+    recorder = Recorder([seen], interval=3600)  # after its first flush, it sleeps an hour
+    recorder.start()
+    try:
+        recorder.add(_record(1))
+        await _turns()
+        assert seen.events == ["take rec-1", "flush"]
+        recorder.add(_record(2))
+        recorder.add(_record(3))
+        assert recorder.buffered == 2
+        await _turns()
+        # taken as soon as the turn that added them ended, long before the next flush
+        assert seen.events[2:] == ["take rec-2", "take rec-3"]
+        assert recorder.buffered == 2  # taken, not yet flushed
+        await recorder.flush()
+        assert seen.events[4:] == ["flush"]
+        assert recorder.buffered == 0
+    finally:
+        await recorder.stop()
+    assert seen.events[5:] == []  # nothing left for the last flush to hand on
+
+
+async def test_a_sink_that_fails_on_a_record_loses_it_alone_and_it_is_counted() -> None:
+    broken, fine = Seen(fail_on="rec-2"), Seen()
+    recorder = Recorder([broken, fine])
+    for i in (1, 2, 3):
+        recorder.add(_record(i))
+    await recorder.flush()
+    assert broken.events == ["take rec-1", "take rec-3", "flush"]
+    assert fine.events == ["take rec-1", "take rec-2", "take rec-3", "flush"]
+    assert recorder.dropped == 1
+    assert recorder.buffered == 0
+
+
+async def test_metrics_count_what_was_taken_once_flushed() -> None:
+    metrics = Metrics()
+    recorder = Recorder([metrics], interval=3600)
+    for i in range(5):
+        recorder.add(_record(i))
+    await _turns()
+
+    def requests() -> float:
+        value = metrics.registry.get_sample_value(
+            "fleetgate_requests_total",
+            {
+                "model": "_unknown",
+                "endpoint": "chat.completions",
+                "status": "200",
+                "error_code": "",
+                "context_tier": "default",
+            },
+        )
+        return value or 0.0
+
+    assert requests() == 0  # tallied, not yet handed to prometheus_client
+    await recorder.flush()
+    assert requests() == 5
+    await recorder.flush()  # a flush with nothing taken adds nothing
+    assert requests() == 5
+
+
+@pytest.mark.parametrize("rows, pieces", [(100, 4), (25, 1), (7, 1)])
+async def test_the_log_writer_gives_the_core_back_between_pieces_of_a_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: int, pieces: int
+) -> None:
+    yields = []
+    real_yield = os.sched_yield
+
+    def counted() -> None:
+        yields.append(1)
+        real_yield()
+
+    monkeypatch.setattr(os, "sched_yield", counted)
+    db = open_database(database_url(f"sqlite:///{tmp_path}/log.db"))
+    try:
+        await migrate(db)
+        log = RequestLog(db, yield_every=25)
+        await log.write([_record(i) for i in range(rows)])
+        assert log.written == rows
+        assert len(yields) == pieces - 1  # between pieces, never after the last
+        assert len((await log.page(limit=1000)).rows) == rows
+    finally:
+        await db.dispose()
