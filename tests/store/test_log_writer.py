@@ -106,6 +106,14 @@ def _listening(port: int) -> str:
     raise AssertionError(f"nothing listens on 127.0.0.1:{port}")
 
 
+def _execd(pid: int) -> bool:
+    """Whether `pid` runs the writer's own code (its exec is done), not its parent's."""
+    try:
+        return b"child_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -301,13 +309,16 @@ def test_serve_workers_writers_do_not_hold_the_listening_socket(
         def workers() -> list[int]:
             return [c for c in _children(proc.pid) if listening in _fds(c).values()]
 
-        wait_until(
-            lambda: len(workers()) == 2 and all(_children(w) for w in workers()),
-            30,
-            "two workers, each with its writer",
-        )
-        writers = [w for worker in workers() for w in _children(worker)]
-        assert len(writers) == 2
+        writers: list[int] = []
+
+        def each_with_its_writer() -> bool:
+            found = workers()
+            writers[:] = [w for worker in found for w in _children(worker)]
+            return len(found) == 2 and len(writers) == 2 and all(map(_execd, writers))
+
+        # a writer caught between its fork and its exec is still a copy of its worker,
+        # holding all of its descriptors until the exec closes them: wait for the exec
+        wait_until(each_with_its_writer, 30, "two workers, each with its writer")
         for writer in writers:
             assert listening not in _fds(writer).values()
         assert chat(url).status_code == 200
