@@ -10,30 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from fleetgate.execute.outcome import Attempt
 from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import Recorder, RequestRecord
 from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.request_log import RequestLog
-
-
-def _record(i: int) -> RequestRecord:
-    record = RequestRecord(
-        request_id=f"rec-{i}",
-        time=1_700_000_000.0 + i,
-        endpoint="chat.completions",
-        requested_model="m",
-        resolution="explicit",
-        stream=False,
-        status=200,
-        error_code=None,
-        latency=0.01,
-        overhead=0.0002,
-        deployment_id="pa",
-        provider_id="pa",
-    )
-    record.attempts = [Attempt(0, "pa", "pa", "up-a", "deployment", status=200, ttft=0.005)]
-    return record
+from tests.store.test_log_writer import _record
 
 
 class Seen:
@@ -64,13 +45,13 @@ async def test_records_are_taken_in_the_next_loop_turn_and_flushed_later() -> No
     try:
         recorder.add(_record(1))
         await _turns()
-        assert seen.events == ["take rec-1", "flush"]
+        assert seen.events == ["take req-00001", "flush"]
         recorder.add(_record(2))
         recorder.add(_record(3))
         assert recorder.buffered == 2
         await _turns()
         # taken as soon as the turn that added them ended, long before the next flush
-        assert seen.events[2:] == ["take rec-2", "take rec-3"]
+        assert seen.events[2:] == ["take req-00002", "take req-00003"]
         assert recorder.buffered == 2  # taken, not yet flushed
         await recorder.flush()
         assert seen.events[4:] == ["flush"]
@@ -81,13 +62,13 @@ async def test_records_are_taken_in_the_next_loop_turn_and_flushed_later() -> No
 
 
 async def test_a_sink_that_fails_on_a_record_loses_it_alone_and_it_is_counted() -> None:
-    broken, fine = Seen(fail_on="rec-2"), Seen()
+    broken, fine = Seen(fail_on="req-00002"), Seen()
     recorder = Recorder([broken, fine])
     for i in (1, 2, 3):
         recorder.add(_record(i))
     await recorder.flush()
-    assert broken.events == ["take rec-1", "take rec-3", "flush"]
-    assert fine.events == ["take rec-1", "take rec-2", "take rec-3", "flush"]
+    assert broken.events == ["take req-00001", "take req-00003", "flush"]
+    assert fine.events == ["take req-00001", "take req-00002", "take req-00003", "flush"]
     assert recorder.dropped == 1
     assert recorder.buffered == 0
 
