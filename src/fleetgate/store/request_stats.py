@@ -70,18 +70,21 @@ _ATTEMPTS_SQL = {
 }
 
 
-def _percentile(histogram: list[tuple[int, int]], share: float) -> float | None:
-    """Nearest-rank percentile of (milliseconds, count) pairs, in seconds."""
-    total = sum(n for _, n in histogram)
+def _percentile(histogram: list[tuple[int, int, float]], share: float) -> float | None:
+    """Nearest-rank percentile of (millisecond, count, largest value in seconds) groups:
+    the largest value of the group that holds the rank, so at most 1 ms above the true
+    figure, and never 0 for answers faster than a millisecond."""
+    total = sum(n for _, n, _ in histogram)
     if not total:
         return None
     rank = max(1, math.ceil(share * total))
     seen = 0
-    for ms, n in sorted(histogram):
+    ordered = sorted(histogram)
+    for _ms, n, top in ordered:
         seen += n
         if seen >= rank:
-            return ms / 1000
-    return histogram[-1][0] / 1000
+            return float(top)
+    return float(ordered[-1][2])
 
 
 def _stats(conn: Connection, window: Window) -> dict[str, Any]:
@@ -128,11 +131,12 @@ def _stats(conn: Connection, window: Window) -> dict[str, Any]:
     out["deployments"] = deployments
 
     ms = cast(requests.c.ttft * 1000, Integer).label("ms")
-    histograms: list[list[tuple[int, int]]] = [[] for _ in range(size)]
+    histograms: list[list[tuple[int, int, float]]] = [[] for _ in range(size)]
     answered = where & requests.c.ttft.is_not(None) & (requests.c.status < 400)
-    for i, value, n in conn.execute(select(b, ms, func.count()).where(answered).group_by(b, ms)):
+    grouped = select(b, ms, func.count(), func.max(requests.c.ttft)).where(answered)
+    for i, value, n, top in conn.execute(grouped.group_by(b, ms)):
         if 0 <= i < size:
-            histograms[i].append((value, n))
+            histograms[i].append((value, n, top))
     out["ttft_p50"] = [_percentile(h, 0.5) for h in histograms]
     out["ttft_p99"] = [_percentile(h, 0.99) for h in histograms]
     out["totals"] = {
