@@ -91,10 +91,62 @@ async def test_a_count_is_the_prompt_the_engine_reads(
     profile = parse_openai("chat.completions", orjson.dumps(body))
     counted = await count_prompt(counter, dep, profile, ContextConfig())
     assert counted.tokens == _prompt_tokens(engine, "chat.completions", body)
-    # one call for a plain chat (count_tokens), two when turns carry tool calls
-    assert counted.calls == (2 if name == "tool calls and results" else 1)
+    # two calls either way: a plain-text chat's first count of its shape is the whole
+    # (count_tokens) beside its texts (/tokenize), to learn the framing; turns with tool
+    # calls are templated (/apply-template), then tokenized
+    assert counted.calls == 2
     again = await count_prompt(counter, dep, profile, ContextConfig())
     assert (again.tokens, again.calls) == (counted.tokens, 0)  # cached
+
+
+# one shape (a system line, a user turn, the weather tool), texts of every kind; none with
+# whitespace at either end
+SHAPED = [
+    "Weather in Lyon, 2024-05-01? Digits: 31415926535",
+    "東京の天気は 明日は雨ですか。",
+    "def add(a, b):\n    return a + b  # 12.5 °C\n\n\nprint(add(1, 2))",
+    "Привет, как дела? Ελληνικά κείμενα. مرحبا",
+    '{"city": "Lyon", "days": [1, 2, 3], "unit": "°C"}',
+    "x",
+]
+
+
+def _shaped(system: str, text: str) -> dict[str, Any]:
+    return {
+        "model": "tiny",
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": text}],
+        "tools": [WEATHER],
+    }
+
+
+async def test_a_learned_shape_costs_one_short_call_and_stays_exact(
+    counting: tuple[LlamaServer, Deployment, Any],
+) -> None:
+    engine, dep, counter = counting
+    calls = []
+    for i, text in enumerate(SHAPED):
+        body = _shaped(f"You answer in one line, {i}.", text)
+        profile = parse_openai("chat.completions", orjson.dumps(body))
+        counted = await count_prompt(counter, dep, profile, ContextConfig())
+        assert counted.tokens == _prompt_tokens(engine, "chat.completions", body), text
+        calls.append(counted.calls)
+    # the shape counted whole once (beside its texts), then one /tokenize of the texts
+    assert calls == [2] + [1] * (len(SHAPED) - 1)
+    assert counter.template.learned == 1
+
+
+@pytest.mark.parametrize("edge", ["\nLeading newline", "Trailing newline\n", " spaced "])
+async def test_a_text_with_whitespace_at_an_end_is_counted_whole(
+    counting: tuple[LlamaServer, Deployment, Any], edge: str
+) -> None:
+    engine, dep, counter = counting
+    first = parse_openai("chat.completions", orjson.dumps(_shaped("Be brief.", "Hello")))
+    await count_prompt(counter, dep, first, ContextConfig())  # the shape learned
+    body = _shaped("Be brief.", edge)
+    profile = parse_openai("chat.completions", orjson.dumps(body))
+    counted = await count_prompt(counter, dep, profile, ContextConfig())
+    assert counted.calls == 1  # count_tokens: the template's own tokens around it
+    assert counted.tokens == _prompt_tokens(engine, "chat.completions", body)
 
 
 async def test_a_growing_conversation_costs_one_short_call_a_turn(
@@ -115,10 +167,10 @@ async def test_a_growing_conversation_costs_one_short_call_a_turn(
         counted = await count_prompt(counter, dep, profile, ContextConfig())
         assert counted.tokens == _prompt_tokens(engine, "chat.completions", body), turn
         calls.append(counted.calls)
-    # whole, then whole + the new turn's text (the framing learned), then one short
-    # /tokenize call a turn
-    assert calls == [1, 2, 1, 1]
-    assert counter.template.learned == 1
+    # the first shape whole beside its texts, then the whole beside the new turn's text
+    # (the step's framing learned), then one short /tokenize call a turn
+    assert calls == [2, 2, 1, 1]
+    assert counter.template.learned == 2
 
 
 async def test_tools_are_counted_not_guessed(counting: tuple[LlamaServer, Deployment, Any]) -> None:

@@ -9,6 +9,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from fleetgate.config.schema import ContextConfig
 from fleetgate.context.refine import ContextRefiner
 from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import build_fleet
@@ -43,7 +44,8 @@ async def engine() -> AsyncIterator[tuple[str, Recorder]]:
         body = await request.json()
         seen.calls.append((request.path, body))
         text = body.get("content") if "content" in body else body.get("prompt")
-        return web.json_response({"tokens": list(range(len(text.split())))})
+        texts = text if isinstance(text, list) else [text]  # llama.cpp: each one apart
+        return web.json_response({"tokens": list(range(sum(len(t.split()) for t in texts)))})
 
     async def count_tokens(request: web.Request) -> web.Response:
         body = await request.json()
@@ -91,20 +93,50 @@ async def _refine(kind: str, url: str, body: dict[str, Any]) -> tuple[Any, Any]:
     return plan, profile
 
 
-async def test_llamacpp_counts_a_plain_chat_with_its_tools_in_one_call(
+async def test_llamacpp_counts_a_plain_chat_with_its_tools_whole_then_by_its_text(
     engine: tuple[str, Recorder],
 ) -> None:
     url, seen = engine
     body = {"messages": MESSAGES, "max_tokens": 10, "tools": TOOLS}
     plan, profile = await _refine("llamacpp", url, body)
-    assert [path for path, _ in seen.calls] == ["/v1/messages/count_tokens"]
-    sent = seen.calls[0][1]
+    # the shape's first count: the whole (count_tokens, tools included) beside the texts
+    assert sorted(path for path, _ in seen.calls) == ["/tokenize", "/v1/messages/count_tokens"]
+    sent = dict(seen.calls)["/v1/messages/count_tokens"]
     assert sent["messages"] == MESSAGES
     assert sent["tools"] == [{"name": "f", "description": "", "input_schema": {"type": "object"}}]
+    assert dict(seen.calls)["/tokenize"] == {"content": [MESSAGES[0]["content"]]}
     assert profile.context.exact and profile.context.prompt_tokens == 80 + 7
     assert plan.notes["context_refine"] == "exact"
+    assert plan.notes["context_template"]["text"] == 80  # what the answer's usage checks
     assert [c.deployment.id for c in plan.candidates] == ["small", "big"]
     assert plan.headers["X-Fleetgate-Context-Estimate"] == "97; exact"
+
+
+async def test_llamacpp_counts_a_learned_shape_by_its_text_alone(
+    engine: tuple[str, Recorder],
+) -> None:
+    url, seen = engine
+    fleet = build_fleet(
+        fleet_config(
+            {
+                "providers": [{"id": "p", "kind": "llamacpp", "base_url": url + "/v1"}],
+                "deployments": [{"id": "d", "model": "m", "provider": "p"}],
+            }
+        )
+    )
+    dep = fleet.deployments["d"]
+    pool = UpstreamPool()
+    refiner = ContextRefiner(pool)
+    counts = []
+    try:
+        for words in (80, 30):
+            body = {"model": "m", "messages": [{"role": "user", "content": "9 " * words + "x"}]}
+            profile = parse_openai("chat.completions", orjson.dumps({**body, "tools": TOOLS}))
+            counts.append(await refiner.count(dep, profile, ContextConfig()))
+    finally:
+        await pool.close()
+    assert counts == [81 + 7, 31 + 7]  # the framing (the tool's 7) learned from the first
+    assert [path for path, _ in seen.calls][2:] == ["/tokenize"]
 
 
 async def test_llamacpp_applies_the_template_with_tools_when_turns_carry_tool_calls(

@@ -8,7 +8,10 @@
   scaffolding as the family estimates it; no network call;
 * llama.cpp: `POST /v1/messages/count_tokens` (the templated length, tools included, in one
   call) for plain chats; `POST /apply-template` with `messages`, `tools` and `tool_choice`
-  then `POST /tokenize` when turns carry tool calls;
+  then `POST /tokenize` when turns carry tool calls. Rendering the template is most of
+  such a call (about 2.7 ms of it on one engine thread, whatever the length), so a chat
+  whose messages are plain text costs, once its shape (roles, tools) was counted whole,
+  one `/tokenize` of its texts plus the shape's framing (`template_costs.py`);
 * vLLM: `POST /tokenize` at the server root with `messages`, `tools` and
   `add_generation_prompt`, or `prompt`;
 * SGLang: `POST /v1/tokenize` with the text; the template's scaffolding as the family
@@ -159,17 +162,40 @@ class Counted(NamedTuple):
 
 def _pieces(message: Any) -> list[str] | None:
     """The text of a message whose template framing depends on its role only: string
-    content or text parts, no tool calls; None otherwise."""
+    content or text parts, no tool calls, no whitespace at either end; None otherwise.
+    (A template's own newline before a text that starts with one merges with it into one
+    token, and some templates trim the ends: there the framing depends on the text.)"""
     if not isinstance(message, dict) or message.get("tool_calls") or message.get("role") == "tool":
         return None
     content = message.get("content")
+    texts: list[Any]
     if isinstance(content, str):
-        return [content]
-    if isinstance(content, list):
-        texts = [p.get("text") for p in content if isinstance(p, dict)]
-        if all(isinstance(t, str) for t in texts) and all(p.get("type") == "text" for p in content):
-            return texts  # type: ignore[return-value]
-    return None
+        texts = [content]
+    elif isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" for p in content
+    ):
+        texts = [p.get("text") for p in content]
+    else:
+        return None
+    for text in texts:
+        if not isinstance(text, str) or text[:1].isspace() or text[-1:].isspace():
+            return None
+    return texts
+
+
+def _framable(profile: RequestProfile) -> list[str] | None:
+    """A chat's texts when its template framing depends on its shape only (every message
+    as in `_pieces`), else None."""
+    messages = profile.body.get("messages")
+    if profile.endpoint != "chat.completions" or not isinstance(messages, list) or not messages:
+        return None
+    texts: list[str] = []
+    for message in messages:
+        pieces = _pieces(message)
+        if pieces is None:
+            return None
+        texts.extend(pieces)
+    return texts
 
 
 class ExactCounter:
@@ -250,11 +276,12 @@ class ExactCounter:
         texts = [t for p in pieces for t in p or ()]
         key = step_key(dep, messages[k - 1], messages[k:])
         framing = self.template.get(key)
-        if framing is None and dep.tokenizer is None:
-            whole = await self._whole(dep, profile, spent)  # the first time: counted whole
-            text = await self._text_count(dep, texts, spent)
-            self.template.learn(key, whole.tokens - before - text)
-            return Counted(whole.tokens, spent[0], whole.basis)
+        if framing is None and dep.tokenizer is None:  # the first time: counted whole too
+            whole, text = await asyncio.gather(
+                self._engine_count(dep, profile, spent), self._text_count(dep, texts, spent)
+            )
+            self.template.learn(key, whole - before - text)
+            return Counted(whole, spent[0])
         text = await self._text_count(dep, texts, spent)
         if framing is None:  # a local tokenizer: the family's figure until usage teaches it
             per_message = FAMILIES[dep.tokenizer_family].weights[FIELDS.index("messages")]
@@ -277,7 +304,27 @@ class ExactCounter:
             return self._with_scaffolding(dep, profile, text)
         if dep.provider.kind == "sglang":
             return await self._sglang_count(dep, profile, spent)
+        texts = _framable(profile) if dep.provider.kind == "llamacpp" else None
+        if texts is not None:
+            return await self._framed(dep, profile, texts, spent)
         return Counted(await self._engine_count(dep, profile, spent), spent[0])
+
+    async def _framed(
+        self, dep: Deployment, profile: RequestProfile, texts: list[str], spent: list[int]
+    ) -> Counted:
+        """A plain-text chat on llama.cpp: its texts' tokens plus its shape's framing (the
+        roles' scaffolding and the rendered tools), learned the first time from the whole
+        count, which runs beside the texts' count; then checked by every answer's usage."""
+        key = whole_key(dep, profile.body)
+        framing = self.template.get(key)
+        if framing is not None:
+            text = await self._text_count(dep, texts, spent)
+            return Counted(text + framing, spent[0], (key, text))
+        whole, text = await asyncio.gather(
+            self._engine_count(dep, profile, spent), self._text_count(dep, texts, spent)
+        )
+        self.template.learn(key, whole - text)
+        return Counted(whole, spent[0], (key, text))
 
     def _with_scaffolding(self, dep: Deployment, profile: RequestProfile, text: int) -> Counted:
         """A text-only count plus the template's scaffolding: learned from usage for this

@@ -9,9 +9,11 @@ the roles, not on the text. Two uses:
   before them and their roles. It is learned from the first full count of such a step,
   then checked against every answer's `usage.prompt_tokens` (a different figure replaces
   it).
-* **text-only counters** (a local tokenizer, SGLang): the whole scaffolding of a request
-  shape (its roles and tool schemas), learned from the answers' usage; until then the
-  family's estimate stands in.
+* **a request shape's whole scaffolding** (its roles and tool schemas): for text-only
+  counters (a local tokenizer, SGLang) learned from the answers' usage, the family's
+  estimate standing in until then; for plain-text chats on llama.cpp learned from the
+  shape's first whole count (rendering the template is most of what a count costs there),
+  then checked against usage like the rest.
 
 Keys carry the template's identity (provider kind, upstream model, local tokenizer), so
 deployments serving one model share what was learned. Plain synchronous dict work.
