@@ -7,8 +7,9 @@ from the engine (`/apply-template` with its tools, then `/tokenize`), so each re
 need (prompt + max_tokens) and the tier it belongs on are known. Starts two `llama-server`
 engines (n_ctx 512 and 2048) behind one model id and replays the corpus through
 `fleetgate serve` twice: with `context_guard: allow` (the default) and with `reject`.
-Each request is also sent directly to the engine it belongs on, alternating which goes
-first, for the added latency.
+Each request that fits a tier is also sent directly to the engine it belongs on and
+through the Python floor in front of that engine (`baseline.py`: a bare uvicorn + aiohttp
+pass-through, no pipeline), the order rotating, for the added latency of both.
 
 Reports, with the issue's targets:
 - placed right: on the smallest window that holds it (100 %); what fits nowhere goes to
@@ -21,9 +22,10 @@ Reports, with the issue's targets:
 - the estimate's error spread per class (the central estimate of the deployment's family
   over the true count), and the share within [0.85, 1.25];
 - added latency, gateway - direct, paired per request (mean <= 1 ms), for all requests and
-  for those without an exact count.
+  for those without an exact count; the floor's own added latency on the same requests,
+  and the gateway's over the floor's.
 
-    python3 benchmarks/context_quality.py [--seed 21] [--requests 300] [--out FILE]
+    python3 benchmarks/context_quality.py [--seed 21] [--requests 300] [--tokenizer] [--out FILE]
 
 Prompts are sent with `cache_prompt: false` and `temperature: 0`, so a request costs the
 engine the same whichever of its two sends comes first.
@@ -52,9 +54,10 @@ from fleetgate.config.schema import ContextConfig  # noqa: E402
 from fleetgate.context.need import family_tokens  # noqa: E402
 from fleetgate.context.tally import tally_body  # noqa: E402
 from fleetgate.testing.corpus import CLASSES, corpus  # noqa: E402
-from fleetgate.testing.llama import ALIAS, LlamaServer, free_port  # noqa: E402
+from fleetgate.testing.llama import ALIAS, LlamaServer, find_llama, free_port  # noqa: E402
 
 MODEL = "ctx-model"
+FLOOR_MODEL = "bench-model-llama"  # what `baseline.py` sends to its `--engine` as ALIAS
 PATH = "/v1/chat/completions"
 WINDOWS = (512, 2048)
 SIZES = (60, 9000)  # characters of text per request: needs from ~40 to ~4000 tokens
@@ -108,10 +111,12 @@ class Outcome:
     counted: bool
     seconds: float
     direct_seconds: float | None = None
+    floor_seconds: float | None = None
     # the engine's own compute for each send (its `timings`): subtracted, the engine's
     # variance leaves the comparison
     engine_seconds: float = 0.0
     direct_engine_seconds: float = 0.0
+    floor_engine_seconds: float = 0.0
     notes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -138,7 +143,9 @@ def make_items(seed: int, n: int) -> list[Item]:
     return items
 
 
-def write_config(path: Path, port: int, engines: list[LlamaServer], guard: str) -> None:
+def write_config(
+    path: Path, port: int, engines: list[LlamaServer], guard: str, tokenizer: Path | None
+) -> None:
     config = {
         "server": {"host": "127.0.0.1", "port": port},
         "routing": {"context": {"guard": guard}},
@@ -153,6 +160,7 @@ def write_config(path: Path, port: int, engines: list[LlamaServer], guard: str) 
                 "provider": f"ctx-{w}",
                 "upstream_model": ALIAS,
                 "context_window": w,
+                **({"tokenizer": str(tokenizer)} if tokenizer else {}),
             }
             for w in WINDOWS
         ],
@@ -160,10 +168,12 @@ def write_config(path: Path, port: int, engines: list[LlamaServer], guard: str) 
     path.write_text(json.dumps(config))
 
 
-def start_gateway(work: Path, engines: list[LlamaServer], guard: str) -> Any:
+def start_gateway(
+    work: Path, engines: list[LlamaServer], guard: str, tokenizer: Path | None
+) -> Any:
     port = free_port()
     config = work / f"fleet-{guard}.json"
-    write_config(config, port, engines, guard)
+    write_config(config, port, engines, guard, tokenizer)
     pythonpath = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in pythonpath if p))
     env["FLEETGATE_DATA_DIR"] = str(work / guard)
@@ -178,6 +188,30 @@ def start_gateway(work: Path, engines: list[LlamaServer], guard: str) -> Any:
         ROOT,
         work / f"gateway-{guard}.log",
     )
+
+
+def start_floors(work: Path, engines: list[LlamaServer]) -> list[Any]:
+    """The Python floor (`baseline.py`) in front of each engine."""
+    floors = []
+    for w, engine in zip(WINDOWS, engines, strict=True):
+        port = free_port()
+        floors.append(
+            start_server(
+                f"floor-{w}",
+                [
+                    *(sys.executable, "-m", "benchmarks.baseline", "--port", str(port)),
+                    *("--upstream", engine.base_url.removesuffix("/v1")),
+                    *("--engine", engine.base_url.removesuffix("/v1")),
+                ],
+                port,
+                "/readyz",
+                set(range(os.cpu_count() or 1)),
+                dict(os.environ),
+                ROOT,
+                work / f"floor-{w}.log",
+            )
+        )
+    return floors
 
 
 def _cut_short(item: Item, answer: Any) -> bool:
@@ -197,21 +231,32 @@ def _engine_seconds(answer: Any) -> float:
 
 
 def replay(
-    gateway_port: int, engines: list[LlamaServer], items: list[Item], direct: bool
+    gateway_port: int,
+    engines: list[LlamaServer],
+    items: list[Item],
+    floors: dict[int, int] | None,
 ) -> list[Outcome]:
+    """Each item through the gateway; with `floors` (window -> the floor's port) each one
+    that fits a tier also directly and through the floor, the three sends' order rotating
+    by index so that none is always first."""
     through = Connection(gateway_port)
     records = Connection(gateway_port)
     straight = {w: Connection(e.port) for w, e in zip(WINDOWS, engines, strict=True)}
+    bare = {w: Connection(port) for w, port in (floors or {}).items()}
     out = []
     for item in items:
-        send_direct = direct and item.tier is not None
-        direct_body = {**item.body, "model": ALIAS}
-        paired: tuple[float, int, dict[str, str], Any] | None = None
-        if send_direct and item.index % 2:
-            paired = straight[item.tier].call("POST", PATH, direct_body)  # type: ignore[index]
-        seconds, status, headers, answer = through.call("POST", PATH, item.body)
-        if send_direct and not item.index % 2:
-            paired = straight[item.tier].call("POST", PATH, direct_body)  # type: ignore[index]
+        sends: dict[str, Any] = {"gateway": ("gateway", through, item.body)}
+        if floors is not None and item.tier is not None:
+            sends["direct"] = ("direct", straight[item.tier], {**item.body, "model": ALIAS})
+            sends["floor"] = ("floor", bare[item.tier], {**item.body, "model": FLOOR_MODEL})
+        order = list(sends.values())
+        shift = item.index % len(order)
+        answers = {
+            name: conn.call("POST", PATH, body)
+            for name, conn, body in order[shift:] + order[:shift]
+        }
+        seconds, status, headers, answer = answers["gateway"]
+        direct, floor = answers.get("direct"), answers.get("floor")
         _, rec_status, _, record = records.call("GET", f"/v1/requests/{headers['x-request-id']}")
         assert rec_status == 200, record
         notes = record.get("notes") or {}
@@ -226,9 +271,11 @@ def replay(
                 count_calls=int(notes.get("context_count_calls") or 0),
                 counted=notes.get("context_refine") == "exact",
                 seconds=seconds,
-                direct_seconds=paired[0] if paired is not None else None,
+                direct_seconds=direct[0] if direct is not None else None,
+                floor_seconds=floor[0] if floor is not None else None,
                 engine_seconds=_engine_seconds(answer),
-                direct_engine_seconds=_engine_seconds(paired[3]) if paired is not None else 0.0,
+                direct_engine_seconds=_engine_seconds(direct[3]) if direct is not None else 0.0,
+                floor_engine_seconds=_engine_seconds(floor[3]) if floor is not None else 0.0,
                 notes=notes,
             )
         )
@@ -274,27 +321,60 @@ def score(items: list[Item], outcomes: list[Outcome], guard: str) -> dict[str, A
         result["nowhere_refused_before_upstream"] = len(refused_nowhere)
         result["nowhere_reached_engine"] = sum(o.attempts > 0 for _, o in nowhere)
     sent = [o for _, o in fits if o.direct_seconds is not None]
-    paired = [(o.seconds - o.direct_seconds, o.counted) for o in sent]  # type: ignore[operator]
-    # the same, the engine's own compute taken out of each send
-    outside = [
-        (o.seconds - o.engine_seconds) - (o.direct_seconds - o.direct_engine_seconds)  # type: ignore[operator]
-        for o in sent
-    ]
-    if paired:
-        result["latency"] = {
-            "all": _latency([d for d, _ in paired]),
-            "not_counted": _latency([d for d, c in paired if not c]),
-            "counted": _latency([d for d, c in paired if c]),
-            "outside_engine": _latency(outside),
-            "outside_engine_not_counted": _latency(
-                [d for d, (_, c) in zip(outside, paired, strict=True) if not c]
-            ),
-            "direct_p50_ms": statistics.median(
-                o.direct_seconds * 1000 for _, o in fits if o.direct_seconds is not None
-            ),
-        }
+    if sent:
+        result["latency"] = _added(sent)
         result["added_mean_ms"] = result["latency"]["all"]["mean_ms"]
+        # what each count cost: its engine calls and the latency it added (outside compute)
+        result["counted_detail"] = [
+            {
+                "kind": item.kind,
+                "prompt": item.prompt,
+                "calls": o.count_calls,
+                "outside_engine_ms": round(
+                    ((o.seconds - o.engine_seconds) - (o.direct_seconds - o.direct_engine_seconds))
+                    * 1000,
+                    2,
+                ),
+            }
+            for item, o in fits
+            if o.counted and o.direct_seconds is not None
+        ]
     return result
+
+
+def _added(sent: list[Outcome]) -> dict[str, Any]:
+    """Added latency, paired per request: the gateway's and the floor's over direct, raw
+    and outside the engine's own compute, and the gateway's over the floor's."""
+
+    def over(o: Outcome, seconds: float, engine: float, outside: bool) -> float:
+        assert o.direct_seconds is not None
+        if not outside:
+            return seconds - o.direct_seconds
+        return (seconds - engine) - (o.direct_seconds - o.direct_engine_seconds)
+
+    def gateway(o: Outcome, outside: bool = False) -> float:
+        return over(o, o.seconds, o.engine_seconds, outside)
+
+    def floor(o: Outcome, outside: bool = False) -> float:
+        assert o.floor_seconds is not None
+        return over(o, o.floor_seconds, o.floor_engine_seconds, outside)
+
+    plain = [o for o in sent if not o.counted]
+    return {
+        "all": _latency([gateway(o) for o in sent]),
+        "not_counted": _latency([gateway(o) for o in plain]),
+        "counted": _latency([gateway(o) for o in sent if o.counted]),
+        "outside_engine": _latency([gateway(o, True) for o in sent]),
+        "outside_engine_not_counted": _latency([gateway(o, True) for o in plain]),
+        "floor": _latency([floor(o) for o in sent]),
+        "floor_outside_engine": _latency([floor(o, True) for o in sent]),
+        # what the pipeline adds over the bare pass-through, outside the engine's compute
+        "over_floor_outside_engine": _latency([gateway(o, True) - floor(o, True) for o in sent]),
+        "over_floor_outside_engine_not_counted": _latency(
+            [gateway(o, True) - floor(o, True) for o in plain]
+        ),
+        "direct_p50_ms": statistics.median(o.direct_seconds * 1000 for o in sent),  # type: ignore[misc]
+    }
 
 
 def _first_window(o: Outcome) -> int | None:
@@ -385,10 +465,20 @@ def checks(results: list[dict[str, Any]]) -> list[str]:
                 f"{lat['outside_engine']['p50_ms']:.2f} ms; not counted: mean "
                 f"{lat['outside_engine_not_counted'].get('mean_ms', float('nan')):.2f} ms"
             )
+            lines.append(
+                f"{g}: the floor (bare pass-through) adds mean {lat['floor']['mean_ms']:.2f} ms, "
+                f"outside the engine's compute {lat['floor_outside_engine']['mean_ms']:.2f} ms; "
+                f"the gateway over the floor, outside the engine's compute: mean "
+                f"{lat['over_floor_outside_engine']['mean_ms']:.2f} ms, not counted "
+                f"{lat['over_floor_outside_engine_not_counted'].get('mean_ms', float('nan')):.2f}"
+                " ms"
+            )
     return lines
 
 
-def run(seed: int, n: int, latency: bool) -> dict[str, Any]:
+def run(seed: int, n: int, latency: bool, tokenizer: bool) -> dict[str, Any]:
+    """`tokenizer`: the deployments count with a local `tokenizer:` (the engine's
+    tokenizer.json) instead of the engine's endpoints."""
     engines = [LlamaServer(n_ctx=w, slots=1, threads=1) for w in WINDOWS]
     gateways: list[Any] = []
     try:
@@ -398,16 +488,21 @@ def run(seed: int, n: int, latency: bool) -> dict[str, Any]:
         exact_counts(engines[-1], items)
         tiers = Counter(str(i.tier) for i in items)
         work = Path(tempfile.mkdtemp(prefix="fleetgate-context-quality-"))
+        floors = start_floors(work, engines) if latency else []
+        gateways.extend(floors)
         results = []
         for guard in ("allow", "reject"):
-            gateway = start_gateway(work, engines, guard)
+            local = find_llama().tokenizer if tokenizer else None
+            gateway = start_gateway(work, engines, guard, local)
             gateways.append(gateway)
-            outcomes = replay(gateway.port, engines, items, direct=latency and guard == "allow")
+            ports = {w: f.port for w, f in zip(WINDOWS, floors, strict=True)}
+            outcomes = replay(gateway.port, engines, items, ports if guard == "allow" else None)
             results.append(score(items, outcomes, guard))
             stop(gateway.proc)
         return {
             "seed": seed,
             "requests": n,
+            "local_tokenizer": tokenizer,
             "tiers": dict(tiers),
             "load_average": os.getloadavg(),
             "spread": spread(items),
@@ -426,9 +521,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=21)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--no-latency", action="store_true", help="skip the direct sends")
+    parser.add_argument(
+        "--tokenizer",
+        action="store_true",
+        help="give the deployments the engine's tokenizer.json as a local `tokenizer:`",
+    )
     parser.add_argument("--out", type=Path, help="write the JSON result here too")
     args = parser.parse_args()
-    result = run(args.seed, args.requests, not args.no_latency)
+    result = run(args.seed, args.requests, not args.no_latency, args.tokenizer)
     text = json.dumps(result, indent=2)
     if args.out:
         args.out.write_text(text)
