@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections import OrderedDict
-from functools import lru_cache
 from typing import Any, NamedTuple
 
 import orjson
@@ -36,8 +36,10 @@ from fleetgate.context.families import FAMILIES
 from fleetgate.context.tally import FIELDS, tally_body
 from fleetgate.context.template_costs import Key, TemplateCosts, step_key, whole_key
 from fleetgate.execute.upstream import UpstreamPool
-from fleetgate.fleet import Deployment
+from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
+
+log = logging.getLogger(__name__)
 
 TOKENIZING_KINDS = frozenset({"vllm", "sglang", "llamacpp"})
 COUNTABLE_ENDPOINTS = frozenset({"chat.completions", "completions"})
@@ -108,11 +110,34 @@ def _scaffolding(dep: Deployment, profile: RequestProfile) -> int:
     return round(sum(weights[i] * counts.counts[i] for i in _STRUCTURE))
 
 
-@lru_cache(maxsize=8)
-def _load_tokenizer(path: str) -> Any:
-    from tokenizers import Tokenizer
+_TOKENIZERS: dict[str, Any] = {}  # loaded local tokenizers by path
 
-    return Tokenizer.from_file(path)
+
+def _load_tokenizer(path: str) -> Any:
+    """The `tokenizers` Tokenizer of a tokenizer.json (loaded once; about 0.2 s for the
+    Qwen2 one); TokenizeError when the file does not load."""
+    tokenizer = _TOKENIZERS.get(path)
+    if tokenizer is None:
+        from tokenizers import Tokenizer
+
+        try:
+            tokenizer = Tokenizer.from_file(path)
+        except Exception as exc:  # the library raises a bare Exception for a bad file
+            raise TokenizeError(f"the tokenizer {path} does not load: {exc}") from exc
+        _TOKENIZERS[path] = tokenizer
+    return tokenizer
+
+
+async def load_tokenizers(fleet: Fleet) -> None:
+    """Load every deployment's local tokenizer in a thread, at start-up and when the fleet
+    changes, so that no request pays the load; one that does not load is logged (its
+    counts then fail, and the estimate stands)."""
+    for path in sorted({d.tokenizer for d in fleet.deployments.values() if d.tokenizer}):
+        if path not in _TOKENIZERS:
+            try:
+                await asyncio.to_thread(_load_tokenizer, path)
+            except TokenizeError as exc:
+                log.warning("%s; exact counts on its deployments fall back to the estimate", exc)
 
 
 def _local_count(path: str, texts: list[str]) -> int:
@@ -158,6 +183,9 @@ class Counted(NamedTuple):
     # what the answer's usage can teach: usage - tokens_without is the template's part
     # for this key (`template_costs.py`); None when the count was the engine's whole one
     basis: tuple[Key, int] | None = None
+    # tokens of `tokens` the family estimated (a template's scaffolding not learned yet):
+    # `tokens - estimated` is what was counted, the evidence a refusal may rest on
+    estimated: int = 0
 
 
 def _pieces(message: Any) -> list[str] | None:
@@ -283,15 +311,18 @@ class ExactCounter:
             self.template.learn(key, whole - before - text)
             return Counted(whole, spent[0])
         text = await self._text_count(dep, texts, spent)
-        if framing is None:  # a local tokenizer: the family's figure until usage teaches it
-            per_message = FAMILIES[dep.tokenizer_family].weights[FIELDS.index("messages")]
-            framing = round(per_message * (len(messages) - k))
-        return Counted(before + text + framing, spent[0], (key, before + text))
+        if framing is not None:
+            return Counted(before + text + framing, spent[0], (key, before + text))
+        # a local tokenizer: the family's figure until usage teaches it
+        per_message = FAMILIES[dep.tokenizer_family].weights[FIELDS.index("messages")]
+        guess = round(per_message * (len(messages) - k))
+        return Counted(before + text + guess, spent[0], (key, before + text), guess)
 
     async def _text_count(self, dep: Deployment, texts: list[str], spent: list[int]) -> int:
         """Tokens of each text alone, summed (no merges across them)."""
         if dep.tokenizer is not None:
-            if sum(len(t) for t in texts) > OFF_LOOP_BYTES:
+            # long texts, and a tokenizer still to load, off the event loop
+            if dep.tokenizer not in _TOKENIZERS or sum(len(t) for t in texts) > OFF_LOOP_BYTES:
                 return await asyncio.to_thread(_local_count, dep.tokenizer, texts)
             return _local_count(dep.tokenizer, texts)
         root = _server_root(self.pool.client(dep.provider).base_url)
@@ -333,8 +364,10 @@ class ExactCounter:
             return Counted(text, 0)
         key = whole_key(dep, profile.body)
         learned = self.template.get(key)
-        scaffolding = learned if learned is not None else _scaffolding(dep, profile)
-        return Counted(text + scaffolding, 0, (key, text))
+        if learned is not None:
+            return Counted(text + learned, 0, (key, text))
+        guess = _scaffolding(dep, profile)
+        return Counted(text + guess, 0, (key, text), guess)
 
     async def _post(
         self, dep: Deployment, url: str, payload: dict[str, Any], spent: list[int]

@@ -9,8 +9,9 @@ cap on counts in flight; when the cap is full, on timeout or on any failure, the
 stands. Requests with image or audio parts keep the estimate (counting them would make the
 engine fetch and process the media).
 
-Afterwards: a refusal happens only on evidence (an exact count, or a lower bound that fits
-nowhere); silent workers the request does not fit are removed.
+Afterwards: a refusal happens only on evidence (an exact count, of which a scaffolding the
+family estimated is left out, or a lower bound that fits nowhere); silent workers the
+request does not fit are removed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fleetgate.context.capabilities import context_settings
 from fleetgate.context.counts import (
     COUNTABLE_ENDPOINTS,
     TOKENIZING_KINDS,
+    Counted,
     ExactCounter,
     TokenizeError,
     can_count,
@@ -84,8 +86,9 @@ class ContextRefiner:
     async def refine(self, plan: RoutePlan, profile: RequestProfile, fleet: Fleet) -> None:
         """Re-order the plan by an exact count when it could matter; never raises for I/O."""
         settings = context_settings(fleet)
+        counted = None
         if self.wants(plan, profile, settings):
-            await self._refine(plan, profile, settings)
+            counted = await self._refine(plan, profile, settings)
         estimate = profile.context
         of = plan.window_of or effective_window
         if plan.notes.pop(SILENT_PENDING, False) and estimate is not None:
@@ -94,10 +97,16 @@ class ContextRefiner:
             assert estimate is not None
             model = fleet.models.get(profile.model)
             everyone = [Candidate(d) for d in model.deployments] if model else plan.candidates
-            if estimate.exact and fits_nowhere(everyone, estimate, of):
-                raise context_too_large(profile.model, estimate, max(known_windows(everyone, of)))
+            # the evidence: what was counted (an estimated scaffolding left out)
+            evidence = estimate
+            if counted is not None and counted.estimated:
+                evidence = replace(estimate, prompt_tokens=counted.tokens - counted.estimated)
+            if estimate.exact and fits_nowhere(everyone, evidence, of):
+                raise context_too_large(profile.model, evidence, max(known_windows(everyone, of)))
             if not estimate.exact:
                 plan.notes["context_guard"] = "not_counted"  # no evidence: not refused
+            elif evidence is not estimate and fits_nowhere(everyone, estimate, of):
+                plan.notes["context_guard"] = "scaffolding_estimated"  # not refused either
 
     async def count(self, dep: Deployment, profile: RequestProfile, settings: ContextConfig) -> int:
         """The exact prompt count of a chat or completions request on `dep` (tools counted);
@@ -106,26 +115,27 @@ class ContextRefiner:
 
     async def _refine(
         self, plan: RoutePlan, profile: RequestProfile, settings: ContextConfig
-    ) -> None:
+    ) -> Counted | None:
+        """The count, applied to the plan (None: the estimate stands)."""
         estimate = profile.context
         assert estimate is not None
         counter = _counter_for(plan.candidates, plan.window_of or effective_window)
         if counter is None:
             plan.notes["context_refine"] = "no_tokenizer"
-            return
+            return None
         if self.inflight >= settings.refine.max_concurrency:
             plan.notes["context_refine"] = "skipped_busy"
-            return
+            return None
         self.inflight += 1
         try:
             async with asyncio.timeout(settings.refine.timeout_seconds):
                 counted = await count_prompt(self.counter, counter, profile, settings)
         except TimeoutError:
             plan.notes["context_refine"] = "timeout"
-            return
+            return None
         except (aiohttp.ClientError, TokenizeError, orjson.JSONDecodeError, ValueError, OSError):
             plan.notes["context_refine"] = "failed"
-            return
+            return None
         finally:
             self.inflight -= 1
         exact = replace(estimate, prompt_tokens=counted.tokens, exact=True)
@@ -140,6 +150,7 @@ class ContextRefiner:
         plan.notes[COUNTED_BY] = counter.id
         record_estimate(exact, plan.headers, plan.notes)
         plan.candidates = order_by_fit(plan.candidates, exact, plan.window_of)
+        return counted
 
 
 def _drop_silent(plan: RoutePlan, estimate: ContextEstimate, of: WindowOf) -> None:

@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from fleetgate.auth.budgets import Hold
 from fleetgate.auth.guard import presents, record_usage, usage
 from fleetgate.auth.keys import ClientKey
+from fleetgate.context.counts import load_tokenizers
 from fleetgate.context.placement import TIER_HEADER, effective_window
 from fleetgate.context.refine import ContextRefiner
 from fleetgate.context.truncation import judge
@@ -167,9 +168,11 @@ class Gateway:
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
         self.discovery = DiscoveryService(holder, self.windows)
         holder.on_swap(self._windows_on_swap)
+        holder.on_swap(lambda _old, new: self._load_tokenizers(new))
         self.executor.on_context_limit = self._context_limit_stated
         self.ready = False
         self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, from startup
+        self._loading: set[asyncio.Task[None]] = set()  # local tokenizers loading
         self.max_body = holder.fleet.config.server.max_body_bytes
         # read by the connection layer (server/connections.py) that serves this app
         self.connection_limits = ConnectionLimits.of(holder.fleet.config.server)
@@ -280,9 +283,19 @@ class Gateway:
         self.recorder.start()
         await self.discovery.start()
         await self.load_poller.start()
+        self._load_tokenizers(self.holder.fleet)
         self.ready = True
         if self.control is not None:
             self.control.serving()
+
+    def _load_tokenizers(self, fleet: Fleet) -> None:
+        """The deployments' local tokenizers load in a thread, in the background (swaps
+        happen on the serving loop)."""
+        if self._loop is None or not any(d.tokenizer for d in fleet.deployments.values()):
+            return
+        task = self._loop.create_task(load_tokenizers(fleet))
+        self._loading.add(task)
+        task.add_done_callback(self._loading.discard)
 
     async def shutdown(self) -> None:
         self.ready = False

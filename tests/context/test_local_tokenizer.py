@@ -1,0 +1,178 @@
+"""Exact counts with a local `tokenizer:` (the real Qwen2 tokenizer.json): no engine call,
+the template's scaffolding learned from usage, and no refusal resting on a guessed part."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from fleetgate.config.schema import ContextConfig
+from fleetgate.context import counts
+from fleetgate.context.counts import ExactCounter, count_prompt
+from fleetgate.context.refine import ContextRefiner
+from fleetgate.errors import GatewayError
+from fleetgate.execute.upstream import UpstreamPool
+from fleetgate.fleet import build_fleet
+from fleetgate.ingress.openai import parse_openai
+from fleetgate.routing.filters.context_fit import GUARD_PENDING
+from fleetgate.routing.planner import build_plan
+from fleetgate.state.runtime import MemoryState
+from fleetgate.testing.llama import ALIAS, find_llama
+from tests.context.test_real_engine_counts import SHAPED, WEATHER, _prompt_tokens, _shaped
+from tests.engines import LlamaFactory, llama_provider
+from tests.harness import Stack, deployment, fleet_config, provider, wait_until
+from tests.tiers import words
+
+TOKENIZER = str(find_llama().tokenizer)
+NOWHERE = "http://127.0.0.1:9/v1"  # a local tokenizer never calls its engine
+
+
+async def test_a_local_count_calls_no_engine_and_usage_makes_it_exact(
+    llama: LlamaFactory,
+) -> None:
+    engine = llama(n_ctx=2048)
+    fleet = build_fleet(
+        fleet_config(
+            {
+                "providers": [llama_provider("cpp", engine)],
+                "deployments": [
+                    {
+                        "id": "cpp",
+                        "model": "tiny",
+                        "provider": "cpp",
+                        "upstream_model": ALIAS,
+                        "tokenizer": TOKENIZER,
+                    }
+                ],
+            }
+        )
+    )
+    dep = fleet.deployments["cpp"]
+    pool = UpstreamPool()
+    counter = ExactCounter(pool)
+    try:
+        for i, text in enumerate(SHAPED):
+            body = _shaped(f"You answer in one line, {i}.", text)
+            profile = parse_openai("chat.completions", orjson.dumps(body))
+            counted = await count_prompt(counter, dep, profile, ContextConfig())
+            truth = _prompt_tokens(engine, "chat.completions", body)
+            assert counted.calls == 0 and counter.calls == 0
+            if i == 0:  # the shape's scaffolding is the family's guess until usage teaches it
+                assert counted.estimated > 0
+            else:
+                assert (counted.tokens, counted.estimated) == (truth, 0), text
+            assert counted.basis is not None
+            key, counted_text = counted.basis
+            counter.template.learn(key, truth - counted_text)  # what the calibration sink does
+    finally:
+        await pool.close()
+
+
+def _guarded(big: int) -> Any:
+    return build_fleet(
+        fleet_config(
+            {
+                "routing": {"context": {"guard": "reject"}},
+                "providers": [
+                    {"id": p, "kind": "llamacpp", "base_url": NOWHERE} for p in ("small", "big")
+                ],
+                "deployments": [
+                    {
+                        "id": "small",
+                        "model": "m",
+                        "provider": "small",
+                        "context_window": 64,
+                        "tokenizer": TOKENIZER,
+                    },
+                    {
+                        "id": "big",
+                        "model": "m",
+                        "provider": "big",
+                        "context_window": big,
+                        "tokenizer": TOKENIZER,
+                    },
+                ],
+            }
+        )
+    )
+
+
+TOOLED = {
+    "model": "m",
+    "messages": [{"role": "user", "content": "Weather in Lyon? " + "Digits 31415926535. " * 20}],
+    "tools": [WEATHER] * 6,
+    "max_tokens": 10,
+}
+
+
+async def _guarded_refine(big: int) -> Any:
+    fleet = _guarded(big)
+    profile = parse_openai("chat.completions", orjson.dumps(TOOLED))
+    plan = build_plan(profile, fleet, MemoryState())
+    assert plan.notes.get(GUARD_PENDING)  # the estimate alone could not decide
+    pool = UpstreamPool()
+    try:
+        await ContextRefiner(pool).refine(plan, profile, fleet)
+    finally:
+        await pool.close()
+    return plan
+
+
+async def test_reject_does_not_refuse_on_a_guessed_scaffolding() -> None:
+    pool = UpstreamPool()
+    profile = parse_openai("chat.completions", orjson.dumps(TOOLED))
+    counted = await ExactCounter(pool).count(
+        _guarded(4096).deployments["big"], profile, ContextConfig()
+    )
+    await pool.close()
+    text = counted.tokens - counted.estimated  # what the tokenizer counted
+    assert counted.estimated > 20
+    # fits by its counted text, not with the guessed scaffolding on top: served, noted
+    plan = await _guarded_refine(text + 10 + counted.estimated // 2)
+    assert plan.notes["context_guard"] == "scaffolding_estimated"
+    assert plan.candidates[0].deployment.id == "big"
+    # even the counted text does not fit: that is evidence, refused
+    with pytest.raises(GatewayError) as refused:
+        await _guarded_refine(text + 10 - 1)
+    assert refused.value.code == "context_too_large"
+
+
+def _two_windows(stack: Stack, tokenizer: Path) -> None:
+    small = stack.engine("small", context_window=1000)
+    big = stack.engine("big", context_window=10000)
+    stack.start_gateway(
+        {
+            "providers": [provider("small", small), provider("big", big)],
+            "deployments": [
+                deployment("m", name, context_window=window, tokenizer=str(tokenizer))
+                for name, window in (("small", 1000), ("big", 10000))
+            ],
+        }
+    )
+
+
+def test_a_gateway_loads_its_local_tokenizers_before_any_request(
+    stack: Stack, tmp_path: Path
+) -> None:
+    path = tmp_path / "tokenizer.json"  # a path no other test loaded
+    shutil.copy(TOKENIZER, path)
+    _two_windows(stack, path)
+    wait_until(lambda: str(path) in counts._TOKENIZERS, 30, "the tokenizer loaded at start-up")
+
+
+def test_a_tokenizer_that_does_not_load_leaves_the_estimate(
+    stack: Stack, client_for: Any, tmp_path: Path
+) -> None:
+    broken = tmp_path / "tokenizer.json"
+    broken.write_text('{"not": "a tokenizer"}')
+    _two_windows(stack, broken)
+    # 80 ten-digit numbers: a band that straddles the 1k window, so a count is wanted
+    resp = client_for(stack).chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": words(80, "1234567890")}], max_tokens=10
+    )
+    assert resp.http_response.status_code == 200
+    assert resp.headers["x-fleetgate-context-estimate"].endswith("; estimate")
