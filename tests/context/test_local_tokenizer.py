@@ -72,13 +72,15 @@ async def test_a_local_count_calls_no_engine_and_usage_makes_it_exact(
         await pool.close()
 
 
-def _guarded(big: int) -> Any:
+def _guarded(big: int, base_url: str = NOWHERE, kind: str = "sglang") -> Any:
+    """Model `m` on two deployments with the local tokenizer, windows 64 and `big`, the
+    guard `reject` (an SGLang engine counts text only: no whole count to settle a guess)."""
     return build_fleet(
         fleet_config(
             {
                 "routing": {"context": {"guard": "reject"}},
                 "providers": [
-                    {"id": p, "kind": "llamacpp", "base_url": NOWHERE} for p in ("small", "big")
+                    {"id": p, "kind": kind, "base_url": base_url} for p in ("small", "big")
                 ],
                 "deployments": [
                     {
@@ -86,6 +88,7 @@ def _guarded(big: int) -> Any:
                         "model": "m",
                         "provider": "small",
                         "context_window": 64,
+                        "upstream_model": ALIAS,
                         "tokenizer": TOKENIZER,
                     },
                     {
@@ -93,6 +96,7 @@ def _guarded(big: int) -> Any:
                         "model": "m",
                         "provider": "big",
                         "context_window": big,
+                        "upstream_model": ALIAS,
                         "tokenizer": TOKENIZER,
                     },
                 ],
@@ -109,36 +113,67 @@ TOOLED = {
 }
 
 
-async def _guarded_refine(big: int) -> Any:
-    fleet = _guarded(big)
-    profile = parse_openai("chat.completions", orjson.dumps(TOOLED))
+async def _guarded_refine(
+    fleet: Any, body: dict[str, Any] = TOOLED, refiner: ContextRefiner | None = None
+) -> Any:
+    profile = parse_openai("chat.completions", orjson.dumps(body))
     plan = build_plan(profile, fleet, MemoryState())
     assert plan.notes.get(GUARD_PENDING)  # the estimate alone could not decide
     pool = UpstreamPool()
     try:
-        await ContextRefiner(pool).refine(plan, profile, fleet)
+        await (refiner or ContextRefiner(pool)).refine(plan, profile, fleet)
     finally:
         await pool.close()
-    return plan
+    return plan, profile
 
 
 async def test_reject_does_not_refuse_on_a_guessed_scaffolding() -> None:
-    pool = UpstreamPool()
+    probe = _guarded(100_000)
+    big = probe.deployments["big"]
     profile = parse_openai("chat.completions", orjson.dumps(TOOLED))
-    counted = await ExactCounter(pool).count(
-        _guarded(4096).deployments["big"], profile, ContextConfig()
-    )
+    build_plan(profile, probe, MemoryState())
+    low = profile.context.low(big)  # the estimate's lower bound
+    pool = UpstreamPool()
+    counted = await ExactCounter(pool).count(big, profile, ContextConfig())
     await pool.close()
-    text = counted.tokens - counted.estimated  # what the tokenizer counted
+    text = counted.tokens - counted.estimated + 10  # the need by what the tokenizer counted
     assert counted.estimated > 20
-    # fits by its counted text, not with the guessed scaffolding on top: served, noted
-    plan = await _guarded_refine(text + 10 + counted.estimated // 2)
+    # a window over the estimate's lower bound and the counted text, under the text with
+    # the guessed scaffolding on top: no evidence that it does not fit, so served, noted
+    window = (max(low, text) + counted.tokens + 10) // 2
+    assert max(low, text) < window < counted.tokens + 10
+    plan, _ = await _guarded_refine(_guarded(window))
     assert plan.notes["context_guard"] == "scaffolding_estimated"
     assert plan.candidates[0].deployment.id == "big"
     # even the counted text does not fit: that is evidence, refused
     with pytest.raises(GatewayError) as refused:
-        await _guarded_refine(text + 10 - 1)
+        await _guarded_refine(_guarded(text - 1))
     assert refused.value.code == "context_too_large"
+
+
+async def test_a_guess_in_doubt_is_settled_by_the_engines_whole_count(
+    llama: LlamaFactory,
+) -> None:
+    engine = llama(n_ctx=2048)
+    truth = _prompt_tokens(engine, "chat.completions", TOOLED)
+    # the need fits the big window exactly; the local count's guessed scaffolding cannot tell
+    fleet = _guarded(truth + 10, engine.base_url, "llamacpp")
+    pool = UpstreamPool()
+    refiner = ContextRefiner(pool)
+    try:
+        plan, profile = await _guarded_refine(fleet, TOOLED, refiner)
+        assert plan.notes["context_count_calls"] == 1  # the engine's count, after the local
+        assert profile.context.exact and profile.context.prompt_tokens == truth
+        assert "context_guard" not in plan.notes  # not refused: the count fits
+        assert plan.candidates[0].deployment.id == "big"
+        # the shape's scaffolding was learned: another request of it is counted locally
+        other = {**TOOLED, "messages": [{"role": "user", "content": "Paris? " * 50 + "Lyon?"}]}
+        profile = parse_openai("chat.completions", orjson.dumps(other))
+        counted = await refiner.counter.count(fleet.deployments["big"], profile, ContextConfig())
+        assert (counted.calls, counted.estimated) == (0, 0)
+        assert counted.tokens == _prompt_tokens(engine, "chat.completions", other)
+    finally:
+        await pool.close()
 
 
 def _two_windows(stack: Stack, tokenizer: Path) -> None:

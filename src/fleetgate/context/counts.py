@@ -42,6 +42,7 @@ from fleetgate.ingress.profile import RequestProfile
 log = logging.getLogger(__name__)
 
 TOKENIZING_KINDS = frozenset({"vllm", "sglang", "llamacpp"})
+WHOLE_COUNTING_KINDS = frozenset({"vllm", "llamacpp"})  # they count the templated request
 COUNTABLE_ENDPOINTS = frozenset({"chat.completions", "completions"})
 OFF_LOOP_BYTES = 32_768  # local counts of longer texts run in a thread
 _CACHE_SIZE = 4096
@@ -283,8 +284,20 @@ class ExactCounter:
         counted = await self._step(dep, profile, keys, spent)
         if counted is None:
             counted = await self._whole(dep, profile, spent)
-        self._remember(keys[-1], counted.tokens)
+        if not counted.estimated:  # a guessed scaffolding is no count to keep
+            self._remember(keys[-1], counted.tokens)
         return counted
+
+    async def settle(self, dep: Deployment, profile: RequestProfile, counted: Counted) -> Counted:
+        """A count whose scaffolding was guessed, made exact by the engine's own count of
+        the whole request (`WHOLE_COUNTING_KINDS`), which teaches the shape's scaffolding."""
+        spent = [0]
+        tokens = await self._engine_count(dep, profile, spent)
+        if counted.basis is not None:
+            key, text = counted.basis
+            self.template.learn(key, tokens - text)
+        self._remember(self._keys(dep, profile)[-1], tokens)
+        return Counted(tokens, counted.calls + spent[0], counted.basis)
 
     async def _step(
         self, dep: Deployment, profile: RequestProfile, keys: list[bytes], spent: list[int]

@@ -28,6 +28,7 @@ from fleetgate.context.capabilities import context_settings
 from fleetgate.context.counts import (
     COUNTABLE_ENDPOINTS,
     TOKENIZING_KINDS,
+    WHOLE_COUNTING_KINDS,
     Counted,
     ExactCounter,
     TokenizeError,
@@ -130,6 +131,12 @@ class ContextRefiner:
         try:
             async with asyncio.timeout(settings.refine.timeout_seconds):
                 counted = await count_prompt(self.counter, counter, profile, settings)
+                if (
+                    counted.estimated
+                    and counter.provider.kind in WHOLE_COUNTING_KINDS
+                    and _in_doubt(plan, estimate, counted)
+                ):
+                    counted = await self.counter.settle(counter, profile, counted)
         except TimeoutError:
             plan.notes["context_refine"] = "timeout"
             return None
@@ -151,6 +158,15 @@ class ContextRefiner:
         record_estimate(exact, plan.headers, plan.notes)
         plan.candidates = order_by_fit(plan.candidates, exact, plan.window_of)
         return counted
+
+
+def _in_doubt(plan: RoutePlan, estimate: ContextEstimate, counted: Counted) -> bool:
+    """Whether a known window lies between the need by the counted text alone and by the
+    text plus twice its guessed scaffolding: then only the engine's own count decides."""
+    low = counted.tokens - counted.estimated + estimate.output_reserve
+    band = (low, low + 2 * counted.estimated)
+    guessed = replace(estimate, exact=False, bounds_of=lambda _dep: band)
+    return uncertain(plan.candidates, guessed, plan.window_of or effective_window)
 
 
 def _drop_silent(plan: RoutePlan, estimate: ContextEstimate, of: WindowOf) -> None:
