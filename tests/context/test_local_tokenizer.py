@@ -4,6 +4,8 @@ the template's scaffolding learned from usage, and no refusal resting on a guess
 from __future__ import annotations
 
 import shutil
+import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 
 from fleetgate.config.schema import ContextConfig
 from fleetgate.context import counts
-from fleetgate.context.counts import ExactCounter, count_prompt
+from fleetgate.context.counts import ExactCounter, TokenizeError, count_prompt
 from fleetgate.context.refine import ContextRefiner
 from fleetgate.errors import GatewayError
 from fleetgate.execute.upstream import UpstreamPool
@@ -211,3 +213,20 @@ def test_a_tokenizer_that_does_not_load_leaves_the_estimate(
     )
     assert resp.http_response.status_code == 200
     assert resp.headers["x-fleetgate-context-estimate"].endswith("; estimate")
+
+
+async def test_a_local_tokenizer_without_the_library_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "tokenizer.json"  # not loaded before
+    shutil.copy(TOKENIZER, path)
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if the extra were not installed
+    dep = _guarded(4096).deployments["big"]
+    dep = replace(dep, tokenizer=str(path))
+    profile = parse_openai("chat.completions", orjson.dumps(TOOLED))
+    pool = UpstreamPool()
+    try:
+        with pytest.raises(TokenizeError, match=r"pip install 'fleetgate\[tokenizers\]'"):
+            await ExactCounter(pool).count(dep, profile, ContextConfig())
+    finally:
+        await pool.close()

@@ -119,8 +119,13 @@ def _load_tokenizer(path: str) -> Any:
     Qwen2 one); TokenizeError when the file does not load."""
     tokenizer = _TOKENIZERS.get(path)
     if tokenizer is None:
-        from tokenizers import Tokenizer
-
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise TokenizeError(
+                f"the tokenizer {path} needs the tokenizers library: "
+                "pip install 'fleetgate[tokenizers]'"
+            ) from exc
         try:
             tokenizer = Tokenizer.from_file(path)
         except Exception as exc:  # the library raises a bare Exception for a bad file
