@@ -230,3 +230,18 @@ async def test_a_local_tokenizer_without_the_library_says_what_to_install(
             await ExactCounter(pool).count(dep, profile, ContextConfig())
     finally:
         await pool.close()
+
+
+async def test_tokenizers_the_fleet_no_longer_names_are_let_go(tmp_path: Path) -> None:
+    path = tmp_path / "tokenizer.json"
+    shutil.copy(TOKENIZER, path)
+    named = _guarded(4096)
+    named = replace(
+        named,
+        deployments={k: replace(d, tokenizer=str(path)) for k, d in named.deployments.items()},
+    )
+    await counts.load_tokenizers(named)
+    assert str(path) in counts._TOKENIZERS
+    await counts.load_tokenizers(_guarded(4096))  # the same fleet, now on the shared file
+    assert str(path) not in counts._TOKENIZERS
+    assert TOKENIZER in counts._TOKENIZERS

@@ -137,8 +137,12 @@ def _load_tokenizer(path: str) -> Any:
 async def load_tokenizers(fleet: Fleet) -> None:
     """Load every deployment's local tokenizer in a thread, at start-up and when the fleet
     changes, so that no request pays the load; one that does not load is logged (its
-    counts then fail, and the estimate stands)."""
-    for path in sorted({d.tokenizer for d in fleet.deployments.values() if d.tokenizer}):
+    counts then fail, and the estimate stands). Tokenizers the fleet no longer names are
+    let go."""
+    wanted = {d.tokenizer for d in fleet.deployments.values() if d.tokenizer}
+    for stale in set(_TOKENIZERS) - wanted:
+        del _TOKENIZERS[stale]
+    for path in sorted(wanted):
         if path not in _TOKENIZERS:
             try:
                 await asyncio.to_thread(_load_tokenizer, path)

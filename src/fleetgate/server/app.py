@@ -291,7 +291,7 @@ class Gateway:
     def _load_tokenizers(self, fleet: Fleet) -> None:
         """The deployments' local tokenizers load in a thread, in the background (swaps
         happen on the serving loop)."""
-        if self._loop is None or not any(d.tokenizer for d in fleet.deployments.values()):
+        if self._loop is None:
             return
         task = self._loop.create_task(load_tokenizers(fleet))
         self._loading.add(task)
