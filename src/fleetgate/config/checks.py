@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 from fleetgate.config.loader import Loc, semantic_check
 from fleetgate.config.schema import DeploymentConfig, FleetConfig
@@ -69,3 +70,16 @@ def model_references(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
         seen.add(model.id)
         if model.id not in served:
             yield ("models", i, "id"), f"warning: model {model.id!r} has no deployment"
+
+
+@semantic_check
+def local_tokenizers(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
+    """A `tokenizer:` that is no file here (a warning: the config may be checked elsewhere
+    than where it serves)."""
+    for i, dep in enumerate(config.deployments):
+        if dep.tokenizer and not Path(dep.tokenizer).is_file():
+            yield (
+                ("deployments", i, "tokenizer"),
+                f"warning: {dep.tokenizer} is not a file here; exact counts on this deployment "
+                "will fall back to the estimate until it is",
+            )
