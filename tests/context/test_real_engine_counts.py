@@ -149,6 +149,20 @@ async def test_a_text_with_whitespace_at_an_end_is_counted_whole(
     assert counted.tokens == _prompt_tokens(engine, "chat.completions", body)
 
 
+async def test_a_message_with_more_than_role_and_text_is_counted_whole(
+    counting: tuple[LlamaServer, Deployment, Any],
+) -> None:
+    engine, dep, counter = counting
+    first = parse_openai("chat.completions", orjson.dumps(_shaped("Be brief.", "Hello")))
+    await count_prompt(counter, dep, first, ContextConfig())  # the shape learned
+    body = _shaped("Be brief.", "Hello again")
+    body["messages"][1]["name"] = "alice"  # a field some templates render
+    profile = parse_openai("chat.completions", orjson.dumps(body))
+    counted = await count_prompt(counter, dep, profile, ContextConfig())
+    assert counted.calls == 1 and counted.basis is None  # the whole count, nothing learned
+    assert counted.tokens == _prompt_tokens(engine, "chat.completions", body)
+
+
 async def test_a_growing_conversation_costs_one_short_call_a_turn(
     counting: tuple[LlamaServer, Deployment, Any],
 ) -> None:
