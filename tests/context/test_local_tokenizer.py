@@ -24,7 +24,7 @@ from fleetgate.routing.filters.context_fit import GUARD_PENDING
 from fleetgate.routing.planner import build_plan
 from fleetgate.state.runtime import MemoryState
 from fleetgate.testing.llama import ALIAS, find_llama
-from tests.context.test_real_engine_counts import SHAPED, WEATHER, _prompt_tokens, _shaped
+from tests.context.chats import SHAPED, WEATHER, prompt_tokens, shaped
 from tests.engines import LlamaFactory, llama_provider
 from tests.harness import Stack, deployment, fleet_config, provider, wait_until
 from tests.tiers import words
@@ -58,10 +58,10 @@ async def test_a_local_count_calls_no_engine_and_usage_makes_it_exact(
     counter = ExactCounter(pool)
     try:
         for i, text in enumerate(SHAPED):
-            body = _shaped(f"You answer in one line, {i}.", text)
+            body = shaped(f"You answer in one line, {i}.", text)
             profile = parse_openai("chat.completions", orjson.dumps(body))
             counted = await count_prompt(counter, dep, profile, ContextConfig())
-            truth = _prompt_tokens(engine, "chat.completions", body)
+            truth = prompt_tokens(engine, "chat.completions", body)
             assert counted.calls == 0 and counter.calls == 0
             if i == 0:  # the shape's scaffolding is the family's guess until usage teaches it
                 assert counted.estimated > 0
@@ -157,7 +157,7 @@ async def test_a_guess_in_doubt_is_settled_by_the_engines_whole_count(
     llama: LlamaFactory,
 ) -> None:
     engine = llama(n_ctx=2048)
-    truth = _prompt_tokens(engine, "chat.completions", TOOLED)
+    truth = prompt_tokens(engine, "chat.completions", TOOLED)
     # the need fits the big window exactly; the local count's guessed scaffolding cannot tell
     fleet = _guarded(truth + 10, engine.base_url, "llamacpp")
     pool = UpstreamPool()
@@ -173,7 +173,7 @@ async def test_a_guess_in_doubt_is_settled_by_the_engines_whole_count(
         profile = parse_openai("chat.completions", orjson.dumps(other))
         counted = await refiner.counter.count(fleet.deployments["big"], profile, ContextConfig())
         assert (counted.calls, counted.estimated) == (0, 0)
-        assert counted.tokens == _prompt_tokens(engine, "chat.completions", other)
+        assert counted.tokens == prompt_tokens(engine, "chat.completions", other)
     finally:
         await pool.close()
 

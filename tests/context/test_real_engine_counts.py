@@ -17,21 +17,10 @@ from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Deployment, build_fleet
 from fleetgate.ingress.openai import parse_openai
 from fleetgate.testing.llama import ALIAS, LlamaServer
+from tests.context.chats import SHAPED, WEATHER, prompt_tokens, shaped
 from tests.engines import LlamaFactory, llama_provider, misstated_tiers
 from tests.harness import Stack, deployment, fleet_config
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city, today or on a given day.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "day": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 CALL = {
     "id": "call_1",
     "type": "function",
@@ -75,13 +64,6 @@ async def counting(llama: LlamaFactory) -> AsyncIterator[tuple[LlamaServer, Depl
     await pool.close()
 
 
-def _prompt_tokens(engine: LlamaServer, endpoint: str, body: dict[str, Any]) -> int:
-    path = "/v1/chat/completions" if endpoint == "chat.completions" else "/v1/completions"
-    answer = httpx.post(engine.root + path, json={**body, "max_tokens": 1}, timeout=60)
-    assert answer.status_code == 200, answer.text
-    return int(answer.json()["usage"]["prompt_tokens"])
-
-
 @pytest.mark.parametrize("name", list(CHATS))
 async def test_a_count_is_the_prompt_the_engine_reads(
     counting: tuple[LlamaServer, Deployment, Any], name: str
@@ -90,7 +72,7 @@ async def test_a_count_is_the_prompt_the_engine_reads(
     body = {"model": "tiny", **CHATS[name]}
     profile = parse_openai("chat.completions", orjson.dumps(body))
     counted = await count_prompt(counter, dep, profile, ContextConfig())
-    assert counted.tokens == _prompt_tokens(engine, "chat.completions", body)
+    assert counted.tokens == prompt_tokens(engine, "chat.completions", body)
     # two calls either way: a plain-text chat's first count of its shape is the whole
     # (count_tokens) beside its texts (/tokenize), to learn the framing; turns with tool
     # calls are templated (/apply-template), then tokenized
@@ -99,36 +81,16 @@ async def test_a_count_is_the_prompt_the_engine_reads(
     assert (again.tokens, again.calls) == (counted.tokens, 0)  # cached
 
 
-# one shape (a system line, a user turn, the weather tool), texts of every kind; none with
-# whitespace at either end
-SHAPED = [
-    "Weather in Lyon, 2024-05-01? Digits: 31415926535",
-    "東京の天気は 明日は雨ですか。",
-    "def add(a, b):\n    return a + b  # 12.5 °C\n\n\nprint(add(1, 2))",
-    "Привет, как дела? Ελληνικά κείμενα. مرحبا",
-    '{"city": "Lyon", "days": [1, 2, 3], "unit": "°C"}',
-    "x",
-]
-
-
-def _shaped(system: str, text: str) -> dict[str, Any]:
-    return {
-        "model": "tiny",
-        "messages": [{"role": "system", "content": system}, {"role": "user", "content": text}],
-        "tools": [WEATHER],
-    }
-
-
 async def test_a_learned_shape_costs_one_short_call_and_stays_exact(
     counting: tuple[LlamaServer, Deployment, Any],
 ) -> None:
     engine, dep, counter = counting
     calls = []
     for i, text in enumerate(SHAPED):
-        body = _shaped(f"You answer in one line, {i}.", text)
+        body = shaped(f"You answer in one line, {i}.", text)
         profile = parse_openai("chat.completions", orjson.dumps(body))
         counted = await count_prompt(counter, dep, profile, ContextConfig())
-        assert counted.tokens == _prompt_tokens(engine, "chat.completions", body), text
+        assert counted.tokens == prompt_tokens(engine, "chat.completions", body), text
         calls.append(counted.calls)
     # the shape counted whole once (beside its texts), then one /tokenize of the texts
     assert calls == [2] + [1] * (len(SHAPED) - 1)
@@ -140,27 +102,42 @@ async def test_a_text_with_whitespace_at_an_end_is_counted_whole(
     counting: tuple[LlamaServer, Deployment, Any], edge: str
 ) -> None:
     engine, dep, counter = counting
-    first = parse_openai("chat.completions", orjson.dumps(_shaped("Be brief.", "Hello")))
+    first = parse_openai("chat.completions", orjson.dumps(shaped("Be brief.", "Hello")))
     await count_prompt(counter, dep, first, ContextConfig())  # the shape learned
-    body = _shaped("Be brief.", edge)
+    body = shaped("Be brief.", edge)
     profile = parse_openai("chat.completions", orjson.dumps(body))
     counted = await count_prompt(counter, dep, profile, ContextConfig())
     assert counted.calls == 1  # count_tokens: the template's own tokens around it
-    assert counted.tokens == _prompt_tokens(engine, "chat.completions", body)
+    assert counted.tokens == prompt_tokens(engine, "chat.completions", body)
 
 
 async def test_a_message_with_more_than_role_and_text_is_counted_whole(
     counting: tuple[LlamaServer, Deployment, Any],
 ) -> None:
     engine, dep, counter = counting
-    first = parse_openai("chat.completions", orjson.dumps(_shaped("Be brief.", "Hello")))
+    first = parse_openai("chat.completions", orjson.dumps(shaped("Be brief.", "Hello")))
     await count_prompt(counter, dep, first, ContextConfig())  # the shape learned
-    body = _shaped("Be brief.", "Hello again")
+    body = shaped("Be brief.", "Hello again")
     body["messages"][1]["name"] = "alice"  # a field some templates render
     profile = parse_openai("chat.completions", orjson.dumps(body))
     counted = await count_prompt(counter, dep, profile, ContextConfig())
     assert counted.calls == 1 and counted.basis is None  # the whole count, nothing learned
-    assert counted.tokens == _prompt_tokens(engine, "chat.completions", body)
+    assert counted.tokens == prompt_tokens(engine, "chat.completions", body)
+
+
+async def test_empty_fields_an_sdk_echoes_keep_the_learned_shape(
+    counting: tuple[LlamaServer, Deployment, Any],
+) -> None:
+    engine, dep, counter = counting
+    first = parse_openai("chat.completions", orjson.dumps(shaped("Be brief.", "Hello")))
+    await count_prompt(counter, dep, first, ContextConfig())  # the shape learned
+    body = shaped("Be brief.", "Hello again")
+    # what `messages.append(completion.choices[0].message.model_dump())` carries along
+    body["messages"][0].update({"refusal": None, "tool_calls": [], "annotations": []})
+    profile = parse_openai("chat.completions", orjson.dumps(body))
+    counted = await count_prompt(counter, dep, profile, ContextConfig())
+    assert counted.calls == 1 and counted.basis is not None  # one /tokenize, the framing
+    assert counted.tokens == prompt_tokens(engine, "chat.completions", body)
 
 
 async def test_a_growing_conversation_costs_one_short_call_a_turn(
@@ -179,7 +156,7 @@ async def test_a_growing_conversation_costs_one_short_call_a_turn(
         body["messages"].append({"role": "user", "content": f"Question {turn}? 東京 x{turn}"})
         profile = parse_openai("chat.completions", orjson.dumps(body))
         counted = await count_prompt(counter, dep, profile, ContextConfig())
-        assert counted.tokens == _prompt_tokens(engine, "chat.completions", body), turn
+        assert counted.tokens == prompt_tokens(engine, "chat.completions", body), turn
         calls.append(counted.calls)
     # the first shape whole beside its texts, then the whole beside the new turn's text
     # (the step's framing learned), then one short /tokenize call a turn
@@ -197,7 +174,7 @@ async def test_tools_are_counted_not_guessed(counting: tuple[LlamaServer, Deploy
         counts.append((await count_prompt(counter, dep, profile, ContextConfig())).tokens)
     # the Qwen2.5 template wraps tool schemas in a long system block
     assert counts[0] - counts[1] > 100
-    assert counts[0] == _prompt_tokens(engine, "chat.completions", with_tools)
+    assert counts[0] == prompt_tokens(engine, "chat.completions", with_tools)
 
 
 async def test_a_completions_prompt_is_tokenized(
@@ -207,7 +184,7 @@ async def test_a_completions_prompt_is_tokenized(
     body = {"model": "tiny", "prompt": "def add(a, b):\n    return a + b  # 2024-05-01 12:00"}
     profile = parse_openai("completions", orjson.dumps(body))
     counted = await count_prompt(counter, dep, profile, ContextConfig())
-    assert counted.tokens == _prompt_tokens(engine, "completions", body)
+    assert counted.tokens == prompt_tokens(engine, "completions", body)
 
 
 def test_a_real_context_400_falls_through_and_teaches_the_window(

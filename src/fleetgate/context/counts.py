@@ -203,13 +203,14 @@ _PLAIN_KEYS = frozenset({"role", "content"})
 
 def _pieces(message: Any) -> list[str] | None:
     """The text of a message whose template framing depends on its role only: a role and
-    string content or text parts, nothing else (a template may render a `name`, tool calls
-    or reasoning), no whitespace at either end; None otherwise. (A template's own newline
-    before a text that starts with one merges with it into one token, and some templates
-    trim the ends: there the framing depends on the text.)"""
-    if not isinstance(message, dict) or not message.keys() <= _PLAIN_KEYS:
+    string content or text parts, nothing else but empty fields (a template may render a
+    `name`, tool calls or reasoning; an SDK's echoed `refusal: null` or `tool_calls: []`
+    renders nothing), no whitespace at either end; None otherwise. (A template's own
+    newline before a text that starts with one merges with it into one token, and some
+    templates trim the ends: there the framing depends on the text.)"""
+    if not isinstance(message, dict) or message.get("role") == "tool":
         return None
-    if message.get("role") == "tool":
+    if any(value for key, value in message.items() if key not in _PLAIN_KEYS):
         return None
     content = message.get("content")
     texts: list[Any]
