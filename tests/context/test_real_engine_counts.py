@@ -97,46 +97,40 @@ async def test_a_learned_shape_costs_one_short_call_and_stays_exact(
     assert counter.template.learned == 1
 
 
-@pytest.mark.parametrize("edge", ["\nLeading newline", "Trailing newline\n", " spaced "])
-async def test_a_text_with_whitespace_at_an_end_is_counted_whole(
-    counting: tuple[LlamaServer, Deployment, Any], edge: str
-) -> None:
-    engine, dep, counter = counting
-    first = parse_openai("chat.completions", orjson.dumps(shaped("Be brief.", "Hello")))
-    await count_prompt(counter, dep, first, ContextConfig())  # the shape learned
-    body = shaped("Be brief.", edge)
-    profile = parse_openai("chat.completions", orjson.dumps(body))
-    counted = await count_prompt(counter, dep, profile, ContextConfig())
-    assert counted.calls == 1  # count_tokens: the template's own tokens around it
-    assert counted.tokens == prompt_tokens(engine, "chat.completions", body)
+def _with(text: str, **fields: Any) -> dict[str, Any]:
+    body = shaped("Be brief.", text)
+    body["messages"][1].update(fields)
+    return body
 
 
-async def test_a_message_with_more_than_role_and_text_is_counted_whole(
-    counting: tuple[LlamaServer, Deployment, Any],
-) -> None:
-    engine, dep, counter = counting
-    first = parse_openai("chat.completions", orjson.dumps(shaped("Be brief.", "Hello")))
-    await count_prompt(counter, dep, first, ContextConfig())  # the shape learned
-    body = shaped("Be brief.", "Hello again")
-    body["messages"][1]["name"] = "alice"  # a field some templates render
-    profile = parse_openai("chat.completions", orjson.dumps(body))
-    counted = await count_prompt(counter, dep, profile, ContextConfig())
-    assert counted.calls == 1 and counted.basis is None  # the whole count, nothing learned
-    assert counted.tokens == prompt_tokens(engine, "chat.completions", body)
-
-
-async def test_empty_fields_an_sdk_echoes_keep_the_learned_shape(
-    counting: tuple[LlamaServer, Deployment, Any],
-) -> None:
-    engine, dep, counter = counting
-    first = parse_openai("chat.completions", orjson.dumps(shaped("Be brief.", "Hello")))
-    await count_prompt(counter, dep, first, ContextConfig())  # the shape learned
-    body = shaped("Be brief.", "Hello again")
+# a request of a learned shape: (body, whether the learned framing may count it)
+AFTER_A_LEARNED_SHAPE = {
+    # whitespace at an end: the template's own tokens around it depend on the text
+    "leading newline": (_with("\nLeading newline"), False),
+    "trailing newline": (_with("Trailing newline\n"), False),
+    "spaces at both ends": (_with(" spaced "), False),
+    "a name": (_with("Hello again", name="alice"), False),  # some templates render it
     # what `messages.append(completion.choices[0].message.model_dump())` carries along
-    body["messages"][0].update({"refusal": None, "tool_calls": [], "annotations": []})
+    "empty fields an SDK echoes": (
+        _with("Hello again", refusal=None, tool_calls=[], annotations=[]),
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(AFTER_A_LEARNED_SHAPE))
+async def test_only_a_plain_text_message_takes_the_learned_framing(
+    counting: tuple[LlamaServer, Deployment, Any], case: str
+) -> None:
+    engine, dep, counter = counting
+    first = parse_openai("chat.completions", orjson.dumps(shaped("Be brief.", "Hello")))
+    await count_prompt(counter, dep, first, ContextConfig())  # the shape learned
+    body, learned = AFTER_A_LEARNED_SHAPE[case]
     profile = parse_openai("chat.completions", orjson.dumps(body))
     counted = await count_prompt(counter, dep, profile, ContextConfig())
-    assert counted.calls == 1 and counted.basis is not None  # one /tokenize, the framing
+    # one call either way: /tokenize of the texts plus the framing, or count_tokens whole
+    assert counted.calls == 1
+    assert (counted.basis is not None) == learned
     assert counted.tokens == prompt_tokens(engine, "chat.completions", body)
 
 
