@@ -334,10 +334,7 @@ class ExactCounter:
         key = step_key(dep, messages[k - 1], messages[k:])
         framing = self.template.get(key)
         if framing is None and dep.tokenizer is None:  # the first time: counted whole too
-            whole, text = await asyncio.gather(
-                self._engine_count(dep, profile, spent), self._text_count(dep, texts, spent)
-            )
-            self.template.learn(key, whole - before - text)
+            whole, _ = await self._learn_framing(dep, profile, key, texts, before, spent)
             return Counted(whole, spent[0])
         text = await self._text_count(dep, texts, spent)
         if framing is not None:
@@ -380,11 +377,26 @@ class ExactCounter:
         if framing is not None:
             text = await self._text_count(dep, texts, spent)
             return Counted(text + framing, spent[0], (key, text))
+        whole, text = await self._learn_framing(dep, profile, key, texts, 0, spent)
+        return Counted(whole, spent[0], (key, text))
+
+    async def _learn_framing(
+        self,
+        dep: Deployment,
+        profile: RequestProfile,
+        key: Key,
+        texts: list[str],
+        before: int,
+        spent: list[int],
+    ) -> tuple[int, int]:
+        """The engine's whole count beside the count of `texts` (both at once): what the
+        whole holds beyond them and `before` (counted earlier) is `key`'s framing, learned.
+        Returns (whole, texts)."""
         whole, text = await asyncio.gather(
             self._engine_count(dep, profile, spent), self._text_count(dep, texts, spent)
         )
-        self.template.learn(key, whole - text)
-        return Counted(whole, spent[0], (key, text))
+        self.template.learn(key, whole - before - text)
+        return whole, text
 
     def _with_scaffolding(self, dep: Deployment, profile: RequestProfile, text: int) -> Counted:
         """A text-only count plus the template's scaffolding: learned from usage for this
