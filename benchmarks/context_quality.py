@@ -330,11 +330,7 @@ def score(items: list[Item], outcomes: list[Outcome], guard: str) -> dict[str, A
                 "kind": item.kind,
                 "prompt": item.prompt,
                 "calls": o.count_calls,
-                "outside_engine_ms": round(
-                    ((o.seconds - o.engine_seconds) - (o.direct_seconds - o.direct_engine_seconds))
-                    * 1000,
-                    2,
-                ),
+                "outside_engine_ms": round(_gateway_added(o, outside=True) * 1000, 2),
             }
             for item, o in fits
             if o.counted and o.direct_seconds is not None
@@ -342,23 +338,28 @@ def score(items: list[Item], outcomes: list[Outcome], guard: str) -> dict[str, A
     return result
 
 
+def _over_direct(o: Outcome, seconds: float, engine: float, outside: bool) -> float:
+    """What a send of `seconds` (the engine's own compute `engine`) took over the direct
+    send of the same request; `outside`: each send's engine compute taken out."""
+    assert o.direct_seconds is not None
+    if not outside:
+        return seconds - o.direct_seconds
+    return (seconds - engine) - (o.direct_seconds - o.direct_engine_seconds)
+
+
+def _gateway_added(o: Outcome, outside: bool = False) -> float:
+    return _over_direct(o, o.seconds, o.engine_seconds, outside)
+
+
+def _floor_added(o: Outcome, outside: bool = False) -> float:
+    assert o.floor_seconds is not None
+    return _over_direct(o, o.floor_seconds, o.floor_engine_seconds, outside)
+
+
 def _added(sent: list[Outcome]) -> dict[str, Any]:
     """Added latency, paired per request: the gateway's and the floor's over direct, raw
     and outside the engine's own compute, and the gateway's over the floor's."""
-
-    def over(o: Outcome, seconds: float, engine: float, outside: bool) -> float:
-        assert o.direct_seconds is not None
-        if not outside:
-            return seconds - o.direct_seconds
-        return (seconds - engine) - (o.direct_seconds - o.direct_engine_seconds)
-
-    def gateway(o: Outcome, outside: bool = False) -> float:
-        return over(o, o.seconds, o.engine_seconds, outside)
-
-    def floor(o: Outcome, outside: bool = False) -> float:
-        assert o.floor_seconds is not None
-        return over(o, o.floor_seconds, o.floor_engine_seconds, outside)
-
+    gateway, floor = _gateway_added, _floor_added
     plain = [o for o in sent if not o.counted]
     return {
         "all": _latency([gateway(o) for o in sent]),
