@@ -16,6 +16,7 @@ import uvicorn
 
 from fleetgate.config import validate_config
 from fleetgate.fleet import FleetHolder, build_fleet
+from fleetgate.server.accept import new_event_loop as serving_loop
 from fleetgate.server.app import Gateway
 from fleetgate.server.control import ControlOptions, build_gateway
 from fleetgate.server.run import uvicorn_config
@@ -35,7 +36,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = 
 
 class LoopThread:
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = serving_loop()  # the loop `fleetgate serve` runs on (uvloop)
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 

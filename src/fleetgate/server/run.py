@@ -1,4 +1,4 @@
-"""Running the gateway under uvicorn (uvloop + httptools)."""
+"""Running the gateway under uvicorn (uvloop, with `server/accept.py`'s listeners, + httptools)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ CONFIG_ENV = "FLEETGATE_CONFIG"
 
 def _uvicorn_kwargs() -> dict[str, object]:
     return {
-        "loop": "uvloop",
+        "loop": "fleetgate.server.accept:new_event_loop",  # uvloop; a burst is accepted at once
         "http": GuardedHttpProtocol,  # httptools, with header/body deadlines and caps
         "lifespan": "on",
         "ws": "none",  # no WebSocket endpoints: nothing to import for them
