@@ -5,6 +5,12 @@ the model name, POST it upstream, swap the name back in the answer (chunk by chu
 streams). No routing, fallback, records, metrics or headers. What fleetgate costs above
 this is its pipeline; what this costs is the server and client libraries.
 
+Its loop is fleetgate's (`fleetgate.server.accept`: uvloop whose listeners accept every
+waiting connection each turn), so a tail ratio compares like with like: on uvloop's own
+one-accept-per-turn listener, a burst of new connections waits behind the open ones (the
+floor's stream-c64 p99, median of 3 runs: 147 and 214 ms in two runs on uvloop's own
+listener, 94 ms on this one; 2026-12-01).
+
 Run: `python3 -m benchmarks.baseline --port 18092 --upstream http://127.0.0.1:18090`.
 Model `X` goes to `{upstream}/v1/chat/completions` as `X` with `bench-model` replaced by
 `upstream-bench`; `bench-model-paced` goes to `{upstream}/paced/v1/chat/completions`;
@@ -127,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     options: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
-        "loop": "uvloop",
+        "loop": "fleetgate.server.accept:new_event_loop",  # uvloop, accepting as fleetgate
         "http": "httptools",
         "lifespan": "on",
         "access_log": False,

@@ -16,10 +16,16 @@ the gateway so that drift in the machine's load hits both alike. Reports:
   (`/proc/PID/task/*/schedstat`), and the TCP connections opened to the engine meanwhile
   (from /proc/net/tcp);
 - the floor of the same run: the round trip of 200 bytes over loopback TCP between two
-  processes on the same CPU and on different CPUs (what each extra process hop costs here).
+  processes on the same CPU and on different CPUs (what each extra process hop costs here),
+  and the same piece of Python work run hot and right after an idle wait as long as the
+  engine's answer (what waking from that wait costs any process here: `idle_floor`).
+
+`--upstream fake --fake-delay-ms N` puts the fake upstream, answering after N ms of idle
+wait, where the engine was: what the engine's wait costs, told apart from its compute.
 
     python3 benchmarks/engine_latency.py [--requests 400] [--stream] [--max-tokens 1]
-        [--prompt-bytes N] [--upstream llama|fake] [--src DIR] [--gateway-cpu 0] ...
+        [--prompt-bytes N] [--upstream llama|fake] [--fake-delay-ms N] [--src DIR]
+        [--gateway-cpu 0] ...
 
 `--src DIR` runs the gateway from another checkout's `src` (A/B a change); `--profile
 FILE` / `--strace FILE` record py-spy / `strace -c` of the gateway during the run.
@@ -162,6 +168,37 @@ def hop_floor(cross: bool, rounds: int = 2000) -> dict[str, float]:
     }
 
 
+def idle_floor(gap: float, rounds: int = 60) -> dict[str, float]:
+    """The same piece of Python work (a 3 KB chat's JSON encoded and decoded 20 times), run
+    back to back and right after sleeping `gap` seconds (as long as an engine's answer):
+    what waking from an idle wait costs any process on this machine (cold caches, a
+    descheduled virtual CPU), the floor of what a pass-through adds in front of a slow
+    engine, whatever it runs."""
+    chat = {
+        "messages": [{"role": "user", "content": text_of("prose", random.Random(7), 3000)}],
+        "n": 1,
+    }
+
+    def work() -> float:
+        started = time.perf_counter()
+        for _ in range(20):
+            json.loads(json.dumps(chat))
+        return time.perf_counter() - started
+
+    hot = [work() for _ in range(rounds)]
+    cold = []
+    for _ in range(rounds):
+        time.sleep(gap)
+        cold.append(work())
+    hot_us, cold_us = statistics.median(hot) * 1e6, statistics.median(cold) * 1e6
+    return {
+        "gap_ms": gap * 1000,
+        "hot_us": hot_us,
+        "after_gap_us": cold_us,
+        "ratio": cold_us / hot_us,
+    }
+
+
 def summary(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     return {
@@ -186,15 +223,18 @@ class Upstream:
         return f"http://127.0.0.1:{self.port}/v1"
 
 
-def start_upstream(which: str, work: Path, env: dict[str, str], n_ctx: int) -> Upstream:
+def start_upstream(
+    which: str, work: Path, env: dict[str, str], n_ctx: int, delay_ms: float = 0.0
+) -> Upstream:
     if which == "llama":
         engine = LlamaServer(n_ctx=n_ctx, slots=1, threads=1).start()
         assert engine.process is not None
         return Upstream("llamacpp", engine.port, engine.process.pid, engine.stop, ALIAS)
     port = free_port()
+    command = [sys.executable, "-m", "benchmarks.upstream", "--port", str(port)]
     server = start_server(
         "upstream",
-        [sys.executable, "-m", "benchmarks.upstream", "--port", str(port)],
+        [*command, "--delay-ms", str(delay_ms)],
         port,
         "/_stats",
         set(range(os.cpu_count() or 1)),
@@ -240,6 +280,7 @@ class Settings:
     max_tokens: int = 1
     prompt_bytes: int = 0
     upstream: str = "llama"
+    fake_delay_ms: float = 0.0  # the fake's idle wait before each answer
     src: Path = ROOT / "src"  # the checkout the gateway runs
     cpus: dict[str, set[int]] | None = None
     profile: Path | None = None
@@ -268,7 +309,7 @@ def run(s: Settings) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in pythonpath if p))
     env["FLEETGATE_DATA_DIR"] = str(work)
     floor = {"same_cpu": hop_floor(False), "cross_cpu": hop_floor(True)}
-    engine = start_upstream(s.upstream, work, env, n_ctx)
+    engine = start_upstream(s.upstream, work, env, n_ctx, s.fake_delay_ms)
     for tid in os.listdir(f"/proc/{engine.pid}/task"):
         os.sched_setaffinity(int(tid), cpus["engine"])
     os.sched_setaffinity(0, cpus["client"])
@@ -360,6 +401,7 @@ def run(s: Settings) -> dict[str, Any]:
         return {
             "requests": s.requests,
             "upstream": s.upstream,
+            "fake_delay_ms": s.fake_delay_ms,
             "src": str(s.src),
             "stream": s.stream,
             "max_tokens": s.max_tokens,
@@ -367,6 +409,8 @@ def run(s: Settings) -> dict[str, Any]:
             "load_average": os.getloadavg(),
             "cpus": {k: sorted(v) for k, v in cpus.items()},
             "hop_floor": floor,
+            # the same work hot and after an idle wait as long as the direct answer
+            "idle_floor": idle_floor(min(d["p50_ms"] / 1000, 0.2)),
             "direct": d,
             "fleetgate": g,
             "added_p50_ms": g["p50_ms"] - d["p50_ms"],
@@ -398,7 +442,8 @@ def line(r: dict[str, Any]) -> str:
     """One line of the figures that matter."""
     floor = r["hop_floor"]
     return (
-        f"{r['upstream']} stream={r['stream']} body={r['body_bytes']}B "
+        f"{r['upstream']} (delay {r['fake_delay_ms']:g} ms) stream={r['stream']} "
+        f"body={r['body_bytes']}B "
         f"load={r['load_average'][0]:.1f}: direct p50 {r['direct']['p50_ms']:.2f} ms, "
         f"added p50 {r['added_p50_ms']:.2f} mean {r['added_mean_ms']:.2f} ms "
         f"(own {r['gateway_overhead_header_p50_ms'] or 0:.3f}), failures {r['failures']}, "
@@ -409,7 +454,9 @@ def line(r: dict[str, Any]) -> str:
         f"{r['floor_cpu_ms_per_request']:.2f} ms/req, run-queue wait "
         f"{r['floor_runqueue_wait_ms_per_request']:.2f} ms/req; hop floor same CPU "
         f"{floor['same_cpu']['p50_us']:.0f} us, cross CPU {floor['cross_cpu']['p50_us']:.0f} "
-        f"us (p90 {floor['cross_cpu']['p90_us']:.0f})"
+        f"us (p90 {floor['cross_cpu']['p90_us']:.0f}); the same work after an idle wait "
+        f"of {r['idle_floor']['gap_ms']:.0f} ms: {r['idle_floor']['ratio']:.2f}x "
+        f"({r['idle_floor']['hot_us']:.0f} -> {r['idle_floor']['after_gap_us']:.0f} us)"
     )
 
 
@@ -420,6 +467,9 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=1)
     parser.add_argument("--prompt-bytes", type=int, default=0, help="a long prompt (n_ctx 8192)")
     parser.add_argument("--upstream", choices=("llama", "fake"), default="llama")
+    parser.add_argument(
+        "--fake-delay-ms", type=float, default=0.0, help="the fake's idle wait per answer"
+    )
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="the gateway's src")
     for who in ("gateway", "engine", "client"):
         parser.add_argument(f"--{who}-cpu", default="any", help="CPUs, e.g. 0 or 0,1 (any)")
@@ -433,6 +483,7 @@ def main() -> int:
         max_tokens=args.max_tokens,
         prompt_bytes=args.prompt_bytes,
         upstream=args.upstream,
+        fake_delay_ms=args.fake_delay_ms,
         src=args.src.resolve(),
         cpus={w: _cpus(getattr(args, f"{w}_cpu")) for w in ("gateway", "engine", "client")},
         profile=args.profile,

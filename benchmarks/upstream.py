@@ -7,12 +7,16 @@ Answers from prebuilt bytes, so a benchmark measures the gateway in front of it,
   chunked: 20 `chat.completion.chunk` events, a usage chunk and `data: [DONE]`, all at once.
 - under a `/paced` prefix → the same stream, one event per write, `--gap-ms` apart, so a
   gateway has to handle each event on its own instead of one coalesced read.
+- with `--delay-ms N`, every chat answer leaves N ms after its request, the upstream idle
+  meanwhile, as a real engine is to everything but its own compute (`engine_latency.py
+  --upstream fake --fake-delay-ms N` tells the engine's idle wait from its compute).
 - `GET …/models` → a model list; `GET /_stats` → requests seen per upstream model name.
 
 The `model` of every answer is the one the request named (each name's answers are built once),
 like a real engine, so a gateway's model-name rewriting in both directions is exercised.
 
-Run: `python3 -m benchmarks.upstream --port 18090 [--cpu 0] [--chunks 20] [--gap-ms 1]`.
+Run: `python3 -m benchmarks.upstream --port 18090 [--cpu 0] [--chunks 20] [--gap-ms 1]
+[--delay-ms 0]`.
 """
 
 from __future__ import annotations
@@ -116,9 +120,10 @@ _LAST_CHUNK = b"0\r\n\r\n"
 class Answers:
     """Prebuilt response bytes per model name, plus counters."""
 
-    def __init__(self, chunks: int, gap: float) -> None:
+    def __init__(self, chunks: int, gap: float, delay: float = 0.0) -> None:
         self.chunks = chunks
         self.gap = gap
+        self.delay = delay
         self.requests = 0
         self.per_model: dict[str, int] = {}
         self._plain: dict[bytes, bytes] = {}
@@ -221,9 +226,13 @@ class Connection(asyncio.Protocol):
                 self._paced(self.answers.paced(model), 0)
                 return
             if path.startswith(b"/sse/") or _STREAM_RE.search(body):
-                transport.write(self.answers.stream(model))
+                answer = self.answers.stream(model)
             else:
-                transport.write(self.answers.plain(model))
+                answer = self.answers.plain(model)
+            if self.answers.delay:
+                self._paced([answer], 0, self.answers.delay)
+                return
+            transport.write(answer)
         elif method == b"GET" and path.endswith(b"/models"):
             transport.write(self.answers.models())
         elif method == b"GET" and path == b"/_stats":
@@ -233,7 +242,10 @@ class Connection(asyncio.Protocol):
         if not self.parser.should_keep_alive():
             transport.close()
 
-    def _paced(self, parts: list[bytes], index: int) -> None:
+    def _paced(self, parts: list[bytes], index: int, wait: float = 0.0) -> None:
+        if wait:  # the first part leaves after `wait`
+            asyncio.get_running_loop().call_later(wait, self._paced, parts, index)
+            return
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -259,6 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=18090)
     parser.add_argument("--chunks", type=int, default=20, help="completion chunks per stream")
     parser.add_argument("--gap-ms", type=float, default=1.0, help="event gap under /paced")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="each chat answer's wait")
     parser.add_argument("--cpu", type=int, default=None, help="pin to this CPU")
     args = parser.parse_args(argv)
     if args.cpu is not None:
@@ -267,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
         import uvloop
     except ImportError:  # plain asyncio still works, only slower
         uvloop = None
-    answers = Answers(args.chunks, args.gap_ms / 1000)
+    answers = Answers(args.chunks, args.gap_ms / 1000, args.delay_ms / 1000)
     coro = serve(args.host, args.port, answers)
     try:
         if uvloop is not None:
