@@ -26,6 +26,9 @@ class Framing:
     separator: bytes  # what ends one event
     payload: Callable[[bytes], bytes | None]  # the JSON an event carries (None: none)
     suspect_error: Callable[[bytes], bool]  # cheap byte test; confirmed by parsing
+    # every payload of a block of whole events at once, when its events have the common
+    # form (None: read them event by event)
+    payloads: Callable[[bytes], list[bytes] | None] = lambda _block: None
 
     def is_error(self, data: bytes) -> bool:
         if data == sse.DONE or not self.suspect_error(data):
@@ -41,8 +44,17 @@ class Framing:
 
     def all_json(self, block: bytes) -> bool:
         """Whether every event in a block of whole events carries JSON (or `[DONE]`)."""
-        payload = self.payload
         loads = orjson.loads
+        payloads = self.payloads(block)
+        if payloads is not None:
+            try:
+                for data in payloads:
+                    if data != sse.DONE:
+                        loads(data)
+            except orjson.JSONDecodeError:
+                return False
+            return True
+        payload = self.payload
         for event in block.split(self.separator):
             if not event:
                 continue  # the split after the last separator
@@ -83,7 +95,7 @@ def _ndjson_payload(line: bytes) -> bytes | None:
     return line or None
 
 
-SSE = Framing("sse", b"\n\n", sse.event_data, sse.is_error_event)
+SSE = Framing("sse", b"\n\n", sse.event_data, sse.is_error_event, sse.single_line_payloads)
 NDJSON = Framing("ndjson", b"\n", _ndjson_payload, ndjson.is_error_line)
 
 

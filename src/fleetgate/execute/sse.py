@@ -15,6 +15,18 @@ def event_data(event: bytes) -> bytes | None:
     return b"\n".join(parts) if parts else None
 
 
+def single_line_payloads(block: bytes) -> list[bytes] | None:
+    """The payloads of a block of whole events when every event is one `data: ` line (how
+    OpenAI-compatible engines stream), with one split of the block; None when any event
+    has another line or form, for `event_data` to read event by event."""
+    if not (block.startswith(b"data: ") and block.endswith(b"\n\n")):
+        return None
+    payloads = block[6:-2].split(b"\n\ndata: ")
+    if block.count(b"\n") != 2 * len(payloads):
+        return None  # an event with a second line (event:, id:, a second data:)
+    return payloads
+
+
 def is_error_event(data: bytes) -> bool:
     return data.startswith(b'{"error"') or (
         data.startswith(b"{") and b'"error"' in data[:64] and b'"choices"' not in data

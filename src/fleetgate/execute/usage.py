@@ -141,14 +141,36 @@ def _usage_object(block: bytes) -> bytes | None:
     return None
 
 
+def _last_usage_marker(block: bytes, end: int) -> int:
+    """Where the last usage marker (`_has_usage`'s) before `end` begins; -1 when none. The
+    other markers are looked for only after the last `"usage"`: a backward scan of a whole
+    block for a marker it lacks costs more than the rest of the work."""
+    at = block.rfind(b'"usage"', 0, end)
+    after = max(at, 0)
+    return max(
+        at,
+        block.rfind(b'"prompt_eval_count"', after, end),
+        block.rfind(b'"timings"', after, end),
+    )
+
+
 def stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
-    """Usage from the last event of a stream block that reports it."""
+    """Usage from the last event of a stream block that reports it: found from the end by
+    its marker, so only the events that carry one are cut out and read."""
     if not _has_usage(block):
         return
-    for event in reversed(block.replace(b"\r\n", b"\n").split(framing.separator)):
-        data = framing.payload(event)
+    if b"\r\n" in block:
+        block = block.replace(b"\r\n", b"\n")
+    sep = framing.separator
+    end = len(block)
+    while (at := _last_usage_marker(block, end)) >= 0:
+        begin = block.rfind(sep, 0, at)
+        begin = 0 if begin < 0 else begin + len(sep)
+        stop = block.find(sep, at)
+        end = begin  # the next search: the events before this one
+        data = framing.payload(block[begin : len(block) if stop < 0 else stop])
         if not data or not _has_usage(data):
-            continue
+            continue  # the marker was outside the payload (another line of the event)
         if b'"usage":null' in data or b'"usage": null' in data:
             continue  # OpenAI chunks carry an empty usage until the last one
         try:
