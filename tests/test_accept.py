@@ -137,6 +137,7 @@ class _OutOfFiles:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.failed = False
+        self.failure: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -144,6 +145,7 @@ class _OutOfFiles:
     def accept(self) -> tuple[socket.socket, object]:
         if not self.failed:
             self.failed = True
+            self.failure.set_result(None)
             raise OSError(errno.EMFILE, "Too many open files")
         return self.sock.accept()
 
@@ -174,6 +176,36 @@ def test_out_of_file_descriptors_pauses_accepting_then_resumes(
     finally:
         loop.close()
     assert any("ulimit -n" in r.getMessage() for r in caplog.records)
+
+
+def test_a_server_closed_during_a_pause_stays_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(accept, "_RETRY_SECONDS", 0.01)
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        srv = await loop.create_server(asyncio.Protocol, "127.0.0.1", 0)
+        (listener,) = srv._listeners  # type: ignore[attr-defined]
+        failing = _OutOfFiles(listener.sock)
+        listener.sock = failing
+        port = failing.sock.getsockname()[1]
+        _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+        await asyncio.wait_for(failing.failure, 5)  # paused, its restart due in 10 ms
+        listener.sock = failing.sock
+        srv.close()
+        resumed = loop.create_future()
+        loop.call_later(0.05, resumed.set_result, None)  # past the restart's time
+        await resumed
+        assert not srv.is_serving()
+        writer.close()
+
+    loop = accept.new_event_loop()
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+    assert errors == []
 
 
 def test_the_gateway_answers_every_connection_of_a_burst(stack: Stack) -> None:

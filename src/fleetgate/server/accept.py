@@ -48,10 +48,11 @@ class _Listener:
         self.sock = sock
         self.factory = factory
         self.serving = False
+        self.closed = False
         self._opening: set[asyncio.Task[Any]] = set()  # connections being wrapped
 
     def start(self) -> None:
-        if not self.serving:
+        if not (self.serving or self.closed):  # closed: e.g. during a pause after EMFILE
             self.serving = True
             self.loop.add_reader(self.sock.fileno(), self._accept)
 
@@ -59,6 +60,11 @@ class _Listener:
         if self.serving:
             self.serving = False
             self.loop.remove_reader(self.sock.fileno())
+
+    def close(self) -> None:
+        self.stop()
+        self.closed = True
+        self.sock.close()
 
     def _accept(self) -> None:
         for _ in range(ACCEPT_BATCH):
@@ -118,8 +124,7 @@ class BatchAcceptServer(asyncio.AbstractServer):
         """Stop accepting and close the listening sockets; open connections stay (the
         server above them shuts those down)."""
         for listener in self._listeners:
-            listener.stop()
-            listener.sock.close()
+            listener.close()
 
     async def wait_closed(self) -> None:
         return None  # nothing of its own outlives close(); uvicorn waits for connections

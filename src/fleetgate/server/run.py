@@ -1,4 +1,5 @@
-"""Running the gateway under uvicorn (uvloop, with `server/accept.py`'s listeners, + httptools)."""
+"""Running the gateway under uvicorn: uvloop (with `server/accept.py`'s listeners) and
+httptools."""
 
 from __future__ import annotations
 
