@@ -400,9 +400,11 @@ class Executor:
         events = max(first.count(marker) - 1, 0) + carry.count(marker)
         stream_usage(attempt, first, framing)  # Anthropic's message_start: input tokens
         tail = (first + carry)[-_USAGE_TAIL:]  # the stream's end: usage, stop reason
+        more = False  # bytes after the head: else its usage was read above already
         try:
             yield first
             async for chunk in resp.content.iter_any():
+                more = True
                 events += chunk.count(marker)
                 tail = (tail + chunk)[-_USAGE_TAIL:]
                 block = carry + chunk
@@ -422,7 +424,8 @@ class Executor:
                     raise _NotJson
                 yield framing.rewrite(rewriter, carry)
             completed = True
-            stream_usage(attempt, tail, framing)
+            if more or carry:
+                stream_usage(attempt, tail, framing)
             attempt.finish = stop_in_stream(tail)
         except (aiohttp.ClientError, TimeoutError, _NotJson) as exc:
             what = "sent an event that is not JSON" if isinstance(exc, _NotJson) else "broke"
