@@ -28,15 +28,18 @@ from fleetgate.redact import Redactor, redactor_for
 
 
 class UpstreamSession:
-    """An aiohttp session whose requests never follow redirects (the one way to open one).
+    """An aiohttp session whose requests never follow redirects (the one way to open one)
+    and which keeps no cookies.
 
-    A redirect answer comes back as it is, for the caller to treat as an upstream error.
+    A redirect answer comes back as it is, for the caller to treat as an upstream error. A
+    cookie an upstream sets is dropped: kept, it would go upstream with every later request
+    of every client (and a jar costs CPU on each request).
     """
 
     __slots__ = ("_session",)
 
     def __init__(self, **kwargs: Any) -> None:
-        self._session = aiohttp.ClientSession(**kwargs)
+        self._session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), **kwargs)
 
     def request(self, method: str, url: str | URL, **kwargs: Any) -> _RequestContextManager:
         kwargs["allow_redirects"] = False

@@ -365,6 +365,8 @@ class FakeEngine:
         self.host = host
         self.port = port
         self.tokenize_delay = 0.0
+        # headers every answer carries besides its own (a `Set-Cookie`, say)
+        self.response_headers: dict[str, str] = {}
         self.load: dict[str, float] = {}  # waiting / running / kv_cache, as /metrics says
         self.metrics_redirect: str | None = None
         self.metrics_calls = 0
@@ -870,7 +872,11 @@ class FakeEngine:
 
     async def _open_stream(self, request: web.BaseRequest) -> web.StreamResponse:
         resp = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                **self.response_headers,
+            }
         )
         await resp.prepare(request)
         return resp
@@ -883,5 +889,5 @@ class FakeEngine:
             body=orjson.dumps(payload),
             status=status,
             content_type="application/json",
-            headers=headers,
+            headers={**self.response_headers, **(headers or {})},
         )
