@@ -34,6 +34,15 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = 
         time.sleep(0.005)
 
 
+async def until(predicate: Callable[[], bool], within: float = 5.0, what: str = "") -> None:
+    """`wait_until` for a test that runs on the loop itself."""
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within}s: {what}")
+        await asyncio.sleep(0.005)
+
+
 class LoopThread:
     def __init__(self) -> None:
         self.loop = serving_loop()  # the loop `fleetgate serve` runs on (uvloop)

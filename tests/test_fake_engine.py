@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from fleetgate.testing import FakeEngine, Fault, count_prompt_tokens
+from tests.harness import until
 
 StartEngine = Callable[..., Awaitable[FakeEngine]]
 CHAT = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there you"}]
@@ -41,13 +42,6 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 def sse_events(text: str) -> list[str]:
     """The ``data:`` payloads of an SSE body, in order."""
     return [e.removeprefix("data: ") for e in text.split("\n\n") if e.startswith("data: ")]
-
-
-async def wait_for(condition: Callable[[], bool], within: float = 2.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 async def test_chat_non_stream_follows_token_rule(
@@ -257,7 +251,7 @@ async def test_hang_counts_cancelled_when_client_leaves(
             json={"prompt": "hi"},
             timeout=aiohttp.ClientTimeout(total=0.2),
         )
-    await wait_for(lambda: engine.cancelled == 1 and engine.active == 0)
+    await until(lambda: engine.cancelled == 1 and engine.active == 0, 2.0)
 
 
 async def test_tokenize_and_embeddings(

@@ -35,7 +35,7 @@ from fleetgate.config.schema import ContextConfig
 from fleetgate.context.families import FAMILIES
 from fleetgate.context.tally import FIELDS, tally_body
 from fleetgate.context.template_costs import Key, TemplateCosts, step_key, whole_key
-from fleetgate.execute.upstream import UpstreamPool
+from fleetgate.execute.upstream import UpstreamPool, post
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
 
@@ -413,16 +413,12 @@ class ExactCounter:
     async def _post(
         self, dep: Deployment, url: str, payload: dict[str, Any], spent: list[int]
     ) -> Any:
-        client = self.pool.client(dep.provider)
         self.calls += 1
         spent[0] += 1
-        async with client.session.post(
-            url, data=orjson.dumps(payload), headers=client.headers, allow_redirects=False
-        ) as resp:
-            raw = await resp.read()
-            if resp.status != 200:
-                raise TokenizeError(f"tokenize answered {resp.status}")
-            return orjson.loads(raw)
+        status, raw = await post(self.pool.client(dep.provider), url, orjson.dumps(payload))
+        if status != 200:
+            raise TokenizeError(f"tokenize answered {status}")
+        return orjson.loads(raw)
 
     async def _engine_count(
         self, dep: Deployment, profile: RequestProfile, spent: list[int]

@@ -20,7 +20,6 @@ import asyncio
 import math
 from dataclasses import replace
 
-import aiohttp
 import orjson
 
 from fleetgate.config.schema import ContextConfig
@@ -48,6 +47,7 @@ from fleetgate.context.placement import (
     record_estimate,
     uncertain,
 )
+from fleetgate.execute.http1 import UpstreamIOError
 from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
@@ -140,7 +140,7 @@ class ContextRefiner:
         except TimeoutError:
             plan.notes["context_refine"] = "timeout"
             return None
-        except (aiohttp.ClientError, TokenizeError, orjson.JSONDecodeError, ValueError, OSError):
+        except (UpstreamIOError, TokenizeError, orjson.JSONDecodeError, ValueError, OSError):
             plan.notes["context_refine"] = "failed"
             return None
         finally:

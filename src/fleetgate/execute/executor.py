@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-import aiohttp
 import orjson
 
 from fleetgate.config.schema import CircuitConfig
@@ -29,6 +28,7 @@ from fleetgate.execute.failures import (
     status_in_event,
 )
 from fleetgate.execute.framing import Framing, framing_for, stream_error_event
+from fleetgate.execute.http1 import UpstreamIOError, UpstreamResponse
 from fleetgate.execute.outcome import (
     CLIENT_ERROR,
     CONTEXT_EXCEEDED,
@@ -219,17 +219,16 @@ class Executor:
         client = self.pool.client(dep.provider)
         wire = self.protocols.wire(profile, dep)
         attempt.wire = wire.label
-        resp: aiohttp.ClientResponse | None = None
+        resp: UpstreamResponse | None = None
         handed_over = False
         try:
             while True:
-                resp = await client.session.post(
+                resp = await client.http.request(
+                    "POST",
                     upstream_url(client.base_url, dep.provider.kind, UPSTREAM_PATHS[wire.endpoint]),
-                    data=wire.payload(profile, candidate),
-                    headers=request_headers(
-                        client, dep.provider, candidate.key_label, profile.stream
-                    ),
-                    timeout=client.timeout,
+                    request_headers(client, dep.provider, candidate.key_label, profile.stream),
+                    wire.payload(profile, candidate),
+                    client.timeouts,
                 )
                 if resp.status < 300:
                     break
@@ -243,9 +242,9 @@ class Executor:
             attempt.status = resp.status
             if resp.status >= 300:  # redirects are never followed: see execute/upstream.py
                 attempt.error_class = classify_status(resp.status)
-                attempt.retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                attempt.retry_after = parse_retry_after(resp.headers.get("retry-after"))
                 attempt.message = (
-                    redirect_message(resp.headers.get("Location"))
+                    redirect_message(resp.headers.get("location"))
                     if attempt.error_class == REDIRECTED
                     else error_message(body)
                 )
@@ -253,7 +252,7 @@ class Executor:
                 attempt.latency = time.perf_counter() - started
                 return None
             rewriter = wire.rewriter(dep.upstream_model, profile.model)
-            content_type = resp.headers.get("Content-Type", "application/json")
+            content_type = resp.headers.get("content-type", "application/json")
             framing = framing_for(content_type) if profile.stream else None
             if framing is not None:
                 first = await self._first_events(
@@ -302,7 +301,7 @@ class Executor:
                 content_type=wire.content_type(content_type),
                 body=wire.answer(rewriter.json(body, data), profile.model, data),
             )
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (UpstreamIOError, TimeoutError) as exc:
             self._fail(attempt, *classify_exception(exc), started)
         finally:
             if not handed_over:
@@ -314,7 +313,7 @@ class Executor:
 
     async def _first_events(
         self,
-        resp: aiohttp.ClientResponse,
+        resp: UpstreamResponse,
         rewriter: ModelRewriter,
         framing: Framing,
         attempt: Attempt,
@@ -326,7 +325,7 @@ class Executor:
         an error, when an event is not JSON, or when the stream ends before any event."""
         buffer = b""
         sep = framing.separator
-        async for chunk in resp.content.iter_any():
+        async for chunk in resp.chunks():
             buffer += chunk
             if b"\r" in buffer:
                 buffer = buffer.replace(b"\r\n", b"\n")
@@ -380,7 +379,7 @@ class Executor:
 
     async def _rest_of_stream(
         self,
-        resp: aiohttp.ClientResponse,
+        resp: UpstreamResponse,
         rewriter: ModelRewriter,
         framing: Framing,
         head: tuple[bytes, bytes],
@@ -403,7 +402,7 @@ class Executor:
         more = False  # bytes after the head: else its usage was read above already
         try:
             yield first
-            async for chunk in resp.content.iter_any():
+            async for chunk in resp.chunks():
                 more = True
                 events += chunk.count(marker)
                 tail = (tail + chunk)[-_USAGE_TAIL:]
@@ -427,7 +426,7 @@ class Executor:
             if more or carry:
                 stream_usage(attempt, tail, framing)
             attempt.finish = stop_in_stream(tail)
-        except (aiohttp.ClientError, TimeoutError, _NotJson) as exc:
+        except (UpstreamIOError, TimeoutError, _NotJson) as exc:
             what = "sent an event that is not JSON" if isinstance(exc, _NotJson) else "broke"
             severe = isinstance(exc, TimeoutError)
             attempt.error_class = STREAM_BROKEN

@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 import time
 
-import aiohttp
 import orjson
 
 from fleetgate.config.schema import CircuitConfig
 from fleetgate.errors import GatewayError, retry_after_header
+from fleetgate.execute.http1 import ConnectFailed, ConnectTimedOut
 from fleetgate.execute.outcome import (
     CONNECT,
     CONTEXT_EXCEEDED,
@@ -51,11 +51,11 @@ _TYPE_STATUS = {
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
     """The error class and log message of an exception raised by an upstream exchange."""
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+    if isinstance(exc, ConnectTimedOut):
         return CONNECT, f"connect timeout: {exc}"
     if isinstance(exc, TimeoutError):
         return TIMEOUT, "timed out waiting for the upstream"
-    if isinstance(exc, aiohttp.ClientConnectorError):
+    if isinstance(exc, ConnectFailed):
         return CONNECT, f"{type(exc).__name__}: {exc}"
     return RESET, f"{type(exc).__name__}: {exc}"
 

@@ -1,8 +1,10 @@
-"""Pooled keep-alive HTTP sessions to providers, one per provider, with its timeouts.
+"""Pooled keep-alive HTTP connections to providers, one pool per provider, with its
+timeouts.
 
-Every call fleetgate makes to an upstream (proxied requests, discovery probes, tokenize
-counts, engine polls) goes through an `UpstreamSession`, which never follows a redirect:
-a 3xx would carry the provider's credentials to whatever host it names.
+Proxied requests go through `http1.Http1Pool` (a lean client: the proxied path pays its
+cost on every request); the gateway's own calls (discovery probes, tokenize counts, engine
+polls) through an `UpstreamSession`. Neither follows a redirect (a 3xx would carry the
+provider's credentials to whatever host it names) nor keeps a cookie.
 
 A pooled connection is only worth keeping while the server keeps it too. llama.cpp's
 server (cpp-httplib) ends the connection after every streamed answer although its headers
@@ -23,6 +25,7 @@ import orjson
 from aiohttp.client import _RequestContextManager
 from yarl import URL
 
+from fleetgate.execute.http1 import Http1Pool, Timeouts
 from fleetgate.fleet import Provider
 from fleetgate.redact import Redactor, redactor_for
 
@@ -74,8 +77,9 @@ _DEFAULT_KEEP_ALIVE = KeepAlive()
 
 @dataclass(frozen=True, slots=True)
 class ProviderClient:
-    session: UpstreamSession
-    timeout: aiohttp.ClientTimeout
+    session: UpstreamSession  # the gateway's own calls: counts, discovery, polls
+    http: Http1Pool  # proxied requests (execute/http1.py)
+    timeouts: Timeouts  # of proxied requests
     headers: dict[str, str]
     base_url: str
     # this provider's credentials out of its error text, before any of it is cut short
@@ -83,6 +87,16 @@ class ProviderClient:
     # the headers of a streamed request (with `Connection: close` where the server ends the
     # connection after a stream anyway)
     stream_headers: dict[str, str] = field(default_factory=dict)
+
+
+async def post(client: ProviderClient, url: str, body: bytes) -> tuple[int, bytes]:
+    """POST `body` on the provider's pool with its headers: the answer's status and body
+    (for the gateway's own calls that read an answer whole: exact counts)."""
+    resp = await client.http.request("POST", url, client.headers, body, client.timeouts)
+    try:
+        return resp.status, await resp.read()
+    finally:
+        resp.close()
 
 
 def _auth(provider: Provider, key: str) -> dict[str, str]:
@@ -116,11 +130,12 @@ def request_headers(
 
 
 class UpstreamPool:
-    """One aiohttp session (connection pool) per provider, created on first use."""
+    """Per provider, created on first use: the proxied path's connection pool
+    (`http1.Http1Pool`) and an aiohttp session for the gateway's own calls."""
 
     def __init__(self) -> None:
         self._clients: dict[str, tuple[Provider, ProviderClient]] = {}
-        self._retired: list[UpstreamSession] = []
+        self._retired: list[ProviderClient] = []
 
     def client(self, provider: Provider) -> ProviderClient:
         entry = self._clients.get(provider.id)
@@ -138,14 +153,15 @@ class UpstreamPool:
             prev, client = old
             same = (prev.base_url, prev.max_concurrency, prev.kind)
             if same == (provider.base_url, provider.max_concurrency, provider.kind):
-                client = _client(client.session, provider)
+                client = _client(client.session, client.http, provider)
                 self._clients[provider.id] = (provider, client)
                 return client
-            self._retired.append(client.session)
+            self._retired.append(client)
+        idle_seconds = KEEP_ALIVE.get(provider.kind, _DEFAULT_KEEP_ALIVE).idle_seconds
         connector = aiohttp.TCPConnector(
             limit=provider.max_concurrency,
             limit_per_host=0,
-            keepalive_timeout=KEEP_ALIVE.get(provider.kind, _DEFAULT_KEEP_ALIVE).idle_seconds,
+            keepalive_timeout=idle_seconds,
             ttl_dns_cache=300,
         )
         session = UpstreamSession(
@@ -154,30 +170,29 @@ class UpstreamPool:
             skip_auto_headers=("User-Agent",),
             auto_decompress=True,
         )
-        client = _client(session, provider)
+        http = Http1Pool(
+            provider.base_url, limit=provider.max_concurrency, idle_seconds=idle_seconds
+        )
+        client = _client(session, http, provider)
         self._clients[provider.id] = (provider, client)
         return client
 
     async def close(self) -> None:
-        sessions = [c.session for _, c in self._clients.values()] + self._retired
+        clients = [c for _, c in self._clients.values()] + self._retired
         self._clients.clear()
         self._retired.clear()
-        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        closing = [c.session.close() for c in clients] + [c.http.close() for c in clients]
+        await asyncio.gather(*closing, return_exceptions=True)
 
 
-def _timeout(provider: Provider) -> aiohttp.ClientTimeout:
-    t = provider.timeouts
-    return aiohttp.ClientTimeout(
-        total=t.total, connect=t.connect, sock_connect=t.connect, sock_read=t.first_byte
-    )
-
-
-def _client(session: UpstreamSession, provider: Provider) -> ProviderClient:
+def _client(session: UpstreamSession, http: Http1Pool, provider: Provider) -> ProviderClient:
     headers = _headers(provider)
     keep = KEEP_ALIVE.get(provider.kind, _DEFAULT_KEEP_ALIVE)
+    t = provider.timeouts
     return ProviderClient(
         session,
-        _timeout(provider),
+        http,
+        Timeouts(connect=t.connect, read=t.first_byte, total=t.total),
         headers,
         provider.base_url,
         redactor_for([provider]),

@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-import aiohttp
 import orjson
 
 from fleetgate.context.capabilities import context_settings
 from fleetgate.context.estimate import estimate_context_tokens
 from fleetgate.context.refine import TOKENIZING_KINDS, ContextRefiner, TokenizeError
 from fleetgate.discovery.store import WindowStore
-from fleetgate.execute.upstream import UpstreamPool
+from fleetgate.execute.http1 import UpstreamIOError
+from fleetgate.execute.upstream import UpstreamPool, post
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.planner import build_plan, require_route
@@ -49,10 +49,9 @@ async def _native(pool: UpstreamPool, dep: Deployment, profile: RequestProfile) 
     client = pool.client(dep.provider)
     body = orjson.dumps({**profile.body, "model": dep.upstream_model})
     url = client.base_url + "/messages/count_tokens"
-    async with client.session.post(url, data=body, headers=client.headers) as resp:
-        raw = await resp.read()
-        if resp.status != 200:
-            raise TokenizeError(f"count_tokens answered {resp.status}")
+    status, raw = await post(client, url, body)
+    if status != 200:
+        raise TokenizeError(f"count_tokens answered {status}")
     tokens = orjson.loads(raw).get("input_tokens")
     if type(tokens) is not int or tokens < 0:
         raise TokenizeError("no input_tokens in the answer")
@@ -89,7 +88,7 @@ async def count_message_tokens(
                     return TokenCount(tokens, not chat.body.get("tools"), dep.id)
         except (
             TimeoutError,
-            aiohttp.ClientError,
+            UpstreamIOError,
             TokenizeError,
             orjson.JSONDecodeError,
             ValueError,

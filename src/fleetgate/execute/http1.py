@@ -1,0 +1,588 @@
+"""A lean HTTP/1.1 client for the proxied path: one connection pool per provider.
+
+Every proxied request crosses it, so what it costs is paid on every request: aiohttp's
+client spends about 100 µs of CPU on one small exchange on a 2-core VM (URL and header
+objects, cookie and trace machinery, a timeout context and a payload object per request),
+where this one, on the same asyncio transports and the httptools parser the server side
+uses, spends about 20. It does what the proxied path needs and no more:
+
+- keep-alive connections, reused last-in first-out, dropped when the server closes them, when
+  an answer says `Connection: close` or was not read to its end, and when idle for longer
+  than the provider kind's `KeepAlive.idle_seconds` (a server closes its idle ones: a
+  connection used just after its close would carry a request into a reset);
+- at most `limit` connections at once per pool; more requests wait for one;
+- bodies of any framing (length, chunked, until the server closes), gzip and deflate;
+- answers read whole or chunk by chunk as they arrive, reading paused while 256 KiB wait
+  unread (a slow client slows the upstream, it does not fill memory);
+- three deadlines: connect (TCP and TLS), `read` (silence from the server while a read is
+  awaited: the first byte, and between chunks), and `total` (the whole exchange); one timer
+  per exchange serves all of them;
+- no redirect is followed, no cookie kept, no proxy taken from the environment.
+
+Errors are `UpstreamIOError`s: `ConnectFailed` and `ConnectTimedOut` when no connection
+could be made, `ReadTimedOut` (a `TimeoutError`), and `ConnectionBroken` for a connection
+that closed or sent something that is not HTTP mid-exchange.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httptools
+
+_PAUSE_AT = 256 * 1024  # unread bytes at which reading from the server pauses
+_MAX_HEAD = 64 * 1024  # the most an answer's status line and headers may take
+_ENCODINGS = {"gzip": 47, "x-gzip": 47, "deflate": 15}  # zlib wbits (47: gzip or zlib)
+
+
+class UpstreamIOError(Exception):
+    """An exchange with an upstream failed below HTTP."""
+
+
+class ConnectFailed(UpstreamIOError):
+    """No connection could be opened (refused, unreachable, name or TLS failure)."""
+
+
+class ConnectTimedOut(UpstreamIOError, TimeoutError):
+    """No connection was opened within the connect timeout."""
+
+
+class ReadTimedOut(UpstreamIOError, TimeoutError):
+    """The server was silent for longer than the read timeout, or the exchange took longer
+    than the total one."""
+
+
+class ConnectionBroken(UpstreamIOError):
+    """The connection closed, or carried something that is not HTTP, mid-exchange."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect: float
+    read: float  # silence while a read is awaited: the first byte, and between chunks
+    total: float  # the whole exchange, from the request to the answer's end
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a pool's connections go."""
+
+    scheme: str
+    host: str
+    port: int
+
+    @classmethod
+    def of(cls, url: str) -> Origin:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return cls(parts.scheme, parts.hostname, port)
+
+    @property
+    def host_header(self) -> str:
+        default = 443 if self.scheme == "https" else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+class UpstreamResponse:
+    """An answer's status and headers (names in lower case); its body read whole
+    (`read`) or as it arrives (`chunks`). Once read to its end, its connection goes back
+    to the pool; `close` (always safe) drops a connection whose answer was not."""
+
+    __slots__ = (
+        "_chunks",
+        "_conn",
+        "_decoder",
+        "_done",
+        "_error",
+        "_unread",
+        "_waiter",
+        "headers",
+        "status",
+    )
+
+    def __init__(self, conn: _Connection, status: int, headers: dict[str, str]) -> None:
+        self._conn: _Connection | None = conn
+        self.status = status
+        self.headers = headers
+        self._chunks: deque[bytes] = deque()
+        self._unread = 0
+        self._done = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._decoder: zlib._Decompress | None = None
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding in _ENCODINGS:
+            self._decoder = zlib.decompressobj(_ENCODINGS[encoding])
+        elif encoding != "identity":
+            raise ConnectionBroken(f"unsupported content-encoding {encoding!r}")
+
+    # ---- fed by the connection --------------------------------------------------------
+    def _feed(self, data: bytes) -> None:
+        if self._decoder is not None:
+            try:
+                data = self._decoder.decompress(data)
+            except zlib.error as exc:  # fails the exchange (raised in a parser callback)
+                raise ConnectionBroken(f"a body that does not decompress: {exc}") from None
+            if not data:
+                return
+        self._chunks.append(data)
+        self._unread += len(data)
+        if self._unread >= _PAUSE_AT and self._conn is not None:
+            self._conn.pause()
+        self._wake()
+
+    def _finish(self) -> None:
+        decoder = self._decoder
+        if decoder is not None:
+            tail = decoder.flush()
+            if tail:
+                self._chunks.append(tail)
+                self._unread += len(tail)
+            if not decoder.eof:
+                self._fail(ConnectionBroken("a compressed body that ends mid-stream"))
+                return
+        self._done = True
+        self._wake()
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self._done and self._error is None:
+            self._error = exc
+            self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        conn = self._conn
+        if conn is None:
+            raise ConnectionBroken("the answer was closed before it was read")
+        conn.resume()
+        conn.waiting()
+        self._waiter = conn.loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    # ---- read by the caller -----------------------------------------------------------
+    async def read(self) -> bytes:
+        while not self._done:
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+        self.release()  # all of it has come: the connection may serve another request
+        chunks = self._take()
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """What has arrived, each time something has (all of it joined), to the end."""
+        while True:
+            if self._chunks:
+                chunks = self._take()
+                yield chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                continue
+            if self._error is not None:
+                raise self._error
+            if self._done:
+                self.release()
+                return
+            await self._wait()
+
+    def _take(self) -> list[bytes]:
+        chunks = list(self._chunks)
+        self._chunks.clear()
+        self._unread = 0
+        return chunks
+
+    def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.finish_exchange(reuse=self._done and self._error is None)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.finish_exchange(reuse=False)
+
+
+class _Connection(asyncio.Protocol):
+    """One connection to the origin; at most one exchange on it at a time."""
+
+    def __init__(self, pool: Http1Pool) -> None:
+        self.pool = pool
+        self.loop = pool.loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.idle_since = 0.0
+        self.closed = False
+        self.reusable = True
+        self._paused = False
+        # the exchange under way
+        self._head: asyncio.Future[UpstreamResponse] | None = None
+        self._response: UpstreamResponse | None = None
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._head_bytes = 0
+        self._interim = False  # a 1xx answer, which a final one follows
+        self._timer: asyncio.TimerHandle | None = None
+        self._started = 0.0
+        self._last_read = 0.0
+        self._timeouts: Timeouts | None = None
+
+    # ---- asyncio ----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._last_read = self.loop.time()
+        if self._head is None and self._response is None:
+            self._broken(ConnectionBroken("the server sent bytes nobody asked for"))
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            if isinstance(exc.__context__, ConnectionBroken):  # raised by a callback below
+                self._broken(exc.__context__)
+            else:
+                self._broken(ConnectionBroken(f"an answer that is not HTTP/1.1: {exc}"))
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget_idle(self)
+        response = self._response
+        if response is not None and not response._done and self._until_close():
+            response._finish()  # a body delimited by the connection's end
+            self._end_exchange()
+            return
+        self._broken(ConnectionBroken(_lost(exc)))
+
+    # ---- the parser's callbacks -------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > _MAX_HEAD:
+            raise ConnectionBroken(f"an answer whose headers exceed {_MAX_HEAD} bytes")
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # interim (Early Hints, Continue): the real answer follows
+            self._interim = True
+            self._headers = []
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self._headers}
+        self._headers = []
+        self.reusable = self.reusable and self.parser.should_keep_alive()
+        self._response = UpstreamResponse(self, status, headers)  # may refuse the encoding
+        head, self._head = self._head, None
+        if head is not None and not head.done():
+            head.set_result(self._response)
+
+    def on_body(self, body: bytes) -> None:
+        if self._response is not None:
+            self._response._feed(body)
+
+    def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
+        response = self._response
+        if response is not None:
+            response._finish()
+        self._end_exchange()
+
+    # ---- one exchange -----------------------------------------------------------------
+    async def exchange(self, request: bytes, body: bytes, timeouts: Timeouts) -> UpstreamResponse:
+        assert self.transport is not None
+        self._head = self.loop.create_future()
+        self._headers = []
+        self._head_bytes = 0
+        self._timeouts = timeouts
+        self._started = self._last_read = now = self.loop.time()
+        self._timer = self.loop.call_at(now + min(timeouts.read, timeouts.total), self._check)
+        if body:
+            self.transport.writelines((request, body))
+        else:
+            self.transport.write(request)
+        return await self._head
+
+    def _check(self) -> None:
+        """The exchange's one timer: fails it once a deadline has passed, else re-arms
+        for the next one. Silence counts only while the caller waits on the server."""
+        self._timer = None
+        timeouts = self._timeouts
+        if timeouts is None:
+            return
+        now = self.loop.time()
+        total_at = self._started + timeouts.total
+        if now >= total_at:
+            self._broken(ReadTimedOut(f"the exchange took longer than {timeouts.total:g} s"))
+            return
+        response = self._response
+        waiting = self._head is not None or (
+            response is not None and response._waiter is not None and not self._paused
+        )
+        next_at = min(total_at, now + timeouts.read)
+        if waiting:
+            silent_at = self._last_read + timeouts.read
+            if now >= silent_at:
+                self._broken(ReadTimedOut(f"no answer from the server for {timeouts.read:g} s"))
+                return
+            next_at = min(total_at, silent_at)
+        self._timer = self.loop.call_at(next_at, self._check)
+
+    def _until_close(self) -> bool:
+        """Whether the answer under way ends with the connection (no length, not chunked)."""
+        response = self._response
+        if response is None:
+            return False
+        h = response.headers
+        return "content-length" not in h and "chunked" not in h.get("transfer-encoding", "")
+
+    def _end_exchange(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timeouts = None
+
+    def _broken(self, exc: UpstreamIOError) -> None:
+        head, self._head = self._head, None
+        if head is not None and not head.done():
+            head.set_exception(exc)
+        if self._response is not None:
+            self._response._fail(exc)
+        self._end_exchange()
+        self.reusable = False
+        self._close()
+
+    def finish_exchange(self, reuse: bool) -> None:
+        """The caller is done with this connection: pooled again (an answer read to its
+        end on a connection both sides keep), or closed."""
+        response, self._response = self._response, None
+        self._head = None
+        self._end_exchange()
+        if reuse and self.reusable and not self.closed and response is not None:
+            self.resume()
+            self.pool.put_back(self)
+        else:
+            self._close()
+            self.pool.put_back(None)
+
+    def waiting(self) -> None:
+        """The caller waits on the server from now: silence is counted from here (or from
+        the last bytes, if they come later)."""
+        now = self.loop.time()
+        if now > self._last_read:
+            self._last_read = now
+
+    def pause(self) -> None:
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self.transport is not None and not self.closed:
+            self._paused = False
+            self._last_read = self.loop.time()  # a paused reader's silence is ours
+            self.transport.resume_reading()
+
+    def _close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+
+def _lost(exc: Exception | None) -> str:
+    if exc is None:
+        return "the server closed the connection before the answer's end"
+    return f"the connection was lost: {type(exc).__name__}: {exc}"
+
+
+class Http1Pool:
+    """Kept-alive connections to one origin, at most `limit` at once."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        limit: int,
+        idle_seconds: float,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.origin = Origin.of(base_url)
+        self.limit = max(1, limit)
+        self.idle_seconds = idle_seconds
+        self.loop: asyncio.AbstractEventLoop = loop  # type: ignore[assignment]  # or at first use
+        self._idle: list[_Connection] = []
+        self._busy = 0  # connections handed out or being opened
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._targets: dict[str, bytes] = {}  # URL -> the request line's target
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._ssl: ssl.SSLContext | None = (
+            ssl.create_default_context() if self.origin.scheme == "https" else None
+        )
+        self._closed = False
+
+    # ---- requests ---------------------------------------------------------------------
+    async def request(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeouts: Timeouts,
+    ) -> UpstreamResponse:
+        """Send one request; its answer's head, once it has come. The caller must
+        `release` or `close` the answer."""
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+        head = self._request_head(method, url, headers, body)
+        conn = await self._acquire(timeouts)
+        if any(k.lower() == "connection" and "close" in v.lower() for k, v in headers.items()):
+            conn.reusable = False
+        try:
+            return await conn.exchange(head, body, timeouts)
+        except BaseException:
+            conn.finish_exchange(reuse=False)
+            raise
+
+    def _request_head(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes
+    ) -> bytes:
+        target = self._targets.get(url)
+        if target is None:
+            parts = urlsplit(url)
+            if Origin.of(url) != self.origin:
+                raise ValueError(f"{url!r} is not on this pool's origin")
+            raw = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            target = raw.encode("ascii")
+            if len(self._targets) < 256:
+                self._targets[url] = target
+        lines = [
+            f"{method} ",
+            target.decode("ascii"),
+            f" HTTP/1.1\r\nHost: {self.origin.host_header}\r\n",
+            f"Content-Length: {len(body)}\r\nAccept-Encoding: gzip, deflate\r\n",
+        ]
+        for name, value in headers.items():
+            if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
+                raise ValueError(f"the header {name!r} holds a line break")
+            lines.append(f"{name}: {value}\r\n")
+        lines.append("\r\n")
+        return "".join(lines).encode("latin-1")
+
+    # ---- connections ------------------------------------------------------------------
+    async def _acquire(self, timeouts: Timeouts) -> _Connection:
+        if self._closed:
+            raise ConnectionBroken("the pool is closed")
+        while True:
+            now = self.loop.time()
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed and now - conn.idle_since < self.idle_seconds:
+                    self._busy += 1
+                    return conn
+                conn._close()
+            if self._busy < self.limit:
+                break
+            waiter = self.loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                async with asyncio.timeout(timeouts.total):
+                    await waiter
+            except TimeoutError:
+                raise ReadTimedOut(
+                    f"no connection to the server came free within {timeouts.total:g} s"
+                ) from None
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        self._busy += 1
+        try:
+            return await self._open(timeouts.connect)
+        except BaseException:
+            self.put_back(None)
+            raise
+
+    async def _open(self, seconds: float) -> _Connection:
+        origin = self.origin
+        try:
+            async with asyncio.timeout(seconds):
+                _, conn = await self.loop.create_connection(
+                    lambda: _Connection(self),
+                    origin.host,
+                    origin.port,
+                    ssl=self._ssl,
+                    server_hostname=origin.host if self._ssl is not None else None,
+                )
+        except TimeoutError:
+            raise ConnectTimedOut(
+                f"no connection to {origin.host_header} within {seconds:g} s"
+            ) from None
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectFailed(
+                f"cannot connect to {origin.host_header}: {type(exc).__name__}: {exc}"
+            ) from exc
+        return conn
+
+    def put_back(self, conn: _Connection | None) -> None:
+        """A handed-out connection comes back: kept idle, or (None) it was closed."""
+        self._busy -= 1
+        if conn is not None:
+            if self._closed:
+                conn._close()
+            else:
+                conn.idle_since = self.loop.time()
+                self._idle.append(conn)
+                if self._sweeper is None:
+                    self._sweeper = self.loop.call_later(self.idle_seconds, self._sweep)
+        self._wake_one()
+
+    def forget_idle(self, conn: _Connection) -> None:
+        """A connection closed; if it was idle, it leaves the pool (a handed-out one
+        comes back through `put_back` when its caller is done with it)."""
+        if conn in self._idle:
+            self._idle.remove(conn)
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _sweep(self) -> None:
+        """Close connections idle for longer than `idle_seconds`."""
+        self._sweeper = None
+        cutoff = self.loop.time() - self.idle_seconds
+        keep = []
+        for conn in self._idle:
+            if conn.idle_since <= cutoff:
+                conn._close()
+            else:
+                keep.append(conn)
+        self._idle = keep
+        if keep:
+            self._sweeper = self.loop.call_later(self.idle_seconds, self._sweep)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for conn in self._idle:
+            conn._close()
+        self._idle.clear()

@@ -1,0 +1,275 @@
+"""The proxied path's HTTP/1.1 client (execute/http1.py) against scripted servers on
+loopback: what it reuses, how it reads every framing, and every way an exchange can fail."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from fleetgate.execute.http1 import (
+    ConnectFailed,
+    ConnectionBroken,
+    Http1Pool,
+    ReadTimedOut,
+    Timeouts,
+)
+from tests.harness import until
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+QUICK = Timeouts(connect=2.0, read=2.0, total=5.0)
+
+
+class Scripted:
+    """A server whose every connection runs `handler`; counts connections."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[Scripted]]]:
+    started: list[Scripted] = []
+
+    async def start(handler: Handler) -> Scripted:
+        s = Scripted(handler)
+        s.server = await asyncio.start_server(s._serve, "127.0.0.1", 0)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        assert s.server is not None
+        s.server.close()
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One request's head and body (by its Content-Length)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head, await reader.readexactly(length)
+
+
+def answer(body: bytes, *extra: bytes) -> bytes:
+    head = [b"HTTP/1.1 200 OK", b"Content-Length: %d" % len(body), *extra]
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+async def test_kept_alive_connections_are_reused_and_the_request_is_well_formed(serve) -> None:
+    seen: list[tuple[bytes, bytes]] = []
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head, body = await read_request(reader)
+            seen.append((head, body))
+            writer.write(answer(b"got " + body, b"Content-Type: application/json"))
+
+    server = await serve(echo)
+    pool = Http1Pool(server.url + "/v1", limit=4, idle_seconds=30)
+    for i in range(3):
+        resp = await pool.request(
+            "POST", server.url + "/v1/chat?x=1", {"Authorization": "Bearer k"}, b"%d" % i, QUICK
+        )
+        assert (resp.status, resp.headers["content-type"]) == (200, "application/json")
+        assert await resp.read() == b"got %d" % i
+        resp.close()  # after the whole answer was read: the connection is pooled already
+    assert server.connections == 1
+    head = seen[0][0].decode()
+    assert head.startswith("POST /v1/chat?x=1 HTTP/1.1\r\n")
+    assert f"Host: {server.url.removeprefix('http://')}\r\n" in head
+    assert "Authorization: Bearer k\r\n" in head and "Content-Length: 1\r\n" in head
+    assert "cookie" not in head.lower() and "user-agent" not in head.lower()
+    await pool.close()
+
+
+async def test_a_chunked_answer_is_read_as_it_arrives(serve) -> None:
+    sent_last = asyncio.Event()
+
+    async def chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.2)  # the client must have the first chunk by now
+        writer.write(b"4\r\nlast\r\n0\r\n\r\n")
+        sent_last.set()
+        await reader.read()
+
+    server = await serve(chunked)
+    pool = Http1Pool(server.url, limit=4, idle_seconds=30)
+    resp = await pool.request("POST", server.url + "/s", {}, b"{}", QUICK)
+    got = []
+    async for chunk in resp.chunks():
+        got.append((chunk, sent_last.is_set()))
+    assert got == [(b"first", False), (b"last", True)]
+    assert len(pool._idle) == 1  # read to its end: kept
+    await pool.close()
+
+
+async def test_a_body_ended_by_the_close_and_a_gzipped_one(serve) -> None:
+    packed = gzip.compress(b'{"ok": true}' * 100)
+
+    async def two(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head, _ = await read_request(reader)
+        if b"/gz" in head:
+            writer.write(answer(packed, b"Content-Encoding: gzip"))
+            await reader.read()
+            return
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
+        await writer.drain()
+
+    server = await serve(two)
+    pool = Http1Pool(server.url, limit=4, idle_seconds=30)
+    resp = await pool.request("POST", server.url + "/eof", {}, b"", QUICK)
+    assert await resp.read() == b"until the end"
+    resp.release()
+    assert pool._idle == []  # the server said close
+    resp = await pool.request("POST", server.url + "/gz", {}, b"", QUICK)
+    assert await resp.read() == b'{"ok": true}' * 100
+    resp.release()
+    await pool.close()
+
+
+async def test_an_idle_connection_the_server_closed_is_not_used_again(serve) -> None:
+    async def once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(answer(b"ok"))  # says nothing of closing, then closes (cpp-httplib)
+        await writer.drain()
+
+    server = await serve(once)
+    pool = Http1Pool(server.url, limit=4, idle_seconds=30)
+    for _ in range(3):
+        resp = await pool.request("POST", server.url + "/", {}, b"x", QUICK)
+        assert await resp.read() == b"ok"
+        resp.release()
+        await until(lambda: pool._idle == [], what="the close reaches the pool")
+    assert server.connections == 3
+    await pool.close()
+
+
+async def test_refused_and_silent_servers_fail_with_their_own_errors(serve) -> None:
+    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = probe.sockets[0].getsockname()[1]
+    probe.close()
+    await probe.wait_closed()
+    pool = Http1Pool(f"http://127.0.0.1:{port}", limit=4, idle_seconds=30)
+    with pytest.raises(ConnectFailed):
+        await pool.request("POST", f"http://127.0.0.1:{port}/", {}, b"", QUICK)
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+
+    server = await serve(silent)
+    pool = Http1Pool(server.url, limit=4, idle_seconds=30)
+    started = time.monotonic()
+    with pytest.raises(ReadTimedOut):
+        await pool.request("POST", server.url + "/", {}, b"", Timeouts(2.0, 0.3, 5.0))
+    assert 0.25 < time.monotonic() - started < 2.0
+    assert pool._busy == 0  # its place is free again
+    await pool.close()
+
+
+async def test_a_stalled_and_an_endless_stream_time_out(serve) -> None:
+    async def stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head, _ = await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n")
+        while b"/trickle" in head:  # a chunk every 50 ms, for ever: only `total` ends it
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(b"1\r\n.\r\n")
+        await reader.read()
+
+    server = await serve(stall)
+    pool = Http1Pool(server.url, limit=4, idle_seconds=30)
+    for path, timeouts, after in (
+        ("/stall", Timeouts(2.0, 0.3, 10.0), (0.25, 2.0)),
+        ("/trickle", Timeouts(2.0, 0.3, 0.8), (0.75, 2.5)),
+    ):
+        started = time.monotonic()
+        resp = await pool.request("POST", server.url + path, {}, b"", timeouts)
+        with pytest.raises(ReadTimedOut):
+            async for _ in resp.chunks():
+                pass
+        assert after[0] < time.monotonic() - started < after[1], path
+        resp.close()
+    assert pool._busy == 0
+    await pool.close()
+
+
+async def test_a_full_pool_makes_the_next_request_wait(serve) -> None:
+    release_first = asyncio.Event()
+
+    async def slow_first(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head, _ = await read_request(reader)
+            if b"/first" in head:
+                await release_first.wait()
+            writer.write(answer(head.split(b" ")[1]))
+
+    server = await serve(slow_first)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+
+    async def call(path: str) -> bytes:
+        resp = await pool.request("POST", server.url + path, {}, b"", QUICK)
+        body = await resp.read()
+        resp.release()
+        return body
+
+    first = asyncio.ensure_future(call("/first"))
+    second = asyncio.ensure_future(call("/second"))
+    await until(lambda: bool(pool._waiters), what="a request waits")
+    assert len(pool._waiters) == 1 and not second.done()  # waiting for the one connection
+    release_first.set()
+    assert await asyncio.gather(first, second) == [b"/first", b"/second"]
+    assert server.connections == 1
+    await pool.close()
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part",  # then the close
+        b"SSH-2.0-OpenSSH_9.6\r\n",  # not HTTP at all
+        b"HTTP/1.1 200 OK\r\n" + b"X-Flood: " + b"a" * 70_000 + b"\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: 2\r\n\r\nxx",
+    ],
+    ids=["cut-short", "not-http", "header-flood", "unknown-encoding"],
+)
+async def test_broken_answers_are_connection_errors(serve, reply: bytes) -> None:
+    async def broken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply)
+        await writer.drain()
+
+    server = await serve(broken)
+    pool = Http1Pool(server.url, limit=4, idle_seconds=30)
+    with pytest.raises(ConnectionBroken):
+        resp = await pool.request("POST", server.url + "/", {}, b"", QUICK)
+        try:
+            await resp.read()
+        finally:
+            resp.close()
+    assert pool._busy == 0 and pool._idle == []
+    await pool.close()
