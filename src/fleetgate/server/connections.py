@@ -11,6 +11,7 @@ facing untrusted clients needs and uvicorn does not have.
   503 and closed.
 - A lost connection cancels the handling of its request at once, through a hook the app
   sets in the request's scope (`asgi.DISCONNECT_HOOK`): no task per request waits for it.
+- An answer of known length leaves in one write (`response_cycle.py`).
 
 All of it costs nothing on the common path: timers are armed only while a request's head
 or body is incomplete after a read, which a client that sends its request at once never
@@ -26,13 +27,18 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from fleetgate.config.schema import ServerConfig
 from fleetgate.errors import GatewayError
 from fleetgate.ingress.routes import error_protocol
 from fleetgate.server.asgi import DISCONNECT_HOOK, new_request_id
 from fleetgate.server.error_shapes import error_body
+from fleetgate.server.response_cycle import ResponseCycle
 
 _LINGER_SECONDS = 2.0  # how long a refused connection's further bytes are read and dropped
 _HEAD, _BODY, _DONE = 1, 2, 3  # where the current request stands (0: none begun yet)
@@ -166,6 +172,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             )
             return
         super().on_headers_complete()
+        cycle = self.cycle
+        if type(cycle) is RequestResponseCycle:
+            # uvicorn has just built its cycle; the task that runs the app on it starts at
+            # the loop's next turn, so the answer can still go through ours (one write)
+            cycle.__class__ = ResponseCycle
         self._phase = _BODY
         # the app may hook its disconnect handling here (before it runs: its task starts
         # at the loop's next turn)

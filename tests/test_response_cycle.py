@@ -1,0 +1,130 @@
+"""An answer of known length leaves the connection in one write (server/response_cycle.py):
+uvicorn's own cycle wrote its head and its body apart, two system calls and two TCP segments
+for every JSON answer. Streams still go out as they come."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+import uvicorn
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.server import ServerState
+
+from fleetgate.server.connections import GuardedHttpProtocol
+from fleetgate.server.response_cycle import ResponseCycle
+from tests.harness import until
+
+
+class Recording:
+    """A transport that keeps what each write call sent."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def writelines(self, parts: Any) -> None:
+        self.writes.append(b"".join(parts))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def cycle(method: str = "POST", keep_alive: bool = True) -> tuple[ResponseCycle, Recording]:
+    transport = Recording()
+    done: list[bool] = []
+    c = ResponseCycle(
+        scope={"method": method, "headers": []},  # type: ignore[typeddict-item]
+        transport=transport,  # type: ignore[arg-type]
+        flow=FlowControl(transport),  # type: ignore[arg-type]
+        logger=logging.getLogger("test"),
+        access_logger=logging.getLogger("test"),
+        access_log=False,
+        default_headers=[(b"server", b"fleetgate-test")],
+        message_event=asyncio.Event(),
+        expect_100_continue=False,
+        keep_alive=keep_alive,
+        on_response=lambda: done.append(True),
+    )
+    return c, transport
+
+
+async def test_a_json_answer_is_one_write() -> None:
+    c, t = cycle()
+    body = b'{"ok":true}'
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"11")]
+    await c.send({"type": "http.response.start", "status": 200, "headers": headers})
+    assert t.writes == []  # the head waits for its body
+    await c.send({"type": "http.response.body", "body": body})
+    assert len(t.writes) == 1
+    assert t.writes[0] == (
+        b"HTTP/1.1 200 OK\r\nserver: fleetgate-test\r\ncontent-type: application/json\r\n"
+        b"content-length: 11\r\n\r\n" + body
+    )
+    assert c.response_complete and not t.closed
+
+
+async def test_a_stream_starts_at_once_and_is_chunked() -> None:
+    c, t = cycle(keep_alive=False)
+    await c.send({"type": "http.response.start", "status": 200, "headers": []})
+    assert len(t.writes) == 1 and b"transfer-encoding: chunked" in t.writes[0]
+    assert b"connection: close" in t.writes[0]
+    await c.send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+    await c.send({"type": "http.response.body", "body": b""})
+    assert t.writes[1:] == [b"9\r\ndata: 1\n\n\r\n", b"0\r\n\r\n"]
+    assert c.response_complete and t.closed
+
+
+async def test_head_and_bad_answers() -> None:
+    c, t = cycle(method="HEAD")
+    await c.send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]}
+    )
+    await c.send({"type": "http.response.body", "body": b""})
+    assert t.writes == [b"HTTP/1.1 200 OK\r\nserver: fleetgate-test\r\ncontent-length: 5\r\n\r\n"]
+    c, t = cycle()
+    with pytest.raises(RuntimeError, match="Invalid HTTP header value"):
+        await c.send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1\r\nx: 2")]}
+        )
+    c, t = cycle()
+    await c.send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]}
+    )
+    with pytest.raises(RuntimeError, match="shorter than Content-Length"):
+        await c.send({"type": "http.response.body", "body": b"abc"})
+
+
+async def test_the_connection_layer_answers_through_it() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+        )
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    class Socketless(Recording):
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            return {"peername": ("127.0.0.1", 5), "sockname": ("127.0.0.1", 6)}.get(name, default)
+
+        def pause_reading(self) -> None: ...
+        def resume_reading(self) -> None: ...
+
+    config = uvicorn.Config(app, http=GuardedHttpProtocol, lifespan="off")
+    config.load()
+    protocol = GuardedHttpProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+    transport = Socketless()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    protocol.data_received(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi")
+    assert isinstance(protocol.cycle, ResponseCycle)
+    await until(lambda: protocol.cycle.response_complete, what="the answer is sent")
+    assert len(transport.writes) == 1 and transport.writes[0].endswith(b"\r\n\r\nok")
+    protocol.connection_lost(None)
