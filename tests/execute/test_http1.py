@@ -273,3 +273,20 @@ async def test_broken_answers_are_connection_errors(serve, reply: bytes) -> None
             resp.close()
     assert pool._busy == 0 and pool._idle == []
     await pool.close()
+
+
+async def test_an_answer_nobody_asked_for_is_never_taken_for_the_next(serve) -> None:
+    async def twice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head, _ = await read_request(reader)
+            path = head.split(b" ")[1]
+            writer.write(answer(path) + answer(b"stale answer to " + path))
+
+    server = await serve(twice)
+    pool = Http1Pool(server.url, limit=4, idle_seconds=30)
+    for path in (b"/one", b"/two"):
+        resp = await pool.request("POST", server.url + path.decode(), {}, b"", QUICK)
+        assert await resp.read() == path
+        await until(lambda: pool._idle == [], what="the connection is dropped")
+    assert server.connections == 2
+    await pool.close()

@@ -279,6 +279,8 @@ class _Connection(asyncio.Protocol):
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self._head is None:  # bytes after an answer's end that begin another one
+            raise ConnectionBroken("the server sent an answer nobody asked for")
         status = self.parser.get_status_code()
         if 100 <= status < 200:  # interim (Early Hints, Continue): the real answer follows
             self._interim = True
@@ -400,6 +402,11 @@ class _Connection(asyncio.Protocol):
             self._last_read = self.loop.time()  # a paused reader's silence is ours
             self.transport.resume_reading()
 
+    def usable(self) -> bool:
+        """Whether the connection may carry a request (its close may not have been
+        delivered yet while the transport is already closing)."""
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
     def _close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
@@ -492,7 +499,7 @@ class Http1Pool:
             now = self.loop.time()
             while self._idle:
                 conn = self._idle.pop()
-                if not conn.closed and now - conn.idle_since < self.idle_seconds:
+                if conn.usable() and now - conn.idle_since < self.idle_seconds:
                     self._busy += 1
                     return conn
                 conn._close()
