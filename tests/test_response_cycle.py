@@ -1,6 +1,6 @@
-"""An answer of known length leaves the connection in one write (server/response_cycle.py):
-uvicorn's own cycle wrote its head and its body apart, two system calls and two TCP segments
-for every JSON answer. Streams still go out as they come."""
+"""What a response sends in one turn of the loop leaves in one write
+(server/response_cycle.py): uvicorn's own cycle wrote a JSON answer's head and body apart,
+and a stream's head, each part and its end marker each on its own."""
 
 from __future__ import annotations
 
@@ -72,15 +72,22 @@ async def test_a_json_answer_is_one_write() -> None:
     assert c.response_complete and not t.closed
 
 
-async def test_a_stream_starts_at_once_and_is_chunked() -> None:
+async def test_a_stream_leaves_once_per_loop_turn_and_is_chunked() -> None:
     c, t = cycle(keep_alive=False)
     await c.send({"type": "http.response.start", "status": 200, "headers": []})
-    assert len(t.writes) == 1 and b"transfer-encoding: chunked" in t.writes[0]
-    assert b"connection: close" in t.writes[0]
     await c.send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
-    await c.send({"type": "http.response.body", "body": b""})
-    assert t.writes[1:] == [b"9\r\ndata: 1\n\n\r\n", b"0\r\n\r\n"]
+    assert t.writes == []  # until the loop's turn ends
+    await asyncio.sleep(0)
+    assert len(t.writes) == 1  # the head with the first events
+    head, _, chunk = t.writes[0].partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head and b"connection: close" in head
+    assert chunk == b"9\r\ndata: 1\n\n\r\n"
+    await c.send({"type": "http.response.body", "body": b"data: 2\n\n", "more_body": True})
+    await c.send({"type": "http.response.body", "body": b""})  # ends in the same turn
+    assert t.writes[1:] == [b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"]
     assert c.response_complete and t.closed
+    await asyncio.sleep(0)
+    assert len(t.writes) == 2  # nothing was left to write at the turn's end
 
 
 async def test_head_and_bad_answers() -> None:

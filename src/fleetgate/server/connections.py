@@ -11,7 +11,7 @@ facing untrusted clients needs and uvicorn does not have.
   503 and closed.
 - A lost connection cancels the handling of its request at once, through a hook the app
   sets in the request's scope (`asgi.DISCONNECT_HOOK`): no task per request waits for it.
-- An answer of known length leaves in one write (`response_cycle.py`).
+- What a response sends in one turn of the loop leaves in one write (`response_cycle.py`).
 
 All of it costs nothing on the common path: timers are armed only while a request's head
 or body is incomplete after a read, which a client that sends its request at once never
@@ -175,8 +175,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if type(cycle) is RequestResponseCycle:
             # uvicorn has just built its cycle; the task that runs the app on it starts at
-            # the loop's next turn, so the answer can still go through ours (one write)
+            # the loop's next turn, so the answer can still go through ours (joined writes)
             cycle.__class__ = ResponseCycle
+            cycle.loop = self.loop
         self._phase = _BODY
         # the app may hook its disconnect handling here (before it runs: its task starts
         # at the loop's next turn)

@@ -1,15 +1,18 @@
-"""How an answer leaves a connection: uvicorn's request/response cycle, except that an
-answer of known length goes out in one write.
+"""How an answer leaves a connection: uvicorn's request/response cycle, with the writes of
+one loop turn joined into one.
 
-uvicorn writes an answer's status line and headers when the app starts it, and its body
-when the app sends it: two system calls and two TCP segments for every JSON answer, and on
-loopback the writer pays for the receiver's network stack each time. Here the head of an
-answer with a `Content-Length` waits for its body, and both leave together. Streams, and
-answers of unknown length, are written as they come, as uvicorn does.
+uvicorn writes an answer's status line and headers when the app starts it, each body part
+when the app sends it, and a stream's last chunk marker on its own: a system call and a TCP
+segment each, and on loopback the writer pays for the receiver's network stack every time.
+Here what a response sends during one turn of the event loop leaves in one write (`writev`)
+at the turn's end, or at once when the response ends: a JSON answer is one write, and a
+stream whose first events are at hand goes out with its head. Nothing waits longer than the
+turn it was sent in.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 from uvicorn._types import ASGISendEvent
@@ -22,34 +25,35 @@ from uvicorn.protocols.http.httptools_impl import (
 
 
 class ResponseCycle(RequestResponseCycle):
-    """uvicorn's cycle with a one-write answer (see the module docstring). The connection
-    layer (server/connections.py) gives each request one. No access log line is written:
-    the request log is the gateway's access log, and uvicorn's is off."""
+    """uvicorn's cycle with joined writes (see the module docstring). The connection layer
+    (server/connections.py) gives each request one and sets `loop`. No access log line is
+    written: the request log is the gateway's access log, and uvicorn's is off."""
 
-    _held = b""  # the head of an answer of known length, until its body comes
+    loop: asyncio.AbstractEventLoop | None = None
+    _pending: list[bytes] | None = None  # written at the turn's end, or with the last part
+    _flush_soon = False  # a call at the turn's end is scheduled
 
     async def send(self, message: ASGISendEvent) -> None:
         if self.flow.write_paused and not self.disconnected:
+            self._flush()
             await self.flow.drain()
         if self.disconnected:
             return
         kind = message["type"]
         if not self.response_started:
             if kind != "http.response.start":
-                raise RuntimeError(
-                    f"Expected ASGI message 'http.response.start', but got '{kind}'."
-                )
+                raise RuntimeError(f"Expected 'http.response.start', got '{kind}'.")
             self.response_started = True
             self.waiting_for_100_continue = False
             head = self._head(message["status"], message.get("headers", ()))  # type: ignore[typeddict-item]
-            if self.chunked_encoding is False and self.expected_content_length > 0:
-                self._held = head
-            else:
-                self.transport.write(head)
+            # an answer of known length sends its body next: no need to schedule a flush
+            self._queue(
+                head, soon=not (self.chunked_encoding is False and self.expected_content_length)
+            )
             return
         if self.response_complete or kind != "http.response.body":
             raise RuntimeError(
-                f"Unexpected ASGI message '{kind}' sent, after response already completed."
+                f"Unexpected ASGI message '{kind}': the response has started or ended."
             )
         body: bytes = message.get("body", b"")  # type: ignore[assignment]
         more = message.get("more_body", False)
@@ -65,20 +69,43 @@ class ResponseCycle(RequestResponseCycle):
                 raise RuntimeError("Response content longer than Content-Length")
             self.expected_content_length -= len(body)
             data = body
-        held = self._held
-        if held:
-            self._held = b""
-            self.transport.writelines((held, data))  # one system call (writev)
-        elif data:
-            self.transport.write(data)
-        if not more:
-            if self.expected_content_length != 0:
-                raise RuntimeError("Response content shorter than Content-Length")
-            self.response_complete = True
-            self.message_event.set()
-            if not self.keep_alive:
-                self.transport.close()
-            self.on_response()
+        if more:
+            if data:
+                self._queue(data, soon=True)
+            return
+        if self.expected_content_length != 0:
+            raise RuntimeError("Response content shorter than Content-Length")
+        if data:
+            self._queue(data, soon=False)
+        self._flush()
+        self.response_complete = True
+        self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
+
+    def _queue(self, data: bytes, soon: bool) -> None:
+        if self._pending is None:
+            self._pending = [data]
+        else:
+            self._pending.append(data)
+        if soon and not self._flush_soon:
+            self._flush_soon = True
+            (self.loop or asyncio.get_running_loop()).call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write what waits, in one system call."""
+        self._flush_soon = False
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = None
+        if self.disconnected:
+            return
+        if len(pending) == 1:
+            self.transport.write(pending[0])
+        else:
+            self.transport.writelines(pending)
 
     def _head(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
         """The status line and headers, checked; sets the answer's framing (length or
@@ -105,11 +132,8 @@ class ResponseCycle(RequestResponseCycle):
             content += (name, b": ", value, b"\r\n")
         if not self.keep_alive and not says_close:
             content.append(b"connection: close\r\n")
-        if (
-            self.chunked_encoding is None
-            and self.scope["method"] != "HEAD"
-            and status not in (204, 304)
-        ):
+        bodyless = self.scope["method"] == "HEAD" or status in (204, 304)
+        if self.chunked_encoding is None and not bodyless:
             self.chunked_encoding = True
             content.append(b"transfer-encoding: chunked\r\n")
         content.append(b"\r\n")
