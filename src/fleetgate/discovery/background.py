@@ -5,25 +5,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-import aiohttp
-
 from fleetgate.execute.upstream import UpstreamSession
 
 
 class BackgroundPoller:
-    """Started with the gateway and stopped with it: `_run` loops, `_session` asks."""
+    """Started with the gateway and stopped with it: `_run` loops, `session()` asks."""
 
-    timeout = aiohttp.ClientTimeout(total=5.0, connect=2.0)
+    timeout = (5.0, 2.0)  # seconds: each ask in all, and its connect
 
     def __init__(self) -> None:
         self._session: UpstreamSession | None = None
         self._task: asyncio.Task[None] | None = None
+        self.running = False
 
     async def start(self) -> None:
-        self._session = UpstreamSession(timeout=self.timeout)
+        self.running = True
         self._task = asyncio.get_running_loop().create_task(self._run())
 
+    def session(self) -> UpstreamSession:
+        """The poller's session, opened at its first ask: a fleet with nothing to ask
+        never loads the HTTP library behind it."""
+        if self._session is None:
+            self._session = UpstreamSession(*self.timeout)
+        return self._session
+
     async def stop(self) -> None:
+        self.running = False
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

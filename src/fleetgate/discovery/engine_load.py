@@ -17,7 +17,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
 
-import aiohttp
 import orjson
 
 from fleetgate.discovery.background import BackgroundPoller
@@ -32,7 +31,7 @@ from fleetgate.fleet import Deployment, Fleet, FleetHolder, Provider
 
 log = logging.getLogger("fleetgate.engine_load")
 
-POLL_TIMEOUT = aiohttp.ClientTimeout(total=2.0, connect=1.0)
+POLL_TIMEOUT = (2.0, 1.0)  # seconds: a poll in all, and its connect
 STALE_INTERVALS = 3  # a sample older than this many intervals no longer counts
 _MIN_STALE = 2.0  # seconds, whatever the interval
 
@@ -102,7 +101,7 @@ class EngineLoadPoller(BackgroundPoller):
         self.loads.interval = config.interval_seconds
         targets = polled(fleet) if config.enabled else {}
         self.loads.keep_only({d.id for deps in targets.values() for d in deps})
-        if targets and self._session is not None:
+        if targets and self.running:
             await asyncio.gather(
                 *(self._poll(fleet.providers[pid], deps) for pid, deps in targets.items())
             )
@@ -110,6 +109,8 @@ class EngineLoadPoller(BackgroundPoller):
         return len(targets)
 
     async def _poll(self, provider: Provider, deps: list[Deployment]) -> None:
+        import aiohttp  # loaded by the session that polls
+
         now = time.time()
         text: str | None = None
         slots: tuple[int, int] | None = None
@@ -130,8 +131,7 @@ class EngineLoadPoller(BackgroundPoller):
             self.loads.record(dep.id, sample)
 
     async def _get(self, provider: Provider, path: str) -> str:
-        assert self._session is not None
-        async with self._session.get(
+        async with self.session().get(
             provider_url(provider, path),
             headers=provider_headers(provider),
         ) as resp:  # never follows a redirect: a 3xx is an error here

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import aiohttp
 import orjson
 
 from fleetgate.discovery.evidence import (
@@ -38,6 +37,8 @@ class ProbeCache:
             return self._answers[key]
         headers = {"Content-Type": "application/json", **provider_headers(provider)}
         url = provider_url(provider, path)
+        import aiohttp  # loaded by the session that asks
+
         if body is None:
             request = self.session.get(url, headers=headers)
         else:
@@ -79,6 +80,8 @@ async def probe(cache: ProbeCache, dep: Deployment) -> Evidence:
     model = dep.upstream_model
     fields: dict[str, Any] = {}
     errors: list[str] = []
+
+    import aiohttp  # loaded by the session that asks
 
     async def ask(path: str, body: Any = None) -> Any:
         try:

@@ -9,8 +9,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 
-import aiohttp
-
 from fleetgate.discovery.background import BackgroundPoller
 from fleetgate.discovery.probes import DISCOVERABLE, ProbeCache, probe
 from fleetgate.discovery.store import WindowStore
@@ -18,7 +16,7 @@ from fleetgate.fleet import Deployment, FleetHolder
 
 log = logging.getLogger("fleetgate.discovery")
 
-PROBE_TIMEOUT = aiohttp.ClientTimeout(total=5.0, connect=2.0)
+PROBE_TIMEOUT = (5.0, 2.0)  # seconds: a probe in all, and its connect
 
 
 def discoverable(dep: Deployment) -> bool:
@@ -66,10 +64,10 @@ class DiscoveryService(BackgroundPoller):
         else:
             wanted = set(deployment_ids)
             deps = [d for d in fleet.deployments.values() if d.id in wanted and discoverable(d)]
-        if not deps or self._session is None:
+        if not deps or not self.running:
             return 0
         async with self._lock:
-            cache = ProbeCache(self._session)
+            cache = ProbeCache(self.session())
             results = await asyncio.gather(*(probe(cache, d) for d in deps))
             for dep, evidence in zip(deps, results, strict=True):
                 if evidence.error:  # shown by /v1/fleet/windows and logged: no secrets

@@ -1,10 +1,11 @@
 """Pooled keep-alive HTTP connections to providers, one pool per provider, with its
 timeouts.
 
-Proxied requests go through `http1.Http1Pool` (a lean client: the proxied path pays its
-cost on every request); the gateway's own calls (discovery probes, tokenize counts, engine
-polls) through an `UpstreamSession`. Neither follows a redirect (a 3xx would carry the
-provider's credentials to whatever host it names) nor keeps a cookie.
+Proxied requests, exact counts and Ollama listings go through `http1.Http1Pool` (a lean
+client: the proxied path pays its cost on every request); the background pollers
+(discovery probes, engine load) through an `UpstreamSession` on aiohttp, imported only when
+one opens. Neither follows a redirect (a 3xx would carry the provider's credentials to
+whatever host it names) nor keeps a cookie.
 
 A pooled connection is only worth keeping while the server keeps it too. llama.cpp's
 server (cpp-httplib) ends the connection after every streamed answer although its headers
@@ -18,16 +19,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
-
-import aiohttp
-import orjson
-from aiohttp.client import _RequestContextManager
-from yarl import URL
+from typing import TYPE_CHECKING, Any
 
 from fleetgate.execute.http1 import Http1Pool, Timeouts
 from fleetgate.fleet import Provider
 from fleetgate.redact import Redactor, redactor_for
+
+if TYPE_CHECKING:  # aiohttp is imported when a session opens: serving needs none
+    from aiohttp.client import _RequestContextManager
+    from yarl import URL
 
 
 class UpstreamSession:
@@ -41,8 +41,13 @@ class UpstreamSession:
 
     __slots__ = ("_session",)
 
-    def __init__(self, **kwargs: Any) -> None:
-        self._session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), **kwargs)
+    def __init__(self, total: float, connect: float) -> None:
+        import aiohttp  # only the gateway's background calls use it (about 0.2 s to import)
+
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=total, connect=connect),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
 
     def request(self, method: str, url: str | URL, **kwargs: Any) -> _RequestContextManager:
         kwargs["allow_redirects"] = False
@@ -77,9 +82,8 @@ _DEFAULT_KEEP_ALIVE = KeepAlive()
 
 @dataclass(frozen=True, slots=True)
 class ProviderClient:
-    session: UpstreamSession  # the gateway's own calls: counts, discovery, polls
-    http: Http1Pool  # proxied requests (execute/http1.py)
-    timeouts: Timeouts  # of proxied requests
+    http: Http1Pool  # proxied requests and the gateway's own (counts, Ollama listings)
+    timeouts: Timeouts
     headers: dict[str, str]
     base_url: str
     # this provider's credentials out of its error text, before any of it is cut short
@@ -130,8 +134,7 @@ def request_headers(
 
 
 class UpstreamPool:
-    """Per provider, created on first use: the proxied path's connection pool
-    (`http1.Http1Pool`) and an aiohttp session for the gateway's own calls."""
+    """One connection pool (`http1.Http1Pool`) per provider, created on first use."""
 
     def __init__(self) -> None:
         self._clients: dict[str, tuple[Provider, ProviderClient]] = {}
@@ -153,27 +156,15 @@ class UpstreamPool:
             prev, client = old
             same = (prev.base_url, prev.max_concurrency, prev.kind)
             if same == (provider.base_url, provider.max_concurrency, provider.kind):
-                client = _client(client.session, client.http, provider)
+                client = _client(client.http, provider)
                 self._clients[provider.id] = (provider, client)
                 return client
             self._retired.append(client)
         idle_seconds = KEEP_ALIVE.get(provider.kind, _DEFAULT_KEEP_ALIVE).idle_seconds
-        connector = aiohttp.TCPConnector(
-            limit=provider.max_concurrency,
-            limit_per_host=0,
-            keepalive_timeout=idle_seconds,
-            ttl_dns_cache=300,
-        )
-        session = UpstreamSession(
-            connector=connector,
-            json_serialize=lambda o: orjson.dumps(o).decode(),
-            skip_auto_headers=("User-Agent",),
-            auto_decompress=True,
-        )
         http = Http1Pool(
             provider.base_url, limit=provider.max_concurrency, idle_seconds=idle_seconds
         )
-        client = _client(session, http, provider)
+        client = _client(http, provider)
         self._clients[provider.id] = (provider, client)
         return client
 
@@ -181,16 +172,14 @@ class UpstreamPool:
         clients = [c for _, c in self._clients.values()] + self._retired
         self._clients.clear()
         self._retired.clear()
-        closing = [c.session.close() for c in clients] + [c.http.close() for c in clients]
-        await asyncio.gather(*closing, return_exceptions=True)
+        await asyncio.gather(*(c.http.close() for c in clients), return_exceptions=True)
 
 
-def _client(session: UpstreamSession, http: Http1Pool, provider: Provider) -> ProviderClient:
+def _client(http: Http1Pool, provider: Provider) -> ProviderClient:
     headers = _headers(provider)
     keep = KEEP_ALIVE.get(provider.kind, _DEFAULT_KEEP_ALIVE)
     t = provider.timeouts
     return ProviderClient(
-        session,
         http,
         Timeouts(connect=t.connect, read=t.first_byte, total=t.total),
         headers,

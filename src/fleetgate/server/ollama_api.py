@@ -13,19 +13,19 @@ import asyncio
 import time
 from typing import Any
 
-import aiohttp
 import orjson
 
 from fleetgate.capabilities import IMAGE_INPUT, TOOLS
 from fleetgate.discovery.evidence import ollama_name
 from fleetgate.discovery.store import WindowStore
+from fleetgate.execute.http1 import UpstreamIOError
 from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Deployment, Fleet, Provider
 from fleetgate.server.virtuals import largest_window
 
 # the Ollama API level the native endpoints follow (clients read it from /api/version)
 OLLAMA_API_VERSION = "0.12.6"
-_ASK_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
+_ASK_SECONDS = 2.0
 # how long an engine that is not Ollama is said to keep its model loaded
 _RESIDENT = 365 * 24 * 3600
 
@@ -70,11 +70,15 @@ async def ask_workers(pool: UpstreamPool, fleet: Fleet, path: str) -> Listing:
         client = pool.client(provider)
         url = provider.base_url.removesuffix("/v1") + path
         try:
-            async with client.session.get(url, headers=client.headers, timeout=_ASK_TIMEOUT) as r:
-                if r.status != 200:
-                    return []
-                body = orjson.loads(await r.read())
-        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
+            async with asyncio.timeout(_ASK_SECONDS):
+                resp = await client.http.request("GET", url, client.headers, b"", client.timeouts)
+                try:
+                    if resp.status != 200:
+                        return []
+                    body = orjson.loads(await resp.read())
+                finally:
+                    resp.close()
+        except (UpstreamIOError, TimeoutError, orjson.JSONDecodeError):
             return []
         models = body.get("models") if isinstance(body, dict) else None
         return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
