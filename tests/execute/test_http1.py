@@ -290,3 +290,27 @@ async def test_an_answer_nobody_asked_for_is_never_taken_for_the_next(serve) -> 
         await until(lambda: pool._idle == [], what="the connection is dropped")
     assert server.connections == 2
     await pool.close()
+
+
+async def test_a_providers_own_host_goes_instead_and_the_framing_stays_ours(serve) -> None:
+    heads: list[bytes] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head, body = await read_request(reader)
+        heads.append(head)
+        writer.write(answer(body))
+
+    server = await serve(record)
+    pool = Http1Pool(server.url, limit=4, idle_seconds=30)
+    own = {"Host": "api.example", "Content-Length": "999", "X-Key": "k"}
+    resp = await pool.request("POST", server.url + "/", own, b"abc", QUICK)
+    assert await resp.read() == b"abc"
+    lines = heads[0].decode().lower().split("\r\n")
+    assert [ln for ln in lines if ln.startswith(("host:", "content-length:"))] == [
+        "host: api.example",
+        "content-length: 3",
+    ]
+    assert "x-key: k" in lines
+    with pytest.raises(ValueError, match="line break"):
+        await pool.request("POST", server.url + "/", {"X-Bad": "a\r\nb: c"}, b"", QUICK)
+    await pool.close()

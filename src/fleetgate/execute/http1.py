@@ -478,17 +478,21 @@ class Http1Pool:
             target = raw.encode("ascii")
             if len(self._targets) < 256:
                 self._targets[url] = target
-        lines = [
-            f"{method} ",
-            target.decode("ascii"),
-            f" HTTP/1.1\r\nHost: {self.origin.host_header}\r\n",
-            f"Content-Length: {len(body)}\r\nAccept-Encoding: gzip, deflate\r\n",
-        ]
+        own = {
+            "host": f"Host: {self.origin.host_header}\r\n",
+            "accept-encoding": "Accept-Encoding: gzip, deflate\r\n",
+        }
+        lines = [f"{method} {target.decode('ascii')} HTTP/1.1\r\n"]
         for name, value in headers.items():
             if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
                 raise ValueError(f"the header {name!r} holds a line break")
+            lower = name.lower()
+            if lower in ("content-length", "transfer-encoding"):
+                continue  # the body's framing is the client's own
+            own.pop(lower, None)  # a provider's own Host or Accept-Encoding goes instead
             lines.append(f"{name}: {value}\r\n")
-        lines.append("\r\n")
+        lines.extend(own.values())
+        lines.append(f"Content-Length: {len(body)}\r\n\r\n")
         return "".join(lines).encode("latin-1")
 
     # ---- connections ------------------------------------------------------------------
