@@ -10,28 +10,22 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import orjson
 import pytest
 from sqlalchemy import text
 
 from fleetgate.execute.outcome import Attempt
 from fleetgate.record.recorder import RequestRecord
+from fleetgate.store import log_writer
 from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.db import Database
 from fleetgate.store.log_writer import LogWriterProcess
-from fleetgate.store.request_log import RequestLog
-from tests.harness import Stack, wait_until
+from fleetgate.store.request_log import RequestLog, row_of
+from tests.harness import Stack, until, wait_until
 from tests.test_serve import chat, serving
-
-
-async def until(predicate: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {seconds}s: {what}")
-        await asyncio.sleep(0.005)
 
 
 def _record(i: int) -> RequestRecord:
@@ -322,3 +316,29 @@ def test_serve_workers_writers_do_not_hold_the_listening_socket(
         for writer in writers:
             assert listening not in _fds(writer).values()
         assert chat(url).status_code == 200
+
+
+async def test_a_child_that_is_behind_writes_without_yielding_the_core(
+    store: tuple[str, Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each yield hands a busy server a whole time slice: a writer that yielded every 25
+    rows while rows backed up could not keep up with a server that saturated its core."""
+    url, db = store
+    yields: list[int] = []
+    monkeypatch.setattr(os, "sched_yield", lambda: yields.append(1))
+    monkeypatch.setattr(log_writer, "WRITE_INTERVAL", 0.0)
+    rows_r, rows_w = os.pipe()
+    status_r, status_w = os.pipe()
+    frames = [
+        orjson.dumps([row_of(r) for r in _batch(i, 100)]) + b"\n" for i in range(0, 1000, 100)
+    ]
+    buf = bytearray(b"".join(frames))  # ten frames already waiting: the child is behind
+    os.close(rows_w)  # and nothing more comes
+    try:
+        # 200 rows a flush: the first flush yields (7 times), the next ones are behind
+        await log_writer._child_write(url, 200, rows_r, status_w, buf)
+    finally:
+        for fd in (rows_r, status_r, status_w):
+            os.close(fd)
+    assert len(await _ids(db)) == 1000
+    assert len(yields) == 200 // log_writer.YIELD_EVERY - 1

@@ -55,7 +55,10 @@ PIPE_BYTES = 1 << 20  # what the pipe holds before rows wait in the serving proc
 # about as much as 15 rows on SQLite)
 WRITE_INTERVAL = 0.2
 # the child offers the core back after each so many rows of a transaction: a server that
-# shares its core waits for one such piece (~0.1 ms on SQLite), not a whole transaction
+# shares its core waits for one such piece (~0.1 ms on SQLite), not a whole transaction.
+# Not while it is behind (more rows waiting than one flush took): each yield hands a busy
+# server a whole time slice, which capped the writer near 7,000 rows/s on a core the
+# server saturated, and the serving process then dropped the oldest rows.
 YIELD_EVERY = 25
 RETRY_INTERVAL = 1.0  # while the database is down
 STOP_TIMEOUT = 10.0  # at shutdown, how long the child may keep trying to write
@@ -432,6 +435,8 @@ async def _child_write(
             take()
             read_while_room()
             report()
+            # behind: rows waited beyond this flush; the next one writes without yielding
+            request_log.yield_every = 0 if request_log.pending or buf else YIELD_EVERY
             if eof:
                 deadline = deadline or time.monotonic() + STOP_TIMEOUT - 1
                 if not (request_log.pending or buf) or time.monotonic() >= deadline:

@@ -151,7 +151,8 @@ class RequestLog(BatchSink):
         yield_every: int = 0,
     ) -> None:
         """`yield_every`: within a transaction, give the CPU to any runnable process after
-        each so many rows (the log writer process, which shares a core with the server)."""
+        each so many rows (the log writer process, which shares a core with the server;
+        it may change it between flushes)."""
         self.db = db
         self.capacity = capacity
         self.outage = outage or Outage("the store", log)
@@ -163,7 +164,7 @@ class RequestLog(BatchSink):
         # PostgreSQL: COPY (a third of executemany's client CPU per row); SQLite: executemany
         self._insert = _copy_sql() if db.is_postgres else _insert_sql(db.dialect.paramstyle)
         self._insert_rows = _copy_rows if db.is_postgres else _insert_rows
-        self._chunk = yield_every
+        self.yield_every = yield_every
 
     @property
     def pending(self) -> int:
@@ -194,7 +195,7 @@ class RequestLog(BatchSink):
         batch = list(pending)
         try:
             # one hop to a DB thread: BEGIN, executemany, COMMIT
-            await self.db.transaction(self._insert_rows, self._insert, batch, self._chunk)
+            await self.db.transaction(self._insert_rows, self._insert, batch, self.yield_every)
             done = len(batch)
             self.written += done
             self.outage.ok()
@@ -218,7 +219,7 @@ class RequestLog(BatchSink):
                 continue
             try:
                 await self.db.transaction(
-                    self._insert_rows, self._insert, batch[lo:hi], self._chunk
+                    self._insert_rows, self._insert, batch[lo:hi], self.yield_every
                 )
                 self.written += hi - lo
             except _ROW_REJECTED as exc:
