@@ -135,3 +135,11 @@ async def test_the_connection_layer_answers_through_it() -> None:
     await until(lambda: protocol.cycle.response_complete, what="the answer is sent")
     assert len(transport.writes) == 1 and transport.writes[0].endswith(b"\r\n\r\nok")
     protocol.connection_lost(None)
+
+
+async def test_nothing_is_written_after_the_connection_closed() -> None:
+    c, t = cycle()
+    await c.send({"type": "http.response.start", "status": 200, "headers": []})
+    t.close()  # the app failed mid-stream: uvicorn closes the transport
+    await asyncio.sleep(0)
+    assert t.writes == []

@@ -100,7 +100,7 @@ class ResponseCycle(RequestResponseCycle):
         if not pending:
             return
         self._pending = None
-        if self.disconnected:
+        if self.disconnected or self.transport.is_closing():  # the app failed, or the client left
             return
         if len(pending) == 1:
             self.transport.write(pending[0])
