@@ -1,4 +1,5 @@
-"""A lean HTTP/1.1 client for the proxied path: one connection pool per provider.
+"""A lean HTTP/1.1 client for the proxied path (and the gateway's own calls that share its
+pools: exact counts, Ollama's listings): one connection pool per provider.
 
 Every proxied request crosses it, so what it costs is paid on every request: aiohttp's
 client spends about 100 µs of CPU on one small exchange on a 2-core VM (URL and header
