@@ -144,11 +144,9 @@ async def test_a_body_ended_by_the_close_and_a_gzipped_one(serve) -> None:
     pool = Http1Pool(server.url, limit=4, idle_seconds=30)
     resp = await pool.request("POST", server.url + "/eof", {}, b"", QUICK)
     assert await resp.read() == b"until the end"
-    resp.release()
     assert pool._idle == []  # the server said close
     resp = await pool.request("POST", server.url + "/gz", {}, b"", QUICK)
     assert await resp.read() == b'{"ok": true}' * 100
-    resp.release()
     await pool.close()
 
 
@@ -163,7 +161,6 @@ async def test_an_idle_connection_the_server_closed_is_not_used_again(serve) -> 
     for _ in range(3):
         resp = await pool.request("POST", server.url + "/", {}, b"x", QUICK)
         assert await resp.read() == b"ok"
-        resp.release()
         await until(lambda: pool._idle == [], what="the close reaches the pool")
     assert server.connections == 3
     await pool.close()
@@ -234,7 +231,6 @@ async def test_a_full_pool_makes_the_next_request_wait(serve) -> None:
     async def call(path: str) -> bytes:
         resp = await pool.request("POST", server.url + path, {}, b"", QUICK)
         body = await resp.read()
-        resp.release()
         return body
 
     first = asyncio.ensure_future(call("/first"))

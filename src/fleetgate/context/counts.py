@@ -35,7 +35,7 @@ from fleetgate.config.schema import ContextConfig
 from fleetgate.context.families import FAMILIES
 from fleetgate.context.tally import FIELDS, tally_body
 from fleetgate.context.template_costs import Key, TemplateCosts, step_key, whole_key
-from fleetgate.execute.upstream import UpstreamPool, post
+from fleetgate.execute.upstream import UpstreamPool, call
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
 
@@ -415,7 +415,7 @@ class ExactCounter:
     ) -> Any:
         self.calls += 1
         spent[0] += 1
-        status, raw = await post(self.pool.client(dep.provider), url, orjson.dumps(payload))
+        status, raw = await call(self.pool.client(dep.provider), "POST", url, orjson.dumps(payload))
         if status != 200:
             raise TokenizeError(f"tokenize answered {status}")
         return orjson.loads(raw)

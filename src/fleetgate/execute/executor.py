@@ -236,7 +236,8 @@ class Executor:
                 fallback = self.protocols.refused(wire, profile, dep, resp.status, body)
                 if fallback is None:
                     break
-                resp.release()  # the host lacks the endpoint: speak chat to it instead
+                # the host lacks the endpoint (its answer, read whole, freed the
+                # connection): speak chat to it instead
                 wire = fallback
                 attempt.wire = wire.label
             attempt.status = resp.status
@@ -442,13 +443,11 @@ class Executor:
             attempt.latency = time.perf_counter() - started
             release()
             self.state.end(dep_id)
+            resp.close()  # a stream read to its end has freed its connection already
             if completed:
-                resp.release()
                 self.state.record_success(dep_id, attempt.ttft, attempt.latency, events or None)
-            else:
-                resp.close()
-                if attempt.error_class == STREAM_BROKEN:
-                    record_failure(self.state, attempt, circuit, severe=severe)
+            elif attempt.error_class == STREAM_BROKEN:
+                record_failure(self.state, attempt, circuit, severe=severe)
 
     def _fail(self, attempt: Attempt, error_class: str, message: str, started: float) -> None:
         attempt.error_class = error_class

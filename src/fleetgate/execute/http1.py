@@ -184,7 +184,7 @@ class UpstreamResponse:
             if self._error is not None:
                 raise self._error
             await self._wait()
-        self.release()  # all of it has come: the connection may serve another request
+        self._release()  # all of it has come: the connection may serve another request
         chunks = self._take()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
@@ -198,7 +198,7 @@ class UpstreamResponse:
             if self._error is not None:
                 raise self._error
             if self._done:
-                self.release()
+                self._release()
                 return
             await self._wait()
 
@@ -208,7 +208,7 @@ class UpstreamResponse:
         self._unread = 0
         return chunks
 
-    def release(self) -> None:
+    def _release(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.finish_exchange(reuse=self._done and self._error is None)
@@ -437,7 +437,7 @@ class Http1Pool:
         self._idle: list[_Connection] = []
         self._busy = 0  # connections handed out or being opened
         self._waiters: deque[asyncio.Future[None]] = deque()
-        self._targets: dict[str, bytes] = {}  # URL -> the request line's target
+        self._targets: dict[str, str] = {}  # URL -> the request line's target
         self._sweeper: asyncio.TimerHandle | None = None
         self._ssl: ssl.SSLContext | None = (
             ssl.create_default_context() if self.origin.scheme == "https" else None
@@ -453,13 +453,13 @@ class Http1Pool:
         body: bytes,
         timeouts: Timeouts,
     ) -> UpstreamResponse:
-        """Send one request; its answer's head, once it has come. The caller must
-        `release` or `close` the answer."""
+        """Send one request; its answer's head, once it has come. The caller reads the
+        answer to its end (which frees the connection) or closes it."""
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
-        head = self._request_head(method, url, headers, body)
+        head, closes = self._request_head(method, url, headers, body)
         conn = await self._acquire(timeouts)
-        if any(k.lower() == "connection" and "close" in v.lower() for k, v in headers.items()):
+        if closes:  # the request asks the server to close after its answer
             conn.reusable = False
         try:
             return await conn.exchange(head, body, timeouts)
@@ -469,32 +469,36 @@ class Http1Pool:
 
     def _request_head(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes
-    ) -> bytes:
+    ) -> tuple[bytes, bool]:
+        """The request's line and headers, and whether they say `Connection: close`."""
         target = self._targets.get(url)
         if target is None:
             parts = urlsplit(url)
             if Origin.of(url) != self.origin:
                 raise ValueError(f"{url!r} is not on this pool's origin")
-            raw = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            target = raw.encode("ascii")
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            target.encode("ascii")  # a URL to send as it is: refused here if it is not
             if len(self._targets) < 256:
                 self._targets[url] = target
         own = {
             "host": f"Host: {self.origin.host_header}\r\n",
             "accept-encoding": "Accept-Encoding: gzip, deflate\r\n",
         }
-        lines = [f"{method} {target.decode('ascii')} HTTP/1.1\r\n"]
+        lines = [f"{method} {target} HTTP/1.1\r\n"]
+        closes = False
         for name, value in headers.items():
             if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
                 raise ValueError(f"the header {name!r} holds a line break")
             lower = name.lower()
             if lower in ("content-length", "transfer-encoding"):
                 continue  # the body's framing is the client's own
+            if lower == "connection" and "close" in value.lower():
+                closes = True
             own.pop(lower, None)  # a provider's own Host or Accept-Encoding goes instead
             lines.append(f"{name}: {value}\r\n")
         lines.extend(own.values())
         lines.append(f"Content-Length: {len(body)}\r\n\r\n")
-        return "".join(lines).encode("latin-1")
+        return "".join(lines).encode("latin-1"), closes
 
     # ---- connections ------------------------------------------------------------------
     async def _acquire(self, timeouts: Timeouts) -> _Connection:

@@ -93,10 +93,12 @@ class ProviderClient:
     stream_headers: dict[str, str] = field(default_factory=dict)
 
 
-async def post(client: ProviderClient, url: str, body: bytes) -> tuple[int, bytes]:
-    """POST `body` on the provider's pool with its headers: the answer's status and body
-    (for the gateway's own calls that read an answer whole: exact counts)."""
-    resp = await client.http.request("POST", url, client.headers, body, client.timeouts)
+async def call(
+    client: ProviderClient, method: str, url: str, body: bytes = b""
+) -> tuple[int, bytes]:
+    """One request on the provider's pool with its headers: the answer's status and whole
+    body (the gateway's own calls: exact counts, Ollama's listings)."""
+    resp = await client.http.request(method, url, client.headers, body, client.timeouts)
     try:
         return resp.status, await resp.read()
     finally:

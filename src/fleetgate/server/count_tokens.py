@@ -19,7 +19,7 @@ from fleetgate.context.estimate import estimate_context_tokens
 from fleetgate.context.refine import TOKENIZING_KINDS, ContextRefiner, TokenizeError
 from fleetgate.discovery.store import WindowStore
 from fleetgate.execute.http1 import UpstreamIOError
-from fleetgate.execute.upstream import UpstreamPool, post
+from fleetgate.execute.upstream import UpstreamPool, call
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.planner import build_plan, require_route
@@ -49,7 +49,7 @@ async def _native(pool: UpstreamPool, dep: Deployment, profile: RequestProfile) 
     client = pool.client(dep.provider)
     body = orjson.dumps({**profile.body, "model": dep.upstream_model})
     url = client.base_url + "/messages/count_tokens"
-    status, raw = await post(client, url, body)
+    status, raw = await call(client, "POST", url, body)
     if status != 200:
         raise TokenizeError(f"count_tokens answered {status}")
     tokens = orjson.loads(raw).get("input_tokens")

@@ -19,7 +19,7 @@ from fleetgate.capabilities import IMAGE_INPUT, TOOLS
 from fleetgate.discovery.evidence import ollama_name
 from fleetgate.discovery.store import WindowStore
 from fleetgate.execute.http1 import UpstreamIOError
-from fleetgate.execute.upstream import UpstreamPool
+from fleetgate.execute.upstream import UpstreamPool, call
 from fleetgate.fleet import Deployment, Fleet, Provider
 from fleetgate.server.virtuals import largest_window
 
@@ -71,13 +71,10 @@ async def ask_workers(pool: UpstreamPool, fleet: Fleet, path: str) -> Listing:
         url = provider.base_url.removesuffix("/v1") + path
         try:
             async with asyncio.timeout(_ASK_SECONDS):
-                resp = await client.http.request("GET", url, client.headers, b"", client.timeouts)
-                try:
-                    if resp.status != 200:
-                        return []
-                    body = orjson.loads(await resp.read())
-                finally:
-                    resp.close()
+                status, raw = await call(client, "GET", url)
+            if status != 200:
+                return []
+            body = orjson.loads(raw)
         except (UpstreamIOError, TimeoutError, orjson.JSONDecodeError):
             return []
         models = body.get("models") if isinstance(body, dict) else None
