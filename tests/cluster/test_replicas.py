@@ -161,7 +161,7 @@ def test_one_half_open_probe_for_the_whole_cluster(
 ) -> None:
     a, b = _pa_opened_by_a(stack, replica_b, _options(pg_url, redis_url, redis_namespace), 1)
     engine = stack.engines["a"]
-    engine.latency = 0.5  # the probe is slow: the others arrive while it is out
+    engine.hold()  # the probe stays out until every other request has been answered
     wait_until(
         lambda: a.state.health("pa").circuit == b.state.health("pa").circuit == "half-open",
         5,
@@ -169,9 +169,15 @@ def test_one_half_open_probe_for_the_whole_cluster(
     )
     before = len(engine.requests)
     with ThreadPoolExecutor(12) as pool:
-        answers = list(pool.map(_chat, [stack, replica_b] * 6))
+        pending = [pool.submit(_chat, s) for s in [stack, replica_b] * 6]
+        try:
+            wait_until(lambda: sum(f.done() for f in pending) == 11, 10, "11 answered around pa")
+            assert len(engine.requests) - before == 1  # one probe, not one per replica
+        finally:
+            engine.release()
+        answers = [f.result(10) for f in pending]
     assert {r.status_code for r in answers} == {200}
-    assert len(engine.requests) - before == 1  # one probe, not one per replica
+    assert len(engine.requests) - before == 1
     routes = [r.headers["x-fleetgate-route"] for r in answers]
     assert routes.count("pa") == 1 and routes.count("pb") == 11
     # its success is shared: both close the circuit, and the claim is freed

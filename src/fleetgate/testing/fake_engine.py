@@ -36,6 +36,8 @@ each call's id and name, then its arguments in two pieces.
 Timing: ``latency`` is awaited before every JSON answer of the inference endpoints
 (success or error); ``ttft`` after the stream's headers and before its first event;
 ``1 / tokens_per_second`` between stream events. ``tokenize_delay`` delays ``/tokenize``.
+:meth:`FakeEngine.hold` keeps those JSON answers waiting until :meth:`FakeEngine.release`
+(from any thread), so a test can keep a request in flight for exactly as long as it needs.
 
 Load: ``GET /metrics`` answers vLLM's load gauges (``vllm:num_requests_waiting``,
 ``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``) from :attr:`FakeEngine.load`
@@ -381,6 +383,8 @@ class FakeEngine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._runner: web.ServerRunner | None = None
         self._stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._held: asyncio.Event | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -397,6 +401,7 @@ class FakeEngine:
         await web.TCPSite(self._runner, self.host, self.port).start()
         self.port = self._runner.addresses[0][1]
         self._stopping = False
+        self._loop = asyncio.get_running_loop()
 
     async def stop(self) -> None:
         """Close the listener and every connection; in-flight handlers are cancelled."""
@@ -434,6 +439,18 @@ class FakeEngine:
         """Apply ``fault`` to every ``n``-th inference request (None stops)."""
         self._every = (n, fault) if fault is not None else None
         self._inference_count = 0
+
+    def hold(self) -> None:
+        """Keep every JSON answer of the inference endpoints waiting from now on, until
+        :meth:`release`."""
+        if self._held is None:
+            self._held = asyncio.Event()
+
+    def release(self) -> None:
+        """Let the held answers go (and the later ones pass); safe from any thread."""
+        held, self._held = self._held, None
+        if held is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(held.set)
 
     def reset_counters(self) -> None:
         """Forget received requests, counters and queued faults."""
@@ -884,6 +901,8 @@ class FakeEngine:
     async def _json(
         self, status: int, payload: Any, headers: Mapping[str, str] | None = None
     ) -> web.Response:
+        if self._held is not None:
+            await self._held.wait()
         await asyncio.sleep(self.latency)
         return web.Response(
             body=orjson.dumps(payload),
