@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 from fleetgate.execute.outcome import Attempt
 from fleetgate.record.recorder import RequestRecord
-from fleetgate.store import log_writer
+from fleetgate.store import log_writer, writer_sched
 from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.db import Database
 from fleetgate.store.log_writer import LogWriterProcess
@@ -342,3 +342,68 @@ async def test_a_child_that_is_behind_writes_without_yielding_the_core(
             os.close(fd)
     assert len(await _ids(db)) == 1000
     assert len(yields) == 200 // log_writer.YIELD_EVERY - 1
+
+
+def _classes(pid: int) -> set[int]:
+    """The scheduling classes of every thread of `pid`."""
+    found = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):
+            found.add(os.sched_getscheduler(int(tid)))
+    return found
+
+
+async def test_a_writer_that_keeps_up_runs_idle_and_is_raised_while_its_pipe_is_full(
+    store: tuple[str, Database],
+) -> None:
+    """A SCHED_BATCH writer on the server's core still held it for milliseconds at a time
+    (the c1 tail); an idle one yields it the moment the server wakes, but starves beside a
+    saturated server, so a full pipe raises it until it has caught up."""
+    assert writer_sched.may_leave_idle(log_writer.NICE), (
+        "the tests run where a thread may leave SCHED_IDLE"
+    )
+    url, db = store
+    writer = _started(url, capacity=100_000)
+    assert writer.pid is not None
+    pid = writer.pid
+    await writer.write(_batch(0, 50))
+    await until(lambda: writer.written == 50, 10, "the first rows written")
+    await until(lambda: _classes(pid) == {os.SCHED_IDLE}, 10, "every thread of the child idle")
+    assert writer.raised == 0
+
+    os.kill(pid, signal.SIGSTOP)  # a child starved of CPU: the pipe fills
+    try:
+        for start in range(50, 4050, 50):  # ≈ 2.8 MB of rows: more than the pipe holds
+            await writer.write(_batch(start, 50))
+        assert writer.raised == 1  # once: later full pipes find it raised already
+        assert _classes(pid) == {os.SCHED_BATCH}
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    await until(lambda: writer.written == 4050, 30, "the child caught up")
+    await until(lambda: _classes(pid) == {os.SCHED_IDLE}, 10, "idle again once caught up")
+    await writer.stop()
+    assert (writer.written, writer.dropped) == (4050, 0)
+    assert len(await _ids(db)) == 4050
+
+
+async def test_where_a_thread_may_not_leave_idle_the_writer_never_enters_it(
+    store: tuple[str, Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without CAP_SYS_NICE (or an RLIMIT_NICE that admits nice 5) nothing could raise an
+    idle writer again: it runs SCHED_BATCH throughout, as it always did."""
+    monkeypatch.setattr(log_writer, "may_leave_idle", lambda nice: False)
+    url, _db = store
+    writer = _started(url)
+    assert writer.pid is not None
+    await writer.write(_batch(0, 50))
+    await until(lambda: writer.written == 50, 10, "the rows written")
+    assert _classes(writer.pid) == {os.SCHED_BATCH}
+    os.kill(writer.pid, signal.SIGSTOP)
+    try:
+        for start in range(50, 4050, 50):
+            await writer.write(_batch(start, 50))
+    finally:
+        os.kill(writer.pid, signal.SIGCONT)
+    assert writer.raised == 0
+    await writer.stop()
+    assert writer.written + writer.dropped == 4050

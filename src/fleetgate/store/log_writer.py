@@ -29,8 +29,10 @@ import fcntl
 import logging
 import os
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 import traceback
 from collections import deque
@@ -40,15 +42,16 @@ import orjson
 from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.store.database import open_database
 from fleetgate.store.request_log import RequestLog, row_of
+from fleetgate.store.writer_sched import is_idle, may_leave_idle, set_idle
 
 log = logging.getLogger("fleetgate.record")
 
-# Below the serving process, yet never starved by it. SCHED_BATCH: a writer woken by rows
-# never preempts the server (it runs when the server waits, or at the scheduler's tick).
-# Nice 5: sharing one busy core, it gets about a quarter of it, where a saturated
-# gateway's log needs under a tenth (at nice 10 it would get 10 %, too close). An
-# idle-class writer could starve under sustained saturation, and an unprivileged process
-# cannot raise its priority again once it falls behind.
+# Below the serving process, yet never starved by it: SCHED_IDLE while it keeps up, where
+# it may leave that class again (`writer_sched.py`), else and while it is behind SCHED_BATCH
+# (a writer woken by rows never preempts the server: it runs when the server waits, or at
+# the scheduler's tick) at nice 5: sharing one busy core, it gets about a quarter of it,
+# where a saturated gateway's log needs under a tenth (at nice 10 it would get 10 %, too
+# close).
 NICE = 5
 PIPE_BYTES = 1 << 20  # what the pipe holds before rows wait in the serving process
 # the child writes at most this often: fewer, larger transactions (a transaction costs
@@ -95,6 +98,8 @@ class LogWriterProcess(BatchSink):
         self._exited: asyncio.Future[None] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._child_fds = (-1, -1)  # the child's ends of the pipes, until it is spawned
+        self._idle = False  # the child runs SCHED_IDLE while it keeps up
+        self.raised = 0  # times its pipe was full and it was moved back to SCHED_BATCH
 
     # ---- counters --------------------------------------------------------------------
     def _count(self, name: str) -> int:
@@ -131,7 +136,13 @@ class LogWriterProcess(BatchSink):
         status_r, status_w = os.pipe()
         with contextlib.suppress(OSError):  # Linux: a bigger pipe, fewer waits
             fcntl.fcntl(rows_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-        settings = {"url": self.url, "capacity": self.capacity, "nice": self.nice}
+        self._idle = may_leave_idle(self.nice)
+        settings = {
+            "url": self.url,
+            "capacity": self.capacity,
+            "nice": self.nice,
+            "idle": self._idle,
+        }
         os.write(rows_w, orjson.dumps(settings) + b"\n")  # the child's first line
         os.set_blocking(rows_w, False)
         self._rows_fd, self._status_fd = rows_w, status_r
@@ -226,6 +237,7 @@ class LogWriterProcess(BatchSink):
             try:
                 self._head_sent += os.write(self._rows_fd, memoryview(frame)[self._head_sent :])
             except BlockingIOError:
+                self._hurry()
                 break
             except OSError:  # the child is gone; `_on_status` takes over at its EOF
                 break
@@ -243,6 +255,24 @@ class LogWriterProcess(BatchSink):
 
     def _on_writable(self) -> None:
         self._send()
+
+    def _hurry(self) -> None:
+        """The pipe is full: an idle child is starved by a busy core; back to SCHED_BATCH
+        (it goes idle again itself once it has caught up)."""
+        pid = self.pid
+        if not self._idle or pid is None:
+            return
+        try:
+            if not is_idle(pid):
+                return
+            set_idle(pid, False)
+        except (FileNotFoundError, ProcessLookupError):  # it has exited: `_exit` takes over
+            return
+        except PermissionError:  # cannot happen after `may_leave_idle`, unless rights changed
+            log.error("request log writer: cannot move it out of SCHED_IDLE; rows may wait")
+            self._idle = False
+            return
+        self.raised += 1
 
     def _close_rows(self) -> None:
         if self._rows_fd >= 0:
@@ -359,7 +389,12 @@ def child_main(rows_fd: int, status_fd: int) -> None:
         settings = orjson.loads(buf[:end])
         del buf[: end + 1]
         os.nice(settings["nice"])
-        asyncio.run(_child_write(settings["url"], settings["capacity"], rows_fd, status_fd, buf))
+        idle = bool(settings.get("idle"))
+        if idle:
+            set_idle(os.getpid(), True)
+        asyncio.run(
+            _child_write(settings["url"], settings["capacity"], rows_fd, status_fd, buf, idle)
+        )
         code = 0
     except BaseException:
         traceback.print_exc(file=sys.stderr)
@@ -367,9 +402,22 @@ def child_main(rows_fd: int, status_fd: int) -> None:
         os._exit(code)
 
 
+def _unread(fd: int) -> int:
+    """Bytes waiting in the pipe `fd` reads from."""
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
+
+
 async def _child_write(
-    url: str, capacity: int, rows_fd: int, status_fd: int, buf: bytearray
+    url: str,
+    capacity: int,
+    rows_fd: int,
+    status_fd: int,
+    buf: bytearray,
+    idle: bool = False,
 ) -> None:
+    """Write the rows that come through `rows_fd` until EOF. `idle`: run SCHED_IDLE
+    whenever nothing is waiting (the serving process raises this process when its pipe is
+    full)."""
     db = open_database(url)
     # bounded by reading no more: the rows wait in the pipe, then in the serving process,
     # whose queue drops (and counts) the oldest beyond its capacity
@@ -436,7 +484,11 @@ async def _child_write(
             read_while_room()
             report()
             # behind: rows waited beyond this flush; the next one writes without yielding
-            request_log.yield_every = 0 if request_log.pending or buf else YIELD_EVERY
+            behind = bool(request_log.pending or buf) or (not eof and _unread(rows_fd) > 0)
+            if idle and not behind and not is_idle():
+                set_idle(os.getpid(), True)
+            # an idle writer needs no yields: the server preempts it whenever it wakes
+            request_log.yield_every = 0 if behind or idle else YIELD_EVERY
             if eof:
                 deadline = deadline or time.monotonic() + STOP_TIMEOUT - 1
                 if not (request_log.pending or buf) or time.monotonic() >= deadline:
