@@ -102,6 +102,25 @@ async def test_head_and_bad_answers() -> None:
         await c.send(
             {"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1\r\nx: 2")]}
         )
+    # every header is checked, the last among several too, names as well as values
+    ok = [(b"x-a", b"1"), (b"x-b", b"two words\there")]
+    for bad, problem in [
+        ((b"x-c", b"3\n"), "value"),
+        ((b"x c", b"3"), "name"),
+        ((b"x:c", b"3"), "name"),
+        ((b"", b"\x00"), "value"),
+    ]:
+        c, t = cycle()
+        with pytest.raises(RuntimeError, match=f"Invalid HTTP header {problem}"):
+            await c.send({"type": "http.response.start", "status": 200, "headers": [*ok, bad]})
+        assert t.writes == []
+    c, t = cycle()
+    await c.send({"type": "http.response.start", "status": 204, "headers": ok})
+    await asyncio.sleep(0)  # the head leaves at the turn's end
+    assert t.writes == [
+        b"HTTP/1.1 204 No Content\r\nserver: fleetgate-test\r\n"
+        b"x-a: 1\r\nx-b: two words\there\r\n\r\n"
+    ]
     c, t = cycle()
     await c.send(
         {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]}
