@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import socket
+import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -309,4 +311,223 @@ async def test_a_providers_own_host_goes_instead_and_the_framing_stays_ours(serv
     assert "x-key: k" in lines
     with pytest.raises(ValueError, match="line break"):
         await pool.request("POST", server.url + "/", {"X-Bad": "a\r\nb: c"}, b"", QUICK)
+    await pool.close()
+
+
+async def test_a_waiter_woken_then_cancelled_hands_the_wake_on(serve) -> None:
+    async def quick(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(answer(b"ok"))
+
+    server = await serve(quick)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+    held = await pool.request("POST", server.url + "/", {}, b"", QUICK)
+
+    async def call() -> bytes:
+        resp = await pool.request("POST", server.url + "/", {}, b"", QUICK)
+        return await resp.read()
+
+    first, second = asyncio.ensure_future(call()), asyncio.ensure_future(call())
+    await until(lambda: len(pool._waiters) == 2, what="two requests wait")
+    await held.read()  # the connection comes back: the first waiter is woken...
+    first.cancel()  # ...and cancelled in the same loop turn (its client went away)
+    # the second is served now, not when its wait runs out
+    assert await asyncio.wait_for(second, 2.0) == b"ok"
+    assert first.cancelled() and pool._busy == 0
+    await pool.close()
+
+
+async def test_a_closed_pool_fails_its_waiters_and_opens_nothing(serve) -> None:
+    release = asyncio.Event()
+
+    async def held(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await release.wait()
+        writer.write(answer(b"late"))
+
+    server = await serve(held)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+    first = asyncio.ensure_future(pool.request("POST", server.url + "/", {}, b"", QUICK))
+    await until(lambda: server.connections == 1, what="the first request is out")
+    second = asyncio.ensure_future(pool.request("POST", server.url + "/", {}, b"", QUICK))
+    await until(lambda: len(pool._waiters) == 1, what="the second waits")
+    await pool.close()
+    with pytest.raises(ConnectionBroken, match="pool is closed"):
+        await asyncio.wait_for(second, 2.0)
+    release.set()
+    (await first).close()
+    assert server.connections == 1
+
+
+@pytest.mark.parametrize("coding", [b"Chunked", b"CHUNKED", b"gzip, Chunked"])
+async def test_a_chunked_body_cut_short_fails_whatever_the_case(serve, coding: bytes) -> None:
+    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        body = gzip.compress(b"hello") if b"gzip" in coding else b"hello"
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: " + coding + b"\r\n\r\n")
+        writer.write(b"%x\r\n%s\r\n" % (len(body), body))  # then the close, no last chunk
+        await writer.drain()
+
+    server = await serve(cut)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+    with pytest.raises(ConnectionBroken):
+        resp = await pool.request("POST", server.url + "/", {}, b"", QUICK)
+        await resp.read()
+    await pool.close()
+
+
+async def test_a_reset_does_not_end_a_body_delimited_by_the_close(serve) -> None:
+    got_part = asyncio.Event()
+
+    async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npartial-")
+        await writer.drain()
+        await got_part.wait()
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # a reset, not a close
+
+    server = await serve(reset)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+    resp = await pool.request("POST", server.url + "/", {}, b"", QUICK)
+    parts = []
+    with pytest.raises(ConnectionBroken, match="lost"):
+        async for part in resp.chunks():
+            parts.append(part)
+            got_part.set()
+    assert parts == [b"partial-"]
+    await pool.close()
+
+
+async def test_compressed_bodies_empty_and_of_several_gzip_members(serve) -> None:
+    members = gzip.compress(b'{"part": 1,') + gzip.compress(b' "more": 2}')
+
+    async def coded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head, _ = await read_request(reader)
+            path = head.split(b" ")[1]
+            if path == b"/members":  # chunked, cut inside the second member's header
+                cut = len(members) // 2 + 3
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n")
+                writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
+                for piece in (members[:cut], members[cut:]):
+                    writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    await writer.drain()
+                writer.write(b"0\r\n\r\n")
+            elif path == b"/204":
+                writer.write(b"HTTP/1.1 204 No Content\r\nContent-Encoding: gzip\r\n\r\n")
+            else:
+                writer.write(answer(b"", b"Content-Encoding: gzip"))
+
+    server = await serve(coded)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+    resp = await pool.request("POST", server.url + "/members", {}, b"", QUICK)
+    assert await resp.read() == b'{"part": 1, "more": 2}'
+    for path, status in (("/204", 204), ("/empty", 200)):
+        resp = await pool.request("POST", server.url + path, {}, b"", QUICK)
+        assert (resp.status, await resp.read()) == (status, b"")
+    assert server.connections == 1  # each answer ended cleanly, so the connection stayed
+    await pool.close()
+
+
+async def test_a_kept_alive_connection_closed_under_a_request_is_tried_once_more(serve) -> None:
+    seen: list[tuple[int, bytes]] = []
+
+    async def closes_on_the_second(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        number = len({n for n, _ in seen}) + 1
+        while True:
+            head, _ = await read_request(reader)
+            seen.append((number, head.split(b" ")[1]))
+            if len([s for s in seen if s[0] == number]) == 2:
+                return  # the server's own request limit: closed, with no answer
+            writer.write(answer(b"ok"))
+
+    server = await serve(closes_on_the_second)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+    for path in ("/1", "/2"):
+        resp = await pool.request("POST", server.url + path, {}, b"", QUICK)
+        assert await resp.read() == b"ok"
+    # /2 met the closing connection, then went out again on a new one
+    assert seen == [(1, b"/1"), (1, b"/2"), (2, b"/2")]
+    await pool.close()
+
+
+async def test_a_new_connection_or_a_begun_answer_is_never_sent_again(serve) -> None:
+    seen: list[bytes] = []
+
+    async def half(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head, _ = await read_request(reader)
+            seen.append(head.split(b" ")[1])
+            if head.startswith(b"POST /silent"):
+                return  # closed with no answer, on a connection that served nobody
+            if head.startswith(b"POST /half"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhal")
+                await writer.drain()
+                return
+            writer.write(answer(b"ok"))
+
+    server = await serve(half)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+    with pytest.raises(ConnectionBroken):
+        await pool.request("POST", server.url + "/silent", {}, b"", QUICK)
+    assert await (await pool.request("POST", server.url + "/ok", {}, b"", QUICK)).read() == b"ok"
+    with pytest.raises(ConnectionBroken):  # a reused connection, but the answer had begun
+        await (await pool.request("POST", server.url + "/half", {}, b"", QUICK)).read()
+    assert seen == [b"/silent", b"/ok", b"/half"]
+    await pool.close()
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"HTTP/1.1 200 OK\r\nX-Endless: " + b"a" * 70_000,  # one header line with no end
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+    ],
+    ids=["endless-header", "unasked-upgrade"],
+)
+async def test_an_answer_that_never_ends_its_head_or_switches_protocols_fails_at_once(
+    serve, reply: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def odd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply)
+        await writer.drain()
+        await reader.read()  # the connection stays open until the client drops it
+
+    server = await serve(odd)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+    with pytest.raises(ConnectionBroken):  # not a read timeout later
+        await pool.request("POST", server.url + "/", {}, b"", QUICK)
+    assert pool._busy == 0 and pool._idle == []
+    assert not [r for r in caplog.records if r.name == "asyncio"]  # no "Fatal error" there
+    await pool.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("/a b", {}),
+        ("/a\r\nX-Evil: 1", {}),
+        ("/", {"X-A: injected": "v"}),
+        ("/", {"": "v"}),
+        ("/", {"X-Nul": "a\x00b"}),
+        ("/", {"X-Split": "a\r\nX-Evil: 1"}),
+    ],
+)
+async def test_a_request_head_that_is_not_http_is_refused_before_sending(
+    serve, path: str, headers: dict[str, str]
+) -> None:
+    async def never(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+
+    server = await serve(never)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+    with pytest.raises(ValueError):
+        await pool.request("POST", server.url + path, headers, b"", QUICK)
+    assert server.connections == 0 and pool._busy == 0
     await pool.close()

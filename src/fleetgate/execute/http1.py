@@ -10,9 +10,12 @@ uses, spends about 20. It does what the proxied path needs and no more:
 - keep-alive connections, reused last-in first-out, dropped when the server closes them, when
   an answer says `Connection: close` or was not read to its end, and when idle for longer
   than the provider kind's `KeepAlive.idle_seconds` (a server closes its idle ones: a
-  connection used just after its close would carry a request into a reset);
+  connection used just after its close would carry a request into a reset); a kept-alive
+  connection that closes under a request before a byte of its answer (the server's close
+  crossed the request) has the request sent once more on a new connection, the only resend;
 - at most `limit` connections at once per pool; more requests wait for one;
-- bodies of any framing (length, chunked, until the server closes), gzip and deflate;
+- bodies of any framing (length, chunked, until the server closes cleanly: a reset cuts the
+  body short), gzip (members one after another too) and deflate;
 - answers read whole or chunk by chunk as they arrive, reading paused while 256 KiB wait
   unread (a slow client slows the upstream, it does not fill memory);
 - three deadlines: connect (TCP and TLS), `read` (silence from the server while a read is
@@ -28,6 +31,7 @@ that closed or sent something that is not HTTP mid-exchange.
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import zlib
 from collections import deque
@@ -40,6 +44,9 @@ import httptools
 _PAUSE_AT = 256 * 1024  # unread bytes at which reading from the server pauses
 _MAX_HEAD = 64 * 1024  # the most an answer's status line and headers may take
 _ENCODINGS = {"gzip": 47, "x-gzip": 47, "deflate": 15}  # zlib wbits (47: gzip or zlib)
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a header name (RFC 9110 token)
+_BAD_VALUE = re.compile(r"[\x00\r\n]")  # what a header value may not hold
+_BAD_TARGET = re.compile(r"[\x00-\x20\x7f]")  # what a request line's target may not hold
 
 
 class UpstreamIOError(Exception):
@@ -106,6 +113,7 @@ class UpstreamResponse:
         "_error",
         "_unread",
         "_waiter",
+        "_wbits",
         "headers",
         "status",
     )
@@ -119,18 +127,19 @@ class UpstreamResponse:
         self._done = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._decoder: zlib._Decompress | None = None
+        self._decoder: zlib._Decompress | None = None  # made at the body's first byte
+        self._wbits = 0  # the body's zlib format (0: not compressed)
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding in _ENCODINGS:
-            self._decoder = zlib.decompressobj(_ENCODINGS[encoding])
+            self._wbits = _ENCODINGS[encoding]
         elif encoding != "identity":
             raise ConnectionBroken(f"unsupported content-encoding {encoding!r}")
 
     # ---- fed by the connection --------------------------------------------------------
     def _feed(self, data: bytes) -> None:
-        if self._decoder is not None:
+        if self._wbits:
             try:
-                data = self._decoder.decompress(data)
+                data = self._inflate(data)
             except zlib.error as exc:  # fails the exchange (raised in a parser callback)
                 raise ConnectionBroken(f"a body that does not decompress: {exc}") from None
             if not data:
@@ -141,8 +150,20 @@ class UpstreamResponse:
             self._conn.pause()
         self._wake()
 
+    def _inflate(self, data: bytes) -> bytes:
+        """A compressed body's next bytes, decompressed. A gzip body may hold several
+        members one after another (RFC 1952): each one's end starts the next."""
+        out = b""
+        while data:
+            decoder = self._decoder
+            if decoder is None or decoder.eof:
+                decoder = self._decoder = zlib.decompressobj(self._wbits)
+            out += decoder.decompress(data)
+            data = decoder.unused_data
+        return out
+
     def _finish(self) -> None:
-        decoder = self._decoder
+        decoder = self._decoder  # None for an empty body, compressed or not
         if decoder is not None:
             tail = decoder.flush()
             if tail:
@@ -230,12 +251,15 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self.closed = False
         self.reusable = True
+        self.served = 0  # exchanges this connection has carried to their end
+        self.answered = False  # whether the exchange under way has had a byte back
         self._paused = False
         # the exchange under way
         self._head: asyncio.Future[UpstreamResponse] | None = None
         self._response: UpstreamResponse | None = None
         self._headers: list[tuple[bytes, bytes]] = []
-        self._head_bytes = 0
+        self._head_bytes = 0  # bytes received while the head is awaited
+        self._header_bytes = 0  # the head's names and values
         self._interim = False  # a 1xx answer, which a final one follows
         self._timer: asyncio.TimerHandle | None = None
         self._started = 0.0
@@ -248,16 +272,25 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
+        self.answered = True
         if self._head is None and self._response is None:
             self._broken(ConnectionBroken("the server sent bytes nobody asked for"))
             return
+        if self._head is not None:  # bytes while the head is awaited (a body's may follow)
+            self._head_bytes += len(data)
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:  # a 101 nobody asked for: not HTTP/1.1 from here
+            self._broken(ConnectionBroken("the server switched protocols unasked"))
+            return
         except httptools.HttpParserError as exc:
             if isinstance(exc.__context__, ConnectionBroken):  # raised by a callback below
                 self._broken(exc.__context__)
             else:
                 self._broken(ConnectionBroken(f"an answer that is not HTTP/1.1: {exc}"))
+            return
+        if self._head is not None and self._head_bytes > _MAX_HEAD:  # a line with no end
+            self._broken(ConnectionBroken(f"an answer whose head exceeds {_MAX_HEAD} bytes"))
 
     def eof_received(self) -> bool:
         return False  # close our side too
@@ -266,7 +299,12 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         self.pool.forget_idle(self)
         response = self._response
-        if response is not None and not response._done and self._until_close():
+        if (
+            exc is None  # a reset is no end: the body may be cut short
+            and response is not None
+            and not response._done
+            and self._until_close()
+        ):
             response._finish()  # a body delimited by the connection's end
             self._end_exchange()
             return
@@ -274,8 +312,8 @@ class _Connection(asyncio.Protocol):
 
     # ---- the parser's callbacks -------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_bytes += len(name) + len(value)
-        if self._head_bytes > _MAX_HEAD:
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > _MAX_HEAD:
             raise ConnectionBroken(f"an answer whose headers exceed {_MAX_HEAD} bytes")
         self._headers.append((name, value))
 
@@ -313,7 +351,8 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self._head = self.loop.create_future()
         self._headers = []
-        self._head_bytes = 0
+        self._head_bytes = self._header_bytes = 0
+        self.answered = False
         self._timeouts = timeouts
         self._started = self._last_read = now = self.loop.time()
         self._timer = self.loop.call_at(now + min(timeouts.read, timeouts.total), self._check)
@@ -354,7 +393,7 @@ class _Connection(asyncio.Protocol):
         if response is None:
             return False
         h = response.headers
-        return "content-length" not in h and "chunked" not in h.get("transfer-encoding", "")
+        return "content-length" not in h and "chunked" not in h.get("transfer-encoding", "").lower()
 
     def _end_exchange(self) -> None:
         if self._timer is not None:
@@ -379,6 +418,7 @@ class _Connection(asyncio.Protocol):
         self._head = None
         self._end_exchange()
         if reuse and self.reusable and not self.closed and response is not None:
+            self.served += 1
             self.resume()
             self.pool.put_back(self)
         else:
@@ -411,6 +451,17 @@ class _Connection(asyncio.Protocol):
     def _close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+
+
+_NAMES: set[str] = set()  # header names seen valid (a provider's few, mostly)
+
+
+def _valid_name(name: str) -> bool:
+    if _TOKEN.fullmatch(name) is None:
+        return False
+    if len(_NAMES) < 1024:
+        _NAMES.add(name)
+    return True
 
 
 def _lost(exc: Exception | None) -> str:
@@ -463,6 +514,25 @@ class Http1Pool:
             conn.reusable = False
         try:
             return await conn.exchange(head, body, timeouts)
+        except ConnectionBroken:
+            conn.finish_exchange(reuse=False)
+            if not conn.served or conn.answered:
+                raise
+        except BaseException:
+            conn.finish_exchange(reuse=False)
+            raise
+        # A kept-alive connection closed with not a byte of answer: the server closed it
+        # while the request was on its way (its idle or request limit), which a connection
+        # cannot tell beforehand. Once more, on a connection that has served nobody.
+        left = timeouts.total - (self.loop.time() - conn._started)  # what the first left
+        if left <= 0:
+            raise ReadTimedOut(f"the exchange took longer than {timeouts.total:g} s")
+        timeouts = Timeouts(timeouts.connect, timeouts.read, left)
+        conn = await self._acquire(timeouts, fresh=True)
+        if closes:
+            conn.reusable = False
+        try:
+            return await conn.exchange(head, body, timeouts)
         except BaseException:
             conn.finish_exchange(reuse=False)
             raise
@@ -478,6 +548,8 @@ class Http1Pool:
                 raise ValueError(f"{url!r} is not on this pool's origin")
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
             target.encode("ascii")  # a URL to send as it is: refused here if it is not
+            if _BAD_TARGET.search(url) is not None:  # urlsplit would drop some unseen
+                raise ValueError(f"{url!r} holds a space or a control character")
             if len(self._targets) < 256:
                 self._targets[url] = target
         own = {
@@ -486,9 +558,12 @@ class Http1Pool:
         }
         lines = [f"{method} {target} HTTP/1.1\r\n"]
         closes = False
+        if _BAD_VALUE.search("".join(headers.values())) is not None:  # one search for all
+            bad = next(n for n, v in headers.items() if _BAD_VALUE.search(v) is not None)
+            raise ValueError(f"the header {bad!r} holds a line break or a NUL")
         for name, value in headers.items():
-            if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-                raise ValueError(f"the header {name!r} holds a line break")
+            if name not in _NAMES and not _valid_name(name):
+                raise ValueError(f"the header {name!r} is not a valid HTTP header name")
             lower = name.lower()
             if lower in ("content-length", "transfer-encoding"):
                 continue  # the body's framing is the client's own
@@ -501,12 +576,14 @@ class Http1Pool:
         return "".join(lines).encode("latin-1"), closes
 
     # ---- connections ------------------------------------------------------------------
-    async def _acquire(self, timeouts: Timeouts) -> _Connection:
-        if self._closed:
-            raise ConnectionBroken("the pool is closed")
+    async def _acquire(self, timeouts: Timeouts, fresh: bool = False) -> _Connection:
+        """A connection for one exchange: the last one to come back idle, else a new one
+        (`fresh`: always a new one), once fewer than `limit` are out."""
         while True:
+            if self._closed:
+                raise ConnectionBroken("the pool is closed")
             now = self.loop.time()
-            while self._idle:
+            while self._idle and not fresh:
                 conn = self._idle.pop()
                 if conn.usable() and now - conn.idle_since < self.idle_seconds:
                     self._busy += 1
@@ -519,13 +596,16 @@ class Http1Pool:
             try:
                 async with asyncio.timeout(timeouts.total):
                     await waiter
-            except TimeoutError:
-                raise ReadTimedOut(
-                    f"no connection to the server came free within {timeouts.total:g} s"
-                ) from None
-            finally:
+            except BaseException as exc:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
+                elif waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken, then cancelled: the wake-up goes to the next
+                if isinstance(exc, TimeoutError):
+                    raise ReadTimedOut(
+                        f"no connection to the server came free within {timeouts.total:g} s"
+                    ) from None
+                raise
         self._busy += 1
         try:
             return await self._open(timeouts.connect)
@@ -602,3 +682,7 @@ class Http1Pool:
         for conn in self._idle:
             conn._close()
         self._idle.clear()
+        for waiter in self._waiters:  # each finds the pool closed
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()

@@ -12,7 +12,9 @@ server (cpp-httplib) ends the connection after every streamed answer although it
 say `Keep-Alive`, and closes idle ones after 5 s: a connection handed out again before its
 close has been seen carries the next request into a closed socket (a reset: the attempt
 fails). So a streamed request to it says `Connection: close` (the connection is not pooled
-again), and idle ones are dropped before the server drops them (`KEEP_ALIVE`).
+again), and idle ones are dropped before the server drops them (`KEEP_ALIVE`; uvicorn, under
+vLLM and SGLang, closes idle ones after 5 s too). A close that still meets a request on its
+way is taken up by `http1`, which sends that request once more on a new connection.
 """
 
 from __future__ import annotations
@@ -75,8 +77,13 @@ class KeepAlive:
     after_stream: bool = True  # whether a streamed answer's connection may serve another
 
 
-# where a server differs from keeping every connection open (cpp-httplib: 5 s idle)
-KEEP_ALIVE: dict[str, KeepAlive] = {"llamacpp": KeepAlive(idle_seconds=4.0, after_stream=False)}
+# where a server differs from keeping every connection open: cpp-httplib (llama.cpp) closes
+# idle ones after 5 s, and uvicorn (vLLM's and SGLang's server) after its 5 s default
+KEEP_ALIVE: dict[str, KeepAlive] = {
+    "llamacpp": KeepAlive(idle_seconds=4.0, after_stream=False),
+    "vllm": KeepAlive(idle_seconds=4.0),
+    "sglang": KeepAlive(idle_seconds=4.0),
+}
 _DEFAULT_KEEP_ALIVE = KeepAlive()
 
 
