@@ -95,6 +95,9 @@ class Outcome:
     content_type: str
     body: bytes | None = None
     stream: AsyncIterator[bytes] | None = None
+    # ends the stream's attempt (its connection, its slot) if the stream was never started:
+    # an async generator dropped before its first step never runs its own `finally`
+    end_stream: Callable[[], None] = lambda: None
     upstream_seconds: float = 0.0  # time spent waiting on upstreams before answering
     extra_headers: dict[str, str] = field(default_factory=dict)
 
@@ -262,6 +265,7 @@ class Executor:
                 if first is None:
                     return None
                 handed_over = True
+                finish = self._stream_end(resp, attempt, started, circuit, release)
                 return Outcome(
                     attempts=[],
                     candidate=candidate,
@@ -269,18 +273,11 @@ class Executor:
                     content_type=wire.content_type(content_type),
                     stream=wire.stream(
                         self._rest_of_stream(
-                            resp,
-                            rewriter,
-                            framing,
-                            first,
-                            attempt,
-                            started,
-                            circuit,
-                            wire.endpoint,
-                            release,
+                            resp, rewriter, framing, first, attempt, wire.endpoint, finish
                         ),
                         profile.model,
                     ),
+                    end_stream=finish,
                 )
             body = await resp.read()
             try:
@@ -378,6 +375,35 @@ class Executor:
             return True
         return None
 
+    def _stream_end(
+        self,
+        resp: UpstreamResponse,
+        attempt: Attempt,
+        started: float,
+        circuit: CircuitConfig,
+        release: Callable[[], None],
+    ) -> Callable[..., None]:
+        """What ends a handed-over stream's attempt, once: run by the stream's own end, or
+        by whoever drops a stream that never started."""
+        ended = False
+
+        def end(completed: bool = False, severe: bool = False, events: int = 0) -> None:
+            nonlocal ended
+            if ended:
+                return
+            ended = True
+            dep_id = attempt.deployment_id
+            attempt.latency = time.perf_counter() - started
+            release()
+            self.state.end(dep_id)
+            resp.close()  # a stream read to its end has freed its connection already
+            if completed:
+                self.state.record_success(dep_id, attempt.ttft, attempt.latency, events or None)
+            elif attempt.error_class == STREAM_BROKEN:
+                record_failure(self.state, attempt, circuit, severe=severe)
+
+        return end
+
     async def _rest_of_stream(
         self,
         resp: UpstreamResponse,
@@ -385,12 +411,9 @@ class Executor:
         framing: Framing,
         head: tuple[bytes, bytes],
         attempt: Attempt,
-        started: float,
-        circuit: CircuitConfig,
         endpoint: str,
-        release: Callable[[], None],
+        finish: Callable[..., None],
     ) -> AsyncIterator[bytes]:
-        dep_id = attempt.deployment_id
         completed = False
         severe = False
         first, carry = head  # whole events, then the start of the next one
@@ -440,14 +463,7 @@ class Executor:
                 f"({type(exc).__name__}); retry the request.",
             )
         finally:
-            attempt.latency = time.perf_counter() - started
-            release()
-            self.state.end(dep_id)
-            resp.close()  # a stream read to its end has freed its connection already
-            if completed:
-                self.state.record_success(dep_id, attempt.ttft, attempt.latency, events or None)
-            elif attempt.error_class == STREAM_BROKEN:
-                record_failure(self.state, attempt, circuit, severe=severe)
+            finish(completed, severe, events)
 
     def _fail(self, attempt: Attempt, error_class: str, message: str, started: float) -> None:
         attempt.error_class = error_class

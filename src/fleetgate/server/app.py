@@ -473,10 +473,13 @@ class Gateway:
         headers.extend(_routing_headers(plan, outcome, overhead))
         headers.append((b"content-type", outcome.content_type.encode()))
         headers.append((b"cache-control", b"no-cache"))
-        await send({"type": "http.response.start", "status": outcome.status, "headers": headers})
         stream = outcome.stream
         recorded = False
         try:
+            # the head's write may wait for a slow client and meet its disconnect: the
+            # stream is then dropped unstarted, and `end_stream` frees its connection
+            start = {"type": "http.response.start", "status": outcome.status, "headers": headers}
+            await send(start)
             async for chunk in stream:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             self._check_truncation(ex, profile, plan, outcome)  # from the stream's end
@@ -488,6 +491,7 @@ class Gateway:
             await send({"type": "http.response.body", "body": b""})
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
+            outcome.end_stream()  # a no-op once the stream has run its own end
             if not recorded:  # the client went away, or the stream failed mid-way
                 self._record_stream(ex, profile, plan, outcome, overhead)
 
