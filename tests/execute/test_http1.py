@@ -109,12 +109,15 @@ async def test_kept_alive_connections_are_reused_and_the_request_is_well_formed(
 
 async def test_a_chunked_answer_is_read_as_it_arrives(serve) -> None:
     sent_last = asyncio.Event()
+    got_first = asyncio.Event()
 
     async def chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
         await writer.drain()
-        await asyncio.sleep(0.2)  # the client must have the first chunk by now
+        # the rest only once the client has the first chunk: a client that held chunks
+        # back until the end would wait here until its read timeout
+        await got_first.wait()
         writer.write(b"4\r\nlast\r\n0\r\n\r\n")
         sent_last.set()
         await reader.read()
@@ -125,6 +128,7 @@ async def test_a_chunked_answer_is_read_as_it_arrives(serve) -> None:
     got = []
     async for chunk in resp.chunks():
         got.append((chunk, sent_last.is_set()))
+        got_first.set()
     assert got == [(b"first", False), (b"last", True)]
     assert len(pool._idle) == 1  # read to its end: kept
     await pool.close()
