@@ -153,14 +153,14 @@ class UpstreamResponse:
     def _inflate(self, data: bytes) -> bytes:
         """A compressed body's next bytes, decompressed. A gzip body may hold several
         members one after another (RFC 1952): each one's end starts the next."""
-        out = b""
+        parts: list[bytes] = []
         while data:
             decoder = self._decoder
             if decoder is None or decoder.eof:
                 decoder = self._decoder = zlib.decompressobj(self._wbits)
-            out += decoder.decompress(data)
+            parts.append(decoder.decompress(data))
             data = decoder.unused_data
-        return out
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _finish(self) -> None:
         decoder = self._decoder  # None for an empty body, compressed or not
