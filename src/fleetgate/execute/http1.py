@@ -252,7 +252,6 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.reusable = True
         self.served = 0  # exchanges this connection has carried to their end
-        self.answered = False  # whether the exchange under way has had a byte back
         self._paused = False
         # the exchange under way
         self._head: asyncio.Future[UpstreamResponse] | None = None
@@ -272,7 +271,6 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
-        self.answered = True
         if self._head is None and self._response is None:
             self._broken(ConnectionBroken("the server sent bytes nobody asked for"))
             return
@@ -352,7 +350,6 @@ class _Connection(asyncio.Protocol):
         self._head = self.loop.create_future()
         self._headers = []
         self._head_bytes = self._header_bytes = 0
-        self.answered = False
         self._timeouts = timeouts
         self._started = self._last_read = now = self.loop.time()
         self._timer = self.loop.call_at(now + min(timeouts.read, timeouts.total), self._check)
@@ -424,6 +421,12 @@ class _Connection(asyncio.Protocol):
         else:
             self._close()
             self.pool.put_back(None)
+
+    def crossed_close(self) -> bool:
+        """Whether the exchange that just failed met the server's close of a kept-alive
+        connection: the connection had served others, and not a byte of answer came (every
+        byte of an answer arrives while its head is awaited)."""
+        return self.served > 0 and self._head_bytes == 0
 
     def waiting(self) -> None:
         """The caller waits on the server from now: silence is counted from here (or from
@@ -510,32 +513,23 @@ class Http1Pool:
             self.loop = asyncio.get_running_loop()
         head, closes = self._request_head(method, url, headers, body)
         conn = await self._acquire(timeouts)
-        if closes:  # the request asks the server to close after its answer
-            conn.reusable = False
-        try:
-            return await conn.exchange(head, body, timeouts)
-        except ConnectionBroken:
-            conn.finish_exchange(reuse=False)
-            if not conn.served or conn.answered:
-                raise
-        except BaseException:
-            conn.finish_exchange(reuse=False)
-            raise
-        # A kept-alive connection closed with not a byte of answer: the server closed it
-        # while the request was on its way (its idle or request limit), which a connection
-        # cannot tell beforehand. Once more, on a connection that has served nobody.
-        left = timeouts.total - (self.loop.time() - conn._started)  # what the first left
-        if left <= 0:
-            raise ReadTimedOut(f"the exchange took longer than {timeouts.total:g} s")
-        timeouts = Timeouts(timeouts.connect, timeouts.read, left)
-        conn = await self._acquire(timeouts, fresh=True)
-        if closes:
-            conn.reusable = False
-        try:
-            return await conn.exchange(head, body, timeouts)
-        except BaseException:
-            conn.finish_exchange(reuse=False)
-            raise
+        while True:
+            if closes:  # the request asks the server to close after its answer
+                conn.reusable = False
+            try:
+                return await conn.exchange(head, body, timeouts)
+            except BaseException as exc:
+                conn.finish_exchange(reuse=False)
+                if not (isinstance(exc, ConnectionBroken) and conn.crossed_close()):
+                    raise
+            # The server closed a kept-alive connection while the request was on its way
+            # (its idle or request limit), which a connection cannot tell beforehand: once
+            # more, on a new connection (which has served nobody, so this happens once).
+            left = timeouts.total - (self.loop.time() - conn._started)  # what the first left
+            if left <= 0:
+                raise ReadTimedOut(f"the exchange took longer than {timeouts.total:g} s")
+            timeouts = Timeouts(timeouts.connect, timeouts.read, left)
+            conn = await self._acquire(timeouts, fresh=True)
 
     def _request_head(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes
