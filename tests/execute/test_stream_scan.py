@@ -54,6 +54,14 @@ def test_single_line_payloads_only_for_the_common_form(
         (_sse(_chunk("hi"), b"<html>502 Bad Gateway</html>", b"[DONE]"), False),
         (_sse(_chunk("hi"), b'{"truncated": '), False),
         (_sse(b""), False),  # an empty payload is no JSON
+        # what a validator that builds no objects must still refuse
+        (_sse(_chunk("hi"), b'{"a":1}{"b":2}'), False),  # two values in one payload
+        (_sse(b'{"a":1} x'), False),  # text after the value
+        (_sse(b'{"a":NaN}'), False),
+        (_sse(b'{"a":"\\q"}'), False),  # an escape JSON has not
+        (_sse(b'{"content":"caf\xe9"}'), False),  # Latin-1, not UTF-8
+        (_sse(_chunk("café ☕"), b"[DONE]"), True),  # UTF-8 is
+        (b'event: delta\ndata: {"a":"\xff"}\n\n', False),  # read event by event
         # other forms, read event by event
         (b"event: delta\ndata: " + _chunk("hi") + b"\n\n: ping\n\n", True),
         (b"event: delta\ndata: " + _chunk("hi") + b"\n\nevent: x\ndata: oops\n\n", False),

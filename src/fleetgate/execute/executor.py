@@ -357,8 +357,13 @@ class Executor:
     ) -> bool | None:
         """Whether a stream's first whole events may go to the client (None: no data
         event yet). False when the first is an error event or an event is not JSON."""
-        for event in block.split(framing.separator):
-            data = framing.payload(event)
+        sep = framing.separator
+        at = 0
+        while at < len(block):  # event by event, up to the first that carries data
+            end = block.find(sep, at)
+            end = len(block) if end < 0 else end
+            data = framing.payload(block[at:end])
+            at = end + len(sep)
             if data is None or data == DONE:
                 continue
             if framing.is_error(data):

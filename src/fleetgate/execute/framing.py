@@ -12,12 +12,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
 from fleetgate.execute import ndjson, sse
 from fleetgate.execute.rewrite import ModelRewriter
 
 SSE_CONTENT_TYPE = "text/event-stream"
+
+# Whether a payload is one JSON value, without building it: msgspec skips over what it
+# is not asked to keep (`Raw`), checking the grammar as it goes, a quarter of the CPU of
+# `orjson.loads` on a completion chunk. It does not look inside strings for UTF-8: the
+# caller checks the block's bytes once instead.
+_check_json = msgspec.json.Decoder(msgspec.Raw).decode
+_NOT_JSON = (msgspec.DecodeError, UnicodeDecodeError)
+
+
+def _utf8(block: bytes) -> None:
+    """Raises UnicodeDecodeError unless `block` is UTF-8 (as JSON text must be)."""
+    if not block.isascii():
+        block.decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,27 +58,25 @@ class Framing:
 
     def all_json(self, block: bytes) -> bool:
         """Whether every event in a block of whole events carries JSON (or `[DONE]`)."""
-        loads = orjson.loads
-        payloads = self.payloads(block)
-        if payloads is not None:
-            try:
+        check = _check_json
+        done = sse.DONE
+        try:
+            _utf8(block)
+            payloads = self.payloads(block)
+            if payloads is not None:
                 for data in payloads:
-                    if data != sse.DONE:
-                        loads(data)
-            except orjson.JSONDecodeError:
-                return False
-            return True
-        payload = self.payload
-        for event in block.split(self.separator):
-            if not event:
-                continue  # the split after the last separator
-            data = payload(event)
-            if data is None or data == sse.DONE:
-                continue
-            try:
-                loads(data)
-            except orjson.JSONDecodeError:
-                return False
+                    if data != done:
+                        check(data)
+                return True
+            payload = self.payload
+            for event in block.split(self.separator):
+                if not event:
+                    continue  # the split after the last separator
+                data = payload(event)
+                if data is not None and data != done:
+                    check(data)
+        except _NOT_JSON:
+            return False
         return True
 
     def rewrite(self, rewriter: ModelRewriter, block: bytes) -> bytes:
