@@ -26,7 +26,10 @@ _STOP_IN_STREAM = re.compile(
     rb'"(?:finish_reason|stop_reason|done_reason)"\s*:\s*"(\w+)"'
     rb'|"incomplete_details"\s*:\s*\{\s*"reason"\s*:\s*"(\w+)"'
 )
-_STOP_KEYS = (b'"finish_reason"', b'"stop_reason"', b'"done_reason"', b'"incomplete_details"')
+# what comes before `reason"` in each key, and how far back it starts
+_STOP_PREFIXES = ((b'"finish_', 8), (b'"stop_', 6), (b'"done_', 6))
+# how far before its `"reason"` an `"incomplete_details"` key may start (`: {` and spaces)
+_DETAILS_REACH = 48
 
 
 def _has_usage(data: bytes) -> bool:
@@ -65,24 +68,19 @@ def stop_reason(data: Any) -> str | None:
 def stop_in_stream(block: bytes) -> str | None:
     """The last stop reason in a stream's end (a byte scan; no event is parsed).
 
-    Searched from the end, key by key (the pattern is tried only where a key is, last one
-    first), where a scan of the whole block tried the pattern at every quote of the ~4 KB
-    tail: the same answer, unless a stop reason is itself spelled like one of the keys."""
-    if b"reason" not in block:
-        return None
-    best = -1
-    found: re.Match[bytes] | None = None
-    for key in _STOP_KEYS:
-        at = block.rfind(key)
-        while at > best:
-            match = _STOP_IN_STREAM.match(block, at)
-            if match is not None:
-                best, found = at, match
-                break
-            at = block.rfind(key, 0, at)  # e.g. `"finish_reason":null`: an earlier one
-    if found is None:
-        return None
-    return _normal((found[1] or found[2]).decode())
+    Every key ends in `reason"` (`"finish_reason"`, `"stop_reason"`, `"done_reason"`, and
+    the `"reason"` inside `"incomplete_details"`): one backward search for that finds the
+    candidates, last one first, and the pattern is tried only there, where a search per
+    key read the whole ~4 KB tail once for each key it lacks."""
+    at = len(block)
+    while (at := block.rfind(b'reason"', 0, at)) > 0:
+        if block[at - 1] == 0x22:  # `"reason"`: Responses' incomplete_details, if any
+            start = block.rfind(b'"incomplete_details"', max(0, at - _DETAILS_REACH), at)
+        else:
+            start = next((at - n for key, n in _STOP_PREFIXES if block.startswith(key, at - n)), -1)
+        if start >= 0 and (match := _STOP_IN_STREAM.match(block, start)) is not None:
+            return _normal((match[1] or match[2]).decode())
+    return None
 
 
 def _int(value: object) -> int:
@@ -156,10 +154,10 @@ def _last_usage_marker(block: bytes, end: int) -> int:
 
 def stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
     """Usage from the last event of a stream block that reports it: found from the end by
-    its marker, so only the events that carry one are cut out and read."""
-    if not _has_usage(block):
-        return
-    if b"\r\n" in block:
+    its marker, so only the events that carry one are cut out and read (the markers are
+    searched from the end, without a forward test of the whole block first; `\r` alone is
+    looked for: one byte is found by `memchr`, two by a slower search)."""
+    if b"\r" in block:
         block = block.replace(b"\r\n", b"\n")
     sep = framing.separator
     end = len(block)
