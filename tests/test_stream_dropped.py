@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import sys
 import time
 from typing import Any
 
 import orjson
 
+from fleetgate.testing import Fault
 from tests.harness import Stack, deployment, provider
 
 
@@ -67,3 +70,50 @@ def test_a_stream_whose_head_never_left_frees_its_connection(stack: Stack, clien
     )
     assert chunks and time.monotonic() - started < 3.0
     assert len(engine.requests) == 2
+
+
+def test_streams_leave_no_generator_for_the_loop_to_close(stack: Stack, client_for) -> None:
+    """An async generator left before its end is closed by the event loop, in a task of its
+    own, once it is collected: CPU on every stream. The gateway's streams leave none, the
+    whole ones and those that fail over after their first event was an error."""
+    failing, good = stack.engine("failing"), stack.engine("good")
+    config = {
+        "providers": [provider("pf", failing), provider("pg", good)],
+        "deployments": [deployment("m", "pf", priority=0), deployment("m", "pg", priority=1)],
+    }
+    stack.start_gateway(config)
+    for _ in range(2):  # two streams begin with a retryable error event: they fall back
+        failing.fail_next(Fault("stream_error_event", message="overloaded", status=503))
+    finalized: list[str] = []
+
+    async def count_finalized() -> Any:
+        hooks = sys.get_asyncgen_hooks()  # the serving loop's, in its own thread
+
+        def finalizer(agen: Any) -> None:
+            finalized.append(agen.__qualname__)
+            hooks.finalizer(agen)
+
+        sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=finalizer)
+        return hooks
+
+    hooks = stack.lt.run(count_finalized())
+    try:
+        client = client_for(stack)
+        for _ in range(6):
+            chunks = list(
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+                )
+            )
+            assert chunks
+        stack.lt.run(asyncio.sleep(0))  # a finalizer runs on the loop, as garbage goes
+        gc.collect()
+        stack.lt.run(asyncio.sleep(0))
+        assert finalized == []
+        assert len(good.requests) == 6 and len(failing.requests) >= 2  # two fell back
+    finally:
+
+        async def restore() -> None:
+            sys.set_asyncgen_hooks(*hooks)
+
+        stack.lt.run(restore())

@@ -126,7 +126,7 @@ async def test_a_chunked_answer_is_read_as_it_arrives(serve) -> None:
     pool = Http1Pool(server.url, limit=4, idle_seconds=30)
     resp = await pool.request("POST", server.url + "/s", {}, b"{}", QUICK)
     got = []
-    async for chunk in resp.chunks():
+    while chunk := await resp.read_some():
         got.append((chunk, sent_last.is_set()))
         got_first.set()
     assert got == [(b"first", False), (b"last", True)]
@@ -213,7 +213,7 @@ async def test_a_stalled_and_an_endless_stream_time_out(serve) -> None:
         started = time.monotonic()
         resp = await pool.request("POST", server.url + path, {}, b"", timeouts)
         with pytest.raises(ReadTimedOut):
-            async for _ in resp.chunks():
+            while await resp.read_some():
                 pass
         assert after[0] < time.monotonic() - started < after[1], path
         resp.close()
@@ -398,7 +398,7 @@ async def test_a_reset_does_not_end_a_body_delimited_by_the_close(serve) -> None
     resp = await pool.request("POST", server.url + "/", {}, b"", QUICK)
     parts = []
     with pytest.raises(ConnectionBroken, match="lost"):
-        async for part in resp.chunks():
+        while part := await resp.read_some():
             parts.append(part)
             got_part.set()
     assert parts == [b"partial-"]

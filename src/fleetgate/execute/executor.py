@@ -323,7 +323,7 @@ class Executor:
         an error, when an event is not JSON, or when the stream ends before any event."""
         buffer = b""
         sep = framing.separator
-        async for chunk in resp.chunks():
+        while chunk := await resp.read_some():
             buffer += chunk
             if b"\r" in buffer:
                 buffer = buffer.replace(b"\r\n", b"\n")
@@ -431,7 +431,7 @@ class Executor:
         more = False  # bytes after the head: else its usage was read above already
         try:
             yield first
-            async for chunk in resp.chunks():
+            while chunk := await resp.read_some():
                 more = True
                 events += chunk.count(marker)
                 tail = (tail + chunk)[-_USAGE_TAIL:]
