@@ -251,6 +251,24 @@ async def test_rows_wait_in_the_serving_process_while_the_child_is_behind(
     assert len(await _ids(db)) == writer.written
 
 
+async def test_a_frame_larger_than_the_pipe_reaches_the_store(
+    store: tuple[str, Database],
+) -> None:
+    """One flush's rows go as one frame; the child reads it whole, however large (a loop
+    that stalled, rows with many attempts). It stopped reading once its buffer held as much
+    as the pipe, before the frame's end had come: it waited for ever and rows were lost."""
+    url, db = store
+    writer = _started(url)
+    records = _batch(0, 2000)
+    frame = sum(len(orjson.dumps(row_of(r))) + 1 for r in records)
+    assert frame > log_writer.PIPE_BYTES
+    await writer.write(records)
+    await until(lambda: writer.written == 2000, 20, "the child wrote the whole frame")
+    await writer.stop()
+    assert (writer.written, writer.dropped) == (2000, 0)
+    assert len(await _ids(db)) == 2000
+
+
 async def test_a_dead_child_is_replaced_by_writing_in_process(
     store: tuple[str, Database],
 ) -> None:

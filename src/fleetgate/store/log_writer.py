@@ -440,8 +440,11 @@ async def _child_write(
             del buf[: end + 1]
 
     def read_while_room() -> None:
+        """Read while the buffer is below the pipe's size, and beyond it while the log has
+        room: `take` then left no whole frame in it, so its first frame (one flush's rows,
+        as large as they came) has not all arrived yet, and only reading brings its end."""
         nonlocal reading
-        want = not eof and len(buf) < PIPE_BYTES
+        want = not eof and (len(buf) < PIPE_BYTES or request_log.pending < capacity)
         if want and not reading:
             loop.add_reader(rows_fd, readable)
         elif reading and not want:
