@@ -200,3 +200,28 @@ async def test_json_columns_round_trip(db_url: str) -> None:
         assert row["stream"] is False and row["tokens_estimated"] is False
     finally:
         await db.dispose()
+
+
+async def test_flushes_that_overlap_write_each_row_once(db_url: str) -> None:
+    """A flush may begin while another waits on the database (the log writer's last rows
+    at shutdown, taken over by the serving process, met a flush already under way): each
+    row is written once, and neither flush fails."""
+    from fleetgate.store.database import migrate
+
+    db = open_database(database_url(db_url))
+    try:
+        await migrate(db)
+        log = RequestLog(db)
+        now = time.time()
+        for i in range(40):
+            log.take(_record(i, now + i))
+        first = asyncio.ensure_future(log.flush())
+        await asyncio.sleep(0)  # the first is on its way to the database
+        for i in range(40, 50):
+            log.take(_record(i, now + i))
+        await asyncio.gather(first, log.flush())
+        assert (log.written, log.pending) == (50, 0)
+        rows = (await log.page(limit=100)).rows
+        assert sorted(r["id"] for r in rows) == sorted(f"r{i}" for i in range(50))
+    finally:
+        await db.dispose()

@@ -7,6 +7,7 @@ and ids, never prompt or completion text, never secrets.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import os
@@ -161,6 +162,9 @@ class RequestLog(BatchSink):
         self.failures = 0  # batches that could not be written (and were kept)
         self.rejected = 0  # rows the database refused to hold (dropped)
         self._pending: deque[tuple[Any, ...]] = deque()
+        # one flush at a time: a second one begun while the first waits on the database
+        # would write the same rows again, then take them off `_pending` a second time
+        self._flushing = asyncio.Lock()
         # PostgreSQL: COPY (a third of executemany's client CPU per row); SQLite: executemany
         self._insert = _copy_sql() if db.is_postgres else _insert_sql(db.dialect.paramstyle)
         self._insert_rows = _copy_rows if db.is_postgres else _insert_rows
@@ -189,6 +193,12 @@ class RequestLog(BatchSink):
 
     async def flush(self) -> None:
         """Write every pending row in one transaction (kept pending when that fails)."""
+        if not self._pending:
+            return
+        async with self._flushing:
+            await self._flush()
+
+    async def _flush(self) -> None:
         pending = self._pending
         if not pending:
             return
