@@ -62,6 +62,7 @@ def test_single_line_payloads_only_for_the_common_form(
         (_sse(b'{"content":"caf\xe9"}'), False),  # Latin-1, not UTF-8
         (_sse(_chunk("café ☕"), b"[DONE]"), True),  # UTF-8 is
         (b'event: delta\ndata: {"a":"\xff"}\n\n', False),  # read event by event
+        (b': \xff\n\nevent: delta\ndata: {"a":1}\n\n', True),  # a comment is no payload
         # other forms, read event by event
         (b"event: delta\ndata: " + _chunk("hi") + b"\n\n: ping\n\n", True),
         (b"event: delta\ndata: " + _chunk("hi") + b"\n\nevent: x\ndata: oops\n\n", False),

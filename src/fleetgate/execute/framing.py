@@ -61,9 +61,9 @@ class Framing:
         check = _check_json
         done = sse.DONE
         try:
-            _utf8(block)
             payloads = self.payloads(block)
-            if payloads is not None:
+            if payloads is not None:  # the block is its payloads and ASCII framing
+                _utf8(block)
                 for data in payloads:
                     if data != done:
                         check(data)
@@ -74,6 +74,7 @@ class Framing:
                     continue  # the split after the last separator
                 data = payload(event)
                 if data is not None and data != done:
+                    _utf8(data)  # payloads only: a comment's bytes are nobody's JSON
                     check(data)
         except _NOT_JSON:
             return False

@@ -77,7 +77,10 @@ def stop_in_stream(block: bytes) -> str | None:
         if block[at - 1] == 0x22:  # `"reason"`: Responses' incomplete_details, if any
             start = block.rfind(b'"incomplete_details"', max(0, at - _DETAILS_REACH), at)
         else:
-            start = next((at - n for key, n in _STOP_PREFIXES if block.startswith(key, at - n)), -1)
+            start = next(
+                (at - n for key, n in _STOP_PREFIXES if at >= n and block.startswith(key, at - n)),
+                -1,
+            )
         if start >= 0 and (match := _STOP_IN_STREAM.match(block, start)) is not None:
             return _normal((match[1] or match[2]).decode())
     return None
