@@ -22,8 +22,8 @@ SSE_CONTENT_TYPE = "text/event-stream"
 
 # Whether a payload is one JSON value, without building it: msgspec skips over what it
 # is not asked to keep (`Raw`), checking the grammar as it goes, a quarter of the CPU of
-# `orjson.loads` on a completion chunk. It does not look inside strings for UTF-8: the
-# caller checks the block's bytes once instead.
+# `orjson.loads` on a completion chunk. It does not look inside the strings it skips for
+# UTF-8: `all_json` checks the payloads' bytes with `_utf8` instead.
 _check_json = msgspec.json.Decoder(msgspec.Raw).decode
 _NOT_JSON = (msgspec.DecodeError, UnicodeDecodeError)
 
