@@ -8,6 +8,7 @@ import gzip
 import socket
 import struct
 import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -249,6 +250,31 @@ async def test_a_full_pool_makes_the_next_request_wait(serve) -> None:
     await pool.close()
 
 
+async def test_the_total_deadline_counts_the_wait_for_a_connection(serve) -> None:
+    """`total` is the whole exchange from the call: a request that waited for the pool's one
+    connection has only what is left of it for the answer (it used to start again)."""
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head, _ = await read_request(reader)
+            await asyncio.sleep(0.6)  # each answer takes 0.6 s: two in a row take 1.2
+            writer.write(answer(head.split(b" ")[1]))
+
+    server = await serve(slow)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+    first = asyncio.ensure_future(pool.request("POST", server.url + "/first", {}, b"", QUICK))
+    await until(lambda: pool._busy == 1, what="the first request holds the connection")
+    begun = time.monotonic()
+    second = asyncio.ensure_future(
+        pool.request("POST", server.url + "/second", {}, b"", Timeouts(2.0, 2.0, 1.0))
+    )
+    assert await (await first).read() == b"/first"
+    with pytest.raises(ReadTimedOut, match="longer than 1 s"):
+        await second
+    assert 0.95 < time.monotonic() - begun < 1.15  # not the 0.6 s wait plus a whole 1.0
+    await pool.close()
+
+
 @pytest.mark.parametrize(
     "reply",
     [
@@ -433,6 +459,69 @@ async def test_compressed_bodies_empty_and_of_several_gzip_members(serve) -> Non
         resp = await pool.request("POST", server.url + path, {}, b"", QUICK)
         assert (resp.status, await resp.read()) == (status, b"")
     assert server.connections == 1  # each answer ended cleanly, so the connection stayed
+    await pool.close()
+
+
+async def test_deflate_bodies_zlib_wrapped_or_raw_arriving_a_byte_at_first(serve) -> None:
+    text = b'{"choices": [{"text": "' + b"deflated " * 40 + b'"}]}'
+    wrapped = zlib.compress(text)
+    raw = zlib.compressobj(wbits=-15)
+    bodies = {b"/zlib": wrapped, b"/raw": raw.compress(text) + raw.flush()}
+    assert bodies[b"/raw"][:2] != wrapped[:2]
+
+    async def coded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head, _ = await read_request(reader)
+            body = bodies[head.split(b" ")[1]]
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\n")
+            writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
+            for piece in (body[:1], body[1:2], body[2:]):  # the header's bytes one by one
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+
+    server = await serve(coded)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+    for path in ("/zlib", "/raw"):
+        resp = await pool.request("POST", server.url + path, {}, b"", QUICK)
+        assert await resp.read() == text, path
+    assert server.connections == 1
+    await pool.close()
+
+
+@pytest.mark.parametrize(
+    ("asked", "sent"),
+    [
+        ("br", "identity"),
+        ("br, gzip;q=0.5, zstd", "gzip;q=0.5"),
+        ("identity", "identity"),
+    ],
+)
+async def test_a_providers_accept_encoding_keeps_only_what_is_decoded(
+    serve, asked: str, sent: str
+) -> None:
+    """An answer in a coding the client cannot read would fail however good it is: a
+    provider's `Accept-Encoding` is narrowed, and the server answers in what is left."""
+    text = b'{"ok": true}'
+    heads: list[bytes] = []
+
+    async def negotiating(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head, _ = await read_request(reader)
+        heads.append(head)
+        accept = head.lower().split(b"accept-encoding: ", 1)[1].split(b"\r\n", 1)[0]
+        if b"br" in accept:
+            writer.write(answer(b"\x8b\x05\x80" + text + b"\x03", b"Content-Encoding: br"))
+        elif b"gzip" in accept:
+            writer.write(answer(gzip.compress(text), b"Content-Encoding: gzip"))
+        else:
+            writer.write(answer(text))
+
+    server = await serve(negotiating)
+    pool = Http1Pool(server.url, limit=1, idle_seconds=30)
+    resp = await pool.request("POST", server.url + "/", {"Accept-Encoding": asked}, b"", QUICK)
+    assert await resp.read() == text
+    assert heads[0].decode().count("Accept-Encoding") == 1
+    assert f"Accept-Encoding: {sent}\r\n" in heads[0].decode()
     await pool.close()
 
 

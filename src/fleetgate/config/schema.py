@@ -70,7 +70,8 @@ class Timeouts(_Strict):
     first_byte: PositiveFloat = 120.0
     """Seconds to wait for the response head, and at most between two stream chunks."""
     total: PositiveFloat = 600.0
-    """Seconds for the whole upstream exchange, stream included."""
+    """Seconds for the whole upstream exchange, stream included: from its start, so the
+    wait for a free pooled connection and the connect count too."""
 
 
 class ProviderConfig(_Strict):

@@ -15,11 +15,13 @@ uses, spends about 20. It does what the proxied path needs and no more:
   crossed the request) has the request sent once more on a new connection, the only resend;
 - at most `limit` connections at once per pool; more requests wait for one;
 - bodies of any framing (length, chunked, until the server closes cleanly: a reset cuts the
-  body short), gzip (members one after another too) and deflate;
+  body short), gzip (members one after another too) and deflate (zlib, or raw); a
+  provider's own `Accept-Encoding` is narrowed to these;
 - answers read whole or chunk by chunk as they arrive, reading paused while 256 KiB wait
   unread (a slow client slows the upstream, it does not fill memory);
 - three deadlines: connect (TCP and TLS), `read` (silence from the server while a read is
-  awaited: the first byte, and between chunks), and `total` (the whole exchange); one timer
+  awaited: the first byte, and between chunks), and `total` (the whole exchange, from the
+  call: the wait for a free connection, the connect and a resend are inside it); one timer
   per exchange serves all of them;
 - no redirect is followed, no cookie kept, no proxy taken from the environment.
 
@@ -43,7 +45,9 @@ import httptools
 
 _PAUSE_AT = 256 * 1024  # unread bytes at which reading from the server pauses
 _MAX_HEAD = 64 * 1024  # the most an answer's status line and headers may take
-_ENCODINGS = {"gzip": 47, "x-gzip": 47, "deflate": 15}  # zlib wbits (47: gzip or zlib)
+_ZLIB = 15  # zlib wbits: the zlib format (and `deflate`: zlib, or raw, told by its header)
+_ENCODINGS = {"gzip": 47, "x-gzip": 47, "deflate": _ZLIB}  # 47: gzip or zlib
+_DECODED = frozenset(_ENCODINGS) | {"identity"}  # what an Accept-Encoding may ask for
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a header name (RFC 9110 token)
 _BAD_VALUE = re.compile(r"[\x00\r\n]")  # what a header value may not hold
 _BAD_TARGET = re.compile(r"[\x00-\x20\x7f]")  # what a request line's target may not hold
@@ -111,6 +115,7 @@ class UpstreamResponse:
         "_decoder",
         "_done",
         "_error",
+        "_held",
         "_unread",
         "_waiter",
         "_wbits",
@@ -129,6 +134,7 @@ class UpstreamResponse:
         self._waiter: asyncio.Future[None] | None = None
         self._decoder: zlib._Decompress | None = None  # made at the body's first byte
         self._wbits = 0  # the body's zlib format (0: not compressed)
+        self._held = b""  # a deflate body's first byte, until the second tells its format
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding in _ENCODINGS:
             self._wbits = _ENCODINGS[encoding]
@@ -157,13 +163,25 @@ class UpstreamResponse:
         while data:
             decoder = self._decoder
             if decoder is None or decoder.eof:
-                decoder = self._decoder = zlib.decompressobj(self._wbits)
+                wbits = self._wbits
+                if wbits == _ZLIB:  # `deflate`: zlib as RFC 9110 says, or raw, as some send
+                    data = self._held + data
+                    if len(data) < 2:  # the header's two bytes tell which
+                        self._held = data
+                        break
+                    self._held = b""
+                    if not _zlib_header(data):
+                        wbits = -_ZLIB
+                decoder = self._decoder = zlib.decompressobj(wbits)
             parts.append(decoder.decompress(data))
             data = decoder.unused_data
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _finish(self) -> None:
         decoder = self._decoder  # None for an empty body, compressed or not
+        if self._held:  # a deflate body of one byte
+            self._fail(ConnectionBroken("a compressed body that ends mid-stream"))
+            return
         if decoder is not None:
             tail = decoder.flush()
             if tail:
@@ -347,14 +365,20 @@ class _Connection(asyncio.Protocol):
         self._end_exchange()
 
     # ---- one exchange -----------------------------------------------------------------
-    async def exchange(self, request: bytes, body: bytes, timeouts: Timeouts) -> UpstreamResponse:
+    async def exchange(
+        self, request: bytes, body: bytes, timeouts: Timeouts, started: float
+    ) -> UpstreamResponse:
+        """Send a request; its answer's head. `total` counts from `started` (the pool's
+        wait and the connect came first), silence from now."""
         assert self.transport is not None
         self._head = self.loop.create_future()
         self._headers = []
         self._head_bytes = self._header_bytes = 0
         self._timeouts = timeouts
-        self._started = self._last_read = now = self.loop.time()
-        self._timer = self.loop.call_at(now + min(timeouts.read, timeouts.total), self._check)
+        self._started = started
+        self._last_read = now = self.loop.time()
+        first = min(now + timeouts.read, started + timeouts.total)
+        self._timer = self.loop.call_at(first, self._check)
         if body:
             self.transport.writelines((request, body))
         else:
@@ -469,6 +493,23 @@ def _valid_name(name: str) -> bool:
     return True
 
 
+def _zlib_header(data: bytes) -> bool:
+    """Whether a deflate body begins with a zlib header (RFC 1950: method 8, a window of at
+    most 32 KiB, and a check that makes the two bytes a multiple of 31), not raw deflate."""
+    return data[0] & 0x0F == 8 and data[0] >> 4 <= 7 and (data[0] << 8 | data[1]) % 31 == 0
+
+
+def _decodable(accept: str) -> str:
+    """An Accept-Encoding value with only the codings this client decodes (an answer in
+    `br` or `zstd` it was asked for would be unreadable); `identity` if none is left."""
+    kept = [
+        part.strip()
+        for part in accept.split(",")
+        if part.split(";", 1)[0].strip().lower() in _DECODED
+    ]
+    return ", ".join(kept) or "identity"
+
+
 def _lost(exc: Exception | None) -> str:
     if exc is None:
         return "the server closed the connection before the answer's end"
@@ -514,12 +555,13 @@ class Http1Pool:
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
         head, closes = self._request_head(method, url, headers, body)
-        conn = await self._acquire(timeouts)
+        started = self.loop.time()  # `total` counts from here: the wait, connect, answer
+        conn = await self._acquire(timeouts, started)
         while True:
             if closes:  # the request asks the server to close after its answer
                 conn.reusable = False
             try:
-                return await conn.exchange(head, body, timeouts)
+                return await conn.exchange(head, body, timeouts, started)
             except BaseException as exc:
                 conn.finish_exchange(reuse=False)
                 if not (isinstance(exc, ConnectionBroken) and conn.crossed_close()):
@@ -527,11 +569,9 @@ class Http1Pool:
             # The server closed a kept-alive connection while the request was on its way
             # (its idle or request limit), which a connection cannot tell beforehand: once
             # more, on a new connection (which has served nobody, so this happens once).
-            left = timeouts.total - (self.loop.time() - conn._started)  # what the first left
-            if left <= 0:
+            if self.loop.time() >= started + timeouts.total:
                 raise ReadTimedOut(f"the exchange took longer than {timeouts.total:g} s")
-            timeouts = Timeouts(timeouts.connect, timeouts.read, left)
-            conn = await self._acquire(timeouts, fresh=True)
+            conn = await self._acquire(timeouts, started, fresh=True)
 
     def _request_head(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes
@@ -565,6 +605,8 @@ class Http1Pool:
                 continue  # the body's framing is the client's own
             if lower == "connection" and "close" in value.lower():
                 closes = True
+            if lower == "accept-encoding":  # a provider's own, narrowed to what is read
+                value = _decodable(value)
             own.pop(lower, None)  # a provider's own Host or Accept-Encoding goes instead
             lines.append(f"{name}: {value}\r\n")
         lines.extend(own.values())
@@ -572,9 +614,12 @@ class Http1Pool:
         return "".join(lines).encode("latin-1"), closes
 
     # ---- connections ------------------------------------------------------------------
-    async def _acquire(self, timeouts: Timeouts, fresh: bool = False) -> _Connection:
-        """A connection for one exchange: the last one to come back idle, else a new one
-        (`fresh`: always a new one), once fewer than `limit` are out."""
+    async def _acquire(
+        self, timeouts: Timeouts, started: float, fresh: bool = False
+    ) -> _Connection:
+        """A connection for one exchange begun at `started`: the last one to come back
+        idle, else a new one (`fresh`: always a new one), once fewer than `limit` are out.
+        The wait and the connect are within the exchange's `total`."""
         while True:
             if self._closed:
                 raise ConnectionBroken("the pool is closed")
@@ -590,7 +635,7 @@ class Http1Pool:
             waiter = self.loop.create_future()
             self._waiters.append(waiter)
             try:
-                async with asyncio.timeout(timeouts.total):
+                async with asyncio.timeout_at(started + timeouts.total):
                     await waiter
             except BaseException as exc:
                 if waiter in self._waiters:
@@ -603,8 +648,9 @@ class Http1Pool:
                     ) from None
                 raise
         self._busy += 1
+        left = started + timeouts.total - self.loop.time()
         try:
-            return await self._open(timeouts.connect)
+            return await self._open(max(0.0, min(timeouts.connect, left)))
         except BaseException:
             self.put_back(None)
             raise
