@@ -4,7 +4,9 @@ loopback: what it reuses, how it reads every framing, and every way an exchange 
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
+import random
 import socket
 import struct
 import time
@@ -486,6 +488,41 @@ async def test_deflate_bodies_zlib_wrapped_or_raw_arriving_a_byte_at_first(serve
         resp = await pool.request("POST", server.url + path, {}, b"", QUICK)
         assert await resp.read() == text, path
     assert server.connections == 1
+    await pool.close()
+
+
+def gzip_of_zeros(mib: int) -> bytes:
+    coder = zlib.compressobj(9, wbits=31)
+    step = bytes(1 << 20)
+    return b"".join(coder.compress(step) for _ in range(mib)) + coder.flush()
+
+
+async def test_a_decompression_bomb_fails_and_a_large_honest_body_is_whole(serve) -> None:
+    """200 MiB of zeros in 200 KB of gzip is refused once it has given 64 MiB, read whole
+    or as it arrives; a 3 MiB body that compresses 1.3 times comes out whole although one
+    chunk of it decompresses past a step."""
+    bomb = gzip_of_zeros(200)
+    honest = base64.b64encode(random.Random(7).randbytes(9 << 18))  # 3 MiB of base64
+    bodies = {b"/bomb": bomb, b"/honest": gzip.compress(honest)}
+
+    async def coded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head, _ = await read_request(reader)
+            writer.write(answer(bodies[head.split(b" ")[1]], b"Content-Encoding: gzip"))
+
+    server = await serve(coded)
+    pool = Http1Pool(server.url, limit=2, idle_seconds=30)
+    resp = await pool.request("POST", server.url + "/honest", {}, b"", QUICK)
+    assert await resp.read() == honest
+    resp = await pool.request("POST", server.url + "/bomb", {}, b"", QUICK)
+    with pytest.raises(ConnectionBroken, match="decompression bomb"):
+        await resp.read()
+    resp = await pool.request("POST", server.url + "/bomb", {}, b"", QUICK)
+    got = 0
+    with pytest.raises(ConnectionBroken, match="decompression bomb"):
+        while chunk := await resp.read_some():
+            got += len(chunk)
+    assert got <= 65 << 20
     await pool.close()
 
 

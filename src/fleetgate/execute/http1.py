@@ -16,7 +16,8 @@ uses, spends about 20. It does what the proxied path needs and no more:
 - at most `limit` connections at once per pool; more requests wait for one;
 - bodies of any framing (length, chunked, until the server closes cleanly: a reset cuts the
   body short), gzip (members one after another too) and deflate (zlib, or raw); a
-  provider's own `Accept-Encoding` is narrowed to these;
+  provider's own `Accept-Encoding` is narrowed to these; a body that decompresses to more
+  than 64 MiB and 200 times its size is refused as a bomb;
 - answers read whole or chunk by chunk as they arrive, reading paused while 256 KiB wait
   unread (a slow client slows the upstream, it does not fill memory);
 - three deadlines: connect (TCP and TLS), `read` (silence from the server while a read is
@@ -48,6 +49,9 @@ _MAX_HEAD = 64 * 1024  # the most an answer's status line and headers may take
 _ZLIB = 15  # zlib wbits: the zlib format (and `deflate`: zlib, or raw, told by its header)
 _ENCODINGS = {"gzip": 47, "x-gzip": 47, "deflate": _ZLIB}  # 47: gzip or zlib
 _DECODED = frozenset(_ENCODINGS) | {"identity"}  # what an Accept-Encoding may ask for
+_INFLATE_STEP = 1 << 20  # the most one decompress call may give
+_BOMB_RATIO = 200  # decompressed ÷ compressed above which a large body is a bomb ...
+_BOMB_FROM = 64 << 20  # ... once it has given this much (JSON and SSE compress 3-40x)
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a header name (RFC 9110 token)
 _BAD_VALUE = re.compile(r"[\x00\r\n]")  # what a header value may not hold
 _BAD_TARGET = re.compile(r"[\x00-\x20\x7f]")  # what a request line's target may not hold
@@ -111,7 +115,9 @@ class UpstreamResponse:
 
     __slots__ = (
         "_chunks",
+        "_coded",
         "_conn",
+        "_decoded",
         "_decoder",
         "_done",
         "_error",
@@ -135,6 +141,7 @@ class UpstreamResponse:
         self._decoder: zlib._Decompress | None = None  # made at the body's first byte
         self._wbits = 0  # the body's zlib format (0: not compressed)
         self._held = b""  # a deflate body's first byte, until the second tells its format
+        self._coded = self._decoded = 0  # a compressed body's bytes in and out so far
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding in _ENCODINGS:
             self._wbits = _ENCODINGS[encoding]
@@ -159,6 +166,7 @@ class UpstreamResponse:
     def _inflate(self, data: bytes) -> bytes:
         """A compressed body's next bytes, decompressed. A gzip body may hold several
         members one after another (RFC 1952): each one's end starts the next."""
+        self._coded += len(data)
         parts: list[bytes] = []
         while data:
             decoder = self._decoder
@@ -173,7 +181,18 @@ class UpstreamResponse:
                     if not _zlib_header(data):
                         wbits = -_ZLIB
                 decoder = self._decoder = zlib.decompressobj(wbits)
-            parts.append(decoder.decompress(data))
+            while True:  # a step at a time, so a bomb is caught before it fills memory
+                out = decoder.decompress(data, _INFLATE_STEP)
+                self._decoded += len(out)
+                if self._decoded > _BOMB_FROM and self._decoded > _BOMB_RATIO * self._coded:
+                    raise zlib.error(
+                        f"more than {_BOMB_RATIO} times its compressed size and "
+                        f"{_BOMB_FROM >> 20} MiB (a decompression bomb)"
+                    )
+                parts.append(out)
+                if len(out) < _INFLATE_STEP:  # a full step may have left output inside
+                    break
+                data = decoder.unconsumed_tail
             data = decoder.unused_data
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
