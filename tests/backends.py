@@ -28,16 +28,28 @@ def _base(url: str) -> str:
     return url.rsplit("/", 1)[0]
 
 
+@pytest.fixture(scope="session")
+def pg_databases() -> Iterator[list[str]]:
+    """The databases the session's tests made, dropped at its end. Not at each test's end:
+    fixtures are torn down in the reverse order of their setup, so a test that asks for a
+    gateway before `pg_url` would have its database dropped under the running gateway,
+    whose shutdown then spends its 10 s trying to write the last log rows."""
+    made: list[str] = []
+    yield made
+    for name in made:
+        _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A new, empty PostgreSQL database for one test, dropped afterwards."""
+def pg_url(pg_databases: list[str]) -> str:
+    """A new, empty PostgreSQL database for one test."""
     name = "fg_test_" + uuid.uuid4().hex[:12]
     try:
         _pg_admin(f'CREATE DATABASE "{name}"')
     except (OSError, psycopg.Error, TimeoutError) as exc:
         pytest.fail(f"PostgreSQL is not reachable at {PG_URL}: {exc!r} (start it; see .ci/run)")
-    yield f"{_base(PG_URL)}/{name}"
-    _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    pg_databases.append(name)
+    return f"{_base(PG_URL)}/{name}"
 
 
 @pytest.fixture

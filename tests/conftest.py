@@ -8,6 +8,7 @@ import pytest
 
 from tests.backends import (  # noqa: F401  (fixtures)
     db_url,
+    pg_databases,
     pg_url,
     redis_namespace,
     redis_url,
