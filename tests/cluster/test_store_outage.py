@@ -170,3 +170,4 @@ def test_the_admin_api_answers_503_during_a_store_outage_on_a_healthy_connection
     proxy.restore()
     wait_until(lambda: client.get("/admin/requests").status_code == 200, 10, "the store is back")
     assert client.patch("/admin/deployments/pa", json={"priority": 3}).status_code == 200
+    stack.stop_gateway()  # while the store is reachable: the proxy's teardown comes first
