@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 import orjson
+
+# What follows a `model` key: the colon, and a string value without escapes.
+_PLAIN_VALUE = re.compile(rb'(\s*:\s*)"[^"\\]*"')
+# What a key's opening quote follows; a quote inside a string follows a backslash
+_BEFORE_KEY = frozenset(b"{, \t\r\n")
 
 
 class ModelRewriter:
     """Sets `model` to the client's name in response bodies, cheaply.
 
-    JSON escapes every quote inside a string, so the byte pattern `"model":"NAME"` can only
-    be the key itself; replacing it is exact. Bodies whose `model` differs from the name sent
-    upstream (providers that answer with a dated name, vLLM answering an alias with its first
-    served name) are parsed and rewritten, including the message / response object that
-    Anthropic `message_start` and Responses stream events nest it in.
+    JSON escapes every quote inside a string, so the byte pattern `"model":"NAME"` is the key
+    itself; replacing it is exact. A body whose `model` differs from the name sent upstream
+    (providers that answer with a dated name, vLLM answering an alias with its first served
+    name) has every `model` key's string value replaced in one pass too, the message /
+    response object that Anthropic `message_start` and Responses stream events nest it in
+    included. Only a value with escapes, or one that is not a string, is parsed and
+    rewritten (at the top level and in those two objects).
     """
 
-    __slots__ = ("_client", "_patterns", "_replacements", "identity")
+    __slots__ = ("_client", "_client_json", "_patterns", "_replacements", "identity")
 
     def __init__(self, upstream: str, client: str) -> None:
         self.identity = upstream == client
@@ -26,6 +34,7 @@ class ModelRewriter:
         cl = orjson.dumps(client)
         self._patterns = (b'"model":' + up, b'"model": ' + up)
         self._replacements = (b'"model":' + cl, b'"model": ' + cl)
+        self._client_json = cl
 
     def json(self, body: bytes, parsed: object = None) -> bytes:
         """Rewrite one JSON document (a whole body or one SSE `data:` payload); `parsed`
@@ -37,6 +46,9 @@ class ModelRewriter:
                 return body.replace(pattern, replacement)
         if b'"model"' not in body:
             return body
+        rewritten = self._plain_values(body)
+        if rewritten is not None:
+            return rewritten
         data = parsed
         if data is None:
             try:
@@ -51,6 +63,23 @@ class ModelRewriter:
                 obj["model"] = self._client
                 changed = True
         return orjson.dumps(data) if changed else body
+
+    def _plain_values(self, body: bytes) -> bytes | None:
+        """`body` with every `model` key's value set to the client's name, in one pass;
+        None when a value is not a plain string (escapes, null, an object)."""
+        parts = body.split(b'"model"')
+        out = [parts[0]]
+        client = self._client_json
+        for i in range(1, len(parts)):
+            part, before = parts[i], parts[i - 1]
+            if not before or before[-1] not in _BEFORE_KEY:  # text inside a string
+                out.append(b'"model"' + part)
+                continue
+            value = _PLAIN_VALUE.match(part)
+            if value is None:
+                return None
+            out.append(b'"model"' + value[1] + client + part[value.end() :])
+        return b"".join(out)
 
 
 @lru_cache(maxsize=4096)
