@@ -83,3 +83,49 @@ def test_no_redirect_is_followed_on_proxy_tokenize_or_discovery(
     windows = httpx.get(stack.url + "/v1/fleet/windows", timeout=5).json()["data"]
     probed = next(w for w in windows if w["deployment"] == "small")
     assert "302" in str(probed)
+
+
+@pytest.mark.parametrize(
+    ("location", "named"),
+    [
+        ("http://127.0.0.1:99999", "http://127.0.0.1"),  # a port past 65535
+        ("http://[::1", "elsewhere"),  # an IPv6 host never closed
+        ("//Example.invalid", "//example.invalid"),  # the scheme of the request
+        ("", "another path"),  # the Location is the request's own path
+    ],
+)
+def test_a_redirect_to_no_url_at_all_is_an_upstream_error_and_falls_back(
+    stack: Stack, location: str, named: str
+) -> None:
+    """A hostile upstream's Location need not parse as a URL: it is still a redirect,
+    said so, and the request goes on to the next deployment."""
+    bad = Redirector(location)
+    stack.lt.run(bad.start())
+    try:
+        good = stack.engine("good")
+        gw = stack.start_gateway(
+            {
+                "providers": [
+                    {"id": "bad", "kind": "vllm", "base_url": bad.url + "/v1"},
+                    {"id": "good", "kind": "vllm", "base_url": good.url + "/v1"},
+                ],
+                "deployments": [
+                    {"id": "bad", "model": "m", "provider": "bad", "priority": 0},
+                    {"id": "good", "model": "m", "provider": "good", "priority": 1},
+                ],
+            }
+        )
+        body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        resp = httpx.post(stack.url + "/v1/chat/completions", json=body, timeout=10)
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["x-fleetgate-route"] == "good"
+        rid = resp.headers["x-request-id"]
+        wait_until(lambda: gw.recent.get(rid) is not None, 5, "the record")
+        record = gw.recent.get(rid)
+        assert record is not None
+        first = record.attempts[0]
+        assert (first.deployment_id, first.error_class) == ("bad", "redirected")
+        assert first.message is not None and f"redirected to {named};" in first.message
+        assert bad.hits == ["/v1/chat/completions"]
+    finally:
+        stack.lt.run(bad.stop())

@@ -48,7 +48,8 @@ def test_fleetgate_serve_never_imports_the_orm(stack: Stack, tmp_path: Path) -> 
 
 # what the first request does not need, imported only when something asks for it: the
 # admin API (FastAPI) at the first /admin call, Alembic when a store is behind the schema,
-# aiohttp when a background poller (discovery, engine load) first asks a worker something
+# aiohttp (and its URL library) when a background poller (discovery, engine load) first
+# asks a worker something
 DEFERRED = (
     "fleetgate.admin",
     "fastapi",
@@ -57,6 +58,7 @@ DEFERRED = (
     "statistics",
     "uvicorn.protocols.websockets",
     "aiohttp",
+    "yarl",
 )
 
 

@@ -6,9 +6,9 @@ import email.utils
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
-from yarl import URL
 
 # error classes, recorded per attempt
 CONNECT = "connect"  # refused, unresolvable, or the connect timeout
@@ -100,8 +100,14 @@ def redirect_message(location: str | None) -> str:
     """What a redirect answer is said to be: where it pointed (scheme and host only)."""
     where = "elsewhere"
     if location:
-        url = URL(location)
-        where = f"{url.scheme}://{url.host}" if url.absolute and url.host else "another path"
+        try:
+            url = urlsplit(location)
+            host = url.hostname
+        except ValueError:  # an upstream's header need not be a URL (an unclosed IPv6 host)
+            pass
+        else:
+            scheme = f"{url.scheme}:" if url.scheme else ""  # `//host/…`: the request's own
+            where = f"{scheme}//{host}" if host else "another path"
     return (
         f"redirected to {where}; fleetgate never follows an upstream's redirects "
         "(check the provider's base_url)"
