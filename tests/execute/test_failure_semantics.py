@@ -199,6 +199,22 @@ def test_a_503_with_retry_after_is_an_outage_not_a_rate_limit(stack: Stack) -> N
     assert [len(stack.engines[n].requests) for n in "ab"] == [1, 1]
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -5.0])
+def test_a_retry_after_that_is_no_number_of_seconds_is_ignored(stack: Stack, value: float) -> None:
+    """`Retry-After: inf` (or nan, or -5) is no delta-seconds: the failure is the plain 503
+    it came with, and the client hears no wait the gateway cannot keep."""
+    _two_hosts(stack)
+    for name in ("a", "b"):
+        stack.engines[name].set_fault(Fault("status", status=503, retry_after=value))
+    with pytest.raises(openai.InternalServerError) as info:
+        _openai(stack).chat.completions.create(model="m", messages=MSG)
+    assert info.value.status_code == 502
+    assert info.value.body["code"] == "upstream_error"
+    assert "retry-after" not in info.value.response.headers
+    assert [len(stack.engines[n].requests) for n in "ab"] == [1, 1]
+    assert [stack.gateway.state.health(d).failures for d in ("pa", "pb")] == [1, 1]
+
+
 def test_no_route_says_when_an_open_circuit_ends(stack: Stack) -> None:
     _two_hosts(stack, cooldown_seconds=20)
     for name in ("a", "b"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,9 +75,11 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         return None
     value = value.strip()
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:  # delta-seconds are digits: not inf, nan or a negative (an HTTP date may be past)
+        return seconds if 0.0 <= seconds < math.inf else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
