@@ -63,3 +63,30 @@ class Echo(_Upstream):
         return web.json_response(
             {"error": {"message": message, "type": "auth_error"}}, status=self.status
         )
+
+
+class Miscounter(_Upstream):
+    """Answers every chat request with a whole completion whose usage says `usage`."""
+
+    def __init__(self, usage: dict[str, object]) -> None:
+        super().__init__()
+        self.usage = usage
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        body = await request.json()
+        return web.json_response(
+            {
+                "id": "chatcmpl-miscounted",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body.get("model", "m"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "ok"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": self.usage,
+            }
+        )

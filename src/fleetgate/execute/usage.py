@@ -86,8 +86,25 @@ def stop_in_stream(block: bytes) -> str | None:
     return None
 
 
-def _int(value: object) -> int:
-    return value if type(value) is int else 0
+# the largest count taken: the request log's token columns are 32-bit integers, and no
+# window comes near it. A count outside [0, MAX_COUNT] is no engine's honest report (a
+# negative one would credit a key's budget and tokens per minute back): it is not taken.
+MAX_COUNT = 2**31 - 1
+
+
+def _count(value: object) -> int | None:
+    return value if type(value) is int and 0 <= value <= MAX_COUNT else None
+
+
+def _sum(*parts: object) -> int | None:
+    """Counts added up, a missing part (None) as 0; None once any part is no count."""
+    total = 0
+    for part in parts:
+        if part is not None:
+            if (n := _count(part)) is None:
+                return None
+            total += n
+    return total
 
 
 def take_usage(attempt: Attempt, data: object) -> None:
@@ -106,21 +123,24 @@ def take_usage(attempt: Attempt, data: object) -> None:
         prompt = usage.get("prompt_tokens")
         if prompt is None:
             prompt = usage.get("input_tokens")
-            if type(prompt) is int:
-                prompt += _int(usage.get("cache_read_input_tokens"))
-                prompt += _int(usage.get("cache_creation_input_tokens"))
+            if prompt is not None:
+                prompt = _sum(
+                    prompt,
+                    usage.get("cache_read_input_tokens"),
+                    usage.get("cache_creation_input_tokens"),
+                )
         completion = usage.get("completion_tokens", usage.get("output_tokens"))
     elif "prompt_eval_count" in data:  # Ollama native
         prompt, completion = data.get("prompt_eval_count"), data.get("eval_count")
     elif isinstance(timings := data.get("timings"), dict):  # llama.cpp, no usage asked for
-        prompt = _int(timings.get("cache_n")) + _int(timings.get("prompt_n"))
+        prompt = _sum(timings.get("cache_n"), timings.get("prompt_n"))
         completion = timings.get("predicted_n")
     else:
         return
-    if type(prompt) is int:
-        attempt.prompt_tokens = prompt
-    if type(completion) is int:
-        attempt.completion_tokens = completion
+    if (n := _count(prompt)) is not None:
+        attempt.prompt_tokens = n
+    if (n := _count(completion)) is not None:
+        attempt.completion_tokens = n
 
 
 def _usage_object(block: bytes) -> bytes | None:
