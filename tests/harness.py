@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import uvicorn
 
@@ -134,7 +134,14 @@ class Stack:
             self.lt.run(api.stop())
 
 
-def provider(name: str, engine: FakeEngine, **extra: Any) -> dict[str, Any]:
+class Served(Protocol):
+    """An upstream on loopback: a fake engine, or one of the tests' own servers."""
+
+    @property
+    def url(self) -> str: ...
+
+
+def provider(name: str, engine: Served, **extra: Any) -> dict[str, Any]:
     return {"id": name, "kind": "vllm", "base_url": engine.url + "/v1", **extra}
 
 

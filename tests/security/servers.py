@@ -90,3 +90,16 @@ class Miscounter(_Upstream):
                 "usage": self.usage,
             }
         )
+
+
+class Scripted(_Upstream):
+    """Answers every request with `answer`: (status, headers, body), set between requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer: tuple[int, dict[str, str], bytes] = (200, {}, b"{}")
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        await request.read()
+        status, headers, body = self.answer
+        return web.Response(status=status, headers=headers, body=body)

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.admin.helpers import admin, options
-from tests.harness import Stack, wait_until
+from tests.harness import Stack, deployment, provider, wait_until
 from tests.security.servers import Miscounter
 
 PRICE = 1e6  # 1 per token, either way
@@ -33,15 +33,11 @@ def test_a_count_no_engine_can_report_is_not_spent(
         gw = stack.start_gateway(
             {
                 "auth": {"enabled": True},
-                "providers": [{"id": "p", "kind": "vllm", "base_url": up.url + "/v1"}],
+                "providers": [provider("p", up)],
                 "deployments": [
-                    {
-                        "id": "d",
-                        "model": "m",
-                        "provider": "p",
-                        "context_window": 8192,
-                        "price": {"input": PRICE, "output": PRICE},
-                    },
+                    deployment(
+                        "m", "p", context_window=8192, price={"input": PRICE, "output": PRICE}
+                    )
                 ],
             },
             options(sqlite_url),

@@ -51,7 +51,7 @@ from fleetgate.ingress.profile import RequestProfile
 from fleetgate.redact import Redactor
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
 from fleetgate.state.runtime import RuntimeState
-from fleetgate.translate.registry import Protocols
+from fleetgate.translate.registry import Protocols, UnreadableAnswer
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +285,16 @@ class Executor:
             except orjson.JSONDecodeError:
                 self._fail(attempt, INVALID_RESPONSE, "with a body that is not JSON", started)
                 return None
+            if not isinstance(data, dict):  # every protocol's answer is a JSON object
+                self._fail(attempt, INVALID_RESPONSE, "with a body that is no object", started)
+                return None
+            try:
+                answer = wire.answer(rewriter.json(body, data), profile.model, data)
+            except UnreadableAnswer as exc:  # JSON, but not an answer of the wire's protocol
+                self._fail(
+                    attempt, INVALID_RESPONSE, f"with a body that is no answer ({exc})", started
+                )
+                return None
             attempt.latency = time.perf_counter() - started
             attempt.ttft = attempt.latency
             take_usage(attempt, data)
@@ -297,7 +307,7 @@ class Executor:
                 candidate=candidate,
                 status=resp.status,
                 content_type=wire.content_type(content_type),
-                body=wire.answer(rewriter.json(body, data), profile.model, data),
+                body=answer,
             )
         except (UpstreamIOError, TimeoutError) as exc:
             self._fail(attempt, *classify_exception(exc), started)

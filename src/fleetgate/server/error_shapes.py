@@ -42,11 +42,15 @@ def upstream_error_body(protocol: str, body: bytes) -> bytes | None:
     err = data.get("error")
     if protocol == "ollama":
         return body if isinstance(err, str) else None
+    # an error object without its message and type is not the client's shape: the
+    # gateway's own error says what the upstream said, as far as it can tell
+    if not isinstance(err, dict) or not isinstance(err.get("message"), str) or "type" not in err:
+        return None
     if protocol == "anthropic":
-        if data.get("type") != "error" or not isinstance(err, dict):
+        if data.get("type") != "error":
             return None
         if "prompt is too long" not in str(err.get("message")) and parse_context_error(body):
             return None  # an engine's own wording: answered as "prompt is too long"
         return body
     # an Anthropic-shaped error (`"type": "error"`) is not OpenAI's, though it nests `error`
-    return body if isinstance(err, dict) and data.get("type") != "error" else None
+    return body if data.get("type") != "error" else None

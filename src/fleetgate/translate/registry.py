@@ -301,18 +301,24 @@ class Wire:
         return rewriter_for(upstream, client if self.translation is None else upstream)
 
     def answer(self, body: bytes, model: str, parsed: object = None) -> bytes:
-        """The client's answer; `parsed` is `body` already decoded, when the caller has it."""
+        """The client's answer; `parsed` is `body` already decoded, when the caller has it.
+        Raises `UnreadableAnswer` for a body the translation cannot read."""
         if self.translation is None:
             return body
         data = parsed
         if data is None:
             try:
                 data = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                return body
+            except orjson.JSONDecodeError as exc:
+                raise UnreadableAnswer("not JSON") from exc
         if not isinstance(data, dict):
-            return body
-        return orjson.dumps(self.translation.answer(data, model))
+            raise UnreadableAnswer("not a JSON object")
+        try:
+            return orjson.dumps(self.translation.answer(data, model))
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            # a field of another type than the protocol's (`"choices": true`): the
+            # translators read well-formed answers and leave the checking to here
+            raise UnreadableAnswer(f"{type(exc).__name__} reading it") from exc
 
     def content_type(self, upstream: str) -> str:
         if self.translation is None:
@@ -326,6 +332,11 @@ class Wire:
         if t is None:
             return upstream
         return translate_stream(upstream, t.stream(model), t.ndjson_in, t.encode)
+
+
+class UnreadableAnswer(Exception):
+    """An upstream's answer that a translation cannot read: JSON, perhaps, but not of the
+    protocol the deployment speaks. The executor takes it as an invalid response."""
 
 
 def _names_model(body: bytes, model: str) -> bool:
