@@ -149,9 +149,9 @@ def deployment(model: str, provider_id: str, **extra: Any) -> dict[str, Any]:
     return {"model": model, "provider": provider_id, "id": provider_id, **extra}
 
 
-def ollama_provider(name: str, worker: FakeOllama, **extra: Any) -> dict[str, Any]:
+def ollama_provider(name: str, worker: Served, **extra: Any) -> dict[str, Any]:
     return {"id": name, "kind": "ollama", "base_url": worker.url, **extra}
 
 
-def anthropic_provider(name: str, api: FakeAnthropic, **extra: Any) -> dict[str, Any]:
+def anthropic_provider(name: str, api: Served, **extra: Any) -> dict[str, Any]:
     return {"id": name, "kind": "anthropic", "base_url": api.url + "/v1", "api_key": "k", **extra}

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from tests.harness import Stack, deployment, provider
+from tests.harness import Stack, anthropic_provider, deployment, ollama_provider, provider
 from tests.security.servers import Scripted
 from tests.security.test_fuzz_clients import _clean_error, json_values
 
-EXAMPLES = 150  # upstream answers per client endpoint
+EXAMPLES = 100  # upstream answers per client endpoint and upstream kind
 MSG = [{"role": "user", "content": "hi"}]
 REQUESTS: dict[str, dict[str, Any]] = {
     "/v1/chat/completions": {"model": "m", "messages": MSG, "max_tokens": 5},
@@ -65,6 +65,32 @@ answer = st.fixed_dictionaries(
         "choices": st.lists(choice, max_size=2) | json_values,
         "usage": usage | json_values,
         "timings": st.fixed_dictionaries({}, optional={"prompt_n": counts, "predicted_n": counts}),
+        # Anthropic's Messages and Ollama's answers, for the upstreams of those kinds
+        "type": st.sampled_from(["message", "error", "message_start", "content_block_delta"])
+        | json_values,
+        "content": st.lists(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "type": st.sampled_from(["text", "tool_use", "thinking"]) | json_values,
+                    "text": json_values,
+                    "input": json_values,
+                    "name": json_values,
+                },
+            )
+            | json_values,
+            max_size=2,
+        )
+        | json_values,
+        "stop_reason": st.sampled_from(["end_turn", "max_tokens", "tool_use"]) | json_values,
+        "message": st.fixed_dictionaries(
+            {}, optional={"role": json_values, "content": json_values, "tool_calls": json_values}
+        )
+        | json_values,
+        "done": json_values,
+        "done_reason": json_values,
+        "prompt_eval_count": counts,
+        "eval_count": counts,
         "error": st.fixed_dictionaries(
             {},
             optional={
@@ -127,8 +153,16 @@ upstream_answers = st.tuples(
 )
 
 
-@pytest.fixture
-def upstream(stack: Stack) -> Iterator[Scripted]:
+def upstream_of(kind: str, up: Scripted) -> dict[str, Any]:
+    if kind == "ollama":
+        return ollama_provider("p", up)
+    if kind == "anthropic":
+        return anthropic_provider("p", up)
+    return provider("p", up)
+
+
+@pytest.fixture(params=["vllm", "anthropic", "ollama"])
+def upstream(stack: Stack, request: pytest.FixtureRequest) -> Iterator[Scripted]:
     up = Scripted()
     stack.lt.run(up.start())
     # a circuit that never opens for long: every example reaches the upstream
@@ -138,7 +172,7 @@ def upstream(stack: Stack) -> Iterator[Scripted]:
     stack.start_gateway(
         {
             "routing": {"circuit": circuit},
-            "providers": [provider("p", up)],
+            "providers": [upstream_of(request.param, up)],
             "deployments": [deployment("m", "p", upstream_model="up", context_window=8192)],
         }
     )
