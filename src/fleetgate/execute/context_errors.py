@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from fleetgate.execute.outcome import error_message
+from fleetgate.execute.usage import token_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,14 @@ class ContextExceeded:
     limit: int | None = None  # the window the upstream enforces
     prompt_tokens: int | None = None  # the input side, when stated
     requested_tokens: int | None = None  # input + output, when stated
+
+
+def _stated(source: str, limit: object, prompt: object, requested: object) -> ContextExceeded:
+    """What an error states, where it is a number an engine can have meant: a window is at
+    least 1 (one of 0 or less, trusted, would rule the deployment out of every request)."""
+    return ContextExceeded(
+        source, token_count(limit) or None, token_count(prompt), token_count(requested)
+    )
 
 
 def _ints(match: re.Match[str]) -> list[int]:
@@ -120,12 +129,7 @@ def parse_context_error(body: bytes | None) -> ContextExceeded | None:
         err = {}
     code = err.get("code")
     if err.get("type") == "exceed_context_size_error":  # llama.cpp states the numbers
-        n_ctx, n_prompt = err.get("n_ctx"), err.get("n_prompt_tokens")
-        return ContextExceeded(
-            "llamacpp",
-            limit=n_ctx if type(n_ctx) is int else None,
-            prompt_tokens=n_prompt if type(n_prompt) is int else None,
-        )
+        return _stated("llamacpp", err.get("n_ctx"), err.get("n_prompt_tokens"), None)
     for source, pattern, fields in _RULES:
         match = pattern.search(message)
         if match is None:
@@ -133,12 +137,7 @@ def parse_context_error(body: bytes | None) -> ContextExceeded | None:
         values = dict(zip(fields, _ints(match), strict=False))
         if source == "vllm" and code == "context_length_exceeded":
             source = "openai"  # vLLM copied OpenAI's wording; the code tells them apart
-        return ContextExceeded(
-            source,
-            limit=values.get("limit"),
-            prompt_tokens=values.get("prompt"),
-            requested_tokens=values.get("requested"),
-        )
+        return _stated(source, values.get("limit"), values.get("prompt"), values.get("requested"))
     if code == "context_length_exceeded":
         return ContextExceeded("openai")
     return None

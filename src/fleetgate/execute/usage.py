@@ -92,7 +92,8 @@ def stop_in_stream(block: bytes) -> str | None:
 MAX_COUNT = 2**31 - 1
 
 
-def _count(value: object) -> int | None:
+def token_count(value: object) -> int | None:
+    """`value` when it is a count an engine can have reported, else None."""
     return value if type(value) is int and 0 <= value <= MAX_COUNT else None
 
 
@@ -101,7 +102,7 @@ def _sum(*parts: object) -> int | None:
     total = 0
     for part in parts:
         if part is not None:
-            if (n := _count(part)) is None:
+            if (n := token_count(part)) is None:
                 return None
             total += n
     return total
@@ -137,9 +138,9 @@ def take_usage(attempt: Attempt, data: object) -> None:
         completion = timings.get("predicted_n")
     else:
         return
-    if (n := _count(prompt)) is not None:
+    if (n := token_count(prompt)) is not None:
         attempt.prompt_tokens = n
-    if (n := _count(completion)) is not None:
+    if (n := token_count(completion)) is not None:
         attempt.completion_tokens = n
 
 
