@@ -215,6 +215,23 @@ def test_a_retry_after_that_is_no_number_of_seconds_is_ignored(stack: Stack, val
     assert [stack.gateway.state.health(d).failures for d in ("pa", "pb")] == [1, 1]
 
 
+def test_a_relayed_retry_after_is_no_later_than_the_gateway_tries_again(stack: Stack) -> None:
+    """An upstream asking for a day's wait: the deployments cool down for the configured
+    most (20 s), and the client is told that, not the day."""
+    _two_hosts(stack, max_cooldown_seconds=20)
+    for name in ("a", "b"):
+        stack.engines[name].set_fault(Fault("status", status=503, retry_after=86_400))
+    client = _openai(stack)
+    with pytest.raises(openai.InternalServerError) as info:
+        client.chat.completions.create(model="m", messages=MSG)
+    assert info.value.body["code"] == "upstream_error"
+    assert info.value.response.headers["retry-after"] == "20"
+    with pytest.raises(openai.InternalServerError) as info:  # both cool down, for 20 s
+        client.chat.completions.create(model="m", messages=MSG)
+    assert info.value.body["code"] == "no_route"
+    assert 19 <= int(info.value.response.headers["retry-after"]) <= 20
+
+
 def test_no_route_says_when_an_open_circuit_ends(stack: Stack) -> None:
     _two_hosts(stack, cooldown_seconds=20)
     for name in ("a", "b"):

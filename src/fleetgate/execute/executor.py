@@ -204,10 +204,12 @@ class Executor:
             if exceeded_window is None or not any(
                 _larger(c.deployment, exceeded_window, of) for c in plan.candidates[position + 1 :]
             ):
-                raise ChainExhausted(exhausted_error(plan, attempts, self.state), attempts)
+                raise ChainExhausted(
+                    exhausted_error(plan, attempts, self.state, fleet.circuit), attempts
+                )
         if queue_full and not attempts:
             raise ChainExhausted(queue_full_error(plan, queue_full, self.state), attempts)
-        raise ChainExhausted(exhausted_error(plan, attempts, self.state), attempts)
+        raise ChainExhausted(exhausted_error(plan, attempts, self.state, fleet.circuit), attempts)
 
     async def _attempt(
         self,

@@ -114,7 +114,9 @@ def client_error(attempt: Attempt) -> GatewayError:
     )
 
 
-def exhausted_error(plan: RoutePlan, attempts: list[Attempt], state: RuntimeState) -> GatewayError:
+def exhausted_error(
+    plan: RoutePlan, attempts: list[Attempt], state: RuntimeState, circuit: CircuitConfig
+) -> GatewayError:
     """The most useful error once every candidate failed (a retryable one over a 400)."""
     tried = [a for a in attempts if a.error_class != SKIPPED]
     if not tried:
@@ -145,9 +147,11 @@ def exhausted_error(plan: RoutePlan, attempts: list[Attempt], state: RuntimeStat
             f"{lead}; retry in {wait}s. ({summary})",
             headers={"Retry-After": str(wait)},
         )
-    # an upstream that said when to come back: the soonest of them, relayed
+    # an upstream that said when to come back: the soonest of them, relayed, but no later
+    # than the gateway tries it again (its cooldown is capped at max_cooldown_seconds)
     waits = [a.retry_after for a in tried if a.retry_after is not None]
-    headers = retry_after_header(min(waits) if waits else None)
+    soonest = min(min(waits), circuit.max_cooldown_seconds) if waits else None
+    headers = retry_after_header(soonest)
     statuses = {a.status for a in tried}
     if statuses == {OVERLOADED}:
         code = "upstream_overloaded"
