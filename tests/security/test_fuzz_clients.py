@@ -18,9 +18,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from fleetgate.ingress.routes import INGRESS_ROUTES, error_protocol
+from fleetgate.ingress.routes import INGRESS_ROUTES
 from fleetgate.testing import OllamaModel
 from tests.harness import Stack, deployment, ollama_provider, provider
+from tests.security.shapes import clean_error, json_values
 
 EXAMPLES = 300  # bodies per endpoint
 MSG = [{"role": "user", "content": "hi"}]
@@ -49,17 +50,6 @@ FIELDS = [
 # 5xx a healthy fleet can still answer for a well-formed request: none of them is a bug
 UPSTREAM_CODES = {"upstream_error", "upstream_rejected", "stream_interrupted"}
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=40),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
-    ),
-    max_leaves=12,
-)
 names = st.sampled_from(["m", "o", "M", "pa", "", "auto", "x" * 300, "a\x00b", "../etc"])
 field_values = json_values | names | st.just(MSG) | st.just({"only": ["pa"]})
 
@@ -79,17 +69,6 @@ def _bodies(path: str) -> st.SearchStrategy[bytes]:
     return st.one_of(as_json, as_json, garbage)
 
 
-def _clean_error(path: str, body: Any) -> bool:
-    protocol = error_protocol(path)
-    if protocol == "ollama":
-        return isinstance(body, dict) and isinstance(body.get("error"), str)
-    if protocol == "anthropic":
-        err = body.get("error") if isinstance(body, dict) else None
-        return body.get("type") == "error" and isinstance(err, dict) and "message" in err
-    err = body.get("error") if isinstance(body, dict) else None
-    return isinstance(err, dict) and isinstance(err.get("message"), str) and "type" in err
-
-
 def _fuzz(client: httpx.Client, path: str, statuses: Counter[tuple[str, int]]) -> None:
     """EXAMPLES bodies to one endpoint; fails on the first answer that is not clean."""
 
@@ -107,7 +86,7 @@ def _fuzz(client: httpx.Client, path: str, statuses: Counter[tuple[str, int]]) -
         if resp.status_code < 400:
             return
         body = orjson.loads(resp.content) if resp.content else None
-        assert _clean_error(path, body), (resp.status_code, resp.content)
+        assert clean_error(path, body), (resp.status_code, resp.content)
         if resp.status_code >= 500:  # only an upstream's failure, relayed, may be a 5xx
             err = body.get("error")
             code = err.get("code") if isinstance(err, dict) else None

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tests.harness import Stack, anthropic_provider, deployment, ollama_provider, provider
 from tests.security.servers import Scripted
-from tests.security.test_fuzz_clients import _clean_error, json_values
+from tests.security.shapes import clean_error, json_values
 
 EXAMPLES = 100  # upstream answers per client endpoint and upstream kind
 MSG = [{"role": "user", "content": "hi"}]
@@ -211,7 +211,7 @@ def test_every_client_protocol_survives_any_upstream_answer(
                 assert isinstance(orjson.loads(resp.content), dict), (said, resp.content)
             return
         body = orjson.loads(resp.content) if resp.content else None
-        assert _clean_error(path, body), (said, resp.status_code, resp.content)
+        assert clean_error(path, body), (said, resp.status_code, resp.content)
         err = body.get("error") if isinstance(body, dict) else None
         code = err.get("code") if isinstance(err, dict) else None
         assert resp.status_code != 500 and code != "internal_error", (said, resp.content)
