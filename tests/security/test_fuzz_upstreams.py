@@ -17,7 +17,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from tests.harness import Stack, anthropic_provider, deployment, ollama_provider, provider
+from tests.harness import (
+    Stack,
+    anthropic_provider,
+    deployment,
+    ollama_provider,
+    provider,
+    wait_until,
+)
 from tests.security.servers import Scripted
 from tests.security.shapes import clean_error, json_values
 
@@ -91,6 +98,17 @@ answer = st.fixed_dictionaries(
         "done_reason": json_values,
         "prompt_eval_count": counts,
         "eval_count": counts,
+        # what discovery reads: llama.cpp's /props, the windows in /v1/models
+        "n_ctx": counts,
+        "total_slots": counts,
+        "default_generation_settings": st.fixed_dictionaries({}, optional={"n_ctx": counts}),
+        "data": st.lists(
+            st.fixed_dictionaries(
+                {"id": st.sampled_from(["up", "other"])},
+                optional={"max_model_len": counts, "context_length": counts},
+            ),
+            max_size=2,
+        ),
         "error": st.fixed_dictionaries(
             {},
             optional={
@@ -158,10 +176,12 @@ def upstream_of(kind: str, up: Scripted) -> dict[str, Any]:
         return ollama_provider("p", up)
     if kind == "anthropic":
         return anthropic_provider("p", up)
+    if kind == "llamacpp":  # discovery asks it /props, /v1/models and its metrics too
+        return provider("p", up, kind="llamacpp", discovery=True)
     return provider("p", up)
 
 
-@pytest.fixture(params=["vllm", "anthropic", "ollama"])
+@pytest.fixture(params=["vllm", "anthropic", "ollama", "llamacpp"])
 def upstream(stack: Stack, request: pytest.FixtureRequest) -> Iterator[Scripted]:
     up = Scripted()
     stack.lt.run(up.start())
@@ -215,5 +235,37 @@ def test_every_client_protocol_survives_any_upstream_answer(
         err = body.get("error") if isinstance(body, dict) else None
         code = err.get("code") if isinstance(err, dict) else None
         assert resp.status_code != 500 and code != "internal_error", (said, resp.content)
+
+    one()
+
+
+@pytest.mark.parametrize("upstream", ["llamacpp"], indirect=True)
+def test_discovery_survives_any_answer_to_its_probes(stack: Stack, upstream: Scripted) -> None:
+    """The same answers to discovery's probes (`/props`, `/v1/models`, the metrics): every
+    round ends, and a window it publishes is a positive number of tokens or none."""
+    gw = stack.gateway
+    assert gw is not None
+
+    json = {"Content-Type": "application/json"}
+
+    @given(said=upstream_answers)
+    # fewer tokens than slots: each slot's share rounds down to nothing
+    @example(said=(200, json, b'{"default_generation_settings": {"n_ctx": 3}, "total_slots": 8}'))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    def one(said: tuple[int, dict[str, str], bytes]) -> None:
+        upstream.answer = said
+        before = gw.discovery.refreshes
+        stack.lt.loop.call_soon_threadsafe(gw.discovery.request_refresh, "p")
+        wait_until(lambda: gw.discovery.refreshes > before, 10, "a discovery round")
+        resp = httpx.get(stack.url + "/v1/fleet/windows", timeout=5)
+        assert resp.status_code == 200, resp.text
+        for window in resp.json()["data"]:
+            assert window["tokens"] is None or window["tokens"] > 0, (said, window)
 
     one()

@@ -118,4 +118,5 @@ def parse_llamacpp_props(body: Any, unified_kv: bool) -> int | None:
     if n_ctx is None:
         return None
     slots = _positive(body.get("total_slots")) or 1
-    return n_ctx if unified_kv else n_ctx // slots
+    # fewer tokens than slots leaves each slot nothing: no window, not a window of 0
+    return n_ctx if unified_kv else _positive(n_ctx // slots)
