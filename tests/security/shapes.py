@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from fleetgate.ingress.routes import error_protocol
@@ -32,3 +33,16 @@ def clean_error(path: str, body: Any) -> bool:
         return body.get("type") == "error" and isinstance(err, dict) and "message" in err
     err = body.get("error") if isinstance(body, dict) else None
     return isinstance(err, dict) and isinstance(err.get("message"), str) and "type" in err
+
+
+def fuzzing(examples: int, *, shrink: bool = True) -> settings:
+    """The fuzz tests' hypothesis settings: `examples` made ones after the explicit ones, no
+    deadline (each one crosses real HTTP), no example database, every health check off."""
+    phases = [Phase.explicit, Phase.generate, *([Phase.shrink] if shrink else [])]
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        phases=phases,
+        suppress_health_check=list(HealthCheck),
+    )

@@ -15,13 +15,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetgate.ingress.routes import INGRESS_ROUTES
 from fleetgate.testing import OllamaModel
 from tests.harness import Stack, deployment, ollama_provider, provider
-from tests.security.shapes import clean_error, json_values
+from tests.security.shapes import clean_error, fuzzing, json_values
 
 EXAMPLES = 300  # bodies per endpoint
 MSG = [{"role": "user", "content": "hi"}]
@@ -73,13 +73,7 @@ def _fuzz(client: httpx.Client, path: str, statuses: Counter[tuple[str, int]]) -
     """EXAMPLES bodies to one endpoint; fails on the first answer that is not clean."""
 
     @given(raw=_bodies(path))
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        database=None,
-        phases=[Phase.generate, Phase.shrink],
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzzing(EXAMPLES)
     def one(raw: bytes) -> None:
         resp = client.post(path, content=raw, headers={"Content-Type": "application/json"})
         statuses[(path, resp.status_code)] += 1

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.harness import (
@@ -26,7 +26,7 @@ from tests.harness import (
     wait_until,
 )
 from tests.security.servers import Scripted
-from tests.security.shapes import clean_error, json_values
+from tests.security.shapes import clean_error, fuzzing, json_values
 
 EXAMPLES = 100  # upstream answers per client endpoint and upstream kind
 MSG = [{"role": "user", "content": "hi"}]
@@ -216,13 +216,7 @@ def test_every_client_protocol_survives_any_upstream_answer(
     @example(said=(200, json, b"[1, 2]"))  # relayed as an answer
     @example(said=(302, {"Location": "http://[::1"}, b""))
     @example(said=(503, {"Retry-After": "inf"}, b""))
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        database=None,
-        phases=[Phase.explicit, Phase.generate, Phase.shrink],
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzzing(EXAMPLES)
     def one(said: tuple[int, dict[str, str], bytes]) -> None:
         upstream.answer = said
         resp = client.post(path, json=REQUESTS[endpoint])
@@ -251,13 +245,7 @@ def test_discovery_survives_any_answer_to_its_probes(stack: Stack, upstream: Scr
     @given(said=upstream_answers)
     # fewer tokens than slots: each slot's share rounds down to nothing
     @example(said=(200, json, b'{"default_generation_settings": {"n_ctx": 3}, "total_slots": 8}'))
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzzing(EXAMPLES, shrink=False)
     def one(said: tuple[int, dict[str, str], bytes]) -> None:
         upstream.answer = said
         before = gw.discovery.refreshes
