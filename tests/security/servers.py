@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 from aiohttp import web
 
 
@@ -65,33 +66,6 @@ class Echo(_Upstream):
         )
 
 
-class Miscounter(_Upstream):
-    """Answers every chat request with a whole completion whose usage says `usage`."""
-
-    def __init__(self, usage: dict[str, object]) -> None:
-        super().__init__()
-        self.usage = usage
-
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        body = await request.json()
-        return web.json_response(
-            {
-                "id": "chatcmpl-miscounted",
-                "object": "chat.completion",
-                "created": 0,
-                "model": body.get("model", "m"),
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": "ok"},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": self.usage,
-            }
-        )
-
-
 class Scripted(_Upstream):
     """Answers every request with `answer`: (status, headers, body), set between requests."""
 
@@ -103,3 +77,18 @@ class Scripted(_Upstream):
         await request.read()
         status, headers, body = self.answer
         return web.Response(status=status, headers=headers, body=body)
+
+
+def chat_answer(usage: dict[str, object]) -> tuple[int, dict[str, str], bytes]:
+    """A `Scripted` answer: a whole chat completion of model `m` whose usage says `usage`."""
+    answer = {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
+        "usage": usage,
+    }
+    return 200, {"Content-Type": "application/json"}, orjson.dumps(answer)

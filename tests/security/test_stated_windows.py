@@ -9,18 +9,9 @@ import orjson
 import pytest
 
 from tests.harness import Stack, deployment, provider
-from tests.security.servers import Scripted
+from tests.security.servers import Scripted, chat_answer
 
 MSG = [{"role": "user", "content": "hi"}]
-ANSWER = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "created": 0,
-    "model": "m",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
-                 "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10},
-}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -49,7 +40,7 @@ def test_a_window_no_engine_can_have_is_not_trusted(stack: Stack, error: dict[st
         up.answer = (400, {"Content-Type": "application/json"}, orjson.dumps({"error": error}))
         first = httpx.post(stack.url + "/v1/chat/completions", json=body, timeout=10)
         assert first.status_code == 400, first.text
-        up.answer = (200, {"Content-Type": "application/json"}, orjson.dumps(ANSWER))
+        up.answer = chat_answer({"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10})
         again = httpx.post(stack.url + "/v1/chat/completions", json=body, timeout=10)
         assert again.status_code == 200, again.text
         windows = httpx.get(stack.url + "/v1/fleet/windows", timeout=5).json()["data"]

@@ -10,7 +10,7 @@ import pytest
 
 from tests.admin.helpers import admin, options
 from tests.harness import Stack, deployment, provider, wait_until
-from tests.security.servers import Miscounter
+from tests.security.servers import Scripted, chat_answer
 
 PRICE = 1e6  # 1 per token, either way
 
@@ -27,7 +27,8 @@ PRICE = 1e6  # 1 per token, either way
 def test_a_count_no_engine_can_report_is_not_spent(
     stack: Stack, sqlite_url: str, usage: dict[str, int], taken: tuple[int | None, int | None]
 ) -> None:
-    up = Miscounter(usage)
+    up = Scripted()
+    up.answer = chat_answer(usage)
     stack.lt.run(up.start())
     try:
         gw = stack.start_gateway(
