@@ -1,3 +1,3 @@
-from fleetgate.cli import main
+from fleetgate.launch import main
 
 raise SystemExit(main())

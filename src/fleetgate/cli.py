@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from pathlib import Path
@@ -155,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.func is not _cmd_serve:
+        gc.enable()  # off while `fleetgate.launch` started; `serve` turns it on itself
     try:
         return int(args.func(args))
     except (ConfigError, StoreUnavailable) as exc:

@@ -46,6 +46,7 @@ def tune_gc() -> None:
     """
     gc.freeze()
     gc.set_threshold(10_000, 20, 10)
+    gc.enable()  # off since `fleetgate.launch` started the process
 
 
 def gateway_for(config: FleetConfig) -> Gateway:
@@ -89,6 +90,7 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int) ->
         # that failed on their own would leave the supervisor exiting with status 0
         asyncio.run(prepare(database_url(config.storage.database_url, config.storage.data_dir)))
         os.environ[CONFIG_ENV] = os.path.abspath(config_path)
+        gc.enable()  # the supervisor lives as long as its workers (each tunes its own)
         uvicorn.run(
             "fleetgate.server.run:app_from_env",
             factory=True,
