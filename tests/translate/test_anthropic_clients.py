@@ -430,3 +430,49 @@ def test_json_outputs_on_an_anthropic_provider(on_anthropic: Stack, client_for) 
         )
     assert (err.value.status_code, err.value.body["code"]) == (400, "unsupported_endpoint")
     assert "json_object" in err.value.message and len(api.requests) == sent
+
+
+# ---- Anthropic clients' own headers ---------------------------------------------------------
+
+
+def test_anthropic_beta_reaches_a_native_anthropic_upstream(stack: Stack) -> None:
+    """`anthropic-beta` turns beta features on (Anthropic rejects their fields without it):
+    a native upstream gets the client's, in requests, streams and counts; a translated one
+    speaks chat, which has no such header."""
+    api = stack.anthropic("claude")
+    engine = stack.engine("e")
+    stack.start_gateway(
+        {
+            "providers": [anthropic_provider("an", api), chat_provider("sg", engine)],
+            "deployments": [
+                deployment("claude", "an", upstream_model="claude-x"),
+                deployment("chat", "sg", upstream_model="up-m"),
+            ],
+        }
+    )
+    betas = ["context-management-2025-06-27", "interleaved-thinking-2025-05-14"]
+    c = client(stack)
+    hi = [{"role": "user", "content": "hi"}]
+    c.beta.messages.create(model="claude", max_tokens=5, betas=betas, messages=hi)
+    assert api.requests[-1].headers["anthropic-beta"] == ",".join(betas)
+    with c.beta.messages.stream(model="claude", max_tokens=5, betas=betas, messages=hi) as s:
+        assert s.get_final_message().content[0].text == "claude says: w1 w2 w3 w4 w5"
+    assert api.requests[-1].body["stream"] and api.requests[-1].headers["anthropic-beta"]
+    c.beta.messages.count_tokens(model="claude", betas=betas, messages=hi)
+    assert api.requests[-1].path == "/v1/messages/count_tokens"
+    # the SDK adds its own token-counting beta: what the client sent, as it sent it
+    assert api.requests[-1].headers["anthropic-beta"].startswith(",".join(betas) + ",")
+    # two header lines are one list, as Anthropic reads them
+    resp = httpx.post(
+        stack.url + "/v1/messages",
+        headers=[("anthropic-beta", betas[0]), ("anthropic-beta", betas[1])],
+        json={"model": "claude", "max_tokens": 5, "messages": hi},
+    )
+    assert resp.status_code == 200
+    assert api.requests[-1].headers["anthropic-beta"] == ",".join(betas)
+    c.beta.messages.create(model="chat", max_tokens=5, betas=betas, messages=hi)
+    assert engine.requests[-1].path == "/v1/chat/completions"
+    assert "anthropic-beta" not in {k.lower() for k in engine.requests[-1].headers}
+    # no header, none invented
+    c.messages.create(model="claude", max_tokens=5, messages=hi)
+    assert "anthropic-beta" not in api.requests[-1].headers

@@ -231,7 +231,10 @@ class Executor:
                 resp = await client.http.request(
                     "POST",
                     upstream_url(client.base_url, dep.provider.kind, UPSTREAM_PATHS[wire.endpoint]),
-                    request_headers(client, dep.provider, candidate.key_label, profile.stream),
+                    wire.headers(
+                        request_headers(client, dep.provider, candidate.key_label, profile.stream),
+                        profile,
+                    ),
                     wire.payload(profile, candidate),
                     client.timeouts,
                 )

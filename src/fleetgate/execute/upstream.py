@@ -20,6 +20,7 @@ way is taken up by `http1`, which sends that request once more on a new connecti
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -101,11 +102,17 @@ class ProviderClient:
 
 
 async def call(
-    client: ProviderClient, method: str, url: str, body: bytes = b""
+    client: ProviderClient,
+    method: str,
+    url: str,
+    body: bytes = b"",
+    extra_headers: Mapping[str, str] | None = None,
 ) -> tuple[int, bytes]:
-    """One request on the provider's pool with its headers: the answer's status and whole
-    body (the gateway's own calls: exact counts, Ollama's listings)."""
-    resp = await client.http.request(method, url, client.headers, body, client.timeouts)
+    """One request on the provider's pool with its headers (and `extra_headers`): the
+    answer's status and whole body (the gateway's own calls: exact counts, Ollama's
+    listings)."""
+    headers = {**client.headers, **extra_headers} if extra_headers else client.headers
+    resp = await client.http.request(method, url, headers, body, client.timeouts)
     try:
         return resp.status, await resp.read()
     finally:

@@ -21,6 +21,9 @@ class RequestProfile:
     output_reserve: int | None = None  # max_tokens and its synonyms, when given
     needs: frozenset[str] = frozenset()  # capabilities the request uses
     headers: dict[str, str] = field(default_factory=dict)  # routing-relevant headers only
+    # the client's headers of its own protocol that a native upstream must see too
+    # (Anthropic's `anthropic-beta`, which turns beta features on); never sent translated
+    passed_headers: dict[str, str] = field(default_factory=dict)
     request_id: str = ""
     context: ContextEstimate | None = None  # tokens the request needs; set by routing
     # the body's OpenRouter-style `provider` object, removed from `body` at ingress

@@ -80,7 +80,16 @@ Handler = Callable[[Scope, Receive, Send, "Exchange"], Awaitable[None]]
 class Exchange:
     """Per-request facts the handlers share: id, start time, and the routing headers."""
 
-    __slots__ = ("client_key", "headers", "hold", "protocol", "refused", "request_id", "started")
+    __slots__ = (
+        "client_key",
+        "headers",
+        "hold",
+        "passed",
+        "protocol",
+        "refused",
+        "request_id",
+        "started",
+    )
 
     def __init__(self, scope: Scope) -> None:
         self.started = time.perf_counter()
@@ -88,6 +97,7 @@ class Exchange:
         self.hold: Hold | None = None  # the request's expected cost, held against a budget
         self.protocol = error_protocol(scope["path"])  # the shape errors are answered in
         self.headers: dict[str, str] = {}
+        self.passed: dict[str, str] = {}  # the profile's `passed_headers`
         self.refused: GatewayError | None = None  # a header no request may carry
         request_id = None
         for name, value in scope["headers"]:
@@ -102,6 +112,11 @@ class Exchange:
                         f"`{header}` is longer than {MAX_HEADER_VALUE} characters.", header
                     )
                 self.headers[name.decode("latin-1")] = value.decode("latin-1")
+            elif name == b"anthropic-beta" and self.protocol == "anthropic" and value:
+                # several lines are one list, as Anthropic reads them (comma-separated)
+                seen = self.passed.get("anthropic-beta")
+                beta = value.decode("latin-1")
+                self.passed["anthropic-beta"] = f"{seen},{beta}" if seen else beta
         self.request_id = request_id or new_request_id()
 
     def base_headers(self) -> Headers:
@@ -390,6 +405,7 @@ class Gateway:
         profile = parser(endpoint, await read_body(receive, self.max_body))
         profile.request_id = ex.request_id
         profile.headers = ex.headers
+        profile.passed_headers = ex.passed
         fleet = self.holder.fleet
         if endpoint == "ollama.show" and not ollama_api.has_worker(fleet, profile.model):
             await self._show_from_fleet(scope, send, ex, profile.model)
@@ -606,6 +622,7 @@ class Gateway:
     async def count_tokens(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
         profile = parse_messages("messages", await read_body(receive, self.max_body))
         profile.headers = ex.headers
+        profile.passed_headers = ex.passed
         if self.guard is not None:
             self.guard.identify(scope, profile.model)
         fleet = self.holder.fleet

@@ -49,7 +49,8 @@ async def _native(pool: UpstreamPool, dep: Deployment, profile: RequestProfile) 
     client = pool.client(dep.provider)
     body = orjson.dumps({**profile.body, "model": dep.upstream_model})
     url = client.base_url + "/messages/count_tokens"
-    status, raw = await call(client, "POST", url, body)
+    # the client's `anthropic-beta` too: a beta feature's fields count only with it
+    status, raw = await call(client, "POST", url, body, profile.passed_headers)
     if status != 200:
         raise TokenizeError(f"count_tokens answered {status}")
     tokens = orjson.loads(raw).get("input_tokens")

@@ -296,6 +296,13 @@ class Wire:
             body = apply_params(body, candidate.params, self.endpoint)
         return orjson.dumps({**body, "model": candidate.deployment.upstream_model})
 
+    def headers(self, base: dict[str, str], profile: RequestProfile) -> dict[str, str]:
+        """The upstream headers: `base`, and on a native wire the client's own protocol
+        headers (`anthropic-beta`); a translation speaks a protocol that has none of them."""
+        if self.translation is not None or not profile.passed_headers:
+            return base
+        return {**base, **profile.passed_headers}
+
     def rewriter(self, upstream: str, client: str) -> ModelRewriter:
         """Translators set the client's model name themselves."""
         return rewriter_for(upstream, client if self.translation is None else upstream)
