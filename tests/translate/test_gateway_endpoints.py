@@ -59,8 +59,12 @@ def test_models_list_and_retrieve_in_the_anthropic_sdk(mixed: Stack) -> None:
     assert big.created_at.year >= 1970
     coder = c.models.retrieve("coder")
     assert (coder.id, coder.type, coder.max_input_tokens) == ("coder", "model", 32768)
-    with pytest.raises(anthropic.NotFoundError):
+    with pytest.raises(anthropic.NotFoundError) as err:
         c.models.retrieve("nope")
+    # in Anthropic's shape: the SDK says so with its `anthropic-version` header
+    assert err.value.body["type"] == "error"
+    assert err.value.body["error"]["type"] == "not_found_error"
+    assert "nope" in err.value.body["error"]["message"]
 
 
 def test_tags_list_every_reachable_model_with_real_worker_facts(mixed: Stack) -> None:

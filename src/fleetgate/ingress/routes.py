@@ -26,10 +26,13 @@ INGRESS_ROUTES: dict[str, tuple[str, Parser]] = {
 }
 
 
-def error_protocol(path: str) -> str:
-    """The protocol whose error shape a client of `path` expects."""
+def error_protocol(path: str, anthropic_client: bool = False) -> str:
+    """The protocol whose error shape a client of `path` expects. `/v1/models` serves both
+    SDKs: the anthropic SDK's requests say so with their `anthropic-version` header."""
     if path.startswith("/api/"):
         return "ollama"
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return "anthropic"
+    if anthropic_client and (path == "/v1/models" or path.startswith("/v1/models/")):
         return "anthropic"
     return "openai"

@@ -95,11 +95,12 @@ class Exchange:
         self.started = time.perf_counter()
         self.client_key: ClientKey | None = None
         self.hold: Hold | None = None  # the request's expected cost, held against a budget
-        self.protocol = error_protocol(scope["path"])  # the shape errors are answered in
         self.headers: dict[str, str] = {}
         self.passed: dict[str, str] = {}  # the profile's `passed_headers`
         self.refused: GatewayError | None = None  # a header no request may carry
         request_id = None
+        anthropic_client = False
+        beta: str | None = None
         for name, value in scope["headers"]:
             if name == b"x-request-id":
                 request_id = value.decode("latin-1")
@@ -112,11 +113,16 @@ class Exchange:
                         f"`{header}` is longer than {MAX_HEADER_VALUE} characters.", header
                     )
                 self.headers[name.decode("latin-1")] = value.decode("latin-1")
-            elif name == b"anthropic-beta" and self.protocol == "anthropic" and value:
+            elif name == b"anthropic-version":
+                anthropic_client = True
+            elif name == b"anthropic-beta" and value:
                 # several lines are one list, as Anthropic reads them (comma-separated)
-                seen = self.passed.get("anthropic-beta")
-                beta = value.decode("latin-1")
-                self.passed["anthropic-beta"] = f"{seen},{beta}" if seen else beta
+                more = value.decode("latin-1")
+                beta = f"{beta},{more}" if beta else more
+        # the shape errors are answered in
+        self.protocol = error_protocol(scope["path"], anthropic_client)
+        if beta is not None and self.protocol == "anthropic":
+            self.passed["anthropic-beta"] = beta
         self.request_id = request_id or new_request_id()
 
     def base_headers(self) -> Headers:
