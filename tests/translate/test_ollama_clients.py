@@ -7,7 +7,7 @@ import ollama
 import orjson
 import pytest
 
-from tests.harness import Stack, deployment
+from tests.harness import Stack, anthropic_provider, deployment, ollama_provider, wait_until
 
 WEATHER = {
     "type": "function",
@@ -173,3 +173,55 @@ def test_embed(chat_only: Stack) -> None:
         "input": ["alpha", "beta gamma"],
         "model": "up-m",
     }
+
+
+@pytest.mark.parametrize("kind", ["vllm", "anthropic"])
+def test_load_and_unload_requests_are_answered_not_generated(stack: Stack, kind: str) -> None:
+    """A chat without messages or a generate without a prompt only loads the model (with
+    `keep_alive` 0: unloads it), as `ollama run` and Open WebUI send before a chat. An
+    engine asked to generate from it wrote to its window's end (llama.cpp) or refused it
+    (Anthropic: no messages); the gateway answers it as Ollama does."""
+    if kind == "vllm":
+        upstream = stack.engine("e")
+        provider = {"id": "p", "kind": "vllm", "base_url": upstream.url + "/v1"}
+    else:
+        upstream = stack.anthropic("e")
+        provider = anthropic_provider("p", upstream)
+    worker = stack.ollama("w", "llama3.2")
+    stack.start_gateway(
+        {
+            "providers": [provider, ollama_provider("o", worker)],
+            "deployments": [
+                deployment("m", "p", upstream_model="up-m"),
+                deployment("native", "o", upstream_model="llama3.2"),
+            ],
+        }
+    )
+    c = client(stack)
+    loaded = c.chat(model="m", messages=[], stream=False)
+    assert (loaded.model, loaded.done, loaded.done_reason) == ("m", True, "load")
+    assert (loaded.message.role, loaded.message.content) == ("assistant", "")
+    streamed = list(c.chat(model="m", messages=[], stream=True))  # one object, as Ollama
+    assert [(p.done, p.done_reason) for p in streamed] == [(True, "load")]
+    assert c.chat(model="m", messages=[], keep_alive=0).done_reason == "unload"
+    assert c.chat(model="m", messages=[], keep_alive="0s").done_reason == "unload"
+    assert c.chat(model="m", messages=[], keep_alive="5m").done_reason == "load"
+    generated = c.generate(model="m")
+    assert (generated.response, generated.done, generated.done_reason) == ("", True, "load")
+    assert c.generate(model="m", keep_alive="0m").done_reason == "unload"
+    assert [p.done_reason for p in c.generate(model="m", stream=True)] == ["load"]
+    assert upstream.requests == []
+    rid = httpx.post(stack.url + "/api/chat", json={"model": "m"}, timeout=10).headers[
+        "x-request-id"
+    ]
+    recent = stack.gateway.recent if stack.gateway is not None else None
+    assert recent is not None
+    wait_until(lambda: recent.newest(rid) is not None, 5, "the record")
+    record = recent.newest(rid)
+    assert record is not None and [a.wire for a in record.attempts] == ["gateway"]
+    # anything to answer still reaches the engine, whatever its keep_alive
+    answer = c.generate(model="m", prompt="go", keep_alive=0, stream=False)
+    assert answer.response.startswith("e says:") and len(upstream.requests) == 1
+    # an Ollama worker loads and unloads its models itself: it is asked
+    c.chat(model="native", messages=[], keep_alive=0)
+    assert [r.body["keep_alive"] for r in worker.requests if r.path == "/api/chat"] == [0]

@@ -117,6 +117,25 @@ class ChainExhausted(GatewayError):
         self.attempts = attempts
 
 
+def _attempt_row(candidate: Candidate, plan: RoutePlan, index: int) -> Attempt:
+    """The request log's row for trying `candidate`, before anything happened."""
+    dep = candidate.deployment
+    return Attempt(
+        index=index,
+        deployment_id=dep.id,
+        provider_id=dep.provider.id,
+        upstream_model=dep.upstream_model,
+        scope=candidate.scope,
+        params=candidate.params,
+        quantization=dep.quantization,
+        dropped_params=list(candidate.drop_params) or None,
+        preferences=plan.notes.get("preferences"),
+        key_label=candidate.key_label,
+        virtual_model=candidate.virtual_model,
+        tier=candidate.tier,
+    )
+
+
 class Executor:
     def __init__(self, pool: UpstreamPool, state: RuntimeState) -> None:
         self.pool = pool
@@ -139,6 +158,15 @@ class Executor:
                     Dropped(dep.id, "execute", f"window not larger than {exceeded_window}")
                 )
                 continue
+            wire = self.protocols.wire(profile, dep)
+            local = wire.local_answer(profile)
+            if local is not None:  # the translation answers it (Ollama's load request)
+                attempt = _attempt_row(candidate, plan, len(attempts))
+                attempt.status, attempt.wire = 200, "gateway"  # no upstream call
+                attempts.append(attempt)
+                outcome = Outcome(attempts, candidate, 200, "application/json", local)
+                outcome.upstream_seconds = upstream_seconds
+                return outcome
             slot = self.slots.for_provider(dep.provider)
             if slot is not None and not slot.try_take():
                 if slot.queue_full():
@@ -167,20 +195,7 @@ class Executor:
                     Dropped(dep.id, "execute", "half-open probe in flight on another replica")
                 )
                 continue
-            attempt = Attempt(
-                index=len(attempts),
-                deployment_id=dep.id,
-                provider_id=dep.provider.id,
-                upstream_model=dep.upstream_model,
-                scope=candidate.scope,
-                params=candidate.params,
-                quantization=dep.quantization,
-                dropped_params=list(candidate.drop_params) or None,
-                preferences=plan.notes.get("preferences"),
-                key_label=candidate.key_label,
-                virtual_model=candidate.virtual_model,
-                tier=candidate.tier,
-            )
+            attempt = _attempt_row(candidate, plan, len(attempts))
             attempts.append(attempt)
             started = time.perf_counter()
             outcome = await self._attempt(

@@ -10,6 +10,7 @@ here (or the engine's own `timings`, when it reports them).
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -279,6 +280,55 @@ def embeddings_to_embed_answer(answer: dict[str, Any], model: str) -> dict[str, 
         "total_duration": 0,
         "load_duration": 0,
         "prompt_eval_count": int(usage.get("prompt_tokens") or 0),
+    }
+
+
+# ---- load and unload requests ---------------------------------------------------------------
+
+# a Go duration of zero, as `keep_alive` may say it ("0", "0s", "0m", "0.0h")
+_ZERO_DURATION = re.compile(r"0+(\.0*)?(ns|us|µs|ms|s|m|h)?")
+
+
+def _unloads(keep_alive: Any) -> bool:
+    """Whether `keep_alive` is zero: Ollama unloads the model at once."""
+    if isinstance(keep_alive, bool):
+        return False
+    if isinstance(keep_alive, (int, float)):
+        return keep_alive == 0
+    return isinstance(keep_alive, str) and _ZERO_DURATION.fullmatch(keep_alive.strip()) is not None
+
+
+def _load_reason(body: dict[str, Any]) -> str:
+    return "unload" if _unloads(body.get("keep_alive")) else "load"
+
+
+def chat_load_answer(body: dict[str, Any], model: str) -> dict[str, Any] | None:
+    """Ollama's answer to a chat without messages, which only loads (or, with `keep_alive`
+    0, unloads) the model: one object, `done_reason` `load` / `unload`. None for a chat to
+    send on. An engine that is not Ollama keeps its model loaded (`/api/ps`), so the
+    gateway answers it itself instead of having the engine generate from an empty prompt."""
+    if body.get("messages"):
+        return None
+    message = {"role": "assistant", "content": ""}
+    return {
+        "model": model,
+        "created_at": _stamp(),
+        "message": message,
+        "done": True,
+        "done_reason": _load_reason(body),
+    }
+
+
+def generate_load_answer(body: dict[str, Any], model: str) -> dict[str, Any] | None:
+    """`chat_load_answer` for `/api/generate`: Ollama loads the model for an empty prompt."""
+    if body.get("prompt"):
+        return None
+    return {
+        "model": model,
+        "created_at": _stamp(),
+        "response": "",
+        "done": True,
+        "done_reason": _load_reason(body),
     }
 
 

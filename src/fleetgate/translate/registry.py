@@ -96,6 +96,9 @@ class Translation:
     content_type: str = "text/event-stream"  # of the client's stream
     encode: Encoder = encode_sse  # the client's stream framing
     ndjson_in: bool = False  # the upstream streams NDJSON
+    # the client protocol's answer to a request it serves without the upstream (Ollama's
+    # load and unload requests), or None for a request to send on
+    local: Callable[[dict[str, Any], str], dict[str, Any] | None] | None = None
 
 
 def compose(outer: Translation, inner: Translation) -> Translation:
@@ -111,7 +114,14 @@ def compose(outer: Translation, inner: Translation) -> Translation:
         return Chain([inner.stream(model), outer.stream(model)])
 
     return Translation(
-        inner.endpoint, request, answer, stream, outer.content_type, outer.encode, inner.ndjson_in
+        inner.endpoint,
+        request,
+        answer,
+        stream,
+        outer.content_type,
+        outer.encode,
+        inner.ndjson_in,
+        outer.local,
     )
 
 
@@ -141,6 +151,7 @@ OLLAMA_CHAT_TO_CHAT = Translation(
     ollama_chat.ChatToOllamaChatStream,
     _NDJSON,
     encode_ndjson,
+    local=ollama_chat.chat_load_answer,
 )
 GENERATE_TO_CHAT = Translation(
     "chat.completions",
@@ -149,6 +160,7 @@ GENERATE_TO_CHAT = Translation(
     ollama_chat.ChatToGenerateStream,
     _NDJSON,
     encode_ndjson,
+    local=ollama_chat.generate_load_answer,
 )
 GENERATE_TO_COMPLETIONS = Translation(
     "completions",
@@ -157,6 +169,7 @@ GENERATE_TO_COMPLETIONS = Translation(
     ollama_chat.CompletionsToGenerateStream,
     _NDJSON,
     encode_ndjson,
+    local=ollama_chat.generate_load_answer,
 )
 EMBED_TO_EMBEDDINGS = Translation(
     "embeddings",
@@ -326,6 +339,12 @@ class Wire:
             # a field of another type than the protocol's (`"choices": true`): the
             # translators read well-formed answers and leave the checking to here
             raise UnreadableAnswer(f"{type(exc).__name__} reading it") from exc
+
+    def local_answer(self, profile: RequestProfile) -> bytes | None:
+        """The answer the translation gives without asking the upstream (None: ask it)."""
+        local = self.translation.local if self.translation is not None else None
+        answer = local(profile.body, profile.model) if local is not None else None
+        return orjson.dumps(answer) if answer is not None else None
 
     def content_type(self, upstream: str) -> str:
         if self.translation is None:
