@@ -7,7 +7,15 @@ import ollama
 import orjson
 import pytest
 
-from tests.harness import Stack, anthropic_provider, deployment, ollama_provider, wait_until
+from tests.harness import (
+    Stack,
+    anthropic_provider,
+    deployment,
+    ollama_provider,
+    provider,
+    wait_until,
+)
+from tests.security.servers import Scripted
 
 WEATHER = {
     "type": "function",
@@ -225,3 +233,40 @@ def test_load_and_unload_requests_are_answered_not_generated(stack: Stack, kind:
     # an Ollama worker loads and unloads its models itself: it is asked
     c.chat(model="native", messages=[], keep_alive=0)
     assert [r.body["keep_alive"] for r in worker.requests if r.path == "/api/chat"] == [0]
+
+
+def _reasoning_stream() -> bytes:
+    """A reasoning model's chat stream (vLLM's `reasoning_content`), then its usage."""
+    deltas = [
+        {"role": "assistant", "content": None, "reasoning_content": "Paris is"},
+        {"reasoning_content": " in France."},
+        {"content": "France"},
+    ]
+    chunks = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks.append({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 5}})
+    frame = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "up-m"}
+    return b"".join(b"data: " + orjson.dumps({**frame, **c}) + b"\n\n" for c in chunks) + (
+        b"data: [DONE]\n\n"
+    )
+
+
+def test_generate_streams_the_thinking(stack: Stack) -> None:
+    """A streamed generate carries the model's reasoning as `thinking` beside `response`,
+    as its whole answer and a streamed chat do (it used to be dropped from the lines)."""
+    up = Scripted()
+    up.answer = (200, {"Content-Type": "text/event-stream"}, _reasoning_stream())
+    stack.lt.run(up.start())
+    try:
+        stack.start_gateway(
+            {"providers": [provider("p", up)], "deployments": [deployment("m", "p")]}
+        )
+        c = client(stack)
+        parts = list(c.generate(model="m", prompt="Where is Paris?", think=True, stream=True))
+        assert "".join(p.thinking or "" for p in parts) == "Paris is in France."
+        assert "".join(p.response for p in parts) == "France"
+        assert parts[-1].done and parts[-1].eval_count == 5
+        chat = list(c.chat(model="m", messages=[{"role": "user", "content": "?"}], stream=True))
+        assert "".join(p.message.thinking or "" for p in chat) == "Paris is in France."
+    finally:
+        stack.lt.run(up.stop())

@@ -376,6 +376,9 @@ class _ToNdjson:
             message["thinking"] = reasoning
         return message
 
+    def _text_line(self, text: str, reasoning: str | None) -> Event:
+        return self._line(self._value(text, reasoning))
+
     def text_delta(self, text: str, quoted: bytes) -> bytes | None:
         """One more line of text, framed from prebuilt bytes (`TextStage`)."""
         if not self._first:
@@ -400,7 +403,7 @@ class _ToNdjson:
         if self._first:
             text = plain_text_delta(chunk)
             if text is not None:  # the usual chunk: one more line of text
-                return [self._line(self._value(text, None))]
+                return [self._text_line(text, None)]
         err = chunk.get("error")
         if err:
             message = err.get("message", "") if isinstance(err, dict) else str(err)
@@ -413,14 +416,14 @@ class _ToNdjson:
             if delta is None:  # completions
                 text = choice.get("text")
                 if isinstance(text, str) and text:
-                    out.append(self._line(self._value(text, None)))
+                    out.append(self._text_line(text, None))
             else:
                 text = delta.get("content")
                 reasoning = (
                     reasoning_of(delta) if len(delta) > 1 or "content" not in delta else None
                 )
                 if (isinstance(text, str) and text) or reasoning:
-                    out.append(self._line(self._value(text or "", reasoning)))
+                    out.append(self._text_line(text or "", reasoning))
                 for call in delta.get("tool_calls") or ():
                     index = call.get("index", 0)
                     function = call.get("function") or {}
@@ -477,6 +480,13 @@ class ChatToGenerateStream(_ToNdjson):
 
     def _value(self, text: str, reasoning: str | None) -> Any:
         return text
+
+    def _text_line(self, text: str, reasoning: str | None) -> Event:
+        """Generate's reasoning is a `thinking` field beside `response`, as in its answer."""
+        line = self._line(text)
+        if reasoning:
+            line[1]["thinking"] = reasoning
+        return line
 
 
 class CompletionsToGenerateStream(ChatToGenerateStream):
