@@ -51,7 +51,7 @@ from fleetgate.ingress.profile import RequestProfile
 from fleetgate.redact import Redactor
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
 from fleetgate.state.runtime import RuntimeState
-from fleetgate.translate.registry import Protocols, UnreadableAnswer
+from fleetgate.translate.registry import Protocols, UnreadableAnswer, Wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +199,7 @@ class Executor:
             attempts.append(attempt)
             started = time.perf_counter()
             outcome = await self._attempt(
-                profile, candidate, attempt, started, fleet.circuit, release
+                profile, candidate, wire, attempt, started, fleet.circuit, release
             )
             upstream_seconds += time.perf_counter() - started
             if outcome is not None:
@@ -230,6 +230,7 @@ class Executor:
         self,
         profile: RequestProfile,
         candidate: Candidate,
+        wire: Wire,
         attempt: Attempt,
         started: float,
         circuit: CircuitConfig,
@@ -237,7 +238,6 @@ class Executor:
     ) -> Outcome | None:
         dep = candidate.deployment
         client = self.pool.client(dep.provider)
-        wire = self.protocols.wire(profile, dep)
         attempt.wire = wire.label
         resp: UpstreamResponse | None = None
         handed_over = False
