@@ -9,7 +9,9 @@ or a configured default. Pure and cheap (see benchmarks/bench_estimate.py).
 An estimate is a band, not a number: per deployment, `bounds(dep)` gives the fewest and the
 most tokens the request can need there, from the family's measured spread or, once answers
 have reported their usage, from the deployment's calibration (`calibration.py`). An exact
-count collapses the band.
+count collapses the band. `floor(dep)` is the fewest tokens that is evidence (a refusal, a
+silent worker left out): the low bound with runs of a repeated character costed as one
+character (see `tally.py`), which the family's spread alone does not cover.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class ContextEstimate:
     tally: Tally | None = field(default=None, compare=False, repr=False)
     # per deployment (low, high) totals; None: `total` is the need everywhere
     bounds_of: BoundsOf | None = field(default=None, compare=False, repr=False)
+    # per deployment the fewest tokens for any text (runs collapsed); None: the low bound
+    floor_of: Callable[[Deployment], int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def total(self) -> int:
@@ -61,6 +65,12 @@ class ContextEstimate:
 
     def low(self, dep: Deployment) -> int:
         return self.bounds(dep)[0]
+
+    def floor(self, dep: Deployment) -> int:
+        """The fewest tokens the request can need on `dep`, whatever its text: evidence."""
+        if self.exact or self.floor_of is None:
+            return self.low(dep)
+        return min(self.floor_of(dep), self.low(dep))
 
     def header(self) -> str:
         """The value of X-Fleetgate-Context-Estimate, e.g. `1234; estimate`."""

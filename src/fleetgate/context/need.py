@@ -10,6 +10,7 @@ deployment.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from fleetgate.config.schema import ContextConfig
@@ -86,5 +87,26 @@ def estimate_need(
         media_parts=tally.images + tally.audio,
         tally=tally,
         bounds_of=bounds,
+        floor_of=_floor_function(body, endpoint, reserve, settings, book),
     )
     return estimate, raw
+
+
+def _floor_function(
+    body: dict[str, Any],
+    endpoint: str,
+    reserve: int,
+    settings: ContextConfig,
+    book: CalibrationBook | None,
+) -> Callable[[Deployment], int]:
+    """The low bound of the body tallied with its runs collapsed, walked on first use only
+    (a refusal or a silent worker's exclusion is in question, not every request)."""
+    made: list[BoundsOf] = []
+
+    def floor(dep: Deployment) -> int:
+        if not made:
+            collapsed = tally_body(body, endpoint, collapsed=True)
+            made.append(bounds_function(collapsed, reserve, settings, book)[0])
+        return made[0](dep)[0]
+
+    return floor

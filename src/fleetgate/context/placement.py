@@ -84,12 +84,12 @@ def fits_nowhere(
     lower_bound: bool = False,
 ) -> bool:
     """True when every candidate's window is known and too small: for the upper bound of
-    the need, or (with `lower_bound`) even for its lower bound, which is evidence."""
+    the need, or (with `lower_bound`) even for its fewest tokens, which is evidence."""
     of = window_of or effective_window
     if isinstance(need, int):
         bound: Callable[[Deployment], int] = lambda _dep: need  # noqa: E731
     else:
-        bound = need.low if lower_bound else need.high
+        bound = need.floor if lower_bound else need.high
     for c in candidates:
         window = of(c.deployment)
         if window is None or window >= bound(c.deployment):

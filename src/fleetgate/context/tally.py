@@ -14,11 +14,18 @@ in one pass of C-level byte operations over their UTF-8 bytes:
 and, by structure: token ids, messages, tools, images and audio parts. A tokenizer family
 (`families.py`) turns the tally into tokens with a dot product, so estimating for several
 deployments costs one walk. No text is kept: the tally is numbers only.
+
+Tokenizers merge a run of one repeated character (`====`, `----`, blank lines, `────`) into
+a token or a few, while the tally costs each of its characters. A run is rare in the text the
+families were fitted on, so the estimate keeps costing it in full (an over-estimate: safe for
+placement); what must hold for every text is the fewest tokens a request can be, which
+`tally_body(..., collapsed=True)` tallies with each run counted as one character.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +116,14 @@ _WORD_TABLE = bytes(ord("a") if _CLASS[b] in _ALPHABETIC else ord(" ") for b in 
 # the bytes whose class is a lower-case letter or a space: deleted from the short copy
 _COMMON = bytes(b for b in range(256) if _CLASS[b] in b"a " and b not in _CONTINUATION)
 _COMMON_OR_CONTINUATION = _COMMON + _CONTINUATION
+# four or more of one character that is no letter, digit or space (`_` included)
+_RUN = re.compile(r"([^\w ]|_)\1{3,}")
+
+
+def collapse_runs(text: str) -> str:
+    """`text` with each run of one repeated non-word character cut to that one character:
+    a tokenizer makes a run a token or a few, so this text costs no more than the run."""
+    return _RUN.sub(r"\1", text)
 
 
 def count_text(data: bytes, counts: list[int]) -> None:
@@ -216,12 +231,16 @@ class _Walk:
         """About the bytes of text gathered (to pick a batch's longest item)."""
         return sum(len(p) for p in self.parts) + sum(len(b) for b in self.blobs)
 
-    def finish(self) -> list[int]:
+    def finish(self, collapse: bool = False) -> list[int]:
         counts = self.counts
         if self.parts or self.blobs:
-            text = " ".join(self.parts).encode()
-            if self.blobs:
-                text = b" ".join((text, *self.blobs)) if self.parts else b" ".join(self.blobs)
+            joined = " ".join(self.parts)
+            text = (collapse_runs(joined) if collapse else joined).encode()
+            blobs = self.blobs
+            if collapse:
+                blobs = [collapse_runs(b.decode()).encode() for b in blobs]
+            if blobs:
+                text = b" ".join((text, *blobs)) if self.parts else b" ".join(blobs)
             count_text(text, counts)
         counts[TOKEN_IDS] += self.token_ids
         counts[REQUESTS] = 1
@@ -261,8 +280,9 @@ class Tally:
     audio: int = 0
 
 
-def tally_body(body: dict[str, Any], endpoint: str) -> Tally:
-    """The tally of a request body (pure; one walk)."""
+def tally_body(body: dict[str, Any], endpoint: str, collapsed: bool = False) -> Tally:
+    """The tally of a request body (pure; one walk). With `collapsed`, each run of one
+    repeated character in its text counts as one character (for the fewest tokens)."""
     walk = _Walk()
     messages = body.get("messages")
     if isinstance(messages, list):
@@ -289,4 +309,4 @@ def tally_body(body: dict[str, Any], endpoint: str) -> Tally:
             walk.counts[TOOL_BLOCKS] = 1
             for tool in tools:
                 walk.json(tool)
-    return Tally(tuple(walk.finish()), walk.images, walk.audio)
+    return Tally(tuple(walk.finish(collapsed)), walk.images, walk.audio)

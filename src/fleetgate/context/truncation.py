@@ -13,7 +13,9 @@ executor reads them from the body or the stream's end anyway; nothing is parsed 
   below: such a count teaches nothing).
 * **prompt cut** (suspected silent truncation, Ollama): the worker reports fewer prompt
   tokens than the gateway's lower bound for the prompt (one token per 8 bytes of its text,
-  whitespace not counted; real tokenizers give more, English about 4 bytes a token). Ollama
+  whitespace not counted and a run of one repeated character, `====` or blank lines, as
+  one character, since tokenizers merge it; real tokenizers give more, English about 4
+  bytes a token). Ollama
   keeps a too-long prompt's end and answers 200. Prompts under 32 bound tokens are not
   judged.
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetgate.context.estimate import output_reserve
+from fleetgate.context.tally import collapse_runs
 from fleetgate.execute.usage import LENGTH
 
 CUT_SHORT_HEADER = "X-Fleetgate-Truncated"
@@ -74,22 +77,28 @@ def cut_short(
     return Cut(CUT_SHORT_HEADER, CUT_SHORT_NOTE, detail, used)
 
 
-def _text_bytes(value: Any) -> int:
-    """Bytes of text, whitespace left out (tokenizers merge long runs of it)."""
+def _text_bytes(value: Any, collapse: bool) -> int:
+    """Bytes of text, whitespace left out (tokenizers merge long runs of it); with
+    `collapse`, a run of one repeated character counts as one."""
     if isinstance(value, str):
+        if collapse:
+            value = collapse_runs(value)
         size = len(value.encode("utf-8")) if not value.isascii() else len(value)
         return size - value.count(" ") - value.count("\n") - value.count("\t")
     if isinstance(value, list):
-        return sum(_text_bytes(v) for v in value)
+        return sum(_text_bytes(v, collapse) for v in value)
     if isinstance(value, dict):
-        return _text_bytes(value.get("text")) + _text_bytes(value.get("content"))
+        return _text_bytes(value.get("text"), collapse) + _text_bytes(
+            value.get("content"), collapse
+        )
     return 0
 
 
-def prompt_lower_bound(body: dict[str, Any]) -> int:
-    """Fewest tokens the prompt text can be (one per 8 bytes)."""
+def prompt_lower_bound(body: dict[str, Any], collapse: bool = True) -> int:
+    """Fewest tokens the prompt text can be (one per 8 bytes; `collapse=False`: runs of a
+    repeated character counted in full, a cheaper first look that only bounds it above)."""
     size = sum(
-        _text_bytes(body.get(key))
+        _text_bytes(body.get(key), collapse)
         for key in ("messages", "prompt", "system", "instructions", "input", "suffix")
     )
     return size // BYTES_PER_TOKEN_BOUND
@@ -98,6 +107,10 @@ def prompt_lower_bound(body: dict[str, Any]) -> int:
 def prompt_cut(body: dict[str, Any], reported: int | None) -> Cut | None:
     """The worker read less of the prompt than it can be (suspected silent truncation)."""
     if reported is None:
+        return None
+    # the text as it is first (no regex walk on every answer); runs only when in question
+    bound = prompt_lower_bound(body, collapse=False)
+    if bound < MIN_BOUND or reported >= bound:
         return None
     bound = prompt_lower_bound(body)
     if bound < MIN_BOUND or reported >= bound:

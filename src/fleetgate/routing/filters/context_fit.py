@@ -97,7 +97,8 @@ class ContextFitFilter:
         if not fits_nowhere(everyone, estimate, of):
             return kept, dropped
         if estimate.exact or fits_nowhere(everyone, estimate, of, lower_bound=True):
-            # evidence: even the calibrated lower bound (or an exact count) fits nowhere
+            # evidence: even the fewest tokens it can be (calibrated lower bound, runs of a
+            # repeated character costed as one; or an exact count) fit nowhere
             raise context_too_large(profile.model, estimate, max(known_windows(everyone, of)))
         ctx.notes[GUARD_PENDING] = True  # in doubt: an exact count decides
         return kept, dropped
@@ -121,7 +122,7 @@ def _without_silent_overflow(
     candidates: list[Candidate], estimate: ContextEstimate, of: WindowOf, notes: dict[str, Any]
 ) -> tuple[list[Candidate], list[Dropped]]:
     """Workers that truncate silently (Ollama) never get a request their window cannot
-    hold: removed when even the lower bound does not fit; when only the upper bound does
+    hold: removed when even the fewest tokens it can be do not fit; when only the upper bound does
     not, the refine stage decides (an exact count, else the upper bound)."""
     kept: list[Candidate] = []
     dropped: list[Dropped] = []
@@ -132,7 +133,7 @@ def _without_silent_overflow(
             kept.append(c)
             continue
         low, high = estimate.bounds(dep)
-        if low > window:
+        if low > window and estimate.floor(dep) > window:
             dropped.append(Dropped(dep.id, "context_fit", silent_reason(low, window)))
             continue
         if high > window:

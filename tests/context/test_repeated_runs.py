@@ -1,0 +1,88 @@
+"""Text with runs of one repeated character (separator lines, blank lines) on the real
+llama.cpp engine: the tokenizer makes each run a token or a few, so the estimate, which
+costs every character, is far over. It must never be evidence that such a request fits
+nowhere: `context_guard: reject` counts it and routes it, a silent worker keeps it, and an
+honest prompt count is no suspected truncation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from fleetgate.context.truncation import judge
+from fleetgate.testing.llama import ALIAS
+from tests.context.chats import prompt_tokens
+from tests.engines import LlamaFactory, llama_provider
+from tests.harness import Stack
+
+# a build log: 120 short lines under 80-character rules; about 1,100 prompt tokens on
+# Qwen2, estimated at over 5,000 (every `=` costed)
+LOG = "".join(f"step {i}: ok\n" + "=" * 80 + "\n" for i in range(120))
+PROSE = "The quick brown fox jumps over the lazy dog. " * 600  # about 6,000 tokens
+
+
+def _tiers(llama: LlamaFactory, guard: str, **provider: Any) -> dict[str, Any]:
+    """Model `tiny` on a 1024 and a 2048 engine."""
+    return {
+        "providers": [
+            llama_provider("small", llama(n_ctx=1024), discovery=False, **provider),
+            llama_provider("big", llama(n_ctx=2048), discovery=False, **provider),
+        ],
+        "deployments": [
+            {"id": n, "model": "tiny", "provider": n, "upstream_model": ALIAS, "context_window": w}
+            for n, w in (("small", 1024), ("big", 2048))
+        ],
+        "models": [{"id": "tiny", "context_guard": guard}],
+    }
+
+
+def _engine_calls(stack: Stack) -> int:
+    metrics = httpx.get(stack.url + "/metrics", timeout=5).text
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in metrics.splitlines()
+        if line.startswith("fleetgate_attempts_total{")
+    )
+
+
+@pytest.mark.parametrize(
+    ("guard", "provider"),
+    [("reject", {}), ("allow", {"truncates": "silently"})],
+    ids=["guard-reject", "silent-workers"],
+)
+def test_separator_lines_are_counted_and_served_not_refused(
+    stack: Stack, client_for: Any, llama: LlamaFactory, guard: str, provider: dict[str, Any]
+) -> None:
+    stack.start_gateway(_tiers(llama, guard, **provider))
+    client = client_for(stack, timeout=60)
+    messages: Any = [{"role": "user", "content": LOG}]
+    resp = client.chat.completions.with_raw_response.create(
+        model="tiny", messages=messages, max_tokens=50
+    )
+    body = resp.parse()
+    truth = prompt_tokens(llama(n_ctx=2048), "chat.completions", {"messages": messages})
+    assert 1024 < truth + 50 < 2048  # fits the big tier only
+    assert resp.headers["x-fleetgate-route"] == "big"
+    assert resp.headers["x-fleetgate-context-estimate"] == f"{truth + 50}; exact"
+    assert body.usage is not None and body.usage.completion_tokens == 50
+    # what really fits nowhere is still refused, before any upstream call
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": PROSE}], max_tokens=50
+        )
+    assert refused.value.code == "context_too_large"
+    assert _engine_calls(stack) == 1
+
+
+def test_an_honest_count_of_separator_lines_is_no_suspected_truncation(
+    llama: LlamaFactory,
+) -> None:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": LOG}]}
+    truth = prompt_tokens(llama(n_ctx=2048), "chat.completions", body)
+    assert judge(body, "ollama.chat", "ollama", 4096, truth, 10, "stop") is None
+    # a prompt the worker did cut is still suspected
+    cut = judge(body, "ollama.chat", "ollama", 4096, 60, 10, "stop")
+    assert cut is not None and cut.note == "truncation_suspected"
