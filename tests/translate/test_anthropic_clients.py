@@ -313,10 +313,21 @@ def test_openai_chat_on_an_anthropic_provider(on_anthropic: Stack, client_for) -
             model="m", messages=[{"role": "user", "content": "hi"}], stream=True
         )
     )
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    # no usage chunk unasked: every chunk has its choice (`chunk.choices[0]` holds)
+    assert all(len(c.choices) == 1 and c.usage is None for c in chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert text == "claude says: w1 w2 w3 w4 w5 w6 w7 w8"
-    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
-    assert chunks[-1].usage.completion_tokens == 8
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    asked = list(
+        oc.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert [len(c.choices) for c in asked] == [1] * (len(asked) - 1) + [0]
+    assert asked[-1].usage is not None and asked[-1].usage.completion_tokens == 8
 
 
 def test_openai_tools_on_an_anthropic_provider(on_anthropic: Stack, client_for) -> None:

@@ -150,6 +150,7 @@ def test_responses_reach_an_anthropic_provider(mixed: Stack, client_for) -> None
     with client.responses.stream(model="claude", input="hi") as stream:
         final = stream.get_final_response()
     assert final.output_text == "claude says: w1 w2 w3 w4 w5 w6 w7 w8"
+    assert final.usage is not None and final.usage.output_tokens == 8  # read mid-translation
 
 
 def test_count_tokens_native_and_estimated(mixed: Stack) -> None:

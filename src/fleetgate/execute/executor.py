@@ -296,6 +296,7 @@ class Executor:
                             resp, rewriter, framing, first, attempt, wire.endpoint, finish
                         ),
                         profile.model,
+                        profile.body,
                     ),
                     end_stream=finish,
                 )

@@ -714,12 +714,15 @@ def messages_to_chat_answer(answer: dict[str, Any], model: str) -> dict[str, Any
 
 
 class MessagesToChatStream:
-    """Anthropic Messages stream events in, chat completion chunks out (then `[DONE]`)."""
+    """Anthropic Messages stream events in, chat completion chunks out (then `[DONE]`);
+    the closing usage chunk (no choices) only for a client that asked for it (`usage`:
+    `stream_options.include_usage`), as OpenAI sends it."""
 
-    __slots__ = ("_calls", "_created", "_done", "_id", "_usage", "model")
+    __slots__ = ("_calls", "_created", "_done", "_id", "_usage", "_usage_chunk", "model")
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, usage: bool = True) -> None:
         self.model = model
+        self._usage_chunk = usage
         self._id = new_id("chatcmpl-")
         self._created = int(time.time())
         self._calls: dict[int, int] = {}  # content block index -> tool-call index
@@ -798,6 +801,8 @@ class MessagesToChatStream:
         if self._done:
             return []
         self._done = True
+        if not self._usage_chunk:
+            return [DONE_EVENT]
         usage_chunk = self._chunk(None)
         usage_chunk[1]["usage"] = _chat_usage(self._usage)
         return [usage_chunk, DONE_EVENT]

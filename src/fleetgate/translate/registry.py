@@ -92,7 +92,9 @@ class Translation:
     endpoint: str  # the upstream endpoint (a key of UPSTREAM_PATHS)
     request: Callable[[dict[str, Any]], dict[str, Any]]  # client body -> upstream body
     answer: Callable[[dict[str, Any], str], dict[str, Any]]  # upstream answer -> client's
-    stream: Callable[[str], StreamStage]  # a new stream translator for a client model name
+    # a new stream translator for the client's model name and whether the stream's reader
+    # asked for chat's closing usage chunk (`stream_options.include_usage`; chat clients only)
+    stream: Callable[[str, bool], StreamStage]
     content_type: str = "text/event-stream"  # of the client's stream
     encode: Encoder = encode_sse  # the client's stream framing
     ndjson_in: bool = False  # the upstream streams NDJSON
@@ -110,8 +112,9 @@ def compose(outer: Translation, inner: Translation) -> Translation:
     def answer(body: dict[str, Any], model: str) -> dict[str, Any]:
         return outer.answer(inner.answer(body, model), model)
 
-    def stream(model: str) -> StreamStage:
-        return Chain([inner.stream(model), outer.stream(model)])
+    def stream(model: str, usage: bool) -> StreamStage:
+        # the middle stream's reader is `outer`, whose request asked for the usage chunk
+        return Chain([inner.stream(model, True), outer.stream(model, usage)])
 
     return Translation(
         inner.endpoint,
@@ -125,12 +128,27 @@ def compose(outer: Translation, inner: Translation) -> Translation:
     )
 
 
+def _usage_always(stage: Callable[[str], StreamStage]) -> Callable[[str, bool], StreamStage]:
+    """A stream translator for a client protocol whose streams always carry the usage."""
+
+    def make(model: str, usage: bool) -> StreamStage:
+        return stage(model)
+
+    return make
+
+
+def _asks_usage(body: dict[str, Any]) -> bool:
+    """Whether a chat request asks for the closing usage chunk of its stream."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
 _NDJSON = "application/x-ndjson"
 MESSAGES_TO_CHAT = Translation(
     "chat.completions",
     anthropic_chat.messages_to_chat,
     anthropic_chat.chat_to_messages_answer,
-    anthropic_chat.ChatToMessagesStream,
+    _usage_always(anthropic_chat.ChatToMessagesStream),
 )
 CHAT_TO_MESSAGES = Translation(
     "messages",
@@ -142,13 +160,13 @@ RESPONSES_TO_CHAT = Translation(
     "chat.completions",
     responses_chat.responses_to_chat,
     responses_chat.chat_to_responses_answer,
-    responses_chat.ChatToResponsesStream,
+    _usage_always(responses_chat.ChatToResponsesStream),
 )
 OLLAMA_CHAT_TO_CHAT = Translation(
     "chat.completions",
     ollama_chat.ollama_chat_to_chat,
     ollama_chat.chat_to_ollama_chat_answer,
-    ollama_chat.ChatToOllamaChatStream,
+    _usage_always(ollama_chat.ChatToOllamaChatStream),
     _NDJSON,
     encode_ndjson,
     local=ollama_chat.chat_load_answer,
@@ -157,7 +175,7 @@ GENERATE_TO_CHAT = Translation(
     "chat.completions",
     ollama_chat.generate_to_chat,
     ollama_chat.chat_to_generate_answer,
-    ollama_chat.ChatToGenerateStream,
+    _usage_always(ollama_chat.ChatToGenerateStream),
     _NDJSON,
     encode_ndjson,
     local=ollama_chat.generate_load_answer,
@@ -166,7 +184,7 @@ GENERATE_TO_COMPLETIONS = Translation(
     "completions",
     ollama_chat.generate_to_completions,
     ollama_chat.completions_to_generate_answer,
-    ollama_chat.CompletionsToGenerateStream,
+    _usage_always(ollama_chat.CompletionsToGenerateStream),
     _NDJSON,
     encode_ndjson,
     local=ollama_chat.generate_load_answer,
@@ -175,7 +193,7 @@ EMBED_TO_EMBEDDINGS = Translation(
     "embeddings",
     ollama_chat.embed_to_embeddings,
     ollama_chat.embeddings_to_embed_answer,
-    ollama_chat.no_stream,
+    _usage_always(ollama_chat.no_stream),
 )
 
 # (client endpoint, upstream protocol) -> translation; the first available protocol wins
@@ -353,11 +371,15 @@ class Wire:
             return self.translation.content_type
         return "application/json"
 
-    def stream(self, upstream: AsyncIterator[bytes], model: str) -> AsyncIterator[bytes]:
+    def stream(
+        self, upstream: AsyncIterator[bytes], model: str, body: dict[str, Any]
+    ) -> AsyncIterator[bytes]:
+        """The client's stream; `body` is the client's request."""
         t = self.translation
         if t is None:
             return upstream
-        return translate_stream(upstream, t.stream(model), t.ndjson_in, t.encode)
+        stage = t.stream(model, _asks_usage(body))
+        return translate_stream(upstream, stage, t.ndjson_in, t.encode)
 
 
 class UnreadableAnswer(Exception):
