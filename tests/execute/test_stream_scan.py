@@ -90,7 +90,11 @@ def test_the_last_event_with_usage_gives_it() -> None:
     first = orjson.dumps({"type": "message_start", "message": {"usage": {"input_tokens": 5}}})
     delta = orjson.dumps({"type": "message_delta", "usage": {"output_tokens": 9}})
     anthropic = b"event: message_start\ndata: " + first + b"\n\nevent: message_delta\ndata: "
-    assert _usage_of(anthropic + delta + b"\n\n")[1] == 9
+    # ... and the input count is message_start's: message_delta has the output count alone
+    assert _usage_of(anthropic + delta + b"\n\n") == (5, 9)
+    ping = b"event: ping\ndata: {}\n\n"
+    assert _usage_of(anthropic + delta + b"\n\n" + ping) == (5, 9)
+    assert _usage_of(b"event: message_delta\ndata: " + delta + b"\n\n") == (None, 9)
 
 
 def test_usage_split_over_crlf_and_mid_event_starts() -> None:

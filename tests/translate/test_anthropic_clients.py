@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from fleetgate.testing import Fault
-from tests.harness import Stack, anthropic_provider, deployment
+from tests.harness import Stack, anthropic_provider, deployment, wait_until
 
 WEATHER = {
     "name": "get_weather",
@@ -328,6 +328,32 @@ def test_openai_chat_on_an_anthropic_provider(on_anthropic: Stack, client_for) -
     )
     assert [len(c.choices) for c in asked] == [1] * (len(asked) - 1) + [0]
     assert asked[-1].usage is not None and asked[-1].usage.completion_tokens == 8
+
+
+def _logged_attempt(stack: Stack, request_id: str) -> dict[str, object]:
+    url = f"{stack.url}/v1/requests/{request_id}"
+    wait_until(lambda: httpx.get(url).status_code == 200, 5, "the request is logged")
+    attempt: dict[str, object] = httpx.get(url).json()["attempts"][0]
+    return attempt
+
+
+def test_anthropic_streams_log_their_input_tokens(on_anthropic: Stack, client_for) -> None:
+    """A short stream arrives in one read, message_start to message_stop: the input count
+    is message_start's, the output count message_delta's (which has only that)."""
+    ask = [{"role": "user", "content": "one two three"}]  # 3 words + 1 message
+    raw = client_for(on_anthropic).chat.completions.with_raw_response.create(
+        model="m", messages=ask, max_tokens=4, stream=True
+    )
+    list(raw.parse())
+    attempt = _logged_attempt(on_anthropic, raw.headers["x-request-id"])
+    assert (attempt["prompt_tokens"], attempt["completion_tokens"]) == (4, 4)
+    native = anthropic.Anthropic(base_url=on_anthropic.url, api_key="x", max_retries=0)
+    answer = native.messages.with_raw_response.create(
+        model="m", messages=ask, max_tokens=3, stream=True
+    )
+    list(answer.parse())
+    attempt = _logged_attempt(on_anthropic, answer.headers["x-request-id"])
+    assert (attempt["prompt_tokens"], attempt["completion_tokens"]) == (4, 3)
 
 
 def test_openai_tools_on_an_anthropic_provider(on_anthropic: Stack, client_for) -> None:

@@ -108,13 +108,13 @@ def _sum(*parts: object) -> int | None:
     return total
 
 
-def take_usage(attempt: Attempt, data: object) -> None:
-    """Token counts from an OpenAI, Anthropic, Responses or Ollama body or stream event.
-
-    The prompt count is the whole prompt: Anthropic reports the tokens read from its cache
-    apart from `input_tokens` (llama.cpp's Messages API too), so they are added."""
+def _counts(data: object) -> tuple[object, object] | None:
+    """(prompt, completion) as a body or stream event reports them, unchecked; None when it
+    reports no usage. The prompt count is the whole prompt: Anthropic reports the tokens
+    read from its cache apart from `input_tokens` (llama.cpp's Messages API too), so they
+    are added."""
     if not isinstance(data, dict):
-        return
+        return None
     usage = data.get("usage")
     for holder in ("response", "message"):  # Responses' completed event, Anthropic's start
         inner = data.get(holder)
@@ -130,18 +130,26 @@ def take_usage(attempt: Attempt, data: object) -> None:
                     usage.get("cache_read_input_tokens"),
                     usage.get("cache_creation_input_tokens"),
                 )
-        completion = usage.get("completion_tokens", usage.get("output_tokens"))
-    elif "prompt_eval_count" in data:  # Ollama native
-        prompt, completion = data.get("prompt_eval_count"), data.get("eval_count")
-    elif isinstance(timings := data.get("timings"), dict):  # llama.cpp, no usage asked for
-        prompt = _sum(timings.get("cache_n"), timings.get("prompt_n"))
-        completion = timings.get("predicted_n")
-    else:
-        return
+        return prompt, usage.get("completion_tokens", usage.get("output_tokens"))
+    if "prompt_eval_count" in data:  # Ollama native
+        return data.get("prompt_eval_count"), data.get("eval_count")
+    if isinstance(timings := data.get("timings"), dict):  # llama.cpp, no usage asked for
+        return _sum(timings.get("cache_n"), timings.get("prompt_n")), timings.get("predicted_n")
+    return None
+
+
+def _take(attempt: Attempt, prompt: object, completion: object) -> None:
     if (n := token_count(prompt)) is not None:
         attempt.prompt_tokens = n
     if (n := token_count(completion)) is not None:
         attempt.completion_tokens = n
+
+
+def take_usage(attempt: Attempt, data: object) -> None:
+    """Token counts from an OpenAI, Anthropic, Responses or Ollama body or stream event."""
+    counts = _counts(data)
+    if counts is not None:
+        _take(attempt, *counts)
 
 
 def _usage_object(block: bytes) -> bytes | None:
@@ -176,15 +184,33 @@ def _last_usage_marker(block: bytes, end: int) -> int:
     )
 
 
+def _event_counts(data: bytes) -> tuple[object, object] | None:
+    """The counts of one event's payload (it may be only the end of one: then its usage
+    object, if it is whole)."""
+    try:
+        return _counts(orjson.loads(data))
+    except orjson.JSONDecodeError:
+        found = _usage_object(data)
+        if found is None:
+            return None
+        try:
+            return _counts({"usage": orjson.loads(found)})
+        except orjson.JSONDecodeError:
+            return None
+
+
 def stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
     """Usage from the last event of a stream block that reports it: found from the end by
     its marker, so only the events that carry one are cut out and read (the markers are
     searched from the end, without a forward test of the whole block first; `\r` alone is
-    looked for: one byte is found by `memchr`, two by a slower search)."""
+    looked for: one byte is found by `memchr`, two by a slower search). When that event
+    has no prompt count (Anthropic's `message_delta`, the output count alone), the prompt
+    count is the one of the event before it that has one (`message_start`'s input)."""
     if b"\r" in block:
         block = block.replace(b"\r\n", b"\n")
     sep = framing.separator
     end = len(block)
+    last: tuple[object, object] | None = None  # the counts of the last event with usage
     while (at := _last_usage_marker(block, end)) >= 0:
         begin = block.rfind(sep, 0, at)
         begin = 0 if begin < 0 else begin + len(sep)
@@ -195,15 +221,14 @@ def stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
             continue  # the marker was outside the payload (another line of the event)
         if b'"usage":null' in data or b'"usage": null' in data:
             continue  # OpenAI chunks carry an empty usage until the last one
-        try:
-            take_usage(attempt, orjson.loads(data))
-        except orjson.JSONDecodeError:
-            # the block may start mid-event: its usage object alone, if it is whole
-            found = _usage_object(data)
-            if found is None:
-                continue
-            try:
-                take_usage(attempt, {"usage": orjson.loads(found)})
-            except orjson.JSONDecodeError:
-                continue
-        return
+        counts = _event_counts(data)
+        if counts is None:
+            continue
+        if last is None:
+            last = counts
+        elif token_count(counts[0]) is not None:
+            last = (counts[0], last[1])
+        if token_count(last[0]) is not None:
+            break
+    if last is not None:
+        _take(attempt, *last)
