@@ -102,7 +102,11 @@ def test_ollama_errors_have_ollama_shape(fleet: Stack) -> None:
     assert err.value.status_code == 404 and "nope" in err.value.error
     # a translated deployment's OpenAI-shaped refusal reaches the client in Ollama's shape
     fleet.engines["v"].fail_next(Fault("bad_request", message="bad sampling options"))
-    resp = httpx.post(fleet.url + "/api/chat", timeout=5, json={"model": "vonly", "messages": []})
+    resp = httpx.post(
+        fleet.url + "/api/chat",
+        timeout=5,
+        json={"model": "vonly", "messages": [{"role": "user", "content": "x"}]},
+    )
     assert resp.status_code == 400
     body = resp.json()
     assert set(body) == {"error"} and "bad sampling options" in body["error"]
