@@ -147,6 +147,8 @@ def usage(
     if not attempts or deployment_id is None:
         return 0, 0.0
     last = attempts[-1]
+    if last.deployment_id != deployment_id:  # a cut answer served after later failures
+        last = next((a for a in reversed(attempts) if a.deployment_id == deployment_id), last)
     estimate = notes.get("context_estimate")
     # streams carry no usage here: count the gateway's own prompt estimate then
     prompt = last.prompt_tokens or (estimate if isinstance(estimate, int) else 0)

@@ -6,6 +6,11 @@ deployment). A stream falls back only before its first event has been handed to 
 client: the first events are read (and checked for an in-stream error, and for JSON)
 before the response starts. A stream that breaks later, or sends an event that is not
 JSON, ends with a `stream_interrupted` error event.
+
+A whole answer a window cut short (`context/truncation.py`, judged by the gateway's
+`judge_cut`) is set aside, like a context-length 400, when a later candidate has a
+strictly larger window: the request goes there, and the cut answer is what the client
+gets only if nothing later answers.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from fleetgate.config.schema import CircuitConfig
+from fleetgate.context.truncation import CUT_SHORT_NOTE, Cut
 from fleetgate.errors import GatewayError
 from fleetgate.execute.context_errors import parse_context_error
 from fleetgate.execute.failures import (
@@ -32,6 +38,7 @@ from fleetgate.execute.http1 import UpstreamIOError, UpstreamResponse
 from fleetgate.execute.outcome import (
     CLIENT_ERROR,
     CONTEXT_EXCEEDED,
+    CUT_SHORT,
     INVALID_RESPONSE,
     REDIRECTED,
     STREAM_BROKEN,
@@ -100,6 +107,7 @@ class Outcome:
     end_stream: Callable[[], None] = lambda: None
     upstream_seconds: float = 0.0  # time spent waiting on upstreams before answering
     extra_headers: dict[str, str] = field(default_factory=dict)
+    cut: Cut | None = None  # a window cut this whole answer (judged by `Executor.judge_cut`)
 
 
 class ChainExhausted(GatewayError):
@@ -142,6 +150,9 @@ class Executor:
         self.state = state
         # told (deployment id, tokens) when a context error states the worker's window
         self.on_context_limit: Callable[[str, int], None] | None = None
+        # whether a window cut a whole answer (the attempt's usage, the window assumed)
+        self.judge_cut: Callable[[RequestProfile, Deployment, Attempt, int | None], Cut | None]
+        self.judge_cut = _no_cut
         self.slots = WorkerSlots()
         self.protocols = Protocols()  # native or translated, per attempt
 
@@ -151,6 +162,7 @@ class Executor:
         exceeded_window: int | None = None  # set once an upstream said the context is too long
         of = plan.window_of or _declared_window
         queue_full: list[str] = []  # deployments skipped: their worker's queue was full
+        kept: Outcome | None = None  # a cut answer set aside for a larger window
         for position, candidate in enumerate(plan.candidates):
             dep = candidate.deployment
             if exceeded_window is not None and not _larger(dep, exceeded_window, of):
@@ -207,24 +219,37 @@ class Executor:
                     outcome.extra_headers["X-Fleetgate-Tier"] = candidate.tier
                 outcome.attempts = attempts
                 outcome.upstream_seconds = upstream_seconds
-                return outcome
+                if outcome.body is None:  # a stream: judged at its end, by the gateway
+                    return outcome
+                outcome.cut = self.judge_cut(profile, dep, attempt, of(dep))
+                cut = outcome.cut
+                if cut is None or cut.note != CUT_SHORT_NOTE or cut.window is None:
+                    return outcome
+                later = plan.candidates[position + 1 :]
+                if not any(_larger(c.deployment, cut.window, of) for c in later):
+                    return outcome
+                # a larger window can give the whole answer: this one waits in case none does
+                attempt.error_class = CUT_SHORT
+                kept = outcome
+                exceeded_window = max(cut.window, exceeded_window or 0)
+                continue
             record_failure(self.state, attempt, fleet.circuit)  # from now: when it was seen
             if attempt.retryable:
                 continue
             window = _exceeded_window(attempt, dep, of, self.on_context_limit)
             if attempt.error_class != CONTEXT_EXCEEDED:
-                raise ChainExhausted(client_error(attempt), attempts)
+                return _cut_or_raise(kept, client_error(attempt), attempts, upstream_seconds)
             if window is not None:
                 exceeded_window = max(window, exceeded_window or 0)
             if exceeded_window is None or not any(
                 _larger(c.deployment, exceeded_window, of) for c in plan.candidates[position + 1 :]
             ):
-                raise ChainExhausted(
-                    exhausted_error(plan, attempts, self.state, fleet.circuit), attempts
-                )
+                error = exhausted_error(plan, attempts, self.state, fleet.circuit)
+                return _cut_or_raise(kept, error, attempts, upstream_seconds)
         if queue_full and not attempts:
             raise ChainExhausted(queue_full_error(plan, queue_full, self.state), attempts)
-        raise ChainExhausted(exhausted_error(plan, attempts, self.state, fleet.circuit), attempts)
+        error = exhausted_error(plan, attempts, self.state, fleet.circuit)
+        return _cut_or_raise(kept, error, attempts, upstream_seconds)
 
     async def _attempt(
         self,
@@ -505,6 +530,27 @@ class Executor:
         attempt.error_class = error_class
         attempt.message = message
         attempt.latency = time.perf_counter() - started
+
+
+def _cut_or_raise(
+    kept: Outcome | None, error: GatewayError, attempts: list[Attempt], upstream_seconds: float
+) -> Outcome:
+    """The chain failed after a cut answer was set aside: that answer is the best there is
+    (flagged as cut); without one, the error."""
+    if kept is None:
+        raise ChainExhausted(error, attempts)
+    served = next(a for a in reversed(attempts) if a.error_class == CUT_SHORT)
+    served.error_class = None  # the answer served, after all
+    kept.attempts = attempts
+    kept.upstream_seconds = upstream_seconds
+    return kept
+
+
+def _no_cut(
+    _profile: RequestProfile, _dep: Deployment, _attempt: Attempt, _window: int | None
+) -> Cut | None:
+    """No judge (an executor outside a gateway): no answer is judged cut."""
+    return None
 
 
 def _exceeded_window(

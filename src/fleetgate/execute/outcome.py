@@ -23,6 +23,8 @@ STREAM_BROKEN = "stream_broken"  # after output had reached the client
 SKIPPED = "skipped"
 # an upstream's context-length 400: moves on only to a strictly larger window; no cooldown
 CONTEXT_EXCEEDED = "context_exceeded"
+# a whole 200 a window cut short, set aside for a strictly larger window (no cooldown)
+CUT_SHORT = "cut_short"
 # a 3xx: never followed (it would take the credentials along); a failure of the deployment
 REDIRECTED = "redirected"
 

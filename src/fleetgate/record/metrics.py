@@ -15,6 +15,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from fleetgate.context.truncation import CUT_SHORT_NOTE, TRUNCATION_NOTE
+from fleetgate.execute.outcome import CUT_SHORT
 from fleetgate.fleet import Fleet
 from fleetgate.record.histograms import BatchHistogram
 from fleetgate.record.recorder import BatchSink, Recorder, RequestRecord
@@ -152,6 +153,8 @@ class Metrics(BatchSink):
             status = str(a.status or "")
             error = a.error_class or ""
             tally.attempts[(a.deployment_id, a.provider_id, status, error, str(window))] += 1
+            if error == CUT_SHORT:  # a cut answer set aside for a larger window
+                self.cut_short.labels(a.deployment_id).inc()
             if a.ok and a.ttft is not None:
                 tally.ttft[a.deployment_id].append(a.ttft)
 

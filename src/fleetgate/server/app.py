@@ -18,7 +18,7 @@ from fleetgate.auth.keys import ClientKey
 from fleetgate.context.counts import load_tokenizers
 from fleetgate.context.placement import TIER_HEADER, effective_window
 from fleetgate.context.refine import ContextRefiner
-from fleetgate.context.truncation import judge
+from fleetgate.context.truncation import Cut, judge
 from fleetgate.discovery.engine_load import EngineLoadPoller, EngineLoads
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
@@ -26,7 +26,7 @@ from fleetgate.errors import GatewayError, invalid
 from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
 from fleetgate.execute.upstream import UpstreamPool
-from fleetgate.fleet import Fleet, FleetHolder, resolve_secret
+from fleetgate.fleet import Deployment, Fleet, FleetHolder, resolve_secret
 from fleetgate.ingress.anthropic import parse_messages
 from fleetgate.ingress.openai import parse_json_object
 from fleetgate.ingress.profile import RequestProfile
@@ -191,6 +191,7 @@ class Gateway:
         holder.on_swap(self._windows_on_swap)
         holder.on_swap(lambda _old, new: self._load_tokenizers(new))
         self.executor.on_context_limit = self._context_limit_stated
+        self.executor.judge_cut = self._judge_cut
         self.ready = False
         self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, from startup
         self._loading: set[asyncio.Task[None]] = set()  # local tokenizers loading
@@ -358,16 +359,11 @@ class Gateway:
             self.dashboard = Dashboard()
         await self.dashboard(scope, receive, send)
 
-    def _check_truncation(
-        self, ex: Exchange, profile: RequestProfile, plan: RoutePlan, outcome: Outcome
-    ) -> None:
-        """A window cut the answer (context/truncation.py): header, note, log, and the
-        window it shows is learned."""
-        attempt = outcome.attempts[-1]
-        if not attempt.ok:  # a stream that broke: its end never came
-            return
-        dep = outcome.candidate.deployment
-        window = (plan.window_of or effective_window)(dep)
+    def _judge_cut(
+        self, profile: RequestProfile, dep: Deployment, attempt: Attempt, window: int | None
+    ) -> Cut | None:
+        """Whether a window cut a successful answer (context/truncation.py): logged, and
+        the window it shows is learned. The executor asks it of every whole answer."""
         found = judge(
             profile.body,
             profile.endpoint,
@@ -378,14 +374,27 @@ class Gateway:
             attempt.finish,
         )
         if found is None:
-            return
-        outcome.extra_headers[found.header] = found.header_value()  # sent unless streamed
-        plan.notes[found.note] = found.detail
+            return None
         log.warning(
-            "%s: request %s on %s: %s", found.note, ex.request_id, dep.id, found.header_value()
+            "%s: request %s on %s: %s",
+            found.note,
+            profile.request_id,
+            dep.id,
+            found.header_value(),
         )
         if found.window is not None and found.window != window:
             self._context_limit_stated(dep.id, found.window, "cut_short")
+        return found
+
+    def _check_stream_end(self, profile: RequestProfile, plan: RoutePlan, outcome: Outcome) -> None:
+        """A stream is judged at its end (its bytes are the client's already)."""
+        attempt = outcome.attempts[-1]
+        if not attempt.ok:  # a stream that broke: its end never came
+            return
+        dep = outcome.candidate.deployment
+        window = (plan.window_of or effective_window)(dep)
+        outcome.cut = self._judge_cut(profile, dep, attempt, window)
+        _flag_cut(plan, outcome)
 
     def _windows_on_swap(self, _old: Fleet, new: Fleet) -> None:
         self.windows.set_capabilities(new.config.model_capabilities)
@@ -453,7 +462,7 @@ class Gateway:
                 return
             body = outcome.body
             assert body is not None
-            self._check_truncation(ex, profile, plan, outcome)
+            _flag_cut(plan, outcome)  # judged by the executor (a cut it could not mend)
             await self._release(ex, outcome, plan)  # a next request must see this one's cost
             overhead = time.perf_counter() - ex.started - outcome.upstream_seconds
             headers = ex.base_headers()
@@ -504,7 +513,7 @@ class Gateway:
             await send(start)
             async for chunk in stream:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            self._check_truncation(ex, profile, plan, outcome)  # from the stream's end
+            self._check_stream_end(profile, plan, outcome)
             await self._release(ex, outcome, plan)  # a next request must see its cost
             # recorded before the stream's end reaches the client: whoever has the whole
             # answer can read its record
@@ -733,6 +742,14 @@ class Gateway:
                 f"No record of request {request_id!r} (only recent requests are kept).",
             )
         await send_body(send, 200, orjson.dumps(record.public()), ex.base_headers())
+
+
+def _flag_cut(plan: RoutePlan, outcome: Outcome) -> None:
+    """An answer a window cut goes out flagged: header (sent unless streamed) and note."""
+    found = outcome.cut
+    if found is not None:
+        outcome.extra_headers[found.header] = found.header_value()
+        plan.notes[found.note] = found.detail
 
 
 def _note_context_tier(plan: RoutePlan, outcome: Outcome) -> None:
