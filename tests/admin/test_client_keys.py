@@ -101,6 +101,19 @@ def test_keys_auth_allow_lists_and_rpm(stack: Stack, db_url: str) -> None:
     assert api.get(f"/admin/keys/{created['id']}").status_code == 404
 
 
+def test_a_valid_key_in_either_header_lets_the_request_in(stack: Stack, sqlite_url: str) -> None:
+    """A client may present another service's key beside this one (Claude Code sends both
+    `Authorization` and `x-api-key` when both of its variables are set): the valid one
+    counts, whichever header came first; neither valid is a 401."""
+    stack.start_gateway(_auth_fleet(stack), options(sqlite_url))
+    secret = admin(stack).post("/admin/keys", json={"name": "both"}).json()["key"]
+    other = "sk-ant-another-service"
+    assert _chat(stack, **{"x-api-key": other, "authorization": f"Bearer {secret}"}).is_success
+    assert _chat(stack, **{"authorization": f"Bearer {other}", "x-api-key": secret}).is_success
+    neither = _chat(stack, **{"authorization": "Bearer fg-nope", "x-api-key": other})
+    assert neither.status_code == 401 and neither.json()["error"]["code"] == "invalid_api_key"
+
+
 def test_budget_stops_a_key_once_spent(stack: Stack, db_url: str) -> None:
     stack.start_gateway(_auth_fleet(stack), options(db_url))
     api = admin(stack)

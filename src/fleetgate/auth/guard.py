@@ -20,24 +20,34 @@ from fleetgate.routing.plan import RoutePlan
 from fleetgate.server.asgi import Scope
 
 
-def presented_secret(scope: Scope) -> str | None:
-    """`Authorization: Bearer <key>` or `x-api-key: <key>`."""
+def presented_secrets(scope: Scope) -> list[str]:
+    """The keys a request presents: its first `Authorization: Bearer <key>` and its first
+    `x-api-key: <key>`, in the order they came. Clients may send both (Claude Code sends
+    `Authorization` for `ANTHROPIC_AUTH_TOKEN` and `x-api-key` for `ANTHROPIC_API_KEY`, which
+    may be a key of another service): either may be the gateway's."""
+    bearer: str | None = None
+    api_key: str | None = None
+    order: list[str] = []
     for name, value in scope["headers"]:
-        if name == b"authorization":
+        if name == b"authorization" and bearer is None:
             scheme, _, token = value.decode("latin-1").partition(" ")
             if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-        elif name == b"x-api-key" and value:
-            return value.decode("latin-1").strip()
-    return None
+                bearer = token.strip()
+                order.append(bearer)
+        elif name == b"x-api-key" and api_key is None and value.strip():
+            api_key = value.decode("latin-1").strip()
+            order.append(api_key)
+    return order
 
 
 def presents(scope: Scope, expected: str | None) -> bool:
     """Whether the request carries `expected` (an admin or metrics key); constant-time."""
     if not expected:
         return False
-    secret = presented_secret(scope) or ""
-    return hmac.compare_digest(secret.encode(), expected.encode())
+    want = expected.encode()
+    # every presented key is compared, so the time does not tell which one matched
+    matches = [hmac.compare_digest(secret.encode(), want) for secret in presented_secrets(scope)]
+    return any(matches)
 
 
 class Guard:
@@ -54,10 +64,10 @@ class Guard:
         None when auth is off."""
         if not self.enabled:
             return None
-        secret = presented_secret(scope)
-        key = self.ring.lookup(secret) if secret else None
+        secrets = presented_secrets(scope)
+        key = next(filter(None, map(self.ring.lookup, secrets)), None)
         if key is None:
-            what = "is not valid" if secret else "is missing"
+            what = "is not valid" if secrets else "is missing"
             raise GatewayError(
                 "invalid_api_key",
                 f"The API key {what}. Send `Authorization: Bearer <key>` or `x-api-key` "
