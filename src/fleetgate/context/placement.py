@@ -6,6 +6,12 @@ Best fit, by the upper bound of what the request needs on each deployment (see
 deployments with an unknown window; then those too small, biggest first, so that an
 over-estimate can still be served. Within each of the three groups an explicit `priority`
 still ranks first; ties keep the order the other orderers gave.
+
+A window the client asks for (Ollama's `options.num_ctx`, the `wanted` argument) raises the
+need placement sorts by to at least that window: a deployment holds the request only when
+its window holds both. It is a wish, not evidence of the prompt's size, so the guard
+(`fits_nowhere`) and the removal of silent workers never see it. (Native Ollama requests
+are never counted exactly, so the refine stage's re-order never meets one.)
 """
 
 from __future__ import annotations
@@ -63,10 +69,13 @@ def _high(need: int | ContextEstimate) -> Callable[[Deployment], int]:
 
 
 def order_by_fit(
-    candidates: list[Candidate], need: int | ContextEstimate, window_of: WindowOf | None = None
+    candidates: list[Candidate],
+    need: int | ContextEstimate,
+    window_of: WindowOf | None = None,
+    wanted: int | None = None,
 ) -> list[Candidate]:
-    """Best-fit order by the request's upper bound on each deployment (stable; inert for
-    one window)."""
+    """Best-fit order by the request's upper bound on each deployment, raised to the window
+    the client asked for (`wanted`) when it names one (stable; inert for one window)."""
     if len(candidates) < 2:
         return candidates
     of = window_of or effective_window
@@ -74,7 +83,9 @@ def order_by_fit(
     if len(windows) < 2:
         return candidates  # one capacity: route exactly as without tiers
     high = _high(need)
-    return sorted(candidates, key=lambda c: _fit_key(c, high(c.deployment), of))
+    if wanted is None:
+        return sorted(candidates, key=lambda c: _fit_key(c, high(c.deployment), of))
+    return sorted(candidates, key=lambda c: _fit_key(c, max(high(c.deployment), wanted), of))
 
 
 def fits_nowhere(

@@ -1,10 +1,12 @@
 """Checks a native request's `options.num_ctx` against the gateway cap and each worker's caps.
 
 Above `model_capabilities.context.max_requested_tokens` (unless -1) the request is refused
-with a 400 naming `options.num_ctx`. A worker whose model maximum (`/api/show`) or
-matching `context_limits` glob is smaller is dropped with the reason; when that drops every
-worker, the request is refused the same way. In `observe` mode nothing is refused: the
-excess is only noted.
+with a 400 naming `options.num_ctx`. An Ollama worker whose model maximum (`/api/show`) or
+matching `context_limits` glob is smaller is dropped with the reason (it would load the
+model with that context); when that drops every worker, the request is refused the same
+way. Other engines do not take `num_ctx`: there it is only the window the client wishes
+for, which placement weighs (`context/placement.py`), and it drops none of them. In
+`observe` mode nothing is refused: the excess is only noted.
 
 With `model_capabilities.truncation_num_ctx`, a native chat or generate request that names
 no `num_ctx` is sent each worker's effective window as `options.num_ctx` (a per-route
@@ -46,6 +48,9 @@ class NumCtxFilter:
         dropped: list[Dropped] = []
         for c in candidates:
             dep = c.deployment
+            if dep.provider.kind != "ollama":
+                kept.append(c)
+                continue
             reason = None
             view = ctx.windows.view(dep) if ctx.windows is not None else None
             limit = match_limit(dep.provider.context_limits, dep.upstream_model)
