@@ -103,7 +103,7 @@ def request_case(
 
     def translated() -> None:
         orjson.dumps({**translation.request(body), "model": "u"})
-        wire.answer(answer, "m")
+        wire.answer(answer, "m", time.perf_counter_ns())
 
     def floor() -> None:
         orjson.dumps({**orjson.loads(orjson.dumps(body)), "model": "u"})
@@ -139,7 +139,10 @@ def stream_case(
 
     def translated() -> None:
         stream = translate_stream(
-            source(), translation.stream("m"), translation.ndjson_in, translation.encode
+            source(),
+            translation.stream("m", True, time.perf_counter_ns()),
+            translation.ndjson_in,
+            translation.encode,
         )
         loop.run_until_complete(_drain(stream))
 
@@ -208,7 +211,7 @@ def main() -> None:
         ),
     ]
     anthropic_answer = orjson.dumps(
-        registry.MESSAGES_TO_CHAT.answer(orjson.loads(answer), "claude-x")
+        registry.MESSAGES_TO_CHAT.answer(orjson.loads(answer), "claude-x", 0)
     )
     rows.append(
         request_case(

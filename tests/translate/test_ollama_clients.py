@@ -183,6 +183,49 @@ def test_embed(chat_only: Stack) -> None:
     }
 
 
+def durations_hold(answer: ollama.ChatResponse | ollama.GenerateResponse) -> None:
+    """Ollama's durations as `ollama run --verbose` reads them: positive integer ns (it
+    divides the counts by them), the total holding its parts."""
+    spans = [answer.prompt_eval_duration, answer.eval_duration, answer.total_duration]
+    assert all(type(ns) is int and ns > 0 for ns in spans), answer
+    assert answer.load_duration is not None and answer.load_duration >= 0
+    assert answer.total_duration >= (
+        answer.load_duration + answer.prompt_eval_duration + answer.eval_duration
+    )
+
+
+@pytest.mark.parametrize("kind", ["vllm", "anthropic"])
+def test_durations_are_measured_from_the_attempts_start(stack: Stack, kind: str) -> None:
+    """A translated answer's durations count from when the gateway began the attempt:
+    whole answers had `total_duration` 0 (and, without engine timings, 0 prompt and eval
+    durations: tokens/s divided by zero); streams were timed from their first event, so the
+    time to it, the prompt's, was missing. The vLLM engine takes 60 ms to answer, or to
+    send its first event."""
+    delay = 0.06
+    if kind == "vllm":
+        engine = stack.engine("e", latency=delay, ttft=delay)
+        upstream = {"id": "p", "kind": "vllm", "base_url": engine.url + "/v1"}
+    else:
+        upstream = anthropic_provider("p", stack.anthropic("e"))
+    stack.start_gateway({"providers": [upstream], "deployments": [deployment("m", "p")]})
+    c = client(stack)
+    hi = [{"role": "user", "content": "say hi"}]
+    answers = [
+        c.chat(model="m", messages=hi, stream=False),
+        list(c.chat(model="m", messages=hi, stream=True))[-1],
+        c.generate(model="m", prompt="once upon", stream=False),
+        list(c.generate(model="m", prompt="once upon", stream=True))[-1],
+    ]
+    for answer in answers:
+        assert answer.done and answer.eval_count and answer.prompt_eval_count
+        durations_hold(answer)
+    if kind == "vllm":
+        assert all(a.total_duration >= delay * 1e9 for a in answers)
+        # the stream's prompt took until its first event: the engine's 60 ms are in it
+        assert answers[1].prompt_eval_duration >= delay * 1e9
+        assert answers[3].prompt_eval_duration >= delay * 1e9
+
+
 @pytest.mark.parametrize("kind", ["vllm", "anthropic"])
 def test_load_and_unload_requests_are_answered_not_generated(stack: Stack, kind: str) -> None:
     """A chat without messages or a generate without a prompt only loads the model (with

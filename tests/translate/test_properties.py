@@ -4,6 +4,7 @@ routing needs equal those of its chat translation."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -374,9 +375,15 @@ def test_chat_stream_to_responses_adds_up(answer: dict[str, Any], pieces: int) -
 @settings(max_examples=100, deadline=None)
 @given(chat_answer(), st.integers(1, 5))
 def test_chat_stream_to_ollama_adds_up(answer: dict[str, Any], pieces: int) -> None:
-    lines = [data for _, data in _run(oc.ChatToOllamaChatStream("m"), _chunks(answer, pieces))]
+    started = time.perf_counter_ns()
+    stream = oc.ChatToOllamaChatStream("m", started)
+    lines = [data for _, data in _run(stream, _chunks(answer, pieces))]
     assert [line["done"] for line in lines] == [False] * (len(lines) - 1) + [True]
-    want = oc.chat_to_ollama_chat_answer(answer, "m")
+    want = oc.chat_to_ollama_chat_answer(answer, "m", started)
+    for done in (lines[-1], want):  # what clients divide by: positive, the total holding all
+        spans = [done[k] for k in ("prompt_eval_duration", "eval_duration", "total_duration")]
+        assert all(type(ns) is int and ns > 0 for ns in spans)
+        assert done["total_duration"] >= sum(spans[:2]) + done["load_duration"]
     text = "".join(line["message"]["content"] for line in lines)
     assert text == want["message"]["content"]
     calls = [c for line in lines for c in line["message"].get("tool_calls", ())]

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from fleetgate.testing.llama import ALIAS
 from tests.engines import LlamaFactory, llama_provider
 from tests.harness import Stack
+from tests.translate.test_ollama_clients import durations_hold
 
 WEATHER = {
     "name": "get_weather",
@@ -212,10 +213,14 @@ def test_ollama_client_on_llama(on_llama: Stack) -> None:
     )
     assert parts[-1].done and parts[-1].eval_count == 4
     assert parts[-1].prompt_eval_count == resp.prompt_eval_count
-    # llama.cpp reports its own timings: the durations are the engine's
+    # llama.cpp reports its own timings: the prompt's and the output's durations are the
+    # engine's, within the total the gateway measured from the attempt's start
     assert parts[-1].eval_duration > 0 and parts[-1].prompt_eval_duration > 0
     gen = c.generate(model="tr", prompt="Once", system="Tell a story.", options={"num_predict": 3})
     assert gen.done and gen.eval_count == 3
+    streamed = list(c.generate(model="tr", prompt="Once", options={"num_predict": 3}, stream=True))
+    for answer in (resp, parts[-1], gen, streamed[-1]):
+        durations_hold(answer)
     raw = c.generate(model="tr", prompt="Once upon", raw=True, options={"num_predict": 2})
     assert raw.prompt_eval_count == 2 and raw.eval_count == 2  # no chat template: two tokens
 

@@ -9,6 +9,7 @@ import asyncio
 import itertools
 import json
 import random
+import time
 import types
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
@@ -35,8 +36,12 @@ from fleetgate.translate.text_chunks import TextChunks, plain_text_delta
 STAGES: dict[str, tuple[Callable[[str], Any], Encoder]] = {
     "messages": (ac.ChatToMessagesStream, encode_sse),
     "responses": (rc.ChatToResponsesStream, encode_sse),
-    "ollama chat": (oc.ChatToOllamaChatStream, encode_ndjson),
-    "ollama generate": (oc.ChatToGenerateStream, encode_ndjson),
+    # an Ollama stream's durations count from the attempt's start: here, the stream's
+    "ollama chat": (lambda m: oc.ChatToOllamaChatStream(m, time.perf_counter_ns()), encode_ndjson),
+    "ollama generate": (
+        lambda m: oc.ChatToGenerateStream(m, time.perf_counter_ns()),
+        encode_ndjson,
+    ),
 }
 # durations an Ollama `done` line measures itself (they differ from run to run)
 _MEASURED = ("total_duration", "prompt_eval_duration", "eval_duration")

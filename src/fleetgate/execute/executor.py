@@ -264,6 +264,7 @@ class Executor:
         dep = candidate.deployment
         client = self.pool.client(dep.provider)
         attempt.wire = wire.label
+        started_ns = int(started * 1e9)  # the same clock: Ollama's durations count from it
         resp: UpstreamResponse | None = None
         handed_over = False
         try:
@@ -322,6 +323,7 @@ class Executor:
                         ),
                         profile.model,
                         profile.body,
+                        started_ns,
                     ),
                     end_stream=finish,
                 )
@@ -335,7 +337,7 @@ class Executor:
                 self._fail(attempt, INVALID_RESPONSE, "with a body that is no object", started)
                 return None
             try:
-                answer = wire.answer(rewriter.json(body, data), profile.model, data)
+                answer = wire.answer(rewriter.json(body, data), profile.model, started_ns, data)
             except UnreadableAnswer as exc:  # JSON, but not an answer of the wire's protocol
                 self._fail(
                     attempt, INVALID_RESPONSE, f"with a body that is no answer ({exc})", started

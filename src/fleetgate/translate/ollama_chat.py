@@ -188,19 +188,31 @@ def embed_to_embeddings(body: dict[str, Any]) -> dict[str, Any]:
 # ---- answers --------------------------------------------------------------------------------
 
 
-def _counts(usage: Any, timings: Any, elapsed_ns: int, first_ns: int) -> dict[str, Any]:
+def _counts(usage: Any, timings: Any, started: int, first: int = 0) -> dict[str, Any]:
+    """The counts and durations of a final answer, in ns from `started`, when the gateway
+    began the attempt (`time.perf_counter_ns()`), to now.
+
+    A stream's prompt took until its first event (`first`, a `perf_counter_ns` stamp), its
+    evaluation the rest. A whole answer shows the gateway only its total, which is split by
+    the token counts (both rates are then the request's tokens per second). llama.cpp
+    reports its own `prompt_ms` / `predicted_ms`, which are taken instead. Every duration
+    is at least 1 ns (clients divide counts by them), and the total holds its parts.
+    """
     usage = usage if isinstance(usage, dict) else {}
     prompt = int(usage.get("prompt_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
-    prompt_ns = first_ns
-    eval_ns = max(elapsed_ns - first_ns, 0)
+    total = time.perf_counter_ns() - started
+    # a stream's first event ends its prompt; a whole answer's total is split by count
+    prompt_ns = first - started if first else total * prompt // max(prompt + completion, 1)
+    eval_ns = total - prompt_ns
     if isinstance(timings, dict):  # llama.cpp reports its own milliseconds
         if isinstance(timings.get("prompt_ms"), (int, float)):
             prompt_ns = int(timings["prompt_ms"] * 1e6)
         if isinstance(timings.get("predicted_ms"), (int, float)):
             eval_ns = int(timings["predicted_ms"] * 1e6)
+    prompt_ns, eval_ns = max(prompt_ns, 1), max(eval_ns, 1)
     return {
-        "total_duration": elapsed_ns,
+        "total_duration": max(total, prompt_ns + eval_ns),
         "load_duration": 0,
         "prompt_eval_count": prompt,
         "prompt_eval_duration": prompt_ns,
@@ -236,7 +248,7 @@ def _final(model: str, key: str, value: Any, finish: Any, counts: dict[str, Any]
     }
 
 
-def chat_to_ollama_chat_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
+def chat_to_ollama_chat_answer(answer: dict[str, Any], model: str, started: int) -> dict[str, Any]:
     choice = first_choice(answer)
     message = choice.get("message") or {}
     out: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
@@ -245,14 +257,14 @@ def chat_to_ollama_chat_answer(answer: dict[str, Any], model: str) -> dict[str, 
         out["thinking"] = reasoning
     if message.get("tool_calls"):
         out["tool_calls"] = _ollama_calls(message["tool_calls"])
-    counts = _counts(answer.get("usage"), answer.get("timings"), 0, 0)
+    counts = _counts(answer.get("usage"), answer.get("timings"), started)
     return _final(model, "message", out, choice.get("finish_reason"), counts)
 
 
-def chat_to_generate_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
+def chat_to_generate_answer(answer: dict[str, Any], model: str, started: int) -> dict[str, Any]:
     choice = first_choice(answer)
     message = choice.get("message") or {}
-    counts = _counts(answer.get("usage"), answer.get("timings"), 0, 0)
+    counts = _counts(answer.get("usage"), answer.get("timings"), started)
     out = _final(
         model, "response", message.get("content") or "", choice.get("finish_reason"), counts
     )
@@ -262,13 +274,15 @@ def chat_to_generate_answer(answer: dict[str, Any], model: str) -> dict[str, Any
     return out
 
 
-def completions_to_generate_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
+def completions_to_generate_answer(
+    answer: dict[str, Any], model: str, started: int
+) -> dict[str, Any]:
     choice = first_choice(answer)
-    counts = _counts(answer.get("usage"), answer.get("timings"), 0, 0)
+    counts = _counts(answer.get("usage"), answer.get("timings"), started)
     return _final(model, "response", choice.get("text") or "", choice.get("finish_reason"), counts)
 
 
-def embeddings_to_embed_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
+def embeddings_to_embed_answer(answer: dict[str, Any], model: str, started: int) -> dict[str, Any]:
     data = sorted(
         (d for d in answer.get("data") or () if isinstance(d, dict)),
         key=lambda d: d.get("index", 0),
@@ -277,7 +291,7 @@ def embeddings_to_embed_answer(answer: dict[str, Any], model: str) -> dict[str, 
     return {
         "model": model,
         "embeddings": [d.get("embedding") for d in data],
-        "total_duration": 0,
+        "total_duration": max(time.perf_counter_ns() - started, 1),
         "load_duration": 0,
         "prompt_eval_count": int(usage.get("prompt_tokens") or 0),
     }
@@ -345,7 +359,7 @@ class _ToNdjson:
         "_first",
         "_line_head",
         "_line_stamp",
-        "_start",
+        "_started",
         "_timings",
         "_usage",
         "model",
@@ -355,12 +369,12 @@ class _ToNdjson:
     _text_open = b'"message":{"role":"assistant","content":'
     _text_close = b'},"done":false}\n'
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, started: int) -> None:
         self.model = model
         self._line_head = b""  # a text line's bytes up to its text, for `_line_stamp`
         self._line_stamp = ""
-        self._start = time.perf_counter_ns()
-        self._first = 0  # ns to the first token
+        self._started = started  # the attempt's start (`perf_counter_ns`)
+        self._first = 0  # when the first event came (`perf_counter_ns`), 0 before
         self._finish: Any = None
         self._usage: Any = None
         self._timings: Any = None
@@ -410,7 +424,7 @@ class _ToNdjson:
             return [(None, {"error": message})]
         out: list[Event] = []
         if not self._first:
-            self._first = time.perf_counter_ns() - self._start
+            self._first = time.perf_counter_ns()
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta")
             if delta is None:  # completions
@@ -460,8 +474,7 @@ class _ToNdjson:
             ]
             message = {"role": "assistant", "content": "", "tool_calls": calls}
             out.append(self._line(message))
-        elapsed = time.perf_counter_ns() - self._start
-        counts = _counts(self._usage, self._timings, elapsed, self._first)
+        counts = _counts(self._usage, self._timings, self._started, self._first)
         out.append(
             (None, _final(self.model, self.key, self._value("", None), self._finish, counts))
         )
@@ -493,6 +506,6 @@ class CompletionsToGenerateStream(ChatToGenerateStream):
     __slots__ = ()
 
 
-def no_stream(model: str) -> _ToNdjson:
+def no_stream(model: str, started: int) -> _ToNdjson:
     """Embeddings never stream; present for the table's shape."""
-    return _ToNdjson(model)
+    return _ToNdjson(model, started)

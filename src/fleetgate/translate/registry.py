@@ -85,16 +85,22 @@ _PATHS = {
 }
 
 
+# the arguments after the body or the model name: `started`, when the gateway began the
+# attempt (`time.perf_counter_ns()`), from which Ollama's durations are measured
+Answer = Callable[[dict[str, Any], str, int], dict[str, Any]]
+# the client's model name, whether the stream's reader asked for chat's closing usage chunk
+# (`stream_options.include_usage`; chat clients only), and `started`
+StreamMaker = Callable[[str, bool, int], StreamStage]
+
+
 @dataclass(frozen=True, slots=True)
 class Translation:
     """One client endpoint spoken to a deployment in another protocol."""
 
     endpoint: str  # the upstream endpoint (a key of UPSTREAM_PATHS)
     request: Callable[[dict[str, Any]], dict[str, Any]]  # client body -> upstream body
-    answer: Callable[[dict[str, Any], str], dict[str, Any]]  # upstream answer -> client's
-    # a new stream translator for the client's model name and whether the stream's reader
-    # asked for chat's closing usage chunk (`stream_options.include_usage`; chat clients only)
-    stream: Callable[[str, bool], StreamStage]
+    answer: Answer  # upstream answer -> the client's
+    stream: StreamMaker  # a new stream translator
     content_type: str = "text/event-stream"  # of the client's stream
     encode: Encoder = encode_sse  # the client's stream framing
     ndjson_in: bool = False  # the upstream streams NDJSON
@@ -109,12 +115,12 @@ def compose(outer: Translation, inner: Translation) -> Translation:
     def request(body: dict[str, Any]) -> dict[str, Any]:
         return inner.request(outer.request(body))
 
-    def answer(body: dict[str, Any], model: str) -> dict[str, Any]:
-        return outer.answer(inner.answer(body, model), model)
+    def answer(body: dict[str, Any], model: str, started: int) -> dict[str, Any]:
+        return outer.answer(inner.answer(body, model, started), model, started)
 
-    def stream(model: str, usage: bool) -> StreamStage:
+    def stream(model: str, usage: bool, started: int) -> StreamStage:
         # the middle stream's reader is `outer`, whose request asked for the usage chunk
-        return Chain([inner.stream(model, True), outer.stream(model, usage)])
+        return Chain([inner.stream(model, True, started), outer.stream(model, usage, started)])
 
     return Translation(
         inner.endpoint,
@@ -128,11 +134,39 @@ def compose(outer: Translation, inner: Translation) -> Translation:
     )
 
 
-def _usage_always(stage: Callable[[str], StreamStage]) -> Callable[[str, bool], StreamStage]:
-    """A stream translator for a client protocol whose streams always carry the usage."""
+def _untimed(answer: Callable[[dict[str, Any], str], dict[str, Any]]) -> Answer:
+    """An answer translator whose protocol reports no durations."""
 
-    def make(model: str, usage: bool) -> StreamStage:
+    def translate(body: dict[str, Any], model: str, started: int) -> dict[str, Any]:
+        return answer(body, model)
+
+    return translate
+
+
+def _usage_always(stage: Callable[[str], StreamStage]) -> StreamMaker:
+    """A stream translator for a client protocol whose streams always carry the usage
+    (and no durations)."""
+
+    def make(model: str, usage: bool, started: int) -> StreamStage:
         return stage(model)
+
+    return make
+
+
+def _timed(stage: Callable[[str, int], StreamStage]) -> StreamMaker:
+    """A stream translator for Ollama: usage always, durations from the attempt's start."""
+
+    def make(model: str, usage: bool, started: int) -> StreamStage:
+        return stage(model, started)
+
+    return make
+
+
+def _to_chat(stage: Callable[[str, bool], StreamStage]) -> StreamMaker:
+    """A stream translator to chat chunks, whose reader may ask for the usage chunk."""
+
+    def make(model: str, usage: bool, started: int) -> StreamStage:
+        return stage(model, usage)
 
     return make
 
@@ -147,26 +181,26 @@ _NDJSON = "application/x-ndjson"
 MESSAGES_TO_CHAT = Translation(
     "chat.completions",
     anthropic_chat.messages_to_chat,
-    anthropic_chat.chat_to_messages_answer,
+    _untimed(anthropic_chat.chat_to_messages_answer),
     _usage_always(anthropic_chat.ChatToMessagesStream),
 )
 CHAT_TO_MESSAGES = Translation(
     "messages",
     anthropic_chat.chat_to_messages,
-    anthropic_chat.messages_to_chat_answer,
-    anthropic_chat.MessagesToChatStream,
+    _untimed(anthropic_chat.messages_to_chat_answer),
+    _to_chat(anthropic_chat.MessagesToChatStream),
 )
 RESPONSES_TO_CHAT = Translation(
     "chat.completions",
     responses_chat.responses_to_chat,
-    responses_chat.chat_to_responses_answer,
+    _untimed(responses_chat.chat_to_responses_answer),
     _usage_always(responses_chat.ChatToResponsesStream),
 )
 OLLAMA_CHAT_TO_CHAT = Translation(
     "chat.completions",
     ollama_chat.ollama_chat_to_chat,
     ollama_chat.chat_to_ollama_chat_answer,
-    _usage_always(ollama_chat.ChatToOllamaChatStream),
+    _timed(ollama_chat.ChatToOllamaChatStream),
     _NDJSON,
     encode_ndjson,
     local=ollama_chat.chat_load_answer,
@@ -175,7 +209,7 @@ GENERATE_TO_CHAT = Translation(
     "chat.completions",
     ollama_chat.generate_to_chat,
     ollama_chat.chat_to_generate_answer,
-    _usage_always(ollama_chat.ChatToGenerateStream),
+    _timed(ollama_chat.ChatToGenerateStream),
     _NDJSON,
     encode_ndjson,
     local=ollama_chat.generate_load_answer,
@@ -184,7 +218,7 @@ GENERATE_TO_COMPLETIONS = Translation(
     "completions",
     ollama_chat.generate_to_completions,
     ollama_chat.completions_to_generate_answer,
-    _usage_always(ollama_chat.CompletionsToGenerateStream),
+    _timed(ollama_chat.CompletionsToGenerateStream),
     _NDJSON,
     encode_ndjson,
     local=ollama_chat.generate_load_answer,
@@ -193,7 +227,7 @@ EMBED_TO_EMBEDDINGS = Translation(
     "embeddings",
     ollama_chat.embed_to_embeddings,
     ollama_chat.embeddings_to_embed_answer,
-    _usage_always(ollama_chat.no_stream),
+    _timed(ollama_chat.no_stream),
 )
 
 # (client endpoint, upstream protocol) -> translation; the first available protocol wins
@@ -338,9 +372,10 @@ class Wire:
         """Translators set the client's model name themselves."""
         return rewriter_for(upstream, client if self.translation is None else upstream)
 
-    def answer(self, body: bytes, model: str, parsed: object = None) -> bytes:
-        """The client's answer; `parsed` is `body` already decoded, when the caller has it.
-        Raises `UnreadableAnswer` for a body the translation cannot read."""
+    def answer(self, body: bytes, model: str, started: int, parsed: object = None) -> bytes:
+        """The client's answer; `started` is when the attempt began (`perf_counter_ns`),
+        `parsed` is `body` already decoded, when the caller has it. Raises
+        `UnreadableAnswer` for a body the translation cannot read."""
         if self.translation is None:
             return body
         data = parsed
@@ -352,7 +387,7 @@ class Wire:
         if not isinstance(data, dict):
             raise UnreadableAnswer("not a JSON object")
         try:
-            return orjson.dumps(self.translation.answer(data, model))
+            return orjson.dumps(self.translation.answer(data, model, started))
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             # a field of another type than the protocol's (`"choices": true`): the
             # translators read well-formed answers and leave the checking to here
@@ -372,13 +407,14 @@ class Wire:
         return "application/json"
 
     def stream(
-        self, upstream: AsyncIterator[bytes], model: str, body: dict[str, Any]
+        self, upstream: AsyncIterator[bytes], model: str, body: dict[str, Any], started: int
     ) -> AsyncIterator[bytes]:
-        """The client's stream; `body` is the client's request."""
+        """The client's stream; `body` is the client's request, `started` when the attempt
+        began (`perf_counter_ns`)."""
         t = self.translation
         if t is None:
             return upstream
-        stage = t.stream(model, _asks_usage(body))
+        stage = t.stream(model, _asks_usage(body), started)
         return translate_stream(upstream, stage, t.ndjson_in, t.encode)
 
 
