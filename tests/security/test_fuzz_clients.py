@@ -34,6 +34,7 @@ VALID: dict[str, dict[str, Any]] = {
     "/api/chat": {"model": "o", "messages": MSG, "stream": False},
     "/api/generate": {"model": "o", "prompt": "hi", "stream": False},
     "/api/embed": {"model": "o", "input": "hi"},
+    "/api/embeddings": {"model": "o", "prompt": "hi"},
     "/api/show": {"model": "o"},
     "/v1/routing/explain": {"model": "m", "messages": MSG},
     "/v1/messages/count_tokens": {"model": "m", "messages": MSG},

@@ -183,6 +183,47 @@ def test_embed(chat_only: Stack) -> None:
     }
 
 
+def test_legacy_embeddings(stack: Stack) -> None:
+    """The ollama SDK's `embeddings(model, prompt)` (`/api/embeddings`, older than
+    `/api/embed`) was answered 404. It is served like embed: natively by an Ollama worker,
+    translated to OpenAI's `/embeddings` elsewhere, each answer `{"embedding": [...]}`."""
+    engine = stack.engine("e")
+    worker = stack.ollama("w", "nomic")
+    stack.start_gateway(
+        {
+            "providers": [
+                {"id": "v", "kind": "vllm", "base_url": engine.url + "/v1"},
+                ollama_provider("o", worker),
+                anthropic_provider("a", stack.anthropic("c")),
+            ],
+            "deployments": [
+                deployment("m", "v", upstream_model="up-m"),
+                deployment("native", "o", upstream_model="nomic"),
+                deployment("claude", "a"),
+            ],
+        }
+    )
+    c = client(stack)
+    translated = c.embeddings(model="m", prompt="alpha beta")
+    assert translated.embedding == c.embed(model="m", input="alpha beta").embeddings[0]
+    assert len(translated.embedding) == 8
+    sent = engine.requests[-1]
+    assert sent.path == "/v1/embeddings" and sent.body == {"input": "alpha beta", "model": "up-m"}
+    native = c.embeddings(model="native", prompt="alpha beta", options={"num_ctx": 2048})
+    assert native.embedding == translated.embedding  # the fakes embed alike
+    asked = worker.requests[-1]
+    assert asked.path == "/api/embeddings"
+    assert asked.body["prompt"] == "alpha beta" and asked.body["options"]["num_ctx"] == 2048
+    raw = httpx.post(stack.url + "/api/embeddings", json={"model": "m", "prompt": "x"}, timeout=10)
+    assert set(raw.json()) == {"embedding"}
+    # no prompt: Ollama only loads the model, and answers an empty vector
+    before = len(engine.requests)
+    assert c.embeddings(model="m").embedding == [] and len(engine.requests) == before
+    with pytest.raises(ollama.ResponseError) as err:  # Anthropic has no embeddings API
+        c.embeddings(model="claude", prompt="alpha")
+    assert err.value.status_code == 400 and "/api/embeddings" in err.value.error
+
+
 def durations_hold(answer: ollama.ChatResponse | ollama.GenerateResponse) -> None:
     """Ollama's durations as `ollama run --verbose` reads them: positive integer ns (it
     divides the counts by them), the total holding its parts."""

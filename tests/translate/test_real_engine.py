@@ -238,3 +238,6 @@ def test_ollama_embed_on_llama(stack: Stack, llama: LlamaFactory) -> None:
     emb = ollama.Client(host=stack.url, timeout=30).embed(model="emb", input=["alpha", "beta"])
     assert len(emb.embeddings) == 2 and len(emb.embeddings[0]) > 8
     assert emb.embeddings[0] != emb.embeddings[1] and emb.prompt_eval_count >= 2
+    # the older `/api/embeddings`: one prompt, one vector, the same as embed's
+    legacy = ollama.Client(host=stack.url, timeout=30).embeddings(model="emb", prompt="alpha")
+    assert legacy.embedding == pytest.approx(emb.embeddings[0])

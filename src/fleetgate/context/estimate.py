@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 _OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 # endpoints that generate no output tokens
-_NO_OUTPUT = frozenset({"embeddings", "ollama.embed"})
+_NO_OUTPUT = frozenset({"embeddings", "ollama.embed", "ollama.embeddings"})
 
 # (low, high) total tokens a request needs on one deployment
 BoundsOf = Callable[["Deployment"], tuple[int, int]]

@@ -80,6 +80,7 @@ UPSTREAM_PATHS: dict[str, UpstreamRoute] = {
     "ollama.chat": UpstreamRoute("/api/chat", "ndjson"),
     "ollama.generate": UpstreamRoute("/api/generate", "ndjson"),
     "ollama.embed": UpstreamRoute("/api/embed", "none"),
+    "ollama.embeddings": UpstreamRoute("/api/embeddings", "none"),
     "ollama.show": UpstreamRoute("/api/show", "none"),
 }
 

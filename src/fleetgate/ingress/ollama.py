@@ -1,4 +1,5 @@
-"""Ollama native ingress: `/api/chat`, `/api/generate`, `/api/embed`, `/api/show`.
+"""Ollama native ingress: `/api/chat`, `/api/generate`, `/api/embed` (and the older
+`/api/embeddings`), `/api/show`.
 
 Ollama streams chat and generate answers unless the body says `"stream": false`.
 `options.num_ctx` (the context the worker should load the model with) must be a positive
@@ -53,7 +54,7 @@ def parse_ollama(endpoint: str, raw: bytes) -> RequestProfile:
                 raise invalid(
                     f"`messages[{i}]` must be an object with a string `role`.", f"messages[{i}]"
                 )
-    elif endpoint == "ollama.generate":
+    elif endpoint in ("ollama.generate", "ollama.embeddings"):
         prompt = body.get("prompt")
         if prompt is not None and not isinstance(prompt, str):
             raise invalid("`prompt` must be a string.", "prompt")

@@ -22,6 +22,7 @@ INGRESS_ROUTES: dict[str, tuple[str, Parser]] = {
     "/api/chat": ("ollama.chat", parse_ollama),
     "/api/generate": ("ollama.generate", parse_ollama),
     "/api/embed": ("ollama.embed", parse_ollama),
+    "/api/embeddings": ("ollama.embeddings", parse_ollama),  # the older embed: one prompt
     "/api/show": ("ollama.show", parse_ollama),
 }
 

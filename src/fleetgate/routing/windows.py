@@ -14,7 +14,9 @@ from fleetgate.discovery.store import WindowStore
 from fleetgate.fleet import Deployment
 from fleetgate.ingress.profile import RequestProfile
 
-NATIVE_ENDPOINTS = frozenset({"ollama.chat", "ollama.generate", "ollama.embed"})
+NATIVE_ENDPOINTS = frozenset(
+    {"ollama.chat", "ollama.generate", "ollama.embed", "ollama.embeddings"}
+)
 
 
 def requested_num_ctx(profile: RequestProfile) -> int | None:

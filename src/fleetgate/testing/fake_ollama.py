@@ -1,7 +1,8 @@
 """A fake Ollama worker: a real aiohttp HTTP server speaking Ollama's native and compatible APIs.
 
 Native: ``POST /api/chat``, ``/api/generate`` (NDJSON streams unless ``"stream": false``),
-``/api/embed``, ``/api/show``, ``GET /api/tags``, ``/api/ps``, ``/api/version``.
+``/api/embed``, ``/api/embeddings``, ``/api/show``, ``GET /api/tags``, ``/api/ps``,
+``/api/version``.
 Compatible: ``POST /v1/chat/completions`` (SSE), ``/v1/messages`` (Anthropic events),
 ``/v1/responses`` (Responses events), ``GET /v1/models``.
 
@@ -387,6 +388,13 @@ class FakeOllama:
             },
         )
 
+    async def _embeddings(
+        self, request: web.BaseRequest, body: dict[str, Any], model: OllamaModel
+    ) -> web.StreamResponse:
+        """The older `/api/embeddings`: one prompt, its vector alone (empty: none)."""
+        prompt = body.get("prompt")
+        return _json(200, {"embedding": _embedding(str(prompt)) if prompt else []})
+
     # -- compatible endpoints ----------------------------------------------------------
 
     async def _openai_chat(
@@ -480,6 +488,7 @@ _INFERENCE = {
     "/api/chat": FakeOllama._chat,
     "/api/generate": FakeOllama._generate,
     "/api/embed": FakeOllama._embed,
+    "/api/embeddings": FakeOllama._embeddings,
     "/v1/chat/completions": FakeOllama._openai_chat,
     "/v1/messages": FakeOllama._messages,
     "/v1/responses": FakeOllama._responses,

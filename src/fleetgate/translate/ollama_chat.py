@@ -1,4 +1,5 @@
-"""Ollama's native API → OpenAI-compatible: `/api/chat`, `/api/generate`, `/api/embed`.
+"""Ollama's native API → OpenAI-compatible: `/api/chat`, `/api/generate`, `/api/embed` and
+the older `/api/embeddings`.
 
 Requests: `options` become sampling fields (`num_predict` → `max_tokens`), `format` a
 `response_format`, `images` image parts, `tools`/`tool_calls` their chat forms;
@@ -185,6 +186,11 @@ def embed_to_embeddings(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def prompt_to_embeddings(body: dict[str, Any]) -> dict[str, Any]:
+    """The older `/api/embeddings`: one `prompt`, one vector."""
+    return {"input": str(body.get("prompt") or "")}
+
+
 # ---- answers --------------------------------------------------------------------------------
 
 
@@ -297,6 +303,12 @@ def embeddings_to_embed_answer(answer: dict[str, Any], model: str, started: int)
     }
 
 
+def embeddings_to_embedding_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
+    """`/api/embeddings` answers the one vector alone (no model, no counts)."""
+    data = [d for d in answer.get("data") or () if isinstance(d, dict)]
+    return {"embedding": data[0].get("embedding") if data else []}
+
+
 # ---- load and unload requests ---------------------------------------------------------------
 
 # a Go duration of zero, as `keep_alive` may say it ("0", "0s", "0m", "0.0h")
@@ -344,6 +356,12 @@ def generate_load_answer(body: dict[str, Any], model: str) -> dict[str, Any] | N
         "done": True,
         "done_reason": _load_reason(body),
     }
+
+
+def embedding_load_answer(body: dict[str, Any], model: str) -> dict[str, Any] | None:
+    """Ollama answers an `/api/embeddings` without a prompt, which only loads the model,
+    with an empty vector (an embeddings API would refuse the empty input)."""
+    return None if body.get("prompt") else {"embedding": []}
 
 
 # ---- streams --------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ ENDPOINT_PROTOCOL: dict[str, str] = {
     "ollama.chat": OLLAMA,
     "ollama.generate": OLLAMA,
     "ollama.embed": OLLAMA,
+    "ollama.embeddings": OLLAMA,
     "ollama.show": OLLAMA,
 }
 
@@ -81,6 +82,7 @@ _PATHS = {
     "ollama.chat": "/api/chat",
     "ollama.generate": "/api/generate",
     "ollama.embed": "/api/embed",
+    "ollama.embeddings": "/api/embeddings",
     "ollama.show": "/api/show",
 }
 
@@ -229,6 +231,13 @@ EMBED_TO_EMBEDDINGS = Translation(
     ollama_chat.embeddings_to_embed_answer,
     _timed(ollama_chat.no_stream),
 )
+EMBEDDINGS_TO_EMBEDDINGS = Translation(  # Ollama's older `/api/embeddings`: one prompt
+    "embeddings",
+    ollama_chat.prompt_to_embeddings,
+    _untimed(ollama_chat.embeddings_to_embedding_answer),
+    _timed(ollama_chat.no_stream),
+    local=ollama_chat.embedding_load_answer,
+)
 
 # (client endpoint, upstream protocol) -> translation; the first available protocol wins
 TRANSLATIONS: dict[tuple[str, str], Translation] = {
@@ -241,6 +250,7 @@ TRANSLATIONS: dict[tuple[str, str], Translation] = {
     ("ollama.generate", OPENAI): GENERATE_TO_CHAT,
     ("ollama.generate", ANTHROPIC): compose(GENERATE_TO_CHAT, CHAT_TO_MESSAGES),
     ("ollama.embed", OPENAI): EMBED_TO_EMBEDDINGS,
+    ("ollama.embeddings", OPENAI): EMBEDDINGS_TO_EMBEDDINGS,
 }
 _RAW_GENERATE = {OPENAI: GENERATE_TO_COMPLETIONS}  # `raw` or `suffix`: no chat template
 
