@@ -97,7 +97,7 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
     app.include_router(history.router(control))
     app.include_router(keys.router(control))
     app.include_router(entities.router(control))
-    install_openapi(app, [entity_model(kind) for kind in ENTITY_KINDS.values()])
+    install_openapi(app, {entity_model(kind): kind.key_field for kind in ENTITY_KINDS.values()})
     return app
 
 

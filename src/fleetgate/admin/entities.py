@@ -277,9 +277,9 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
         replace,
         methods=["PUT"],
         tags=tag,
-        summary="Replace one",
+        summary="Replace one (the body may leave out the id: the path names it)",
         responses=responses(404, 422),
-        openapi_extra=body_schema(typed),
+        openapi_extra=body_schema(typed, "Replace"),
     )
     router.add_api_route(
         item,
@@ -288,7 +288,7 @@ def _routes_for(router: APIRouter, control: ControlPlane, kind: EntityKind) -> N
         tags=tag,
         summary="Merge a partial body into one (RFC 7396)",
         responses=responses(404, 422),
-        openapi_extra=body_schema(typed, patch=True),
+        openapi_extra=body_schema(typed, "Patch"),
     )
     router.add_api_route(
         item,

@@ -89,10 +89,23 @@ def entity_model(kind: EntityKind) -> type[BaseModel]:
     )
 
 
-def body_schema(name: str, patch: bool = False) -> dict[str, Any]:
-    """`openapi_extra` naming the typed request body of an operation."""
-    ref = {"$ref": _REF + name + ("Patch" if patch else "")}
+def body_schema(name: str, form: str = "") -> dict[str, Any]:
+    """`openapi_extra` naming the typed request body of an operation: the model (`form`
+    ""), its merge patch ("Patch") or its replacement ("Replace", the id optional: the path
+    names it)."""
+    ref = {"$ref": _REF + name + form}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+def _replacement(schema: dict[str, Any], key_field: str) -> dict[str, Any]:
+    """A PUT body of `schema`: the same, but the id may be left out (the path names it)."""
+    out = copy.deepcopy(schema)
+    required = [f for f in out.get("required", []) if f != key_field]
+    if required:
+        out["required"] = required
+    else:
+        out.pop("required", None)
+    return out
 
 
 def _partial(schema: Any) -> Any:
@@ -132,8 +145,9 @@ def _add_model(components: dict[str, Any], model: type[BaseModel]) -> None:
         components[name + "Patch"] = _partial(copy.deepcopy(sub))
 
 
-def install_openapi(app: FastAPI, models: list[type[BaseModel]]) -> None:
-    """Replace FastAPI's generator with one that tells the truth (see the module docstring)."""
+def install_openapi(app: FastAPI, models: dict[type[BaseModel], str]) -> None:
+    """Replace FastAPI's generator with one that tells the truth (see the module docstring).
+    `models`: each entity's model and the field that holds its id."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
@@ -145,6 +159,8 @@ def install_openapi(app: FastAPI, models: list[type[BaseModel]]) -> None:
         schemas = components.setdefault("schemas", {})
         for model in (*models, ErrorResponse):
             _add_model(schemas, model)
+        for model, key_field in models.items():
+            schemas[model.__name__ + "Replace"] = _replacement(schemas[model.__name__], key_field)
         for name in ("ErrorResponsePatch", "ErrorDetailPatch", "ProblemPatch", "UserPatch"):
             schemas.pop(name, None)
         for path in doc.get("paths", {}).values():
