@@ -4,16 +4,17 @@ The walk gathers every piece of text that reaches the model (message contents, t
 reasoning, system, instructions, prompt, input, suffix, tool schemas as JSON) and counts,
 in one pass of C-level byte operations over their UTF-8 bytes:
 
-* digits, ASCII punctuation, newlines, other whitespace and words (runs of letters: ASCII
+* digits, ASCII punctuation, newlines, tabs, other whitespace and words (runs of letters: ASCII
   and the alphabetic scripts below), each by count;
 * non-Latin characters by the script block their UTF-8 lead byte names: Latin extensions,
   Greek, Cyrillic, Hebrew and Armenian, Arabic, Indic and Thai, other 3-byte scripts,
   symbols, kana and CJK punctuation, CJK ideographs, Hangul, full-width forms, and 4-byte
   characters (emoji);
 
-and, by structure: token ids, messages, tools, images and audio parts. A tokenizer family
-(`families.py`) turns the tally into tokens with a dot product, so estimating for several
-deployments costs one walk. No text is kept: the tally is numbers only.
+and, by structure: token ids, messages, whether a chat has no system turn (Qwen2.5's template
+then writes its own default system prompt, about 20 tokens), tools, images and audio parts.
+A tokenizer family (`families.py`) turns the tally into tokens with a dot product, so
+estimating for several deployments costs one walk. No text is kept: the tally is numbers only.
 
 Tokenizers merge a run of one repeated character (`====`, `----`, blank lines, `────`) into
 a token or a few, while the tally costs each of its characters. A run is rare in the text the
@@ -57,10 +58,12 @@ FIELDS = (
     "hangul",  # U+A000-DFFF: Hangul syllables (and Yi)
     "fullwidth",  # U+E000-FFFF: full-width forms, compatibility ideographs, private use
     "four_byte",  # U+10000 and above: emoji, rare ideographs
+    "tabs",  # tab characters: a token or so each where spaces of indentation merge
     "token_ids",  # prompts given as token ids: one token each
     "messages",  # chat turns (each costs the template's per-message scaffolding)
     "tools",  # tool schemas (each costs the template's per-tool wrapping)
     "tool_blocks",  # 1 when the request carries tools (the template's tools preamble)
+    "default_system",  # 1 when a chat has no system turn (a template may add its own)
     "requests",  # always 1: the template's fixed cost (generation prompt, default system)
 )
 N_FIELDS = len(FIELDS)
@@ -72,6 +75,8 @@ TOKEN_IDS = FIELDS.index("token_ids")
 MESSAGES = FIELDS.index("messages")
 TOOLS = FIELDS.index("tools")
 TOOL_BLOCKS = FIELDS.index("tool_blocks")
+TABS = FIELDS.index("tabs")
+DEFAULT_SYSTEM = FIELDS.index("default_system")
 REQUESTS = FIELDS.index("requests")
 
 # byte -> class code; UTF-8 continuation bytes are deleted, so one code per character
@@ -84,8 +89,8 @@ for _b in range(128):
         _CLASS[_b] = ord("a")
     elif _c.isdigit():
         _CLASS[_b] = ord("0")
-    elif _c == "\n":
-        _CLASS[_b] = ord("\n")
+    elif _c in "\n\t":
+        _CLASS[_b] = _b
     elif 33 <= _b <= 126:
         _CLASS[_b] = ord(".")
 # lead byte ranges -> script code, in the order of FIELDS from latin_ext on
@@ -147,6 +152,7 @@ def count_text(data: bytes, counts: list[int]) -> None:
     counts[DIGITS] += rare.count(b"0")
     counts[PUNCT] += rare.count(b".")
     counts[NEWLINES] += rare.count(b"\n")
+    counts[TABS] += rare.count(b"\t")
     counts[WORDS] += words.count(b" a") + (words[:1] == b"a")
     counts[LONG_RUNS] += words.count(b"aaaaaaaa")
 
@@ -267,6 +273,7 @@ def _longest(batch: list[Any], walk: _Walk) -> None:
         walk.token_ids += best.token_ids
 
 
+_SYSTEM_ROLES = frozenset({"system", "developer"})
 # endpoints whose list-valued `prompt` / `input` is a batch of separate sequences
 _BATCHED = frozenset({"completions", "embeddings", "ollama.embed"})
 
@@ -289,6 +296,14 @@ def tally_body(body: dict[str, Any], endpoint: str, collapsed: bool = False) -> 
         for message in messages:
             if isinstance(message, dict):
                 walk.message(message)
+        first = messages[0] if messages else None
+        if (
+            isinstance(first, dict)
+            and first.get("role") not in _SYSTEM_ROLES
+            and body.get("system") is None
+            and body.get("instructions") is None
+        ):
+            walk.counts[DEFAULT_SYSTEM] = 1
     for name in ("system", "instructions", "prompt", "input", "suffix"):
         value = body.get(name)
         if value is None:

@@ -2,9 +2,11 @@
 
 Each text class the estimate costs differently is here: English prose, source code, numeric
 CSV, CJK (Chinese, Japanese, Korean), other scripts (Cyrillic, Greek, Arabic, Hebrew,
-Devanagari, Thai), identifiers and hashes, JSON, tool schemas, and multi-turn chats with tool
-calls. Prose and code come from the docstrings and source of Python's own standard library
-(real English and real code, not word salad); the other scripts from sentence pools below.
+Devanagari), identifiers and hashes, JSON of several shapes and layouts, code indented by
+tabs or 2 spaces, prose with punctuation runs (`!!!`, `?!`), base64 and hex, repeated words,
+emoji-heavy chat, Thai, tool schemas, and multi-turn chats with tool calls. Prose and code
+come from the docstrings and source of Python's own standard library (real English and real
+code, not word salad); the other scripts from sentence pools below.
 `corpus(seed, n)` always gives the same requests for the same seed and Python version.
 """
 
@@ -28,6 +30,12 @@ CLASSES = (
     "scripts",
     "identifiers",
     "json",
+    "indented",
+    "punctuation",
+    "encoded",
+    "repeated",
+    "emoji",
+    "thai",
     "tools",
     "multiturn",
 )
@@ -119,6 +127,73 @@ _SCRIPTS = (
     # Vietnamese and Turkish (Latin letters with diacritics)
     "Cổng sẽ gửi mỗi yêu cầu đến cửa sổ ngữ cảnh nhỏ nhất có thể chứa nó.",
     "Ağ geçidi her isteği onu alabilecek en küçük bağlam penceresine gönderir.",
+)
+
+_THAI = (
+    "เกตเวย์จะส่งคำขอแต่ละรายการไปยังหน้าต่างบริบทที่เล็กที่สุดที่รองรับได้",
+    "วันนี้อากาศดีมาก พวกเราจึงไปเดินเล่นที่สวนสาธารณะ",
+    "ถ้าคำขอยาวเกินไป ระบบจะปฏิเสธก่อนที่จะเรียกเซิร์ฟเวอร์ต้นทาง",
+    "กรุณาสรุปยอดขายของไตรมาสนี้จากตารางด้านล่าง และบอกว่าภูมิภาคใดเติบโตเร็วที่สุด",
+    "ต้นทุนการประมวลผลของโมเดลขึ้นอยู่กับความยาวของข้อความที่ป้อนเข้าและที่สร้างขึ้น",
+    "เขาบอกว่าคำถามนี้ต้องใช้ข้อมูลเพิ่มเติม เราจึงเริ่มเก็บบันทึกของระบบก่อน",
+    "หนังสือเล่มนี้เล่าเรื่องของชายหนุ่มที่ออกจากบ้านเกิดเพื่อตามหาความฝันในเมืองใหญ่",
+    "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทยและมีประชากรหนาแน่นมาก",
+    "โปรดแปลข้อความนี้เป็นภาษาอังกฤษและสรุปประเด็นสำคัญสามข้อ",
+    "ร้านอาหารริมถนนแห่งนี้ขายข้าวผัดและต้มยำกุ้งที่อร่อยที่สุดในย่านนี้",
+)
+_EMOJI = (
+    "😀",
+    "😂",
+    "🥲",
+    "🔥",
+    "🚀",
+    "🎉",
+    "👍",
+    "👍🏽",
+    "🙏",
+    "💯",
+    "🤖",
+    "🧠",
+    "📦",
+    "✅",
+    "❌",
+    "⚠️",
+    "❤️",
+    "✨",
+    "🌍",
+    "🍕",
+    "🐍",
+    "👩‍💻",
+    "👨‍👩‍👧",
+    "🏳️‍🌈",
+    "🇯🇵",
+    "🇫🇷",
+    "😭",
+    "🤔",
+    "👀",
+    "💡",
+)
+_REPEATED = ("very", "the", "no", "go", "test", "ha", "la", "yes", "buffalo", "data", "ok")
+_PUNCT_RUNS = (
+    "!!!",
+    "?!",
+    "?!?",
+    "...",
+    "!!",
+    "??",
+    "?!!",
+    "!?!?",
+    "..!",
+    ":)",
+    ";-)",
+    ":-(",
+    "...?",
+    "!!!1",
+    "(!)",
+    "?!?!",
+    "!.",
+    "--",
+    ",,",
 )
 
 
@@ -241,6 +316,142 @@ def _json_doc(rng: random.Random, size: int, prose: list[str]) -> str:
     return orjson.dumps(items, option=option).decode()
 
 
+def _json_value(rng: random.Random, prose: list[str], depth: int) -> Any:
+    pick = rng.randrange(8 if depth < 3 else 5)
+    if pick == 0:
+        return rng.randint(-(10 ** rng.randint(1, 6)), 10 ** rng.randint(1, 9))
+    if pick == 1:
+        return round(rng.uniform(-100, 100), rng.randint(1, 6))
+    if pick == 2:
+        return rng.choice((True, False, None))
+    if pick in (3, 4):
+        words = rng.choice(prose).split()
+        start = rng.randrange(len(words))
+        return " ".join(words[start : start + rng.randint(1, 6)])
+    if pick == 5:
+        return [_json_value(rng, prose, depth + 1) for _ in range(rng.randint(0, 5))]
+    keys = ("id", "name", "type", "value", "items", "status", "createdAt", "user_id", "meta")
+    return {
+        rng.choice(keys) + rng.choice(("", "", str(i))): _json_value(rng, prose, depth + 1)
+        for i in range(rng.randint(1, 6))
+    }
+
+
+def _json_shapes(rng: random.Random, size: int, prose: list[str]) -> str:
+    """JSON of several shapes and layouts: nested documents, number matrices, string maps,
+    JSON lines; compact, `json.dumps` spacing, indented by 2 or 4 spaces or by tabs."""
+    shape = rng.randrange(4)
+    layout = rng.choice((None, 0, 2, 4, "\t", "compact"))
+    items: list[Any] = []
+    total = 0
+    while total < size:
+        if shape == 0:
+            item: Any = _json_value(rng, prose, 2)
+        elif shape == 1:
+            item = [
+                round(rng.uniform(-10, 10), rng.randint(1, 4)) for _ in range(rng.randint(2, 8))
+            ]
+        elif shape == 2:
+            key = f"{rng.choice(('msg', 'label', 'error', 'title'))}.{rng.randint(1, 999)}"
+            item = {key: rng.choice(prose)[: rng.randint(10, 80)]}
+        else:
+            item = {
+                "ts": f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T10:00:00Z",
+                "level": rng.choice(("info", "warn", "error")),
+                "msg": rng.choice(prose)[: rng.randint(10, 60)],
+                "ms": rng.randint(1, 5000),
+            }
+        items.append(item)
+        total += len(json.dumps(item))
+    if shape == 3 and rng.random() < 0.6:  # JSON lines
+        return "\n".join(json.dumps(i) for i in items)
+    doc: Any = items
+    if shape == 2:
+        doc = {k: v for i in items for k, v in i.items()}
+    if layout == "compact":
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(doc, indent=layout, ensure_ascii=False)
+
+
+def _indented(rng: random.Random, code: list[str], size: int) -> str:
+    """Source code re-indented by tabs (most) or by 2 spaces."""
+    unit = rng.choice(("\t", "\t", "\t", "  "))
+    lines = []
+    for line in _take(rng, code, size, "\n\n").split("\n"):
+        stripped = line.lstrip(" ")
+        lines.append(unit * ((len(line) - len(stripped)) // 4) + stripped)
+    return "\n".join(lines)
+
+
+def _punctuation(rng: random.Random, prose: list[str], size: int) -> str:
+    """Chatty prose whose sentences end in runs of mixed punctuation (`!!!`, `?!`, `...`)."""
+    text = _take(rng, prose, size, "\n\n")
+    rate = rng.uniform(0.3, 1.0)
+    parts = text.split(". ")
+    return "".join(
+        p + (rng.choice(_PUNCT_RUNS) + " " if rng.random() < rate else ". ") for p in parts
+    )
+
+
+def _encoded(rng: random.Random, size: int) -> str:
+    """Base64 (wrapped or not, standard or URL-safe), hex strings and hex dumps."""
+    import base64
+
+    raw = rng.randbytes(max(size * 3 // 4, 4))
+    pick = rng.randrange(5)
+    if pick == 0:
+        return base64.b64encode(raw).decode()[:size]
+    if pick == 1:
+        text = base64.b64encode(raw).decode()[:size]
+        return "\n".join(text[i : i + 76] for i in range(0, len(text), 76))
+    if pick == 2:
+        parts = [
+            base64.urlsafe_b64encode(raw[i : i + 40]).decode().rstrip("=") for i in (0, 40, 80)
+        ]
+        return "Bearer " + ".".join(parts) + "\n" + base64.b64encode(raw).decode()[:size]
+    if pick == 3:
+        text = raw.hex()[:size]
+        return text.upper() if rng.random() < 0.3 else text
+    rows = (raw[i : i + 16] for i in range(0, len(raw) // 2, 16))
+    return "\n".join(
+        f"{i * 16:08x}  " + " ".join(f"{b:02x}" for b in r) for i, r in enumerate(rows)
+    )
+
+
+def _repeated(rng: random.Random, prose: list[str], size: int) -> str:
+    """A word or a short phrase said again and again."""
+    if rng.random() < 0.6:
+        unit = rng.choice(_REPEATED)
+        if rng.random() < 0.3:
+            unit = unit.capitalize()
+    else:
+        words = rng.choice(prose).split()
+        start = rng.randrange(len(words))
+        unit = " ".join(words[start : start + rng.randint(1, 4)])
+    sep = rng.choice((" ", " ", ", ", "\n", "! "))
+    return sep.join([unit] * max(1, size // (len(unit) + len(sep))))
+
+
+def _emoji(rng: random.Random, prose: list[str], size: int) -> str:
+    """Emoji-heavy chat: emoji after most words, or strings of emoji alone."""
+    density = rng.choice((0.3, 0.6, 1.0, 3.0))
+    out: list[str] = []
+    total = 0
+    words = _take(rng, prose, size, " ").split()
+    for word in words:
+        if density < 3.0:
+            out.append(word)
+            total += len(word) + 1
+        n = int(density) + (rng.random() < density % 1)
+        for _ in range(n):
+            e = rng.choice(_EMOJI)
+            out.append(e * rng.choice((1, 1, 1, 2, 3)))
+            total += 2
+        if total > size:
+            break
+    return rng.choice((" ", "")).join(out) if density >= 3.0 else " ".join(out)
+
+
 def _tools(rng: random.Random, prose: list[str]) -> list[dict[str, Any]]:
     tools = []
     for i in range(rng.randint(1, 4)):
@@ -286,11 +497,25 @@ def text_of(kind: str, rng: random.Random, size: int) -> str:
     if kind == "identifiers":
         return _identifiers(rng, size)
     if kind == "json":
-        return _json_doc(rng, size, prose)
+        if rng.random() < 0.3:
+            return _json_doc(rng, size, prose)
+        return _json_shapes(rng, size, prose)
+    if kind == "indented":
+        return _indented(rng, code, size)
+    if kind == "punctuation":
+        return _punctuation(rng, prose, size)
+    if kind == "encoded":
+        return _encoded(rng, size)
+    if kind == "repeated":
+        return _repeated(rng, prose, size)
+    if kind == "emoji":
+        return _emoji(rng, prose, size)
+    if kind == "thai":
+        return _take(rng, _THAI, size // 2, rng.choice((" ", "", "\n")))
     raise ValueError(kind)
 
 
-_TEXT_KINDS = ("prose", "code", "csv", "cjk", "scripts", "identifiers", "json")
+_TEXT_KINDS = tuple(k for k in CLASSES if k not in ("tools", "multiturn"))
 
 
 def _chat(rng: random.Random, kind: str, size: int) -> dict[str, Any]:
