@@ -194,3 +194,30 @@ def test_the_qwen2_band_holds_every_text_class_on_the_real_template(llama: Llama
     assert all(share <= 0.25 for share in above.values()), above
     inside = {k: sum(low <= r <= high for r in rs) / len(rs) for k, rs in ratios.items()}
     assert all(share >= 0.9 for k, share in inside.items() if k not in LOOSE), inside
+
+
+# scripts of U+1000-1FFF, which share one UTF-8 lead byte: Vietnamese letters cost like
+# accented Latin, the others a token and more a character
+SHARED_LEAD_BYTE = {
+    "vietnamese": "Người dân sử dụng chữ Quốc ngữ với nhiều dấu thanh điệu khác nhau. ",
+    "georgian": "საქართველო არის ქვეყანა კავკასიაში, ევროპისა და აზიის გასაყარზე. ",
+    "myanmar": "မြန်မာနိုင်ငံသည် အရှေ့တောင်အာရှတွင် တည်ရှိသော နိုင်ငံတစ်ခု ဖြစ်သည်။ ",
+    "ethiopic": "ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ አገር ናት። ዋና ከተማዋ አዲስ አበባ ናት። ",
+    "polytonic greek": "Ἐν ἀρχῇ ἦν ὁ λόγος, καὶ ὁ λόγος ἦν πρὸς τὸν θεόν. ",
+}
+
+
+def test_scripts_that_share_a_lead_byte_are_not_under_estimated() -> None:
+    """Myanmar, Georgian and Ethiopic cost 1.2-1.6 tokens a character on the real Qwen2
+    tokenizer: at Vietnamese's price (the fit's only sample of their lead byte) they were
+    estimated at a third to a half of their count, so an answer was placed where it got
+    cut. Each is held under the band's top now, and Vietnamese not far below its bottom."""
+    tokenizer = Tokenizer.from_file(str(find_llama().tokenizer))
+    high = FAMILIES["qwen2"].spread[1]
+    for name, sentence in SHARED_LEAD_BYTE.items():
+        text = sentence * 8
+        true = len(tokenizer.encode(text, add_special_tokens=False).ids)
+        counts = list(tally_body({"prompt": text}, "completions").counts)
+        counts[FIELDS.index("requests")] = 0
+        ratio = true / FAMILIES["qwen2"].tokens(tuple(counts))
+        assert 0.6 <= ratio <= high, (name, true, ratio)

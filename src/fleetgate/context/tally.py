@@ -70,6 +70,8 @@ N_FIELDS = len(FIELDS)
 CHARS, UPPER, WORDS, LONG_RUNS, DIGITS, PUNCT, NEWLINES = range(7)
 INDIC = FIELDS.index("indic")
 THAI = FIELDS.index("thai")
+LATIN_EXT = FIELDS.index("latin_ext")
+OTHER3 = FIELDS.index("other3")
 _SCRIPT_FIELDS = tuple(i for i, f in enumerate(FIELDS) if f not in ("thai",))[7:20]
 TOKEN_IDS = FIELDS.index("token_ids")
 MESSAGES = FIELDS.index("messages")
@@ -131,6 +133,11 @@ def collapse_runs(text: str) -> str:
     return _RUN.sub(r"\1", text)
 
 
+# U+1E00-1EFF (Vietnamese, among others): accented Latin letters, priced as such, which
+# share their lead byte with scripts of about a token and a half a character
+_LATIN_EXTENDED_ADDITIONAL = (b"\xe1\xb8", b"\xe1\xb9", b"\xe1\xba", b"\xe1\xbb")
+
+
 def count_text(data: bytes, counts: list[int]) -> None:
     """Add the character classes of UTF-8 `data` to `counts` (a tally vector)."""
     ascii = data.isascii()
@@ -147,6 +154,10 @@ def count_text(data: bytes, counts: list[int]) -> None:
             thai = data.count(b"\xe0\xb8") + data.count(b"\xe0\xb9")
             counts[INDIC] -= thai
             counts[THAI] += thai
+        if counts[OTHER3]:  # so do Vietnamese letters (U+1E00-1EFF) and Myanmar, Georgian…
+            latin = sum(map(data.count, _LATIN_EXTENDED_ADDITIONAL))
+            counts[OTHER3] -= latin
+            counts[LATIN_EXT] += latin
     counts[CHARS] += len(words)
     counts[UPPER] += rare.count(b"A")
     counts[DIGITS] += rare.count(b"0")
