@@ -10,6 +10,8 @@ import anthropic
 import httpx
 import pytest
 
+from fleetgate.config.schema import ContextConfig
+from fleetgate.context.estimate import estimate_context_tokens
 from tests.harness import Stack, wait_until
 from tests.security.servers import Redirector
 
@@ -49,11 +51,13 @@ def test_no_redirect_is_followed_on_proxy_tokenize_or_discovery(
         }
     )
     wait_until(lambda: gw.discovery.refreshes >= 1, 10, "a discovery round")
-    # the estimated band (about 1190..1210 with the output reserve) straddles the 1200-token
-    # window: the gateway asks the engine for an exact count first
+    # the output reserve puts the estimated band's centre on the 1200-token window, so the
+    # band straddles it: the gateway asks the engine for an exact count first
+    hi = [{"role": "user", "content": "hi"}]
+    prompt = estimate_context_tokens({"messages": hi}, "chat.completions", ContextConfig())
     resp = httpx.post(
         stack.url + "/v1/chat/completions",
-        json={"model": "m", "max_tokens": 1165, "messages": [{"role": "user", "content": "hi"}]},
+        json={"model": "m", "max_tokens": 1200 - prompt.prompt_tokens, "messages": hi},
         timeout=10,
     )
     assert resp.status_code == 502, resp.text
