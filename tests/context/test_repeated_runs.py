@@ -86,3 +86,24 @@ def test_an_honest_count_of_separator_lines_is_no_suspected_truncation(
     # a prompt the worker did cut is still suspected
     cut = judge(body, "ollama.chat", "ollama", 4096, 60, 10, "stop")
     assert cut is not None and cut.note == "truncation_suspected"
+
+
+def test_a_lower_bound_over_every_window_is_counted_before_a_refusal(
+    stack: Stack, client_for: Any, llama: LlamaFactory
+) -> None:
+    """A long word said again and again is two tokens each on Qwen2 and estimated at
+    nearly four: even the band's lower bound is over the largest window, though the request
+    fits it. A lower bound is a quantile, not evidence, while an engine can count: the
+    guard counts first, and serves what the count shows fits."""
+    stack.start_gateway(_tiers(llama, "reject"))
+    client = client_for(stack, timeout=60)
+    messages: Any = [{"role": "user", "content": "internationalization " * 900}]
+    truth = prompt_tokens(llama(n_ctx=2048), "chat.completions", {"messages": messages})
+    assert 1024 < truth + 50 < 2048  # fits the big tier only
+    resp = client.chat.completions.with_raw_response.create(
+        model="tiny", messages=messages, max_tokens=50
+    )
+    assert resp.headers["x-fleetgate-route"] == "big"
+    assert resp.headers["x-fleetgate-context-estimate"] == f"{truth + 50}; exact"
+    record = httpx.get(f"{stack.url}/v1/requests/{resp.headers['x-request-id']}").json()
+    assert record["notes"]["context_estimated"] > 2048 / 0.81  # its lower bound fits nowhere

@@ -90,15 +90,23 @@ def test_catalog_shows_the_model_once_with_its_largest_window(stack: Stack) -> N
     assert [(m["id"], m["context_length"]) for m in data] == [("m", LONG_WINDOW)]
 
 
-def test_guard_reject_refuses_before_any_upstream_call(stack: Stack, client_for) -> None:
-    base, long = tiered_stack(stack, context_guard="reject")
+@pytest.mark.parametrize("refine", [True, False], ids=["counted", "no-count"])
+def test_guard_reject_refuses_before_any_upstream_call(
+    stack: Stack, client_for, refine: bool
+) -> None:
+    base, long = tiered_stack(stack, {"refine": {"enabled": refine}}, context_guard="reject")
     huge = [{"role": "user", "content": words(20000)}]
     with pytest.raises(openai.BadRequestError) as info:
         client_for(stack).chat.completions.create(model="m", messages=huge, max_tokens=16)
     err = info.value.body
     assert isinstance(err, dict) and err["code"] == "context_too_large"
     assert f"({LONG_WINDOW} tokens)" in err["message"]
-    # the estimate the message states is the upper bound on the largest deployment
+    assert chat_calls(base) == 0 and chat_calls(long) == 0
+    if refine:  # an engine can count it: the count is the evidence
+        assert "(counted exactly: " in err["message"]
+        return
+    # none may count: the lower bound is, and the message states the upper bound on the
+    # largest deployment
     fleet = stack.gateway.holder.fleet
     body = {"messages": huge, "max_tokens": 16}
     deps = list(fleet.models["m"].deployments)

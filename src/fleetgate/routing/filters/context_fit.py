@@ -5,15 +5,18 @@ orderer), because an engine that refuses an over-long prompt tells so with a con
 and the estimate may be high. A worker that truncates silently (Ollama, `truncates:
 silently`) is removed instead when the request cannot fit its window. With the guard set
 to `reject`, a request is refused with `context_too_large` before any upstream call only on
-evidence: an exact count, or a lower bound that fits nowhere; in doubt the refine stage
-counts first. A model whose deployments declare no window is left alone.
+evidence: an exact count, or, where no deployment can count it, a lower bound that fits
+nowhere; in doubt the refine stage counts first. A model whose deployments declare no
+window is left alone.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from fleetgate.config.schema import ContextConfig
 from fleetgate.context.capabilities import context_settings
+from fleetgate.context.counts import COUNTABLE_ENDPOINTS, can_count
 from fleetgate.context.estimate import ContextEstimate
 from fleetgate.context.need import estimate_need
 from fleetgate.context.placement import (
@@ -26,6 +29,7 @@ from fleetgate.context.placement import (
     record_estimate,
 )
 from fleetgate.errors import GatewayError
+from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext, RoutePlan
 from fleetgate.translate.registry import unserved_reason
 
@@ -96,9 +100,12 @@ class ContextFitFilter:
         )
         if not fits_nowhere(everyone, estimate, of):
             return kept, dropped
-        if estimate.exact or fits_nowhere(everyone, estimate, of, lower_bound=True):
-            # evidence: even the fewest tokens it can be (calibrated lower bound, runs of a
-            # repeated character costed as one; or an exact count) fit nowhere
+        if estimate.exact or (
+            fits_nowhere(everyone, estimate, of, lower_bound=True)
+            and not _countable(profile, estimate, kept, settings)
+        ):
+            # evidence: an exact count, or, where none can be had, even the fewest tokens it
+            # can be (calibrated lower bound, runs of a repeated character costed as one)
             raise context_too_large(profile.model, estimate, max(known_windows(everyone, of)))
         ctx.notes[GUARD_PENDING] = True  # in doubt: an exact count decides
         return kept, dropped
@@ -116,6 +123,24 @@ class ContextFitFilter:
             f"it short ({reasons}); shorten the input or lower the output budget.",
             headers=plan.headers,
         )
+
+
+def _countable(
+    profile: RequestProfile,
+    estimate: ContextEstimate,
+    candidates: list[Candidate],
+    settings: ContextConfig,
+) -> bool:
+    """Whether the refine stage can count the request exactly. Then a lower bound that fits
+    nowhere refuses nothing by itself: it is a quantile of what usage showed (the family's
+    spread, a deployment's calibration), and a few requests in a hundred lie below it (a
+    JSON request of 2,010 tokens, estimated at 2,434, was refused from a 2,048 window)."""
+    return (
+        settings.refine.enabled
+        and not estimate.media_parts
+        and profile.endpoint in COUNTABLE_ENDPOINTS
+        and any(can_count(c.deployment) for c in candidates)
+    )
 
 
 def _without_silent_overflow(
