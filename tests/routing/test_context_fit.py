@@ -102,8 +102,14 @@ def test_guard_reject_refuses_before_any_upstream_call(
     assert isinstance(err, dict) and err["code"] == "context_too_large"
     assert f"({LONG_WINDOW} tokens)" in err["message"]
     assert chat_calls(base) == 0 and chat_calls(long) == 0
-    if refine:  # an engine can count it: the count is the evidence
-        assert "(counted exactly: " in err["message"]
+    if refine:  # beyond doubt (even half the estimate fits nowhere): no count is asked
+        assert base.requests == [] and long.requests == []
+        # a lower bound over the windows, but not twice over: the count decides
+        near = [{"role": "user", "content": words(LONG_WINDOW)}]
+        with pytest.raises(openai.BadRequestError) as info:
+            client_for(stack).chat.completions.create(model="m", messages=near, max_tokens=16)
+        assert "(counted exactly: " in info.value.message
+        assert chat_calls(base) == 0 and chat_calls(long) == 0
         return
     # none may count: the lower bound is, and the message states the upper bound on the
     # largest deployment

@@ -12,9 +12,11 @@ window is left alone.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fleetgate.config.schema import ContextConfig
+from fleetgate.context.calibration import FLOOR
 from fleetgate.context.capabilities import context_settings
 from fleetgate.context.counts import COUNTABLE_ENDPOINTS, can_count
 from fleetgate.context.estimate import ContextEstimate
@@ -102,7 +104,10 @@ class ContextFitFilter:
             return kept, dropped
         if estimate.exact or (
             fits_nowhere(everyone, estimate, of, lower_bound=True)
-            and not _countable(profile, estimate, kept, settings)
+            and (
+                not _countable(profile, estimate, kept, settings)
+                or _beyond_doubt(everyone, estimate, of)
+            )
         ):
             # evidence: an exact count, or, where none can be had, even the fewest tokens it
             # can be (calibrated lower bound, runs of a repeated character costed as one)
@@ -141,6 +146,19 @@ def _countable(
         and profile.endpoint in COUNTABLE_ENDPOINTS
         and any(can_count(c.deployment) for c in candidates)
     )
+
+
+def _beyond_doubt(candidates: list[Candidate], estimate: ContextEstimate, of: WindowOf) -> bool:
+    """Whether even half the estimated input (the least ratio of a true count to the estimate
+    any calibration takes, `calibration.FLOOR`; runs of a repeated character collapsed) and
+    the output reserve fit no window: refused without a count, which would have an engine
+    tokenize a prompt of several windows."""
+    least = math.ceil(FLOOR * estimate.prompt_tokens) + estimate.output_reserve
+    for c in candidates:
+        window = of(c.deployment)
+        if window is None or window >= min(least, estimate.floor(c.deployment)):
+            return False
+    return True
 
 
 def _without_silent_overflow(
