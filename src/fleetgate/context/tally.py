@@ -64,7 +64,7 @@ FIELDS = (
     "tools",  # tool schemas (each costs the template's per-tool wrapping)
     "tool_blocks",  # 1 when the request carries tools (the template's tools preamble)
     "default_system",  # 1 when a chat has no system turn (a template may add its own)
-    "requests",  # always 1: the template's fixed cost (generation prompt, default system)
+    "requests",  # always 1: the template's fixed cost (the generation prompt)
 )
 N_FIELDS = len(FIELDS)
 CHARS, UPPER, WORDS, LONG_RUNS, DIGITS, PUNCT, NEWLINES = range(7)

@@ -226,8 +226,7 @@ class Executor:
                 cut = outcome.cut
                 if cut is None or cut.note != CUT_SHORT_NOTE or cut.window is None:
                     return outcome
-                later = plan.candidates[position + 1 :]
-                if not any(_larger(c.deployment, cut.window, of) for c in later):
+                if not _larger_later(plan, position, cut.window, of):
                     return outcome
                 # a larger window can give the whole answer: this one waits in case none does
                 attempt.error_class = CUT_SHORT
@@ -242,9 +241,7 @@ class Executor:
                 return _cut_or_raise(kept, client_error(attempt), attempts, upstream_seconds)
             if window is not None:
                 exceeded_window = max(window, exceeded_window or 0)
-            if exceeded_window is None or not any(
-                _larger(c.deployment, exceeded_window, of) for c in plan.candidates[position + 1 :]
-            ):
+            if exceeded_window is None or not _larger_later(plan, position, exceeded_window, of):
                 error = exhausted_error(plan, attempts, self.state, fleet.circuit)
                 return _cut_or_raise(kept, error, attempts, upstream_seconds)
         if queue_full and not attempts:
@@ -533,6 +530,13 @@ class Executor:
         attempt.error_class = error_class
         attempt.message = message
         attempt.latency = time.perf_counter() - started
+
+
+def _larger_later(
+    plan: RoutePlan, position: int, window: int, of: Callable[[Deployment], int | None]
+) -> bool:
+    """Whether a candidate after `position` has a window strictly larger than `window`."""
+    return any(_larger(c.deployment, window, of) for c in plan.candidates[position + 1 :])
 
 
 def _cut_or_raise(

@@ -243,15 +243,20 @@ def _ollama_calls(calls: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _final(model: str, key: str, value: Any, finish: Any, counts: dict[str, Any]) -> dict[str, Any]:
+def _done(model: str, key: str, value: Any, reason: str, counts: dict[str, Any]) -> dict[str, Any]:
+    """Ollama's last object of an answer: `value` under `key` (`message` or `response`)."""
     return {
         "model": model,
         "created_at": _stamp(),
         key: value,
         "done": True,
-        "done_reason": _DONE_REASON.get(str(finish), "stop"),
+        "done_reason": reason,
         **counts,
     }
+
+
+def _final(model: str, key: str, value: Any, finish: Any, counts: dict[str, Any]) -> dict[str, Any]:
+    return _done(model, key, value, _DONE_REASON.get(str(finish), "stop"), counts)
 
 
 def chat_to_ollama_chat_answer(answer: dict[str, Any], model: str, started: int) -> dict[str, Any]:
@@ -336,26 +341,14 @@ def chat_load_answer(body: dict[str, Any], model: str) -> dict[str, Any] | None:
     if body.get("messages"):
         return None
     message = {"role": "assistant", "content": ""}
-    return {
-        "model": model,
-        "created_at": _stamp(),
-        "message": message,
-        "done": True,
-        "done_reason": _load_reason(body),
-    }
+    return _done(model, "message", message, _load_reason(body), {})
 
 
 def generate_load_answer(body: dict[str, Any], model: str) -> dict[str, Any] | None:
     """`chat_load_answer` for `/api/generate`: Ollama loads the model for an empty prompt."""
     if body.get("prompt"):
         return None
-    return {
-        "model": model,
-        "created_at": _stamp(),
-        "response": "",
-        "done": True,
-        "done_reason": _load_reason(body),
-    }
+    return _done(model, "response", "", _load_reason(body), {})
 
 
 def embedding_load_answer(body: dict[str, Any], model: str) -> dict[str, Any] | None:

@@ -106,7 +106,7 @@ class ContextFitFilter:
             fits_nowhere(everyone, estimate, of, lower_bound=True)
             and (
                 not _countable(profile, estimate, kept, settings)
-                or _beyond_doubt(everyone, estimate, of)
+                or _half_fits_nowhere(everyone, estimate, of)
             )
         ):
             # evidence: an exact count, or, where none can be had, even the fewest tokens it
@@ -148,17 +148,15 @@ def _countable(
     )
 
 
-def _beyond_doubt(candidates: list[Candidate], estimate: ContextEstimate, of: WindowOf) -> bool:
+def _half_fits_nowhere(
+    candidates: list[Candidate], estimate: ContextEstimate, of: WindowOf
+) -> bool:
     """Whether even half the estimated input (the least ratio of a true count to the estimate
-    any calibration takes, `calibration.FLOOR`; runs of a repeated character collapsed) and
-    the output reserve fit no window: refused without a count, which would have an engine
-    tokenize a prompt of several windows."""
+    any calibration takes, `calibration.FLOOR`) and the output reserve fit no window: then a
+    request whose lower bound fits nowhere is refused without a count, which would have an
+    engine tokenize a prompt of several windows."""
     least = math.ceil(FLOOR * estimate.prompt_tokens) + estimate.output_reserve
-    for c in candidates:
-        window = of(c.deployment)
-        if window is None or window >= min(least, estimate.floor(c.deployment)):
-            return False
-    return True
+    return fits_nowhere(candidates, least, of)
 
 
 def _without_silent_overflow(
