@@ -4,7 +4,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, sync_playwright
+from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
 from fleetgate.testing.chromium import ARGS, CHROMIUM
 from tests.ui.browser import loopback_only, screenshot
@@ -24,7 +24,10 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext
             args=ARGS,
             viewport={"width": 1400, "height": 900},
         )
+        # one bound for actions and assertions alike: `expect` has its own (5 s), which a
+        # sign-in on a loaded 2-core machine overran once (the page was right, only late)
         context.set_default_timeout(10_000)
+        expect.set_options(timeout=10_000)
         yield context
         context.close()
 

@@ -1,0 +1,253 @@
+"""Instructions per request, fleetgate against the floor, counted by valgrind's callgrind.
+
+CPU seconds move by 30 % between runs minutes apart on a shared 2-core machine; instruction
+counts do not (the same binary, inputs and environment give the same total whatever else
+the machine is doing). This runs the floor (`benchmarks.baseline`) and `fleetgate serve`
+each under `valgrind --tool=callgrind --trace-children=yes` with collection off, sends a
+warm-up, switches collection on in every process of the tree (the request-log writer
+included), sends `REQUESTS` requests at `CONC` connections with `hey`, waits until the
+request log holds a row for every request sent (so the writer's work for them is counted),
+switches collection off, and divides each tree's instruction total by the requests.
+
+Run: `python3 -m benchmarks.instructions` (env: `REQUESTS` 1500, `WARMUP` 200, `CONCS`
+"1 64", `KINDS` "plain stream"). Needs valgrind and hey (`apt-get install -y valgrind hey`).
+Under valgrind everything runs about 50 times slower, so a run takes minutes; latency figures
+mean nothing here, only the counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.run import (
+    BASELINE,
+    CLIENT_MODELS,
+    GATEWAY,
+    ROOT,
+    STREAM_CHUNKS,
+    BenchError,
+    Server,
+    _free_port,
+    _git_commit,
+    chat_body,
+    descendants,
+    start_server,
+    stop,
+    write_config,
+)
+
+_TOTALS = re.compile(rb"^(?:summary|totals): (\d+)", re.M)
+
+
+@dataclass
+class Target:
+    name: str
+    server: Server
+    out_dir: Path
+    store: Path | None = None
+    sent: int = 0
+
+
+def _callgrind(out_dir: Path) -> list[str]:
+    return [
+        "valgrind",
+        "--tool=callgrind",
+        "--trace-children=yes",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={out_dir}/cg.%p",
+    ]
+
+
+def _control(pid: int, *flags: str) -> None:
+    """`callgrind_control FLAGS` for the process and every process below it."""
+    for p in [pid, *descendants(pid)]:
+        subprocess.run(["callgrind_control", *flags, str(p)], capture_output=True, check=False)
+
+
+def _instructions(out_dir: Path, main_pid: int) -> tuple[int, int]:
+    """Instructions in the dumps since the last zeroing: (the server process, its children)."""
+    own = kids = 0
+    for f in out_dir.glob("cg.*"):
+        count = sum(int(m) for m in _TOTALS.findall(f.read_bytes()))
+        if f.name.split(".")[1] == str(main_pid):
+            own += count
+        else:
+            kids += count
+        f.unlink()
+    return own, kids
+
+
+def _counted(t: Target, work: Callable[[], None]) -> tuple[int, int]:
+    """What the tree executes while `work` runs: collection on, then dump."""
+    pid = t.server.pid
+    _control(pid, "-z")  # zero what was gathered so far
+    for f in t.out_dir.glob("cg.*"):
+        f.unlink()
+    _control(pid, "-i", "on")
+    work()
+    _control(pid, "-i", "off")
+    _control(pid, "-d")
+    return _instructions(t.out_dir, pid)
+
+
+def _hey(port: int, kind: str, conc: int, n: int) -> int:
+    """Sends n requests (rounded down to a multiple of conc, as hey does); returns how many."""
+    n -= n % conc
+    body = json.dumps(chat_body(kind, CLIENT_MODELS[kind]))
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    cmd = ["hey", "-n", str(n), "-c", str(conc), "-t", "120", "-m", "POST"]
+    cmd += ["-T", "application/json", "-d", body, url]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    codes = re.findall(r"\[(\d{3})\]\s+(\d+) responses", done.stdout)
+    ok = sum(int(c) for s, c in codes if s == "200")
+    if done.returncode != 0 or ok != n:
+        raise BenchError(f"hey: {ok}/{n} answered 200: {done.stdout[-400:]} {done.stderr[-400:]}")
+    return n
+
+
+def _log_rows(store: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=5) as db:
+            return int(db.execute("SELECT count(*) FROM requests").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def _wait_rows(t: Target, deadline_s: float = 120.0) -> None:
+    if t.store is None:
+        return
+    deadline = time.monotonic() + deadline_s
+    while _log_rows(t.store) < t.sent:
+        if time.monotonic() > deadline:
+            raise BenchError(f"{t.name}: {_log_rows(t.store)} log rows for {t.sent} requests")
+        time.sleep(0.2)
+
+
+@dataclass
+class Counts:
+    requests: int
+    own: int  # the server process
+    children: int  # its request-log writer
+    idle_per_s: float  # the same tree, no requests: what it does by the clock alone
+
+    @property
+    def per_request(self) -> float:
+        return (self.own + self.children) / self.requests
+
+
+def measure(t: Target, kind: str, conc: int, n: int, warmup: int) -> Counts:
+    warmup = max(warmup, conc)  # hey sends at least one request per connection
+    t.sent += _hey(t.server.port, kind, conc, warmup)
+    _wait_rows(t)
+    sent = 0
+    started = time.monotonic()
+
+    def load() -> None:
+        nonlocal sent
+        sent = _hey(t.server.port, kind, conc, n)
+        t.sent += sent
+        _wait_rows(t)  # the writer's work for these rows counts too
+
+    own, kids = _counted(t, load)
+    elapsed = time.monotonic() - started
+    idle_own, idle_kids = _counted(t, lambda: time.sleep(min(elapsed, 5.0)))
+    return Counts(sent, own, kids, (idle_own + idle_kids) / min(elapsed, 5.0))
+
+
+def main() -> int:
+    try:
+        return run()
+    except BenchError as exc:
+        print(f"benchmark failed: {exc}", file=sys.stderr)
+        return 2
+
+
+def run() -> int:
+    for tool in ("valgrind", "callgrind_control", "hey"):
+        if shutil.which(tool) is None:
+            print(f"{tool} is not installed (apt-get install -y valgrind hey)", file=sys.stderr)
+            return 2
+    n = int(os.environ.get("REQUESTS", "1500"))
+    warmup = int(os.environ.get("WARMUP", "200"))
+    concs = [int(c) for c in os.environ.get("CONCS", "1 64").split()]
+    kinds = os.environ.get("KINDS", "plain stream").split()
+    work = Path(tempfile.mkdtemp(prefix="fleetgate-instr-"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    py = sys.executable
+    started: list[Server] = []
+    results: dict[str, dict[str, Counts]] = {}
+    try:
+        up_port = _free_port()
+        up_cmd = [py, "-m", "benchmarks.upstream", "--port", str(up_port)]
+        up_cmd += ["--chunks", str(STREAM_CHUNKS)]
+        upstream = start_server("upstream", up_cmd, up_port, "/_stats", 0, env, ROOT, work / "up")
+        started.append(upstream)
+        targets: list[Target] = []
+        for name in (BASELINE, GATEWAY):
+            port = _free_port()
+            out_dir = work / f"cg-{name}"
+            out_dir.mkdir()
+            home = work / name
+            home.mkdir()
+            if name == BASELINE:
+                cmd = [py, "-m", "benchmarks.baseline", "--port", str(port)]
+                cmd += ["--upstream", upstream.url("")]
+            else:
+                config = home / "fleet.yaml"
+                write_config(config, up_port, port, "process", None)
+                cmd = [py, "-m", "fleetgate", "serve", "--config", str(config)]
+                cmd += ["--port", str(port)]
+            server = start_server(
+                name,
+                _callgrind(out_dir) + cmd,
+                port,
+                "/readyz",
+                {1},
+                env,
+                home,
+                work / f"{name}.log",
+            )
+            started.append(server)
+            store = home / "data" / "fleetgate.db" if name == GATEWAY else None
+            targets.append(Target(name, server, out_dir, store))
+        for kind in kinds:
+            for conc in concs:
+                scenario = f"{'stream-' if kind == 'stream' else ''}c{conc}"
+                print(f"running {scenario} …", file=sys.stderr, flush=True)
+                for t in targets:
+                    counts = measure(t, kind, conc, n, warmup)
+                    results.setdefault(scenario, {})[t.name] = counts
+    finally:
+        for server in reversed(started):
+            stop(server.proc)
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"instructions per request (callgrind), commit {_git_commit()}, {n} requests each\n")
+    print(
+        "| scenario | floor | fleetgate | of it, the log writer | ÷ floor "
+        "| idle M/s, floor / fleetgate |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for scenario, row in results.items():
+        floor, gw = row[BASELINE], row[GATEWAY]
+        writer = gw.children / gw.requests
+        print(
+            f"| {scenario} | {floor.per_request / 1e6:.3f} M | {gw.per_request / 1e6:.3f} M "
+            f"| {writer / 1e6:.3f} M | {gw.per_request / floor.per_request:.2f} "
+            f"| {floor.idle_per_s / 1e6:.2f} / {gw.idle_per_s / 1e6:.2f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
