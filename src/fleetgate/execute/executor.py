@@ -49,7 +49,7 @@ from fleetgate.execute.outcome import (
     redirect_message,
 )
 from fleetgate.execute.rewrite import ModelRewriter
-from fleetgate.execute.sse import DONE
+from fleetgate.execute.sse import CR, DONE
 from fleetgate.execute.upstream import UpstreamPool, request_headers
 from fleetgate.execute.usage import stop_in_stream, stop_reason, stream_usage, take_usage
 from fleetgate.execute.worker_slots import WorkerSlots
@@ -381,7 +381,7 @@ class Executor:
         sep = framing.separator
         while chunk := await resp.read_some():
             buffer += chunk
-            if b"\r" in buffer:
+            if CR in buffer:
                 buffer = buffer.replace(b"\r\n", b"\n")
             cut = buffer.rfind(sep)
             if cut < 0:
@@ -492,7 +492,7 @@ class Executor:
                 events += chunk.count(marker)
                 tail = (tail + chunk)[-_USAGE_TAIL:]
                 block = carry + chunk
-                if b"\r" in block:
+                if CR in block:
                     block = block.replace(b"\r\n", b"\n")
                 cut = block.rfind(sep)
                 if cut < 0:

@@ -17,6 +17,7 @@ import orjson
 
 from fleetgate.execute.framing import Framing
 from fleetgate.execute.outcome import Attempt
+from fleetgate.execute.sse import CR
 
 LENGTH = "length"  # the normalised stop reason of every protocol's length stop
 _LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
@@ -206,7 +207,7 @@ def stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
     looked for: one byte is found by `memchr`, two by a slower search). When that event
     has no prompt count (Anthropic's `message_delta`, the output count alone), the prompt
     count is the one of the event before it that has one (`message_start`'s input)."""
-    if b"\r" in block:
+    if CR in block:
         block = block.replace(b"\r\n", b"\n")
     sep = framing.separator
     end = len(block)

@@ -23,6 +23,16 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
+# The bytes uvicorn's checks refuse in a header name / value, as sets to delete: deleting
+# them changes the joined bytes' length exactly when the pattern would find one, a third
+# of the regex's cost (its character class is tested byte by byte).
+_BAD_NAME = bytes(b for b in range(256) if HEADER_RE.match(bytes([b])))
+_BAD_VALUE = bytes(b for b in range(256) if HEADER_VALUE_RE.match(bytes([b])))
+
+
+def _holds_any(data: bytes, forbidden: bytes) -> bool:
+    return len(data.translate(None, forbidden)) != len(data)
+
 
 class ResponseCycle(RequestResponseCycle):
     """uvicorn's cycle with joined writes (see the module docstring). The connection layer
@@ -130,12 +140,12 @@ class ResponseCycle(RequestResponseCycle):
                 self.keep_alive = False
                 says_close = True
             content += (name, b": ", value, b"\r\n")
-        # uvicorn's checks, one search for all names and one for all values: each pattern is
-        # a class of forbidden bytes, so it finds one in the joined bytes exactly when it
-        # would in some name or value (about 4 µs a response less than one search each)
-        if HEADER_RE.search(b"".join(names)):
+        # uvicorn's checks, one for all names and one for all values: each pattern is a
+        # class of forbidden bytes, so one is in the joined bytes exactly when it is in
+        # some name or value (about 4 µs a response less than one search each)
+        if _holds_any(b"".join(names), _BAD_NAME):
             raise RuntimeError("Invalid HTTP header name.")
-        if HEADER_VALUE_RE.search(b"".join(values)):
+        if _holds_any(b"".join(values), _BAD_VALUE):
             raise RuntimeError("Invalid HTTP header value.")
         if not self.keep_alive and not says_close:
             content.append(b"connection: close\r\n")

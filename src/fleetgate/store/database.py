@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,8 +75,19 @@ def open_database(url: str) -> Database:
     return Database(create_engine(url))
 
 
+def _null(_: None) -> None:
+    return None
+
+
 def create_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
+        # sqlite3 binds a value of another type than int, float, str and bytearray (a
+        # bool, None) only after two failed attribute lookups (the adapter protocol's
+        # `__adapt__`, `__conform__`), each formatting an AttributeError: two fifths of
+        # the log writer's instructions per row (a row has three bools and about ten
+        # NULLs). A registered adapter is found first, and binds the same.
+        sqlite3.register_adapter(bool, int)
+        sqlite3.register_adapter(type(None), _null)
         # sqlite3's busy timeout: a writer waits up to 30 s for another one's lock
         engine = _sa_create_engine(url, connect_args={"timeout": 30})
 

@@ -12,12 +12,11 @@ from typing import Any, Protocol
 
 import orjson
 
+from fleetgate.execute.sse import CR, DONE, LF
 from fleetgate.translate.text_chunks import TextChunks, plain_text_delta
 
 # one event: (the SSE `event:` name or None, its JSON payload); NDJSON ignores the name
 Event = tuple[str | None, dict[str, Any]]
-
-DONE = b"[DONE]"
 
 
 class StreamStage(Protocol):
@@ -107,7 +106,7 @@ async def translate_stream(
     loads = orjson.loads
     try:
         async for chunk in upstream:
-            block = carry + (chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk)
+            block = carry + (chunk.replace(b"\r\n", b"\n") if CR in chunk else chunk)
             whole = block.split(sep)
             carry = whole.pop()  # what follows the last separator: part of the next event
             if not whole:
@@ -122,7 +121,7 @@ async def translate_stream(
                         if piece is not None:
                             out.append(piece)
                             continue
-                if not ndjson_in and raw[:6] == b"data: " and b"\n" not in raw:
+                if not ndjson_in and raw[:6] == b"data: " and LF not in raw:
                     data = raw[6:]  # the usual one-line event, decoded here: it is hot
                     if data != DONE:
                         try:
@@ -183,7 +182,7 @@ def _decode(raw: bytes, ndjson_in: bool) -> Event | None:
         data: bytes | None = raw.strip()
         if not data:
             return None
-    elif raw.startswith(b"data: ") and b"\n" not in raw:  # the usual one-line event
+    elif raw.startswith(b"data: ") and LF not in raw:  # the usual one-line event
         data = raw[6:]
     else:
         name, data = _sse_payload(raw)
