@@ -85,7 +85,8 @@ def anthropic_request(draw: st.DrawFn) -> dict[str, Any]:
         "temperature": st.floats(0, 1),
         "top_p": st.floats(0.01, 1),
         "top_k": st.integers(1, 50),
-        "stop_sequences": st.lists(text, min_size=1, max_size=2),
+        # Anthropic takes no stop sequence that is only whitespace (a 400)
+        "stop_sequences": st.lists(text.filter(str.strip), min_size=1, max_size=2),
         "metadata": st.builds(lambda u: {"user_id": u}, text),
         "tools": st.lists(anthropic_tool, min_size=1, max_size=3),
         "output_config": st.fixed_dictionaries(

@@ -335,7 +335,9 @@ class Executor:
                 self._fail(attempt, INVALID_RESPONSE, "with a body that is no object", started)
                 return None
             try:
-                answer = wire.answer(rewriter.json(body, data), profile.model, started_ns, data)
+                answer = wire.answer(
+                    rewriter.json(body, data), profile.model, started_ns, data, profile.body
+                )
             except UnreadableAnswer as exc:  # JSON, but not an answer of the wire's protocol
                 self._fail(
                     attempt, INVALID_RESPONSE, f"with a body that is no answer ({exc})", started

@@ -7,7 +7,12 @@ The reply follows the token rule of :mod:`fleetgate.testing.fake_engine` (prompt
 words of all text + 1 per message; ``f"{name} says:"`` and ``reply_words`` words, capped by
 ``max_tokens``). With ``tools`` (and ``tool_choice`` not ``none``) the answer is one
 ``tool_use`` block per tool, up to ``tool_calls``, each input giving every property the
-value ``"a<i>"``. Streams are Anthropic's events: ``message_start``, ``ping``, content
+value ``"a<i>"``. ``reply_pieces`` replaces the words: the text is their join, one output
+token and one stream delta each. ``stop_sequences`` are honoured as Anthropic does: the
+text ends before the first one it holds, ``stop_reason`` is ``"stop_sequence"`` and
+``stop_sequence`` the one matched; a list that is not of strings, or a sequence that is
+only whitespace, is a 400 (the real API's "each stop sequence must contain
+non-whitespace"). Streams are Anthropic's events: ``message_start``, ``ping``, content
 blocks with ``text_delta`` / ``input_json_delta`` (in two pieces), ``message_delta`` with
 the usage, ``message_stop``.
 
@@ -53,6 +58,17 @@ def _input(tool: dict[str, Any], i: int) -> dict[str, Any]:
     return {name: f"a{i}" for name in props} if isinstance(props, dict) else {}
 
 
+def _cut(pieces: list[str], at: int) -> list[str]:
+    """The pieces of the first `at` characters of their join (the last one cut short)."""
+    kept: list[str] = []
+    for piece in pieces:
+        if at <= 0:
+            break
+        kept.append(piece[:at])
+        at -= len(piece)
+    return kept
+
+
 class FakeAnthropic:
     """A fake Anthropic API on ``url`` (Messages under ``/v1``)."""
 
@@ -62,6 +78,7 @@ class FakeAnthropic:
         *,
         reply_words: int = 8,
         tool_calls: int = 1,
+        reply_pieces: list[str] | None = None,
         context_window: int = 200_000,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -69,6 +86,7 @@ class FakeAnthropic:
         self.name = name
         self.reply_words = reply_words
         self.tool_calls = tool_calls
+        self.reply_pieces = reply_pieces
         self.context_window = context_window
         self.host = host
         self.port = port
@@ -130,9 +148,9 @@ class FakeAnthropic:
                 "invalid_request_error",
                 f"prompt is too long: {prompt} tokens > {self.context_window} maximum",
             )
-        message = self._answer(body, prompt)
+        message, pieces = self._answer(body, prompt)
         if body.get("stream"):
-            return await self._stream(request, message)
+            return await self._stream(request, message, pieces)
         return web.json_response(message)
 
     def _invalid(self, body: dict[str, Any], count: bool) -> str | None:
@@ -156,17 +174,42 @@ class FakeAnthropic:
                         return f"messages.{i}.content: each block needs a type"
         if messages[0].get("role") != "user":
             return "messages: the first message must use the user role"
+        stops = body.get("stop_sequences")
+        if stops is not None:
+            if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+                return "stop_sequences: Input should be a valid list of strings"
+            if any(not s.strip() for s in stops):
+                return "stop_sequences: each stop sequence must contain non-whitespace"
         system = body.get("system")
         if system is not None and not isinstance(system, (str, list)):
             return "system: Input should be a valid string or list"
         return None
 
-    def _answer(self, body: dict[str, Any], prompt: int) -> dict[str, Any]:
-        budget = body["max_tokens"]
+    def _reply(self, budget: int) -> tuple[list[str], int, str]:
+        """(the text deltas of the reply, its output tokens, its stop reason)."""
+        if self.reply_pieces is not None:
+            kept = self.reply_pieces[:budget]
+            full = len(kept) == len(self.reply_pieces)
+            return kept, len(kept), "end_turn" if full else "max_tokens"
         words = min(self.reply_words, budget)
-        text = f"{self.name} says:" + "".join(f" w{i}" for i in range(1, words + 1))
+        head, *rest = (f"{self.name} says:" + "".join(f" w{i}" for i in range(1, words + 1))).split(
+            " "
+        )
+        pieces = [head, *(" " + w for w in rest)]
+        return pieces, words, "max_tokens" if words < self.reply_words else "end_turn"
+
+    def _answer(self, body: dict[str, Any], prompt: int) -> tuple[dict[str, Any], list[str]]:
+        """The message, and the text deltas of its stream."""
+        pieces, words, stop = self._reply(body["max_tokens"])
+        text = "".join(pieces)
+        found = [(text.find(s), s) for s in body.get("stop_sequences") or () if s in text]
+        matched = None
+        if found:
+            at, matched = min(found)
+            text, stop = text[:at], "stop_sequence"
+            pieces = _cut(pieces, at)
+            words = min(words, len(pieces))
         content: list[dict[str, Any]] = [{"type": "text", "text": text}]
-        stop = "max_tokens" if words < self.reply_words else "end_turn"
         tools = body.get("tools") or []
         choice = body.get("tool_choice") or {}
         if tools and choice.get("type") != "none":
@@ -187,12 +230,12 @@ class FakeAnthropic:
             "model": body["model"],
             "content": content,
             "stop_reason": stop,
-            "stop_sequence": None,
+            "stop_sequence": matched,
             "usage": {"input_tokens": prompt, "output_tokens": words},
-        }
+        }, pieces
 
     async def _stream(
-        self, request: web.BaseRequest, message: dict[str, Any]
+        self, request: web.BaseRequest, message: dict[str, Any], pieces: list[str]
     ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -212,8 +255,7 @@ class FakeAnthropic:
                     "content_block_start",
                     {"index": index, "content_block": {"type": "text", "text": ""}},
                 )
-                head, *rest = block["text"].split(" ")
-                for piece in [head, *(" " + w for w in rest)]:
+                for piece in pieces:
                     delta = {"type": "text_delta", "text": piece}
                     await send("content_block_delta", {"index": index, "delta": delta})
             else:
@@ -225,7 +267,7 @@ class FakeAnthropic:
                     delta = {"type": "input_json_delta", "partial_json": piece}
                     await send("content_block_delta", {"index": index, "delta": delta})
             await send("content_block_stop", {"index": index})
-        delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+        delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
         await send(
             "message_delta", {"delta": delta, "usage": {"output_tokens": usage["output_tokens"]}}
         )

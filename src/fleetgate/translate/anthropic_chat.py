@@ -20,6 +20,7 @@ from fleetgate.translate.chat import (
     swap_prefix,
 )
 from fleetgate.translate.events import DONE_EVENT, Event
+from fleetgate.translate.held_stops import sendable_to_anthropic
 from fleetgate.translate.text_chunks import plain_text_delta
 
 # finish_reason <-> stop_reason
@@ -599,7 +600,12 @@ def chat_to_messages(body: dict[str, Any]) -> dict[str, Any]:
             out[name] = body[name]
     stop = body.get("stop")
     if stop:
-        out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+        # what Anthropic refuses (only whitespace) the gateway holds the answer to itself
+        stops = [stop] if isinstance(stop, str) else stop
+        if isinstance(stops, list):  # another type goes as it is, for Anthropic to refuse
+            stops = [s for s in stops if not isinstance(s, str) or sendable_to_anthropic(s)]
+        if stops:
+            out["stop_sequences"] = stops
     tools = body.get("tools")
     if isinstance(tools, list) and tools:
         out["tools"] = [

@@ -21,7 +21,7 @@ import orjson
 
 from fleetgate.execute.params import apply_params
 from fleetgate.execute.rewrite import ModelRewriter, rewriter_for
-from fleetgate.translate import anthropic_chat, ollama_chat, responses_chat
+from fleetgate.translate import anthropic_chat, held_stops, ollama_chat, responses_chat
 from fleetgate.translate.events import (
     Chain,
     Encoder,
@@ -109,6 +109,9 @@ class Translation:
     # the client protocol's answer to a request it serves without the upstream (Ollama's
     # load and unload requests), or None for a request to send on
     local: Callable[[dict[str, Any], str], dict[str, Any] | None] | None = None
+    # of the client's stop strings, those the request does not send and the gateway holds
+    # the upstream's Anthropic answer to (`held_stops`); None: the upstream gets them all
+    holds: Callable[[list[str]], tuple[str, ...]] | None = None
 
 
 def compose(outer: Translation, inner: Translation) -> Translation:
@@ -133,6 +136,7 @@ def compose(outer: Translation, inner: Translation) -> Translation:
         outer.encode,
         inner.ndjson_in,
         outer.local,
+        inner.holds,  # the outer translations to chat carry every stop string as it is
     )
 
 
@@ -191,6 +195,7 @@ CHAT_TO_MESSAGES = Translation(
     anthropic_chat.chat_to_messages,
     _untimed(anthropic_chat.messages_to_chat_answer),
     _to_chat(anthropic_chat.MessagesToChatStream),
+    holds=held_stops.anthropic_held,
 )
 RESPONSES_TO_CHAT = Translation(
     "chat.completions",
@@ -349,12 +354,13 @@ def unserved_reason(endpoint: str, body: dict[str, Any], provider: Provider) -> 
 class Wire:
     """How one request is spoken to one deployment: natively, or through a translation."""
 
-    __slots__ = ("endpoint", "label", "tentative", "translation")
+    __slots__ = ("client", "endpoint", "label", "tentative", "translation")
 
     def __init__(
         self, endpoint: str, translation: Translation | None, tentative: bool, client: str
     ) -> None:
         self.endpoint = endpoint  # what is sent upstream (a key of UPSTREAM_PATHS)
+        self.client = client  # the client's endpoint
         self.translation = translation
         self.tentative = tentative  # native, but the host may not have the endpoint
         # what the request log says: "native", or "<client endpoint>→<upstream endpoint>"
@@ -382,10 +388,23 @@ class Wire:
         """Translators set the client's model name themselves."""
         return rewriter_for(upstream, client if self.translation is None else upstream)
 
-    def answer(self, body: bytes, model: str, started: int, parsed: object = None) -> bytes:
+    def held(self, request: dict[str, Any]) -> tuple[str, ...]:
+        """The stop strings of the client's `request` that the gateway holds the upstream's
+        answer to, because the upstream was not sent them."""
+        holds = self.translation.holds if self.translation is not None else None
+        return holds(held_stops.requested(self.client, request)) if holds is not None else ()
+
+    def answer(
+        self,
+        body: bytes,
+        model: str,
+        started: int,
+        parsed: object = None,
+        request: dict[str, Any] | None = None,
+    ) -> bytes:
         """The client's answer; `started` is when the attempt began (`perf_counter_ns`),
-        `parsed` is `body` already decoded, when the caller has it. Raises
-        `UnreadableAnswer` for a body the translation cannot read."""
+        `parsed` is `body` already decoded, when the caller has it, `request` the client's
+        body. Raises `UnreadableAnswer` for a body the translation cannot read."""
         if self.translation is None:
             return body
         data = parsed
@@ -396,7 +415,10 @@ class Wire:
                 raise UnreadableAnswer("not JSON") from exc
         if not isinstance(data, dict):
             raise UnreadableAnswer("not a JSON object")
+        stops = self.held(request) if request is not None else ()
         try:
+            if stops:
+                data = held_stops.cut_message(data, stops)
             return orjson.dumps(self.translation.answer(data, model, started))
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             # a field of another type than the protocol's (`"choices": true`): the
@@ -425,6 +447,9 @@ class Wire:
         if t is None:
             return upstream
         stage = t.stream(model, _asks_usage(body), started)
+        stops = self.held(body)
+        if stops:
+            stage = Chain([held_stops.MessageStopsStream(stops), stage])
         return translate_stream(upstream, stage, t.ndjson_in, t.encode)
 
 
