@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import anthropic
 import ollama
 import pytest
 
+from fleetgate.testing.llama import ALIAS
+from tests.engines import LlamaFactory, llama_provider
 from tests.harness import Stack, anthropic_provider, deployment
 
 # a reply whose stream splits the blank line between two deltas
@@ -93,3 +96,42 @@ def test_ollama_whitespace_stop_on_anthropic(on_claude: Stack) -> None:
     assert _sent_stops(on_claude) is None
     generated = c.generate(model="m", prompt="hi", options={"stop": [" "]}, stream=False)
     assert generated.response == "First" and generated.done_reason == "stop"
+
+
+# ---- the real llama.cpp engine ---------------------------------------------------------------
+
+
+@pytest.fixture
+def on_llama(stack: Stack, llama: LlamaFactory) -> Stack:
+    server = llama(n_ctx=1024)
+    stack.start_gateway(
+        {
+            "providers": [llama_provider("native", server)],
+            "deployments": [deployment("m", "native", upstream_model=ALIAS)],
+        }
+    )
+    return stack
+
+
+def test_anthropic_stop_sequence_on_llama_is_named_as_anthropic_does(on_llama: Stack) -> None:
+    """llama.cpp's own /v1/messages says `end_turn` where a stop sequence ended the output;
+    the client gets `stop_sequence`, as Anthropic answers."""
+    c = anthropic.Anthropic(base_url=on_llama.url, api_key="x", max_retries=0, timeout=30)
+    hi = [{"role": "user", "content": "Write a short poem about the sea."}]
+    free = c.messages.create(model="m", max_tokens=12, extra_body={"temperature": 0}, messages=hi)
+    text = "".join(b.text for b in free.content if b.type == "text")
+    assert len(text) >= 4, "the engine wrote too little to stop inside"
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    kept = text[: text.find(stop)]
+    msg = c.messages.create(
+        model="m", max_tokens=12, extra_body={"temperature": 0}, messages=hi, stop_sequences=[stop]
+    )
+    assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", stop)
+    assert "".join(b.text for b in msg.content if b.type == "text") == kept
+    with c.messages.stream(
+        model="m", max_tokens=12, extra_body={"temperature": 0}, messages=hi, stop_sequences=[stop]
+    ) as stream:
+        final = stream.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", stop)
+    assert "".join(b.text for b in final.content if b.type == "text") == kept
+    assert free.stop_reason == "max_tokens"  # no stop asked: the engine's own reason stays

@@ -21,7 +21,13 @@ import orjson
 
 from fleetgate.execute.params import apply_params
 from fleetgate.execute.rewrite import ModelRewriter, rewriter_for
-from fleetgate.translate import anthropic_chat, held_stops, ollama_chat, responses_chat
+from fleetgate.translate import (
+    anthropic_chat,
+    held_stops,
+    native_fixes,
+    ollama_chat,
+    responses_chat,
+)
 from fleetgate.translate.events import (
     Chain,
     Encoder,
@@ -277,6 +283,16 @@ NATIVE_IGNORES: dict[tuple[str, str], Callable[[dict[str, Any]], bool]] = {
 }
 
 
+# native answers an engine gets a field of wrong, repaired on the way back: (kind,
+# protocol) -> (whether the request can get such an answer, the repair). llama.cpp's
+# Messages answers say `end_turn` where a stop sequence ended them.
+NATIVE_REPAIRS: dict[
+    tuple[str, str], tuple[Callable[[dict[str, Any]], bool], native_fixes.Repair]
+] = {
+    ("llamacpp", ANTHROPIC): (native_fixes.asks_stop_sequences, native_fixes.llama_stop_reason),
+}
+
+
 def native_for(provider: Provider, endpoint: str, body: dict[str, Any]) -> frozenset[str]:
     """The protocols the provider serves natively for this request (a kind's native
     endpoint that would ignore part of it is not: `NATIVE_IGNORES`; a provider's own
@@ -354,14 +370,20 @@ def unserved_reason(endpoint: str, body: dict[str, Any], provider: Provider) -> 
 class Wire:
     """How one request is spoken to one deployment: natively, or through a translation."""
 
-    __slots__ = ("client", "endpoint", "label", "tentative", "translation")
+    __slots__ = ("client", "endpoint", "label", "repair", "tentative", "translation")
 
     def __init__(
-        self, endpoint: str, translation: Translation | None, tentative: bool, client: str
+        self,
+        endpoint: str,
+        translation: Translation | None,
+        tentative: bool,
+        client: str,
+        repair: native_fixes.Repair | None = None,
     ) -> None:
         self.endpoint = endpoint  # what is sent upstream (a key of UPSTREAM_PATHS)
         self.client = client  # the client's endpoint
         self.translation = translation
+        self.repair = repair  # of a native answer's bytes (`NATIVE_REPAIRS`)
         self.tentative = tentative  # native, but the host may not have the endpoint
         # what the request log says: "native", or "<client endpoint>→<upstream endpoint>"
         self.label = "native" if translation is None else f"{client}→{endpoint}"
@@ -406,7 +428,7 @@ class Wire:
         `parsed` is `body` already decoded, when the caller has it, `request` the client's
         body. Raises `UnreadableAnswer` for a body the translation cannot read."""
         if self.translation is None:
-            return body
+            return body if self.repair is None else self.repair(body)
         data = parsed
         if data is None:
             try:
@@ -445,7 +467,7 @@ class Wire:
         began (`perf_counter_ns`)."""
         t = self.translation
         if t is None:
-            return upstream
+            return upstream if self.repair is None else native_fixes.repaired(upstream, self.repair)
         stage = t.stream(model, _asks_usage(body), started)
         stops = self.held(body)
         if stops:
@@ -470,14 +492,22 @@ class Protocols:
 
     def __init__(self) -> None:
         self._lacking: set[tuple[str, str, str]] = set()  # (provider id, base URL, protocol)
-        self._wires: dict[tuple[str, Translation | None, bool], Wire] = {}
+        self._wires: dict[
+            tuple[str, Translation | None, bool, native_fixes.Repair | None], Wire
+        ] = {}
 
-    def _wire(self, endpoint: str, translation: Translation | None, tentative: bool) -> Wire:
-        key = (endpoint, translation, tentative)
+    def _wire(
+        self,
+        endpoint: str,
+        translation: Translation | None,
+        tentative: bool,
+        repair: native_fixes.Repair | None = None,
+    ) -> Wire:
+        key = (endpoint, translation, tentative, repair)
         wire = self._wires.get(key)
         if wire is None:
             upstream = translation.endpoint if translation is not None else endpoint
-            wire = self._wires[key] = Wire(upstream, translation, tentative, endpoint)
+            wire = self._wires[key] = Wire(upstream, translation, tentative, endpoint, repair)
         return wire
 
     def wire(self, profile: RequestProfile, dep: Deployment) -> Wire:
@@ -490,7 +520,11 @@ class Protocols:
             native = native - {protocol}
             tentative = False
         is_native, translation = choose(endpoint, profile.body, native)
-        if is_native or translation is None:
+        if is_native:
+            fix = NATIVE_REPAIRS.get((provider.kind, protocol))
+            repair = fix[1] if fix is not None and fix[0](profile.body) else None
+            return self._wire(endpoint, None, tentative, repair)
+        if translation is None:
             return self._wire(endpoint, None, tentative)
         return self._wire(endpoint, translation, False)
 
