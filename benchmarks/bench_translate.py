@@ -103,7 +103,7 @@ def request_case(
 
     def translated() -> None:
         orjson.dumps({**translation.request(body), "model": "u"})
-        wire.answer(answer, "m", time.perf_counter_ns())
+        wire.answer(answer, "m", time.perf_counter_ns(), body)
 
     def floor() -> None:
         orjson.dumps({**orjson.loads(orjson.dumps(body)), "model": "u"})
@@ -140,7 +140,7 @@ def stream_case(
     def translated() -> None:
         stream = translate_stream(
             source(),
-            translation.stream("m", True, time.perf_counter_ns()),
+            translation.stream("m", True, time.perf_counter_ns(), {}),
             translation.ndjson_in,
             translation.encode,
         )
@@ -211,7 +211,7 @@ def main() -> None:
         ),
     ]
     anthropic_answer = orjson.dumps(
-        registry.MESSAGES_TO_CHAT.answer(orjson.loads(answer), "claude-x", 0)
+        registry.MESSAGES_TO_CHAT.answer(orjson.loads(answer), "claude-x", 0, claude)
     )
     rows.append(
         request_case(

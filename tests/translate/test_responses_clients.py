@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.harness import Stack, deployment
+from tests.harness import Stack, anthropic_provider, deployment
 
 SHELL = {
     "type": "function",
@@ -180,3 +181,78 @@ def test_codex_request_shape(chat_only: Stack, client_for) -> None:
     assert sent["parallel_tool_calls"] is False and sent["reasoning_effort"] == "medium"
     for dropped in ("store", "include", "prompt_cache_key", "instructions", "input"):
         assert dropped not in sent
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+# a request that sets every setting a `response` object repeats
+SETTINGS: dict[str, Any] = {
+    "instructions": "be brief",
+    "max_output_tokens": 50,
+    "temperature": 0.25,
+    "top_p": 0.5,
+    "metadata": {"run": "r7"},
+    "parallel_tool_calls": False,
+    "tools": [SHELL, {"type": "web_search"}],
+    "tool_choice": {"type": "function", "name": "shell"},
+    "text": {"format": {"type": "json_schema", "name": "thing", "schema": SCHEMA}},
+    "reasoning": {"effort": "low"},
+    "safety_identifier": "user-42",
+    "prompt_cache_key": "pk-1",
+    "top_logprobs": 3,
+    "truncation": "auto",
+    "store": False,
+}
+
+
+def _repeats_settings(resp: Any) -> None:
+    assert (resp.instructions, resp.max_output_tokens) == ("be brief", 50)
+    assert (resp.temperature, resp.top_p) == (0.25, 0.5)
+    assert resp.metadata == {"run": "r7"} and resp.parallel_tool_calls is False
+    assert [(t.type, t.name) for t in resp.tools] == [("function", "shell")]  # no web search
+    assert (resp.tool_choice.type, resp.tool_choice.name) == ("function", "shell")
+    assert (resp.text.format.type, resp.text.format.name) == ("json_schema", "thing")
+    assert resp.text.format.schema_ == SCHEMA
+    assert resp.reasoning.effort == "low"
+    assert (resp.safety_identifier, resp.prompt_cache_key) == ("user-42", "pk-1")
+    assert resp.top_logprobs == 3
+    # what the translation did instead: nothing stored, no input cut to fit
+    assert (resp.store, resp.truncation, resp.background) == (False, "disabled", False)
+
+
+def test_the_response_repeats_the_request_settings(chat_only: Stack, client_for) -> None:
+    client: openai.OpenAI = client_for(chat_only)
+    _repeats_settings(client.responses.create(model="m", input="run ls", **SETTINGS))
+    events = list(client.responses.create(model="m", input="run ls", stream=True, **SETTINGS))
+    lifecycle = [
+        e.response for e in events if e.type.startswith("response.") and hasattr(e, "response")
+    ]
+    assert [r.status for r in lifecycle] == ["in_progress", "in_progress", "completed"]
+    for resp in lifecycle:
+        _repeats_settings(resp)
+    with client.responses.stream(model="m", input="run ls", **SETTINGS) as stream:
+        _repeats_settings(stream.get_final_response())
+    # a request that sets nothing: the protocol's defaults (sampling: the engine's own)
+    plain = client.responses.create(model="m", input="hi")
+    assert (plain.instructions, plain.max_output_tokens, plain.temperature) == (None, None, None)
+    assert (plain.tools, plain.tool_choice, plain.parallel_tool_calls) == ([], "auto", True)
+    assert (plain.metadata, plain.text.format.type, plain.top_logprobs) == ({}, "text", 0)
+    assert (plain.store, plain.truncation, plain.reasoning.effort) == (False, "disabled", None)
+
+
+def test_responses_on_anthropic_repeat_the_request_settings(stack: Stack, client_for) -> None:
+    api = stack.anthropic("claude")
+    stack.start_gateway(
+        {
+            "providers": [anthropic_provider("an", api)],
+            "deployments": [deployment("claude", "an", upstream_model="claude-x")],
+        }
+    )
+    client: openai.OpenAI = client_for(stack)
+    ask = {k: v for k, v in SETTINGS.items() if k not in ("top_p", "reasoning", "top_logprobs")}
+    resp = client.responses.create(model="claude", input="run ls", **ask)
+    assert resp.instructions == "be brief" and resp.temperature == 0.25
+    assert resp.metadata == {"run": "r7"} and [t.name for t in resp.tools] == ["shell"]
+    with client.responses.stream(model="claude", input="run ls", **ask) as stream:
+        final = stream.get_final_response()
+    assert (final.max_output_tokens, final.safety_identifier) == (50, "user-42")
+    assert final.text.format.type == "json_schema" and final.parallel_tool_calls is False

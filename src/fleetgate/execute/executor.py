@@ -336,7 +336,7 @@ class Executor:
                 return None
             try:
                 answer = wire.answer(
-                    rewriter.json(body, data), profile.model, started_ns, data, profile.body
+                    rewriter.json(body, data), profile.model, started_ns, profile.body, data
                 )
             except UnreadableAnswer as exc:  # JSON, but not an answer of the wire's protocol
                 self._fail(

@@ -94,11 +94,12 @@ _PATHS = {
 
 
 # the arguments after the body or the model name: `started`, when the gateway began the
-# attempt (`time.perf_counter_ns()`), from which Ollama's durations are measured
-Answer = Callable[[dict[str, Any], str, int], dict[str, Any]]
+# attempt (`time.perf_counter_ns()`), from which Ollama's durations are measured, and the
+# request as the client sent it (whose settings a Responses answer repeats)
+Answer = Callable[[dict[str, Any], str, int, dict[str, Any]], dict[str, Any]]
 # the client's model name, whether the stream's reader asked for chat's closing usage chunk
-# (`stream_options.include_usage`; chat clients only), and `started`
-StreamMaker = Callable[[str, bool, int], StreamStage]
+# (`stream_options.include_usage`; chat clients only), `started`, and the client's request
+StreamMaker = Callable[[str, bool, int, dict[str, Any]], StreamStage]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,12 +127,20 @@ def compose(outer: Translation, inner: Translation) -> Translation:
     def request(body: dict[str, Any]) -> dict[str, Any]:
         return inner.request(outer.request(body))
 
-    def answer(body: dict[str, Any], model: str, started: int) -> dict[str, Any]:
-        return outer.answer(inner.answer(body, model, started), model, started)
+    def answer(
+        body: dict[str, Any], model: str, started: int, request: dict[str, Any]
+    ) -> dict[str, Any]:
+        middle = inner.answer(body, model, started, request)
+        return outer.answer(middle, model, started, request)
 
-    def stream(model: str, usage: bool, started: int) -> StreamStage:
+    def stream(model: str, usage: bool, started: int, request: dict[str, Any]) -> StreamStage:
         # the middle stream's reader is `outer`, whose request asked for the usage chunk
-        return Chain([inner.stream(model, True, started), outer.stream(model, usage, started)])
+        return Chain(
+            [
+                inner.stream(model, True, started, request),
+                outer.stream(model, usage, started, request),
+            ]
+        )
 
     return Translation(
         inner.endpoint,
@@ -149,8 +158,32 @@ def compose(outer: Translation, inner: Translation) -> Translation:
 def _untimed(answer: Callable[[dict[str, Any], str], dict[str, Any]]) -> Answer:
     """An answer translator whose protocol reports no durations."""
 
-    def translate(body: dict[str, Any], model: str, started: int) -> dict[str, Any]:
+    def translate(
+        body: dict[str, Any], model: str, started: int, request: dict[str, Any]
+    ) -> dict[str, Any]:
         return answer(body, model)
+
+    return translate
+
+
+def _timed_answer(answer: Callable[[dict[str, Any], str, int], dict[str, Any]]) -> Answer:
+    """An answer translator for Ollama: durations from the attempt's start."""
+
+    def translate(
+        body: dict[str, Any], model: str, started: int, request: dict[str, Any]
+    ) -> dict[str, Any]:
+        return answer(body, model, started)
+
+    return translate
+
+
+def _echoing(answer: Callable[[dict[str, Any], str, dict[str, Any]], dict[str, Any]]) -> Answer:
+    """An answer translator for Responses, whose answer repeats the request's settings."""
+
+    def translate(
+        body: dict[str, Any], model: str, started: int, request: dict[str, Any]
+    ) -> dict[str, Any]:
+        return answer(body, model, request)
 
     return translate
 
@@ -159,8 +192,17 @@ def _usage_always(stage: Callable[[str], StreamStage]) -> StreamMaker:
     """A stream translator for a client protocol whose streams always carry the usage
     (and no durations)."""
 
-    def make(model: str, usage: bool, started: int) -> StreamStage:
+    def make(model: str, usage: bool, started: int, request: dict[str, Any]) -> StreamStage:
         return stage(model)
+
+    return make
+
+
+def _echoing_stream(stage: Callable[[str, dict[str, Any]], StreamStage]) -> StreamMaker:
+    """A stream translator for Responses: usage always, the request's settings repeated."""
+
+    def make(model: str, usage: bool, started: int, request: dict[str, Any]) -> StreamStage:
+        return stage(model, request)
 
     return make
 
@@ -168,7 +210,7 @@ def _usage_always(stage: Callable[[str], StreamStage]) -> StreamMaker:
 def _timed(stage: Callable[[str, int], StreamStage]) -> StreamMaker:
     """A stream translator for Ollama: usage always, durations from the attempt's start."""
 
-    def make(model: str, usage: bool, started: int) -> StreamStage:
+    def make(model: str, usage: bool, started: int, request: dict[str, Any]) -> StreamStage:
         return stage(model, started)
 
     return make
@@ -177,7 +219,7 @@ def _timed(stage: Callable[[str, int], StreamStage]) -> StreamMaker:
 def _to_chat(stage: Callable[[str, bool], StreamStage]) -> StreamMaker:
     """A stream translator to chat chunks, whose reader may ask for the usage chunk."""
 
-    def make(model: str, usage: bool, started: int) -> StreamStage:
+    def make(model: str, usage: bool, started: int, request: dict[str, Any]) -> StreamStage:
         return stage(model, usage)
 
     return make
@@ -206,13 +248,13 @@ CHAT_TO_MESSAGES = Translation(
 RESPONSES_TO_CHAT = Translation(
     "chat.completions",
     responses_chat.responses_to_chat,
-    _untimed(responses_chat.chat_to_responses_answer),
-    _usage_always(responses_chat.ChatToResponsesStream),
+    _echoing(responses_chat.chat_to_responses_answer),
+    _echoing_stream(responses_chat.ChatToResponsesStream),
 )
 OLLAMA_CHAT_TO_CHAT = Translation(
     "chat.completions",
     ollama_chat.ollama_chat_to_chat,
-    ollama_chat.chat_to_ollama_chat_answer,
+    _timed_answer(ollama_chat.chat_to_ollama_chat_answer),
     _timed(ollama_chat.ChatToOllamaChatStream),
     _NDJSON,
     encode_ndjson,
@@ -221,7 +263,7 @@ OLLAMA_CHAT_TO_CHAT = Translation(
 GENERATE_TO_CHAT = Translation(
     "chat.completions",
     ollama_chat.generate_to_chat,
-    ollama_chat.chat_to_generate_answer,
+    _timed_answer(ollama_chat.chat_to_generate_answer),
     _timed(ollama_chat.ChatToGenerateStream),
     _NDJSON,
     encode_ndjson,
@@ -230,7 +272,7 @@ GENERATE_TO_CHAT = Translation(
 GENERATE_TO_COMPLETIONS = Translation(
     "completions",
     ollama_chat.generate_to_completions,
-    ollama_chat.completions_to_generate_answer,
+    _timed_answer(ollama_chat.completions_to_generate_answer),
     _timed(ollama_chat.CompletionsToGenerateStream),
     _NDJSON,
     encode_ndjson,
@@ -239,7 +281,7 @@ GENERATE_TO_COMPLETIONS = Translation(
 EMBED_TO_EMBEDDINGS = Translation(
     "embeddings",
     ollama_chat.embed_to_embeddings,
-    ollama_chat.embeddings_to_embed_answer,
+    _timed_answer(ollama_chat.embeddings_to_embed_answer),
     _timed(ollama_chat.no_stream),
 )
 EMBEDDINGS_TO_EMBEDDINGS = Translation(  # Ollama's older `/api/embeddings`: one prompt
@@ -421,12 +463,12 @@ class Wire:
         body: bytes,
         model: str,
         started: int,
+        request: dict[str, Any],
         parsed: object = None,
-        request: dict[str, Any] | None = None,
     ) -> bytes:
         """The client's answer; `started` is when the attempt began (`perf_counter_ns`),
-        `parsed` is `body` already decoded, when the caller has it, `request` the client's
-        body. Raises `UnreadableAnswer` for a body the translation cannot read."""
+        `request` the client's request body, `parsed` is `body` already decoded, when the
+        caller has it. Raises `UnreadableAnswer` for a body the translation cannot read."""
         if self.translation is None:
             return body if self.repair is None else self.repair(body)
         data = parsed
@@ -437,11 +479,11 @@ class Wire:
                 raise UnreadableAnswer("not JSON") from exc
         if not isinstance(data, dict):
             raise UnreadableAnswer("not a JSON object")
-        stops = self.held(request) if request is not None else ()
+        stops = self.held(request)
         try:
             if stops:
                 data = held_stops.cut_message(data, stops)
-            return orjson.dumps(self.translation.answer(data, model, started))
+            return orjson.dumps(self.translation.answer(data, model, started, request))
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             # a field of another type than the protocol's (`"choices": true`): the
             # translators read well-formed answers and leave the checking to here
@@ -468,7 +510,7 @@ class Wire:
         t = self.translation
         if t is None:
             return upstream if self.repair is None else native_fixes.repaired(upstream, self.repair)
-        stage = t.stream(model, _asks_usage(body), started)
+        stage = t.stream(model, _asks_usage(body), started, body)
         stops = self.held(body)
         if stops:
             stage = Chain([held_stops.MessageStopsStream(stops), stage])

@@ -16,6 +16,7 @@ import orjson
 
 from fleetgate.translate.chat import first_choice, new_id, reasoning_of, swap_prefix
 from fleetgate.translate.events import Event
+from fleetgate.translate.responses_fields import settings
 from fleetgate.translate.text_chunks import plain_text_delta
 
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
@@ -199,7 +200,13 @@ def _usage(usage: Any) -> dict[str, Any]:
 
 
 def _response(
-    rid: str, created: int, model: str, status: str, output: list[Any], usage: Any
+    rid: str,
+    created: int,
+    model: str,
+    status: str,
+    output: list[Any],
+    usage: Any,
+    settings: dict[str, Any],
 ) -> dict[str, Any]:
     return {
         "id": rid,
@@ -211,14 +218,7 @@ def _response(
         "usage": usage,
         "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-        "instructions": None,
-        "metadata": {},
-        "parallel_tool_calls": True,
-        "temperature": None,
-        "top_p": None,
-        "tool_choice": "auto",
-        "tools": [],
-        "text": {"format": {"type": "text"}},
+        **settings,
     }
 
 
@@ -251,8 +251,11 @@ def _rid(upstream: Any) -> str:
     return swap_prefix(upstream, "chatcmpl-", "resp_")
 
 
-def chat_to_responses_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
-    """A chat completion as a `response` object."""
+def chat_to_responses_answer(
+    answer: dict[str, Any], model: str, request: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A chat completion as a `response` object; `request` is the client's Responses
+    request, whose settings the object repeats (None: one that set none)."""
     choice = first_choice(answer)
     message = choice.get("message") or {}
     output: list[dict[str, Any]] = []
@@ -282,6 +285,7 @@ def chat_to_responses_answer(answer: dict[str, Any], model: str) -> dict[str, An
         status,
         output,
         _usage(answer.get("usage")),
+        settings(request or {}, answer.get("service_tier")),
     )
 
 
@@ -305,8 +309,10 @@ class ChatToResponsesStream:
         "_finish",
         "_items",
         "_open",
+        "_request",
         "_rid",
         "_seq",
+        "_settings",
         "_started",
         "_text",
         "_text_format",
@@ -314,8 +320,12 @@ class ChatToResponsesStream:
         "model",
     )
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, request: dict[str, Any] | None = None) -> None:
+        """`request`: the client's Responses request, whose settings each `response`
+        object of the stream repeats (None: one that set none)."""
         self.model = model
+        self._request = request or {}
+        self._settings = settings(self._request)
         self._rid = new_id("resp_")
         self._created = int(time.time())
         self._seq = 0
@@ -337,7 +347,9 @@ class ChatToResponsesStream:
         return (kind, payload)
 
     def _lifecycle(self, kind: str, status: str, output: list[Any], usage: Any) -> Event:
-        response = _response(self._rid, self._created, self.model, status, output, usage)
+        response = _response(
+            self._rid, self._created, self.model, status, output, usage, self._settings
+        )
         return self._event(kind, response=response)
 
     def _index(self) -> int:
@@ -456,6 +468,8 @@ class ChatToResponsesStream:
             self._started = True
             if isinstance(chunk.get("id"), str):
                 self._rid = _rid(chunk["id"])
+            if isinstance(chunk.get("service_tier"), str):
+                self._settings = settings(self._request, chunk["service_tier"])
             out.append(self._lifecycle("response.created", "in_progress", [], None))
             out.append(self._lifecycle("response.in_progress", "in_progress", [], None))
         for choice in chunk.get("choices") or ():
