@@ -6,7 +6,7 @@ Completions (llama.cpp also serves Messages and Responses natively; both are che
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import anthropic
 import httpx
@@ -241,3 +241,32 @@ def test_ollama_embed_on_llama(stack: Stack, llama: LlamaFactory) -> None:
     # the older `/api/embeddings`: one prompt, one vector, the same as embed's
     legacy = ollama.Client(host=stack.url, timeout=30).embeddings(model="emb", prompt="alpha")
     assert legacy.embedding == pytest.approx(emb.embeddings[0])
+
+
+def test_translated_responses_carry_logprobs(on_llama: Stack, client_for) -> None:
+    oc = client_for(on_llama, timeout=30)
+    ask: dict[str, Any] = {
+        "model": "tr",
+        "input": "Say hi.",
+        "max_output_tokens": 4,
+        "include": ["message.output_text.logprobs"],
+        "top_logprobs": 2,
+    }
+    resp = oc.responses.create(**ask)
+    part = resp.output[0].content[0]
+    assert len(part.logprobs) == resp.usage.output_tokens == 4
+    assert b"".join(bytes(t.bytes) for t in part.logprobs) == part.text.encode()
+    assert all(t.logprob <= 0 and len(t.top_logprobs) == 2 for t in part.logprobs)
+    events = list(oc.responses.create(**ask, stream=True))
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    per_delta = [t.token for e in deltas for t in e.logprobs]
+    (done,) = [e for e in events if e.type == "response.output_text.done"]
+    assert per_delta == [t.token for t in done.logprobs] and len(per_delta) == 4
+    final = events[-1].response.output[0].content[0]
+    assert [t.token for t in final.logprobs] == per_delta
+    assert b"".join(bytes(t.bytes) for t in final.logprobs) == final.text.encode()
+    assert all(len(t.top_logprobs) == 2 for e in deltas for t in e.logprobs)
+    # `top_logprobs` without `include`: no logprobs, and llama.cpp is not sent a
+    # `top_logprobs` it refuses without `logprobs`
+    plain = oc.responses.create(model="tr", input="Say hi.", max_output_tokens=2, top_logprobs=0)
+    assert plain.output[0].content[0].logprobs == []

@@ -256,3 +256,39 @@ def test_responses_on_anthropic_repeat_the_request_settings(stack: Stack, client
         final = stream.get_final_response()
     assert (final.max_output_tokens, final.safety_identifier) == (50, "user-42")
     assert final.text.format.type == "json_schema" and final.parallel_tool_calls is False
+
+
+def test_logprobs_are_asked_of_chat_only_through_include(chat_only: Stack, client_for) -> None:
+    client: openai.OpenAI = client_for(chat_only)
+    engine = chat_only.engines["e"]
+    include = ["message.output_text.logprobs"]
+    client.responses.create(model="m", input="hi", include=include, top_logprobs=3)
+    sent = engine.requests[-1].body
+    assert (sent["logprobs"], sent["top_logprobs"]) == (True, 3)
+    client.responses.create(model="m", input="hi", include=include)
+    assert engine.requests[-1].body["logprobs"] is True
+    assert "top_logprobs" not in engine.requests[-1].body
+    # `top_logprobs` alone returns no logprobs (OpenAI's rule): chat is asked for none, and
+    # an engine that refuses `top_logprobs` without `logprobs` is not sent it
+    for top in (0, 3):
+        resp = client.responses.create(model="m", input="hi", top_logprobs=top)
+        assert resp.output[0].content[0].logprobs == [] and resp.top_logprobs == top
+        assert not {"logprobs", "top_logprobs"} & engine.requests[-1].body.keys()
+
+
+def test_top_logprobs_alone_needs_no_logprobs_support(stack: Stack, client_for) -> None:
+    api = stack.anthropic("claude")  # an Anthropic deployment has no logprobs
+    stack.start_gateway(
+        {
+            "providers": [anthropic_provider("an", api)],
+            "deployments": [deployment("claude", "an", upstream_model="claude-x")],
+        }
+    )
+    client: openai.OpenAI = client_for(stack)
+    resp = client.responses.create(model="claude", input="hi", top_logprobs=0)
+    assert resp.output_text.startswith("claude") and resp.top_logprobs == 0
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(
+            model="claude", input="hi", include=["message.output_text.logprobs"]
+        )
+    assert "logprobs" in err.value.message

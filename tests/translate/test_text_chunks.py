@@ -287,6 +287,7 @@ def test_chunks_that_are_not_plain_text_are_never_learned_or_matched() -> None:
         {"choices": [{"index": 0, "delta": {"content": "a", "reasoning_content": "r"}}]},
         {"choices": [{"index": 0, "delta": {"content": "a", "tool_calls": [{"index": 0}]}}]},
         {"choices": [{"index": 0, "delta": {"content": "a"}}], "error": {"message": "boom"}},
+        {"choices": [{"index": 0, "delta": {"content": "a"}, "logprobs": {"content": []}}]},
         {"choices": [{"delta": {"content": "a"}}, {"delta": {"content": "b"}}]},
     ]
     for chunk in cases:

@@ -6,6 +6,7 @@ from typing import Any
 
 from fleetgate import capabilities as cap
 from fleetgate.translate.anthropic_chat import output_effort, output_format
+from fleetgate.translate.responses_chat import wants_logprobs
 
 # body field -> need, for fields whose mere presence (non-null) is the need. `max_tokens`
 # is not a need: every OpenAI-compatible server takes it, and dropping it would lift the
@@ -145,9 +146,10 @@ def _image_source(block: dict[str, Any]) -> bool:
 def responses_needs(body: dict[str, Any]) -> frozenset[str]:
     """The needs of an OpenAI Responses body."""
     needs: set[str] = set()
-    _present(body, ("temperature", "top_p", "parallel_tool_calls", "top_logprobs"), needs)
-    if body.get("top_logprobs"):
+    _present(body, ("temperature", "top_p", "parallel_tool_calls"), needs)
+    if wants_logprobs(body):  # `top_logprobs` alone asks for none (chat gets neither)
         needs.add(cap.LOGPROBS)
+        _present(body, ("top_logprobs",), needs)
     tools = body.get("tools")
     if isinstance(tools, list) and any(
         isinstance(t, dict) and t.get("type") == "function" for t in tools

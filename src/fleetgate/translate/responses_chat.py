@@ -16,10 +16,12 @@ import orjson
 
 from fleetgate.translate.chat import first_choice, new_id, reasoning_of, swap_prefix
 from fleetgate.translate.events import Event
-from fleetgate.translate.responses_fields import settings
+from fleetgate.translate.responses_fields import settings, text_logprobs
 from fleetgate.translate.text_chunks import plain_text_delta
 
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
+# the `include` entry that asks for the output text's logprobs
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 
 # ---- request --------------------------------------------------------------------------------
@@ -149,16 +151,26 @@ def _response_format(text: Any) -> dict[str, Any] | None:
     return None
 
 
+def wants_logprobs(body: dict[str, Any]) -> bool:
+    """Whether a Responses request asks for its output text's logprobs: only `include`
+    does (`top_logprobs` alone says how many alternatives, and returns none)."""
+    include = body.get("include")
+    return isinstance(include, list) and LOGPROBS_INCLUDE in include
+
+
 def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """A Responses request as a Chat Completions request (without `model`)."""
     out: dict[str, Any] = {"messages": _messages(body)}
     if body.get("max_output_tokens") is not None:
         out["max_tokens"] = body["max_output_tokens"]
-    for name in ("temperature", "top_p", "parallel_tool_calls", "user", "top_logprobs"):
+    for name in ("temperature", "top_p", "parallel_tool_calls", "user"):
         if body.get(name) is not None:
             out[name] = body[name]
-    if body.get("top_logprobs"):
+    if wants_logprobs(body):
+        # chat takes `top_logprobs` only beside `logprobs: true` (engines refuse it alone)
         out["logprobs"] = True
+        if body.get("top_logprobs") is not None:
+            out["top_logprobs"] = body["top_logprobs"]
     if body.get("stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
@@ -222,8 +234,10 @@ def _response(
     }
 
 
-def _message_item(mid: str, text: str, status: str) -> dict[str, Any]:
-    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _message_item(
+    mid: str, text: str, status: str, logprobs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
     return {"id": mid, "type": "message", "status": status, "role": "assistant", "content": [part]}
 
 
@@ -265,7 +279,8 @@ def chat_to_responses_answer(
     text = message.get("content")
     status = "incomplete" if choice.get("finish_reason") == "length" else "completed"
     if isinstance(text, str) and text:
-        output.append(_message_item(new_id("msg_"), text, status))
+        logprobs = text_logprobs(choice.get("logprobs"), with_bytes=True)
+        output.append(_message_item(new_id("msg_"), text, status, logprobs))
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
         output.append(
@@ -308,6 +323,7 @@ class ChatToResponsesStream:
         "_done",
         "_finish",
         "_items",
+        "_logprobs",
         "_open",
         "_request",
         "_rid",
@@ -335,6 +351,7 @@ class ChatToResponsesStream:
         # the open item: (kind, item id, output index, extra) or None
         self._open: tuple[str, str, int, dict[str, Any]] | None = None
         self._text: list[str] = []
+        self._logprobs: list[Any] = []  # the open message's tokens, as chat's logprobs
         self._text_format = b""  # the open message's `_TEXT_DELTA`
         self._args: list[str] = []
         self._calls: dict[int, tuple[str, str]] = {}  # chat index -> (call id, name)
@@ -363,10 +380,13 @@ class ChatToResponsesStream:
         if kind == "message":
             text = "".join(self._text)
             where = {"item_id": item_id, "output_index": index, "content_index": 0}
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            tokens = {"content": self._logprobs}
+            logprobs = text_logprobs(tokens, with_bytes=True)
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
             status = "incomplete" if self._finish == "length" else "completed"
-            item = _message_item(item_id, text, status)
-            out.append(self._event("response.output_text.done", **where, text=text, logprobs=[]))
+            item = _message_item(item_id, text, status, logprobs)
+            done = text_logprobs(tokens, with_bytes=False)
+            out.append(self._event("response.output_text.done", **where, text=text, logprobs=done))
             out.append(self._event("response.content_part.done", **where, part=part))
         elif kind == "reasoning":
             text = "".join(self._text)
@@ -388,6 +408,7 @@ class ChatToResponsesStream:
         out.append(self._event("response.output_item.done", output_index=index, item=item))
         self._items.append(item)
         self._text = []
+        self._logprobs = []
         self._args = []
 
     def _begin(self, kind: str, out: list[Event], extra: dict[str, Any] | None = None) -> str:
@@ -491,6 +512,10 @@ class ChatToResponsesStream:
             if isinstance(text, str) and text:
                 item_id = self._ensure("message", out)
                 self._text.append(text)
+                logprobs = choice.get("logprobs")
+                tokens = logprobs.get("content") if isinstance(logprobs, dict) else None
+                if isinstance(tokens, list):
+                    self._logprobs.extend(tokens)
                 out.append(
                     self._event(
                         "response.output_text.delta",
@@ -498,7 +523,7 @@ class ChatToResponsesStream:
                         output_index=self._index(),
                         content_index=0,
                         delta=text,
-                        logprobs=[],
+                        logprobs=text_logprobs(logprobs, with_bytes=False),
                     )
                 )
             for call in delta.get("tool_calls") or ():

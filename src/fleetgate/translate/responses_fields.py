@@ -1,5 +1,5 @@
 """What a translated `response` object carries beside its output: the request's settings,
-repeated as OpenAI's Responses API repeats them.
+repeated as OpenAI's Responses API repeats them, and the output text's logprobs.
 
 A `response` object says how it was made: the sampling settings, output limit, tools,
 tool choice, text format, instructions, metadata and identifiers of its request. Where a
@@ -67,4 +67,38 @@ def settings(request: dict[str, Any], service_tier: Any = None) -> dict[str, Any
         value = request.get(name)
         if isinstance(value, str):
             out[name] = value
+    return out
+
+
+def _alternatives(top: Any, with_bytes: bool) -> list[dict[str, Any]]:
+    out = []
+    for alt in top if isinstance(top, list) else ():
+        if isinstance(alt, dict) and isinstance(alt.get("token"), str):
+            out.append(_token(alt, with_bytes))
+    return out
+
+
+def _token(token: dict[str, Any], with_bytes: bool) -> dict[str, Any]:
+    logprob = token.get("logprob")
+    out: dict[str, Any] = {
+        "token": token["token"],
+        "logprob": logprob if isinstance(logprob, (int, float)) else 0.0,
+    }
+    if with_bytes:
+        raw = token.get("bytes")
+        out["bytes"] = raw if isinstance(raw, list) else list(token["token"].encode())
+    return out
+
+
+def text_logprobs(logprobs: Any, with_bytes: bool) -> list[dict[str, Any]]:
+    """A chat choice's `logprobs` (`{"content": [...]}`) as the Responses `logprobs` of
+    its output text; `with_bytes` for an `output_text` part (a stream's delta and done
+    events carry none)."""
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    out = []
+    for token in content if isinstance(content, list) else ():
+        if isinstance(token, dict) and isinstance(token.get("token"), str):
+            entry = _token(token, with_bytes)
+            entry["top_logprobs"] = _alternatives(token.get("top_logprobs"), with_bytes)
+            out.append(entry)
     return out

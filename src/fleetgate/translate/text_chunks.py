@@ -47,8 +47,9 @@ def plain_text_delta(chunk: dict[str, Any]) -> str | None:
     """The text of a chat chunk that only adds text, else None.
 
     "Only text": one choice, no `finish_reason`, a non-empty `delta.content`, and nothing
-    else a translator reads (tool calls, reasoning, usage, timings, an error). Other delta
-    fields (`role`, nulls such as SGLang's `"tool_calls": null`) are read by no translator.
+    else a translator reads (tool calls, reasoning, the choice's logprobs, usage, timings,
+    an error). Other delta fields (`role`, nulls such as SGLang's `"tool_calls": null`)
+    are read by no translator.
     """
     choices = chunk.get("choices")
     if choices.__class__ is not list or len(choices) != 1:
@@ -57,6 +58,8 @@ def plain_text_delta(chunk: dict[str, Any]) -> str | None:
         return None
     choice = choices[0]
     if choice.__class__ is not dict or choice.get("finish_reason") is not None:
+        return None
+    if choice.get("logprobs") is not None:
         return None
     delta = choice.get("delta")
     if delta.__class__ is not dict:
