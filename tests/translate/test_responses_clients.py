@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 
+from fleetgate.testing import Fault
 from tests.harness import Stack, anthropic_provider, deployment
 
 SHELL = {
@@ -292,3 +293,24 @@ def test_top_logprobs_alone_needs_no_logprobs_support(stack: Stack, client_for) 
             model="claude", input="hi", include=["message.output_text.logprobs"]
         )
     assert "logprobs" in err.value.message
+
+
+def test_a_stream_that_breaks_ends_failed_not_completed(chat_only: Stack, client_for) -> None:
+    client: openai.OpenAI = client_for(chat_only)
+    engine = chat_only.engines["e"]
+    engine.fail_next(Fault("break_stream", after_chunks=3))
+    events = list(client.responses.create(model="m", input="hi", stream=True))
+    kinds = [e.type for e in events]
+    assert "response.completed" not in kinds and kinds[-2:] == ["error", "response.failed"]
+    assert events[-2].code == "stream_interrupted" and "retry" in events[-2].message
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error.code == "server_error"
+    sent = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    (item,) = failed.output  # what had been produced, as unfinished
+    assert item.status == "incomplete" and item.content[0].text == sent != ""
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    engine.fail_next(Fault("break_stream", after_chunks=3))
+    with client.responses.stream(model="m", input="hi") as stream:
+        assert [e.type for e in stream][-1] == "response.failed"
+        with pytest.raises(RuntimeError, match=r"response\.completed"):
+            stream.get_final_response()  # the SDK's word for an answer that never finished

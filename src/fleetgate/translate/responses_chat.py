@@ -479,12 +479,12 @@ class ChatToResponsesStream:
                     "logprobs": [],
                 }
                 return [("response.output_text.delta", payload)]
+        if self._done:
+            return []  # the response was completed or failed: nothing follows
         out: list[Event] = []
         err = chunk.get("error")
         if err:
-            message = err.get("message", "") if isinstance(err, dict) else str(err)
-            code = err.get("code") if isinstance(err, dict) else None
-            return [self._event("error", code=code, message=message, param=None)]
+            return self._fail(err)
         if not self._started:
             self._started = True
             if isinstance(chunk.get("id"), str):
@@ -535,6 +535,46 @@ class ChatToResponsesStream:
             self._usage = _usage(usage)
             if self._finish is not None:
                 out.extend(self._complete())
+        return out
+
+    def _so_far(self) -> dict[str, Any] | None:
+        """The open item as far as it got (a failed stream's last item), else None."""
+        if self._open is None:
+            return None
+        kind, item_id, _, extra = self._open
+        text = "".join(self._text)
+        if kind == "message":
+            logprobs = text_logprobs({"content": self._logprobs}, with_bytes=True)
+            return _message_item(item_id, text, "incomplete", logprobs)
+        if kind == "reasoning":
+            return _reasoning_item(item_id, text)
+        arguments = "".join(self._args)
+        return _call_item(item_id, extra["call_id"], extra["name"], arguments, "incomplete")
+
+    def _fail(self, err: Any) -> list[Event]:
+        """An upstream error (or the gateway's, for a stream that broke): the `error`
+        event, then, once the response has begun, the response as failed with what it had
+        produced (never as completed); nothing follows."""
+        message = str(err.get("message", "") if isinstance(err, dict) else err)
+        code = err.get("code") if isinstance(err, dict) else None
+        out = [
+            self._event(
+                "error", code=None if code is None else str(code), message=message, param=None
+            )
+        ]
+        if not self._started:
+            return out
+        self._done = True
+        output = list(self._items)
+        partial = self._so_far()
+        if partial is not None:
+            output.append(partial)
+        self._open = None
+        response = _response(
+            self._rid, self._created, self.model, "failed", output, self._usage, self._settings
+        )
+        response["error"] = {"code": "server_error", "message": message}
+        out.append(self._event("response.failed", response=response))
         return out
 
     def _ensure(self, kind: str, out: list[Event]) -> str:
