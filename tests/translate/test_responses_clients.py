@@ -7,10 +7,12 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 
 from fleetgate.testing import Fault
 from tests.harness import Stack, anthropic_provider, deployment
+from tests.security.servers import Scripted
 
 SHELL = {
     "type": "function",
@@ -314,3 +316,50 @@ def test_a_stream_that_breaks_ends_failed_not_completed(chat_only: Stack, client
         assert [e.type for e in stream][-1] == "response.failed"
         with pytest.raises(RuntimeError, match=r"response\.completed"):
             stream.get_final_response()  # the SDK's word for an answer that never finished
+
+
+def test_a_filtered_answer_is_incomplete_for_content_filter(stack: Stack, client_for) -> None:
+    up = Scripted()
+    stack.lt.run(up.start())
+    try:
+        stack.start_gateway(
+            {
+                "providers": [{"id": "sc", "kind": "sglang", "base_url": up.url + "/v1"}],
+                "deployments": [deployment("m", "sc")],
+            }
+        )
+        client: openai.OpenAI = client_for(stack)
+        answer = {
+            "id": "chatcmpl-f",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "I will not"},
+                    "finish_reason": "content_filter",
+                }
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6},
+        }
+        up.answer = (200, {"Content-Type": "application/json"}, orjson.dumps(answer))
+        resp = client.responses.create(model="m", input="hi")
+        assert resp.status == "incomplete" and resp.output[0].status == "incomplete"
+        assert resp.incomplete_details.reason == "content_filter"
+        chunks = [
+            {"choices": [{"index": 0, "delta": {"content": "I will not"}}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "content_filter"}]},
+            {"choices": [], "usage": answer["usage"]},
+        ]
+        body = b"".join(
+            b"data: " + orjson.dumps({"id": "chatcmpl-f", **c}) + b"\n\n" for c in chunks
+        )
+        up.answer = (200, {"Content-Type": "text/event-stream"}, body + b"data: [DONE]\n\n")
+        events = list(client.responses.create(model="m", input="hi", stream=True))
+        assert events[-1].type == "response.incomplete"
+        assert events[-1].response.incomplete_details.reason == "content_filter"
+        assert events[-1].response.output[0].content[0].text == "I will not"
+    finally:
+        stack.stop_gateway()
+        stack.lt.run(up.stop())

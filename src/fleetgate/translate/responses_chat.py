@@ -191,6 +191,18 @@ def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
 
 # ---- answer ---------------------------------------------------------------------------------
 
+# chat `finish_reason`s that leave a response incomplete -> `incomplete_details.reason`
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+def _reason(finish: Any) -> str | None:
+    """Why a response with this `finish_reason` is incomplete (None: it is complete)."""
+    return _INCOMPLETE.get(finish) if isinstance(finish, str) else None
+
+
+def _status(finish: Any) -> str:
+    return "completed" if _reason(finish) is None else "incomplete"
+
 
 def _usage(usage: Any) -> dict[str, Any]:
     usage = usage if isinstance(usage, dict) else {}
@@ -219,7 +231,11 @@ def _response(
     output: list[Any],
     usage: Any,
     settings: dict[str, Any],
+    finish: Any = None,
 ) -> dict[str, Any]:
+    """A `response` object; `finish` is chat's `finish_reason`, which says why an
+    incomplete one stopped."""
+    reason = _reason(finish) if status == "incomplete" else None
     return {
         "id": rid,
         "object": "response",
@@ -229,7 +245,7 @@ def _response(
         "output": output,
         "usage": usage,
         "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "incomplete_details": {"reason": reason} if reason is not None else None,
         **settings,
     }
 
@@ -277,7 +293,8 @@ def chat_to_responses_answer(
     if reasoning:
         output.append(_reasoning_item(new_id("rs_"), reasoning))
     text = message.get("content")
-    status = "incomplete" if choice.get("finish_reason") == "length" else "completed"
+    finish = choice.get("finish_reason")
+    status = _status(finish)
     if isinstance(text, str) and text:
         logprobs = text_logprobs(choice.get("logprobs"), with_bytes=True)
         output.append(_message_item(new_id("msg_"), text, status, logprobs))
@@ -301,6 +318,7 @@ def chat_to_responses_answer(
         output,
         _usage(answer.get("usage")),
         settings(request or {}, answer.get("service_tier")),
+        finish,
     )
 
 
@@ -365,7 +383,14 @@ class ChatToResponsesStream:
 
     def _lifecycle(self, kind: str, status: str, output: list[Any], usage: Any) -> Event:
         response = _response(
-            self._rid, self._created, self.model, status, output, usage, self._settings
+            self._rid,
+            self._created,
+            self.model,
+            status,
+            output,
+            usage,
+            self._settings,
+            self._finish,
         )
         return self._event(kind, response=response)
 
@@ -383,8 +408,7 @@ class ChatToResponsesStream:
             tokens = {"content": self._logprobs}
             logprobs = text_logprobs(tokens, with_bytes=True)
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
-            status = "incomplete" if self._finish == "length" else "completed"
-            item = _message_item(item_id, text, status, logprobs)
+            item = _message_item(item_id, text, _status(self._finish), logprobs)
             done = text_logprobs(tokens, with_bytes=False)
             out.append(self._event("response.output_text.done", **where, text=text, logprobs=done))
             out.append(self._event("response.content_part.done", **where, part=part))
@@ -608,10 +632,8 @@ class ChatToResponsesStream:
         self._done = True
         out: list[Event] = []
         self._close(out)
-        if self._finish == "length":
-            kind, status = "response.incomplete", "incomplete"
-        else:
-            kind, status = "response.completed", "completed"
+        status = _status(self._finish)
+        kind = f"response.{status}"
         usage = self._usage or _usage(None)
         out.append(self._lifecycle(kind, status, list(self._items), usage))
         return out
