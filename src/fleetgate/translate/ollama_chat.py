@@ -259,11 +259,15 @@ def _final(model: str, key: str, value: Any, finish: Any, counts: dict[str, Any]
     return _done(model, key, value, _DONE_REASON.get(str(finish), "stop"), counts)
 
 
-def chat_to_ollama_chat_answer(answer: dict[str, Any], model: str, started: int) -> dict[str, Any]:
+def chat_to_ollama_chat_answer(
+    answer: dict[str, Any], model: str, started: int, *, thinking: bool = True
+) -> dict[str, Any]:
+    """`thinking` False (the request said `think: false`): the reasoning a model gives all
+    the same is not shown, as Ollama shows none then."""
     choice = first_choice(answer)
     message = choice.get("message") or {}
     out: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
-    reasoning = reasoning_of(message)
+    reasoning = reasoning_of(message) if thinking else None
     if reasoning:
         out["thinking"] = reasoning
     if message.get("tool_calls"):
@@ -272,14 +276,17 @@ def chat_to_ollama_chat_answer(answer: dict[str, Any], model: str, started: int)
     return _final(model, "message", out, choice.get("finish_reason"), counts)
 
 
-def chat_to_generate_answer(answer: dict[str, Any], model: str, started: int) -> dict[str, Any]:
+def chat_to_generate_answer(
+    answer: dict[str, Any], model: str, started: int, *, thinking: bool = True
+) -> dict[str, Any]:
+    """`thinking` as in `chat_to_ollama_chat_answer`."""
     choice = first_choice(answer)
     message = choice.get("message") or {}
     counts = _counts(answer.get("usage"), answer.get("timings"), started)
     out = _final(
         model, "response", message.get("content") or "", choice.get("finish_reason"), counts
     )
-    reasoning = reasoning_of(message)
+    reasoning = reasoning_of(message) if thinking else None
     if reasoning:
         out["thinking"] = reasoning
     return out
@@ -361,7 +368,8 @@ def embedding_load_answer(body: dict[str, Any], model: str) -> dict[str, Any] | 
 
 
 class _ToNdjson:
-    """Chat (or completions) chunks in, Ollama NDJSON lines out; the last one `done`."""
+    """Chat (or completions) chunks in, Ollama NDJSON lines out; the last one `done`.
+    `thinking` False (`think: false`): reasoning chunks are not shown."""
 
     __slots__ = (
         "_calls",
@@ -371,6 +379,7 @@ class _ToNdjson:
         "_line_head",
         "_line_stamp",
         "_started",
+        "_thinking",
         "_timings",
         "_usage",
         "model",
@@ -380,8 +389,9 @@ class _ToNdjson:
     _text_open = b'"message":{"role":"assistant","content":'
     _text_close = b'},"done":false}\n'
 
-    def __init__(self, model: str, started: int) -> None:
+    def __init__(self, model: str, started: int, *, thinking: bool = True) -> None:
         self.model = model
+        self._thinking = thinking
         self._line_head = b""  # a text line's bytes up to its text, for `_line_stamp`
         self._line_stamp = ""
         self._started = started  # the attempt's start (`perf_counter_ns`)
@@ -445,7 +455,9 @@ class _ToNdjson:
             else:
                 text = delta.get("content")
                 reasoning = (
-                    reasoning_of(delta) if len(delta) > 1 or "content" not in delta else None
+                    reasoning_of(delta)
+                    if self._thinking and (len(delta) > 1 or "content" not in delta)
+                    else None
                 )
                 if (isinstance(text, str) and text) or reasoning:
                     out.append(self._text_line(text or "", reasoning))

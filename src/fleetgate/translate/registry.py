@@ -14,7 +14,8 @@ body, read the answer and wrap the stream; a native wire passes everything throu
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -307,6 +308,33 @@ TRANSLATIONS: dict[tuple[str, str], Translation] = {
 }
 _RAW_GENERATE = {OPENAI: GENERATE_TO_COMPLETIONS}  # `raw` or `suffix`: no chat template
 
+# `think: false`: Ollama shows no thinking then, so the reasoning a model gives all the same
+# (Qwen3 thinks unless told not to, and no portable field tells a chat engine not to) is
+# left out of the answer and the stream
+_OLLAMA_CHAT_UNTHINKING = replace(
+    OLLAMA_CHAT_TO_CHAT,
+    answer=partial(ollama_chat.chat_to_ollama_chat_answer, thinking=False),
+    stream=_timed(partial(ollama_chat.ChatToOllamaChatStream, thinking=False)),
+)
+_GENERATE_UNTHINKING = replace(
+    GENERATE_TO_CHAT,
+    answer=partial(ollama_chat.chat_to_generate_answer, thinking=False),
+    stream=_timed(partial(ollama_chat.ChatToGenerateStream, thinking=False)),
+)
+# (client endpoint, upstream protocol) -> the translation for a client that asked to see no
+# reasoning (`hides_reasoning`)
+_UNREASONED: dict[tuple[str, str], Translation] = {
+    ("ollama.chat", OPENAI): _OLLAMA_CHAT_UNTHINKING,
+    ("ollama.chat", ANTHROPIC): compose(_OLLAMA_CHAT_UNTHINKING, CHAT_TO_MESSAGES),
+    ("ollama.generate", OPENAI): _GENERATE_UNTHINKING,
+    ("ollama.generate", ANTHROPIC): compose(_GENERATE_UNTHINKING, CHAT_TO_MESSAGES),
+}
+
+
+def hides_reasoning(endpoint: str, body: dict[str, Any]) -> bool:
+    """Whether the client's protocol shows this request no reasoning: Ollama's `think: false`."""
+    return endpoint in ("ollama.chat", "ollama.generate") and body.get("think") is False
+
 
 def native_protocols(provider: Provider) -> frozenset[str]:
     return provider.protocols if provider.protocols is not None else NATIVE[provider.kind]
@@ -365,6 +393,8 @@ def _json_without_schema(endpoint: str, body: dict[str, Any]) -> bool:
 def _translation(endpoint: str, body: dict[str, Any], protocol: str) -> Translation | None:
     if endpoint == "ollama.generate" and (body.get("raw") or body.get("suffix")):
         return _RAW_GENERATE.get(protocol)
+    if hides_reasoning(endpoint, body):
+        return _UNREASONED.get((endpoint, protocol))
     return TRANSLATIONS.get((endpoint, protocol))
 
 

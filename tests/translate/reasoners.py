@@ -1,0 +1,137 @@
+"""Reasoning upstreams on loopback, for the thinking tests: real aiohttp servers.
+
+`ReasoningChat` answers chat completions as vLLM does with a reasoning parser (Qwen3 thinks
+unless told not to): `reasoning_content` beside the content, whole or streamed as the request
+asks. `ThinkingMessages` answers Anthropic Messages as Anthropic does: a signed `thinking`
+block before the text only when the request enables thinking (`signature_delta` before the
+block stops, in a stream). Both keep the request bodies they were sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tests.security.servers import _Upstream
+
+REASONING = ["Paris is", " in France."]
+TEXT = ["The answer:", " France"]
+
+
+def signature(thinking: str) -> str:
+    """The signature `ThinkingMessages` gives a thinking block (any opaque string will do)."""
+    return "sig-" + hashlib.sha256(thinking.encode()).hexdigest()[:16]
+
+
+def _sse(payload: dict[str, Any], name: str | None = None) -> bytes:
+    head = f"event: {name}\n".encode() if name else b""
+    return head + b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+class _Recording(_Upstream):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[dict[str, Any]] = []
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self.bodies.append(body)
+        if body.get("stream"):
+            return web.Response(body=self._stream(body), content_type="text/event-stream")
+        return web.Response(body=orjson.dumps(self._whole(body)), content_type="application/json")
+
+    def _whole(self, body: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _stream(self, body: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+
+class ReasoningChat(_Recording):
+    """Chat completions with `reasoning_content` (or, `field="reasoning"`, `reasoning`)."""
+
+    def __init__(self, field: str = "reasoning_content") -> None:
+        super().__init__()
+        self.field = field
+
+    def _whole(self, body: dict[str, Any]) -> dict[str, Any]:
+        message = {"role": "assistant", "content": "".join(TEXT), self.field: "".join(REASONING)}
+        return {
+            "id": "chatcmpl-r",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 4, "total_tokens": 11},
+        }
+
+    def _stream(self, body: dict[str, Any]) -> bytes:
+        deltas: list[dict[str, Any]] = [
+            {"role": "assistant", "content": None, self.field: REASONING[0]},
+            *({self.field: r} for r in REASONING[1:]),
+            *({"content": t} for t in TEXT),
+        ]
+        frame = {"id": "chatcmpl-r", "object": "chat.completion.chunk", "created": 0}
+        chunks = [{"index": 0, "delta": d, "finish_reason": None} for d in deltas]
+        chunks.append({"index": 0, "delta": {}, "finish_reason": "stop"})
+        out = [_sse({**frame, "model": body.get("model"), "choices": [c]}) for c in chunks]
+        usage = {"prompt_tokens": 7, "completion_tokens": 4, "total_tokens": 11}
+        out.append(_sse({**frame, "model": body.get("model"), "choices": [], "usage": usage}))
+        return b"".join(out) + b"data: [DONE]\n\n"
+
+
+def _thinks(body: dict[str, Any]) -> bool:
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") == "enabled"
+
+
+class ThinkingMessages(_Recording):
+    """Anthropic Messages: a signed thinking block first when `thinking` is enabled."""
+
+    def _whole(self, body: dict[str, Any]) -> dict[str, Any]:
+        content: list[dict[str, Any]] = []
+        if _thinks(body):
+            thought = "".join(REASONING)
+            content.append(
+                {"type": "thinking", "thinking": thought, "signature": signature(thought)}
+            )
+        content.append({"type": "text", "text": "".join(TEXT)})
+        return {
+            "id": "msg_r",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model"),
+            "content": content,
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 7, "output_tokens": 4},
+        }
+
+    def _stream(self, body: dict[str, Any]) -> bytes:
+        message = {**self._whole(body), "content": [], "stop_reason": None}
+        message["usage"] = {"input_tokens": 7, "output_tokens": 1}
+        out = [_sse({"type": "message_start", "message": message}, "message_start")]
+        blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+        if _thinks(body):
+            thought = "".join(REASONING)
+            deltas = [{"type": "thinking_delta", "thinking": r} for r in REASONING]
+            deltas.append({"type": "signature_delta", "signature": signature(thought)})
+            blocks.append(({"type": "thinking", "thinking": "", "signature": ""}, deltas))
+        blocks.append(
+            ({"type": "text", "text": ""}, [{"type": "text_delta", "text": t} for t in TEXT])
+        )
+        for index, (block, deltas) in enumerate(blocks):
+            start = {"type": "content_block_start", "index": index, "content_block": block}
+            out.append(_sse(start, "content_block_start"))
+            for delta in deltas:
+                event = {"type": "content_block_delta", "index": index, "delta": delta}
+                out.append(_sse(event, "content_block_delta"))
+            out.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+        delta = {"stop_reason": "end_turn", "stop_sequence": None}
+        usage = {"output_tokens": 4}
+        out.append(_sse({"type": "message_delta", "delta": delta, "usage": usage}, "message_delta"))
+        out.append(_sse({"type": "message_stop"}, "message_stop"))
+        return b"".join(out)
