@@ -490,6 +490,8 @@ def ollama_request(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
     )
     body: dict[str, Any] = {"options": options}
     if draw(st.booleans()):
+        body["think"] = draw(st.sampled_from([True, False, "low", "medium", "high", "max"]))
+    if draw(st.booleans()):
         body["format"] = draw(st.sampled_from(["json", {"type": "object"}]))
     images = draw(st.lists(st.just("iVBORw0KGgo="), max_size=1))
     if endpoint == "ollama.chat":

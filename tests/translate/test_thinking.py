@@ -4,6 +4,7 @@ deployments reached by translation (a chat engine that reasons, Anthropic's thin
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import ollama
 import pytest
@@ -16,8 +17,14 @@ THOUGHT = "".join(REASONING)
 ANSWER = "".join(TEXT)
 
 
+@dataclass
+class Upstreams:
+    chat: ReasoningChat
+    messages: ThinkingMessages
+
+
 @pytest.fixture(params=["reasoning_content", "reasoning"])
-def reasoner(stack: Stack, request: pytest.FixtureRequest) -> Iterator[ReasoningChat]:
+def reasoner(stack: Stack, request: pytest.FixtureRequest) -> Iterator[Upstreams]:
     """A chat engine that reasons (vLLM's field, or the newer `reasoning`), and an Anthropic
     API, behind one gateway: `m` on the engine (chat only), `claude` on Anthropic."""
     chat, messages = ReasoningChat(request.param), ThinkingMessages()
@@ -33,13 +40,13 @@ def reasoner(stack: Stack, request: pytest.FixtureRequest) -> Iterator[Reasoning
                 "deployments": [deployment("m", "p"), deployment("claude", "a")],
             }
         )
-        yield chat
+        yield Upstreams(chat, messages)
     finally:
         for upstream in (chat, messages):
             stack.lt.run(upstream.stop())
 
 
-def test_ollama_think_false_shows_no_reasoning(stack: Stack, reasoner: ReasoningChat) -> None:
+def test_ollama_think_false_shows_no_reasoning(stack: Stack, reasoner: Upstreams) -> None:
     """`think: false` on a chat engine whose model reasons all the same: Ollama shows no
     thinking then, but the translation put it in `message.thinking` (and generate's
     `thinking`), whole and streamed. Without `think` it is shown, as before."""
@@ -59,3 +66,28 @@ def test_ollama_think_false_shows_no_reasoning(stack: Stack, reasoner: Reasoning
     assert (shown.message.thinking, shown.message.content) == (THOUGHT, ANSWER)
     streamed = list(c.generate(model="m", prompt="?", think=True, stream=True))
     assert "".join(p.thinking or "" for p in streamed) == THOUGHT
+
+
+def test_ollama_think_true_makes_anthropic_think(stack: Stack, reasoner: Upstreams) -> None:
+    """`think: true` asked nothing of the deployment (only the levels did): Anthropic, which
+    thinks only when asked, answered without thinking. It asks for the default level now,
+    and the signed thinking comes back as Ollama's, whole and streamed."""
+    c = ollama.Client(host=stack.url, timeout=10)
+    chat = c.chat(model="claude", messages=HI, think=True, stream=False)
+    assert (chat.message.thinking, chat.message.content) == (THOUGHT, ANSWER)
+    lines = list(c.chat(model="claude", messages=HI, think=True, stream=True))
+    assert "".join(line.message.thinking or "" for line in lines) == THOUGHT
+    parts = list(c.generate(model="claude", prompt="Where is Paris?", think=True, stream=True))
+    assert "".join(p.thinking or "" for p in parts) == THOUGHT
+    assert "".join(p.response for p in parts) == ANSWER
+    sent = reasoner.messages.bodies
+    assert [b["thinking"] for b in sent] == [{"type": "enabled", "budget_tokens": 8192}] * 3
+    assert all(b["max_tokens"] > 8192 for b in sent)
+    low = c.chat(model="claude", messages=HI, think="low", stream=False)
+    assert low.message.thinking == THOUGHT and sent[-1]["thinking"]["budget_tokens"] == 2048
+    # without `think`, or with `false`, Anthropic is not asked to think
+    assert c.chat(model="claude", messages=HI, stream=False).message.thinking is None
+    assert c.chat(model="claude", messages=HI, think=False, stream=False).message.thinking is None
+    assert "thinking" not in sent[-1] and "thinking" not in sent[-2]
+    c.chat(model="m", messages=HI, think=True, stream=False)
+    assert reasoner.chat.bodies[-1]["reasoning_effort"] == "medium"

@@ -6,6 +6,7 @@ from typing import Any
 
 from fleetgate import capabilities as cap
 from fleetgate.translate.anthropic_chat import output_effort, output_format
+from fleetgate.translate.ollama_chat import think_effort
 from fleetgate.translate.responses_chat import wants_logprobs
 
 # body field -> need, for fields whose mere presence (non-null) is the need. `max_tokens`
@@ -213,8 +214,7 @@ def ollama_needs(endpoint: str, body: dict[str, Any]) -> frozenset[str]:
     fmt = body.get("format")
     if not completion and (fmt == "json" or isinstance(fmt, dict)):
         needs.add(cap.RESPONSE_FORMAT)
-    think = body.get("think")
-    if not completion and isinstance(think, str) and think in ("low", "medium", "high"):
+    if not completion and think_effort(body.get("think")) is not None:
         needs.add("reasoning")
     if endpoint == "ollama.chat":
         if body.get("tools"):

@@ -71,6 +71,17 @@ def _image(data: Any) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
+def think_effort(think: Any) -> str | None:
+    """Ollama's `think` as chat's `reasoning_effort`: a level as it is, `true` the default
+    level (`medium`, as OpenAI's), so that a deployment that thinks only when asked
+    (Anthropic) thinks; `false` and none ask for nothing."""
+    if think is True:
+        return "medium"
+    if isinstance(think, str) and think in ("low", "medium", "high"):
+        return think
+    return None
+
+
 def _sampling(body: dict[str, Any], out: dict[str, Any]) -> None:
     options = body.get("options")
     if isinstance(options, dict):
@@ -88,9 +99,9 @@ def _sampling(body: dict[str, Any], out: dict[str, Any]) -> None:
             "type": "json_schema",
             "json_schema": {"name": "response", "schema": fmt},
         }
-    think = body.get("think")
-    if isinstance(think, str) and think in ("low", "medium", "high"):
-        out["reasoning_effort"] = think
+    effort = think_effort(body.get("think"))
+    if effort is not None:
+        out["reasoning_effort"] = effort
     if body.get("stream", True) is not False:
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
@@ -176,6 +187,7 @@ def generate_to_completions(body: dict[str, Any]) -> dict[str, Any]:
         out["suffix"] = body["suffix"]
     _sampling(body, out)
     out.pop("response_format", None)  # completions take no response format
+    out.pop("reasoning_effort", None)  # nor a reasoning effort: the prompt is as it is
     return out
 
 
