@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import anthropic
 import ollama
 import pytest
 
@@ -91,3 +93,60 @@ def test_ollama_think_true_makes_anthropic_think(stack: Stack, reasoner: Upstrea
     assert "thinking" not in sent[-1] and "thinking" not in sent[-2]
     c.chat(model="m", messages=HI, think=True, stream=False)
     assert reasoner.chat.bodies[-1]["reasoning_effort"] == "medium"
+
+
+def _anthropic(stack: Stack) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=stack.url, api_key="x", max_retries=0, timeout=10)
+
+
+@pytest.mark.parametrize("thinking", [None, {"type": "disabled"}])
+def test_anthropic_without_thinking_gets_no_thinking_blocks(
+    stack: Stack, reasoner: Upstreams, thinking: dict[str, str] | None
+) -> None:
+    """An Anthropic request that does not enable thinking is answered without thinking
+    blocks, by Anthropic; on a chat engine whose model reasons anyway the translation put a
+    thinking block first, so a client reading `content[0].text` failed. Whole and streamed,
+    the text is the only block (index 0)."""
+    c = _anthropic(stack)
+    extra = {} if thinking is None else {"thinking": thinking}
+    whole = c.messages.create(model="m", max_tokens=300, messages=HI, **extra)  # type: ignore[arg-type]
+    assert [b.type for b in whole.content] == ["text"] and whole.content[0].text == ANSWER
+    with c.messages.stream(model="m", max_tokens=300, messages=HI, **extra) as s:  # type: ignore[arg-type]
+        events = list(s)
+        final = s.get_final_message()
+    starts = [(e.index, e.content_block.type) for e in events if e.type == "content_block_start"]
+    assert starts == [(0, "text")] and [b.type for b in final.content] == ["text"]
+    assert final.content[0].text == ANSWER  # type: ignore[union-attr]
+    assert "reasoning_effort" not in reasoner.chat.bodies[-1]
+
+
+@pytest.mark.parametrize(
+    "thinking", [{"type": "enabled", "budget_tokens": 2000}, {"type": "adaptive"}]
+)
+def test_anthropic_thinking_on_a_chat_engine(
+    stack: Stack, reasoner: Upstreams, thinking: dict[str, Any]
+) -> None:
+    """Thinking enabled (or adaptive): the reasoning is a thinking block before the text,
+    whole and streamed (blocks 0 and 1), with the `signature` field the SDK reads; carried
+    back in the next turn it is the assistant's reasoning again, never its content."""
+    c = _anthropic(stack)
+    whole = c.messages.create(model="m", max_tokens=3000, messages=HI, thinking=thinking)  # type: ignore[arg-type]
+    assert [b.type for b in whole.content] == ["thinking", "text"]
+    block = whole.content[0]
+    assert isinstance(block, anthropic.types.ThinkingBlock) and block.thinking == THOUGHT
+    assert isinstance(block.signature, str)
+    with c.messages.stream(model="m", max_tokens=3000, messages=HI, thinking=thinking) as s:  # type: ignore[arg-type]
+        events = list(s)
+        final = s.get_final_message()
+    starts = [(e.index, e.content_block.type) for e in events if e.type == "content_block_start"]
+    assert starts == [(0, "thinking"), (1, "text")]
+    assert [b.model_dump() for b in final.content] == [b.model_dump() for b in whole.content]
+    history = [*HI, {"role": "assistant", "content": [b.model_dump() for b in whole.content]}]
+    c.messages.create(
+        model="m",
+        max_tokens=3000,
+        thinking=thinking,  # type: ignore[arg-type]
+        messages=[*history, {"role": "user", "content": "And Rome?"}],
+    )
+    carried = reasoner.chat.bodies[-1]["messages"][1]
+    assert carried == {"role": "assistant", "content": ANSWER, "reasoning_content": THOUGHT}

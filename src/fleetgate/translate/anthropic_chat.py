@@ -60,6 +60,13 @@ def output_format(body: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def shows_thinking(body: dict[str, Any]) -> bool:
+    """Whether an Anthropic request enables thinking (`enabled`, or `adaptive`: the model
+    decides): without it Anthropic answers with no thinking blocks."""
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+
+
 def output_effort(body: dict[str, Any]) -> str | None:
     """`output_config.effort` as a chat `reasoning_effort`."""
     config = body.get("output_config")
@@ -302,12 +309,16 @@ def _anthropic_usage(usage: Any) -> dict[str, int]:
     return out
 
 
-def chat_to_messages_answer(answer: dict[str, Any], model: str) -> dict[str, Any]:
-    """A chat completion as an Anthropic `message`."""
+def chat_to_messages_answer(
+    answer: dict[str, Any], model: str, *, thinking: bool = True
+) -> dict[str, Any]:
+    """A chat completion as an Anthropic `message`; `thinking` False (the request did not
+    enable thinking): the reasoning a model gives all the same is left out, as Anthropic
+    answers such a request without thinking blocks."""
     choice = first_choice(answer)
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
-    reasoning = reasoning_of(message)
+    reasoning = reasoning_of(message) if thinking else None
     if reasoning:
         content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
     text = message.get("content")
@@ -354,7 +365,8 @@ class ChatToMessagesStream:
 
     `message_start` (and a `ping`) go out with the first chunk; each text, reasoning or
     tool call opens its own content block; `message_delta` carries the stop reason and
-    the usage of the final usage chunk, then `message_stop`.
+    the usage of the final usage chunk, then `message_stop`. `thinking` False: reasoning
+    chunks are left out (`chat_to_messages_answer`).
     """
 
     __slots__ = (
@@ -364,13 +376,15 @@ class ChatToMessagesStream:
         "_started",
         "_stopped",
         "_text_head",
+        "_thinking",
         "_tool_blocks",
         "_usage",
         "model",
     )
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, thinking: bool = True) -> None:
         self.model = model
+        self._thinking = thinking
         self._started = False
         self._stopped = False
         self._block = -1  # index of the open content block (-1: none open)
@@ -440,7 +454,11 @@ class ChatToMessagesStream:
             self._start(chunk, out)
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
-            reasoning = reasoning_of(delta) if len(delta) > 1 or "content" not in delta else None
+            reasoning = (
+                reasoning_of(delta)
+                if self._thinking and (len(delta) > 1 or "content" not in delta)
+                else None
+            )
             if reasoning:
                 if self._block_kind != "thinking":
                     self._open(

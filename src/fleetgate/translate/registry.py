@@ -321,9 +321,17 @@ _GENERATE_UNTHINKING = replace(
     answer=partial(ollama_chat.chat_to_generate_answer, thinking=False),
     stream=_timed(partial(ollama_chat.ChatToGenerateStream, thinking=False)),
 )
+# an Anthropic request that does not enable thinking: Anthropic answers it without thinking
+# blocks (a client reading `content[0].text` relies on it), whatever a chat model reasons
+_MESSAGES_UNTHINKING = replace(
+    MESSAGES_TO_CHAT,
+    answer=_untimed(partial(anthropic_chat.chat_to_messages_answer, thinking=False)),
+    stream=_usage_always(partial(anthropic_chat.ChatToMessagesStream, thinking=False)),
+)
 # (client endpoint, upstream protocol) -> the translation for a client that asked to see no
 # reasoning (`hides_reasoning`)
 _UNREASONED: dict[tuple[str, str], Translation] = {
+    ("messages", OPENAI): _MESSAGES_UNTHINKING,
     ("ollama.chat", OPENAI): _OLLAMA_CHAT_UNTHINKING,
     ("ollama.chat", ANTHROPIC): compose(_OLLAMA_CHAT_UNTHINKING, CHAT_TO_MESSAGES),
     ("ollama.generate", OPENAI): _GENERATE_UNTHINKING,
@@ -332,7 +340,10 @@ _UNREASONED: dict[tuple[str, str], Translation] = {
 
 
 def hides_reasoning(endpoint: str, body: dict[str, Any]) -> bool:
-    """Whether the client's protocol shows this request no reasoning: Ollama's `think: false`."""
+    """Whether the client's protocol shows this request no reasoning: Ollama's `think: false`,
+    an Anthropic request that does not enable thinking."""
+    if endpoint == "messages":
+        return not anthropic_chat.shows_thinking(body)
     return endpoint in ("ollama.chat", "ollama.generate") and body.get("think") is False
 
 
