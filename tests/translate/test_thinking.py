@@ -3,12 +3,13 @@ deployments reached by translation (a chat engine that reasons, Anthropic's thin
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import anthropic
 import ollama
+import openai
 import pytest
 
 from tests.harness import Stack, anthropic_provider, deployment, provider
@@ -150,3 +151,38 @@ def test_anthropic_thinking_on_a_chat_engine(
     )
     carried = reasoner.chat.bodies[-1]["messages"][1]
     assert carried == {"role": "assistant", "content": ANSWER, "reasoning_content": THOUGHT}
+
+
+def test_responses_reasoning_items_are_carried_back(
+    stack: Stack, reasoner: Upstreams, client_for: Callable[..., openai.OpenAI]
+) -> None:
+    """A Responses client that sends its earlier output back (`input += response.output`)
+    sends the `reasoning` items with it; the translation dropped them, so a chat engine
+    never saw the assistant's earlier reasoning. Each is the `reasoning_content` of the
+    assistant message (or function call) that follows it, never content."""
+    c = client_for(stack)
+    first = c.responses.create(model="m", input="Where is Paris?", reasoning={"effort": "low"})
+    assert [item.type for item in first.output] == ["reasoning", "message"]
+    assert reasoner.chat.bodies[-1]["reasoning_effort"] == "low"
+    earlier = [item.model_dump(exclude_none=True) for item in first.output]
+    c.responses.create(
+        model="m",
+        input=[
+            {"role": "user", "content": "Where is Paris?"},
+            *earlier,  # type: ignore[list-item]
+            {"role": "user", "content": "And Rome?"},
+        ],
+    )
+    sent = reasoner.chat.bodies[-1]["messages"]
+    assert sent[1] == {"role": "assistant", "content": ANSWER, "reasoning_content": THOUGHT}
+    summary = {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "Look it up."}],
+    }
+    call = {"type": "function_call", "call_id": "call_1", "name": "atlas", "arguments": "{}"}
+    answer = {"type": "function_call_output", "call_id": "call_1", "output": "France"}
+    c.responses.create(model="m", input=[{"role": "user", "content": "?"}, summary, call, answer])  # type: ignore[list-item]
+    sent = reasoner.chat.bodies[-1]["messages"]
+    assert sent[1]["reasoning_content"] == "Look it up." and sent[1]["content"] is None
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]

@@ -66,8 +66,41 @@ def _output_text(output: Any) -> str:
     return "".join(str(p.get("text", "")) for p in parts if p["type"] == "text")
 
 
+def _reasoning_text(item: dict[str, Any]) -> str:
+    """A `reasoning` input item's text: its `reasoning_text` content (an open model's own
+    reasoning), else its summary."""
+    for key, kind in (("content", "reasoning_text"), ("summary", "summary_text")):
+        parts = item.get(key)
+        texts = [
+            str(p.get("text", ""))
+            for p in (parts if isinstance(parts, list) else ())
+            if isinstance(p, dict) and p.get("type") == kind
+        ]
+        if any(texts):
+            return "".join(texts)
+    return ""
+
+
+def _assistant(messages: list[dict[str, Any]], reasoning: list[str]) -> dict[str, Any]:
+    """The assistant message a function call joins: the last one, or a new one; the reasoning
+    items before it (`reasoning`, emptied) become its `reasoning_content`."""
+    last = messages[-1] if messages else None
+    if last is None or last["role"] != "assistant":
+        last = {"role": "assistant", "content": None}
+        messages.append(last)
+    _reason(last, reasoning)
+    return last
+
+
+def _reason(message: dict[str, Any], reasoning: list[str]) -> None:
+    if reasoning:
+        message["reasoning_content"] = message.get("reasoning_content", "") + "".join(reasoning)
+        reasoning.clear()
+
+
 def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
+    reasoning: list[str] = []  # reasoning items not yet given to an assistant message
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
         messages.append({"role": "system", "content": instructions})
@@ -84,7 +117,10 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
             content = _content(item.get("content"))
             if role == "assistant" and isinstance(content, list):
                 content = "".join(str(p.get("text", "")) for p in content)
-            messages.append({"role": role, "content": content})
+            message = {"role": role, "content": content}
+            if role == "assistant":
+                _reason(message, reasoning)
+            messages.append(message)
         elif kind == "function_call":
             call = {
                 "id": str(item.get("call_id") or item.get("id") or ""),
@@ -94,13 +130,14 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
                     "arguments": str(item.get("arguments") or "{}"),
                 },
             }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant":
-                last.setdefault("tool_calls", []).append(call)
-                if last.get("content") == "":
-                    last["content"] = None
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            last = _assistant(messages, reasoning)
+            last.setdefault("tool_calls", []).append(call)
+            if last.get("content") == "":
+                last["content"] = None
+        elif kind == "reasoning":  # the reasoning of the assistant turn that follows it
+            text = _reasoning_text(item)
+            if text:
+                reasoning.append(text)
         elif kind == "function_call_output":
             messages.append(
                 {
@@ -109,7 +146,7 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
                     "content": _output_text(item.get("output")),
                 }
             )
-        # reasoning items, and the hosted tools' calls, have no chat equivalent: dropped
+        # the hosted tools' calls have no chat equivalent: dropped
     return messages
 
 
