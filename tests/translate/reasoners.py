@@ -3,8 +3,11 @@
 `ReasoningChat` answers chat completions as vLLM does with a reasoning parser (Qwen3 thinks
 unless told not to): `reasoning_content` beside the content, whole or streamed as the request
 asks. `ThinkingMessages` answers Anthropic Messages as Anthropic does: a signed `thinking`
-block before the text only when the request enables thinking (`signature_delta` before the
-block stops, in a stream). Both keep the request bodies they were sent.
+block first only when the request enables thinking (`signature_delta` before the block
+stops, in a stream), then the text, or with `tools` (and no tool result to answer) a call
+of the first tool. It refuses, as Anthropic, a thinking block of the history whose signature
+is not the one it gave, and, with thinking enabled, tool results answering an assistant
+turn that does not start with a thinking block. Both keep the request bodies they were sent.
 """
 
 from __future__ import annotations
@@ -39,9 +42,21 @@ class _Recording(_Upstream):
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         self.bodies.append(body)
+        refusal = self._refusal(body)
+        if refusal is not None:
+            error = {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": refusal},
+            }
+            return web.Response(
+                status=400, body=orjson.dumps(error), content_type="application/json"
+            )
         if body.get("stream"):
             return web.Response(body=self._stream(body), content_type="text/event-stream")
         return web.Response(body=orjson.dumps(self._whole(body)), content_type="application/json")
+
+    def _refusal(self, body: dict[str, Any]) -> str | None:
+        return None
 
     def _whole(self, body: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
@@ -88,8 +103,37 @@ def _thinks(body: dict[str, Any]) -> bool:
     return isinstance(thinking, dict) and thinking.get("type") == "enabled"
 
 
+def _calls_tool(body: dict[str, Any]) -> str | None:
+    """The tool the answer calls: the first one, unless the request answers a call."""
+    tools, turns = body.get("tools") or [], body.get("messages") or []
+    last = turns[-1].get("content") if turns else None
+    answers = isinstance(last, list) and any(b.get("type") == "tool_result" for b in last)
+    return None if not tools or answers else str(tools[0]["name"])
+
+
 class ThinkingMessages(_Recording):
     """Anthropic Messages: a signed thinking block first when `thinking` is enabled."""
+
+    def _refusal(self, body: dict[str, Any]) -> str | None:
+        turns = body.get("messages") or []
+        for i, turn in enumerate(turns):
+            content = turn.get("content")
+            for j, block in enumerate(content if isinstance(content, list) else ()):
+                if block.get("type") != "thinking":
+                    continue
+                if block.get("signature") != signature(str(block.get("thinking"))):
+                    return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+        last = turns[-1].get("content") if turns else None
+        answers = isinstance(last, list) and any(b.get("type") == "tool_result" for b in last)
+        if _thinks(body) and answers and len(turns) > 1:
+            first = (turns[-2].get("content") or [{}])[0]
+            if first.get("type") not in ("thinking", "redacted_thinking"):
+                return (
+                    f"messages.{len(turns) - 2}.content.0.type: Expected `thinking` or "
+                    f"`redacted_thinking`, but found `{first.get('type')}`. When `thinking` "
+                    "is enabled, a final `assistant` message must start with a thinking block"
+                )
+        return None
 
     def _whole(self, body: dict[str, Any]) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
@@ -98,14 +142,18 @@ class ThinkingMessages(_Recording):
             content.append(
                 {"type": "thinking", "thinking": thought, "signature": signature(thought)}
             )
-        content.append({"type": "text", "text": "".join(TEXT)})
+        tool = _calls_tool(body)
+        if tool is None:
+            content.append({"type": "text", "text": "".join(TEXT)})
+        else:
+            content.append({"type": "tool_use", "id": "toolu_1", "name": tool, "input": {}})
         return {
             "id": "msg_r",
             "type": "message",
             "role": "assistant",
             "model": body.get("model"),
             "content": content,
-            "stop_reason": "end_turn",
+            "stop_reason": "end_turn" if tool is None else "tool_use",
             "stop_sequence": None,
             "usage": {"input_tokens": 7, "output_tokens": 4},
         }
@@ -120,9 +168,13 @@ class ThinkingMessages(_Recording):
             deltas = [{"type": "thinking_delta", "thinking": r} for r in REASONING]
             deltas.append({"type": "signature_delta", "signature": signature(thought)})
             blocks.append(({"type": "thinking", "thinking": "", "signature": ""}, deltas))
-        blocks.append(
-            ({"type": "text", "text": ""}, [{"type": "text_delta", "text": t} for t in TEXT])
-        )
+        tool = _calls_tool(body)
+        if tool is None:
+            texts = [{"type": "text_delta", "text": t} for t in TEXT]
+            blocks.append(({"type": "text", "text": ""}, texts))
+        else:
+            call = {"type": "tool_use", "id": "toolu_1", "name": tool, "input": {}}
+            blocks.append((call, [{"type": "input_json_delta", "partial_json": "{}"}]))
         for index, (block, deltas) in enumerate(blocks):
             start = {"type": "content_block_start", "index": index, "content_block": block}
             out.append(_sse(start, "content_block_start"))
@@ -130,7 +182,7 @@ class ThinkingMessages(_Recording):
                 event = {"type": "content_block_delta", "index": index, "delta": delta}
                 out.append(_sse(event, "content_block_delta"))
             out.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
-        delta = {"stop_reason": "end_turn", "stop_sequence": None}
+        delta = {"stop_reason": "end_turn" if tool is None else "tool_use", "stop_sequence": None}
         usage = {"output_tokens": 4}
         out.append(_sse({"type": "message_delta", "delta": delta, "usage": usage}, "message_delta"))
         out.append(_sse({"type": "message_stop"}, "message_stop"))

@@ -16,6 +16,7 @@ from fleetgate.translate import anthropic_chat as ac
 from fleetgate.translate import ollama_chat as oc
 from fleetgate.translate import responses_chat as rc
 from fleetgate.translate.events import DONE_PAYLOAD, Event
+from fleetgate.translate.thinking import unthought_tool_turn
 
 text = st.text(min_size=1, max_size=12)
 name = st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True)
@@ -142,7 +143,11 @@ def test_anthropic_request_there_and_back(body: dict[str, Any]) -> None:
     assert _normal_turns(back["messages"]) == _normal_turns(body["messages"])
     keys = ["max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "metadata"]
     config = body.get("output_config", {})
-    if "effort" in config:  # back as chat's reasoning effort: a thinking budget, max_tokens above
+    # with tool results answering a turn without signed thinking, Anthropic takes no thinking
+    unthought = unthought_tool_turn(back["messages"])
+    if "effort" in config and unthought:
+        assert "thinking" not in back
+    elif "effort" in config:  # back as chat's reasoning effort: a thinking budget, max_tokens above
         assert back["thinking"]["type"] == "enabled"
         assert back["max_tokens"] >= max(body["max_tokens"], back["thinking"]["budget_tokens"])
         keys.remove("max_tokens")

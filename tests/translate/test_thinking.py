@@ -13,7 +13,13 @@ import openai
 import pytest
 
 from tests.harness import Stack, anthropic_provider, deployment, provider
-from tests.translate.reasoners import REASONING, TEXT, ReasoningChat, ThinkingMessages
+from tests.translate.reasoners import (
+    REASONING,
+    TEXT,
+    ReasoningChat,
+    ThinkingMessages,
+    signature,
+)
 
 HI = [{"role": "user", "content": "Where is Paris?"}]
 THOUGHT = "".join(REASONING)
@@ -186,3 +192,73 @@ def test_responses_reasoning_items_are_carried_back(
     sent = reasoner.chat.bodies[-1]["messages"]
     assert sent[1]["reasoning_content"] == "Look it up." and sent[1]["content"] is None
     assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+
+
+ATLAS = {"type": "function", "function": {"name": "atlas", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_tool_loop_with_anthropic_thinking(
+    stack: Stack, reasoner: Upstreams, client_for: Callable[..., openai.OpenAI], stream: bool
+) -> None:
+    """An OpenAI client with `reasoning_effort` on Anthropic, in a tool loop: the answer's
+    thinking went back as a thinking block with an empty signature, which Anthropic refuses
+    ("Invalid `signature`"), so the loop's second request failed. The signed blocks come
+    with the answer (`thinking_blocks`, whole or streamed) and go back as they came."""
+    c = client_for(stack)
+    ask = [{"role": "user", "content": "Where is Paris? Use the atlas."}]
+    if stream:
+        with c.chat.completions.stream(
+            model="claude", messages=ask, tools=[ATLAS], reasoning_effort="low"
+        ) as s:
+            message = s.get_final_completion().choices[0].message
+    else:
+        answer = c.chat.completions.create(
+            model="claude", messages=ask, tools=[ATLAS], reasoning_effort="low"
+        )
+        message = answer.choices[0].message
+    assert message.tool_calls and message.model_extra is not None
+    assert message.model_extra["reasoning_content"] == THOUGHT
+    history = [
+        *ask,
+        message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "France"},
+    ]
+    done = c.chat.completions.create(
+        model="claude",
+        messages=history,  # type: ignore[arg-type]
+        tools=[ATLAS],
+        reasoning_effort="low",
+    )
+    assert done.choices[0].message.content == ANSWER
+    sent = reasoner.messages.bodies[-1]
+    assert sent["thinking"]["type"] == "enabled"
+    assert sent["messages"][1]["content"][0] == {
+        "type": "thinking",
+        "thinking": THOUGHT,
+        "signature": signature(THOUGHT),
+    }
+
+
+def test_unsigned_reasoning_is_not_sent_to_anthropic(stack: Stack, reasoner: Upstreams) -> None:
+    """Reasoning that Anthropic did not sign (an Ollama `thinking`, a chat engine's
+    `reasoning_content`) went to Anthropic as a thinking block with an empty signature, and
+    the request was refused. It is left out; in a tool loop whose assistant turn has no
+    signed thinking to start with, the request goes without thinking, as Anthropic's error
+    advises, instead of failing."""
+    c = ollama.Client(host=stack.url, timeout=10)
+    first = c.chat(model="claude", messages=HI, think=True, stream=False)
+    assert first.message.thinking == THOUGHT
+    again = [*HI, first.message, {"role": "user", "content": "And Rome?"}]
+    second = c.chat(model="claude", messages=again, think=True, stream=False)
+    assert (second.message.content, second.message.thinking) == (ANSWER, THOUGHT)
+    assert reasoner.messages.bodies[-1]["messages"][1]["content"] == [
+        {"type": "text", "text": ANSWER}
+    ]
+    tools = [ATLAS]
+    called = c.chat(model="claude", messages=HI, tools=tools, think=True, stream=False)
+    assert called.message.tool_calls and called.message.thinking == THOUGHT
+    loop = [*HI, called.message, {"role": "tool", "content": "France", "tool_name": "atlas"}]
+    answered = list(c.chat(model="claude", messages=loop, tools=tools, think=True, stream=True))
+    assert "".join(p.message.content for p in answered) == ANSWER
+    assert "thinking" not in reasoner.messages.bodies[-1]

@@ -22,6 +22,12 @@ from fleetgate.translate.chat import (
 from fleetgate.translate.events import DONE_EVENT, Event
 from fleetgate.translate.held_stops import sendable_to_anthropic
 from fleetgate.translate.text_chunks import plain_text_delta
+from fleetgate.translate.thinking import (
+    StreamedBlocks,
+    anthropic_blocks,
+    chat_blocks,
+    unthought_tool_turn,
+)
 
 # finish_reason <-> stop_reason
 _STOP_REASON = {
@@ -583,10 +589,9 @@ def chat_to_messages(body: dict[str, Any]) -> dict[str, Any]:
         if role in ("system", "developer"):
             system.append(_plain_text(content))
         elif role == "assistant":
-            blocks = []
-            reasoning = reasoning_of(message)
-            if reasoning:
-                blocks.append({"type": "thinking", "thinking": reasoning, "signature": ""})
+            # Anthropic's own signed thinking goes back as it came; other reasoning, which
+            # Anthropic could not verify, is not sent (translate/thinking.py)
+            blocks = anthropic_blocks(message)
             blocks += _anthropic_blocks(content)
             for call in message.get("tool_calls") or ():
                 function = call.get("function") or {}
@@ -655,7 +660,7 @@ def chat_to_messages(body: dict[str, Any]) -> dict[str, Any]:
         if isinstance(schema, dict):
             out["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     effort = body.get("reasoning_effort")
-    if isinstance(effort, str) and effort in _EFFORT_BUDGET:
+    if isinstance(effort, str) and effort in _EFFORT_BUDGET and not unthought_tool_turn(turns):
         budget_tokens = _EFFORT_BUDGET[effort]
         out["thinking"] = {"type": "enabled", "budget_tokens": budget_tokens}
         out["max_tokens"] = max(out["max_tokens"], budget_tokens + 1)
@@ -726,6 +731,9 @@ def messages_to_chat_answer(answer: dict[str, Any], model: str) -> dict[str, Any
         message["tool_calls"] = calls
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
+    thinking_blocks = chat_blocks(answer.get("content"))
+    if thinking_blocks:  # signed, for the client to send back (translate/thinking.py)
+        message["thinking_blocks"] = thinking_blocks
     finish = _FINISH_REASON.get(str(answer.get("stop_reason")), "stop")
     return {
         "id": _chat_id(answer.get("id")),
@@ -740,9 +748,19 @@ def messages_to_chat_answer(answer: dict[str, Any], model: str) -> dict[str, Any
 class MessagesToChatStream:
     """Anthropic Messages stream events in, chat completion chunks out (then `[DONE]`);
     the closing usage chunk (no choices) only for a client that asked for it (`usage`:
-    `stream_options.include_usage`), as OpenAI sends it."""
+    `stream_options.include_usage`), as OpenAI sends it. A signed thinking block, once it
+    stops, is one `thinking_blocks` entry (translate/thinking.py)."""
 
-    __slots__ = ("_calls", "_created", "_done", "_id", "_usage", "_usage_chunk", "model")
+    __slots__ = (
+        "_calls",
+        "_created",
+        "_done",
+        "_id",
+        "_thinking",
+        "_usage",
+        "_usage_chunk",
+        "model",
+    )
 
     def __init__(self, model: str, usage: bool = True) -> None:
         self.model = model
@@ -750,6 +768,7 @@ class MessagesToChatStream:
         self._id = new_id("chatcmpl-")
         self._created = int(time.time())
         self._calls: dict[int, int] = {}  # content block index -> tool-call index
+        self._thinking = StreamedBlocks()
         self._usage: dict[str, Any] = {}
         self._done = False
 
@@ -774,6 +793,7 @@ class MessagesToChatStream:
             return [self._chunk({"role": "assistant", "content": ""})]
         if kind == "content_block_start":
             block = data.get("content_block") or {}
+            self._thinking.start(data.get("index", 0), block)
             if block.get("type") == "tool_use":
                 index = self._calls[data.get("index", 0)] = len(self._calls)
                 call = {
@@ -786,6 +806,7 @@ class MessagesToChatStream:
             return []
         if kind == "content_block_delta":
             delta = data.get("delta") or {}
+            self._thinking.delta(data.get("index", 0), delta)
             dtype = delta.get("type")
             if dtype == "text_delta":
                 return [self._chunk({"content": delta.get("text", "")})]
@@ -796,6 +817,9 @@ class MessagesToChatStream:
                 call = {"index": index, "function": {"arguments": delta.get("partial_json", "")}}
                 return [self._chunk({"tool_calls": [call]})]
             return []
+        if kind == "content_block_stop":
+            entry = self._thinking.stop(data.get("index", 0))
+            return [] if entry is None else [self._chunk({"thinking_blocks": [entry]})]
         if kind == "message_delta":
             self._usage.update(
                 {k: v for k, v in (data.get("usage") or {}).items() if v is not None}
@@ -819,7 +843,7 @@ class MessagesToChatStream:
                     },
                 )
             ]
-        return []  # ping, content_block_stop
+        return []  # ping
 
     def finish(self) -> list[Event]:
         if self._done:

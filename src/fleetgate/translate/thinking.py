@@ -1,0 +1,93 @@
+"""Anthropic's signed thinking, carried through Chat Completions and back.
+
+Anthropic signs each `thinking` block (`redacted_thinking` carries encrypted `data`) and
+verifies the signature when the block comes back in a later request: an unsigned or altered
+block is a 400 ("Invalid `signature` in `thinking` block"). Chat has no field for it, so an
+assistant message translated from Anthropic carries its blocks, as Anthropic gave them, in
+`thinking_blocks` (the name other gateways use), beside the readable `reasoning_content`;
+a client that sends the message back sends them back, and they go to Anthropic as they came.
+Reasoning without a signature (from a chat engine, an Ollama `thinking`, a Responses
+reasoning item) cannot be verified and is not sent to Anthropic.
+
+With thinking enabled, Anthropic also wants the assistant turn whose tool calls the last
+user turn answers to start with a thinking block; when the history has none to give, the
+request goes without thinking (what Anthropic's own error advises), rather than failing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+THINKING_KINDS = ("thinking", "redacted_thinking")
+
+
+def signed(block: Any) -> dict[str, Any] | None:
+    """A thinking block Anthropic can verify, in its own shape (None: not one)."""
+    if not isinstance(block, dict):
+        return None
+    kind = block.get("type")
+    if kind == "thinking":
+        thinking, signature = block.get("thinking"), block.get("signature")
+        if isinstance(thinking, str) and isinstance(signature, str) and signature:
+            return {"type": "thinking", "thinking": thinking, "signature": signature}
+    elif kind == "redacted_thinking" and isinstance(block.get("data"), str) and block["data"]:
+        return {"type": "redacted_thinking", "data": block["data"]}
+    return None
+
+
+def chat_blocks(content: Any) -> list[dict[str, Any]]:
+    """The signed thinking blocks of an Anthropic answer's content, for `thinking_blocks`."""
+    found = (signed(b) for b in content) if isinstance(content, list) else ()
+    return [b for b in found if b is not None]
+
+
+def anthropic_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The thinking blocks to send Anthropic for a chat assistant message: those it carries
+    in `thinking_blocks` (a stream's entries have an `index` too) that Anthropic signed."""
+    blocks = message.get("thinking_blocks")
+    found = (signed(b) for b in blocks) if isinstance(blocks, list) else ()
+    return [b for b in found if b is not None]
+
+
+def unthought_tool_turn(turns: list[dict[str, Any]]) -> bool:
+    """Whether the last turn answers tool calls of an assistant turn that does not start
+    with a thinking block: with thinking enabled, Anthropic refuses such a request."""
+    if len(turns) < 2 or turns[-1]["role"] != "user" or turns[-2]["role"] != "assistant":
+        return False
+    if not any(b.get("type") == "tool_result" for b in turns[-1]["content"]):
+        return False
+    blocks = turns[-2]["content"]
+    return not blocks or blocks[0].get("type") not in THINKING_KINDS
+
+
+class StreamedBlocks:
+    """A Messages stream's thinking blocks as they come, each whole when it stops."""
+
+    __slots__ = ("_open", "count")
+
+    def __init__(self) -> None:
+        self._open: dict[int, dict[str, Any]] = {}  # content block index -> the block so far
+        self.count = 0  # thinking blocks finished so far
+
+    def start(self, index: int, block: dict[str, Any]) -> None:
+        if block.get("type") in THINKING_KINDS:
+            self._open[index] = dict(block)
+
+    def delta(self, index: int, delta: dict[str, Any]) -> None:
+        block = self._open.get(index)
+        if block is None:
+            return
+        if delta.get("type") == "thinking_delta":
+            block["thinking"] = str(block.get("thinking") or "") + str(delta.get("thinking", ""))
+        elif delta.get("type") == "signature_delta":
+            block["signature"] = str(delta.get("signature", ""))
+
+    def stop(self, index: int) -> dict[str, Any] | None:
+        """The `thinking_blocks` entry of a block that stopped (None: no signed thinking);
+        its `index` counts the thinking blocks, as a chat stream's list entries want."""
+        block = signed(self._open.pop(index, None))
+        if block is None:
+            return None
+        entry = {"index": self.count, **block}
+        self.count += 1
+        return entry
