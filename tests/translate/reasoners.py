@@ -6,8 +6,10 @@ asks. `ThinkingMessages` answers Anthropic Messages as Anthropic does: a signed 
 block first only when the request enables thinking (`signature_delta` before the block
 stops, in a stream), then the text, or with `tools` (and no tool result to answer) a call
 of the first tool. It refuses, as Anthropic, a thinking block of the history whose signature
-is not the one it gave, and, with thinking enabled, tool results answering an assistant
-turn that does not start with a thinking block. Both keep the request bodies they were sent.
+is not the one it gave, and, with thinking enabled, what Anthropic refuses with it: tool
+results answering an assistant turn that does not start with a thinking block, a
+`temperature` other than 1, a `top_k`, a `top_p` under 0.95, a forced `tool_choice`, a
+`max_tokens` not above the budget. Both keep the request bodies they were sent.
 """
 
 from __future__ import annotations
@@ -111,10 +113,28 @@ def _calls_tool(body: dict[str, Any]) -> str | None:
     return None if not tools or answers else str(tools[0]["name"])
 
 
+def _refused_with_thinking(body: dict[str, Any]) -> str | None:
+    if body.get("temperature", 1) != 1:
+        return "`temperature` may only be set to 1 when thinking is enabled"
+    if "top_k" in body:
+        return "`top_k` may not be set when thinking is enabled"
+    if body.get("top_p", 1) < 0.95:
+        return "`top_p` must be greater than or equal to 0.95 when thinking is enabled"
+    if (body.get("tool_choice") or {}).get("type") in ("any", "tool"):
+        return "Thinking may not be enabled when `tool_choice` forces tool use."
+    if body["max_tokens"] <= body["thinking"]["budget_tokens"]:
+        return "`max_tokens` must be greater than `thinking.budget_tokens`"
+    return None
+
+
 class ThinkingMessages(_Recording):
     """Anthropic Messages: a signed thinking block first when `thinking` is enabled."""
 
     def _refusal(self, body: dict[str, Any]) -> str | None:
+        if _thinks(body):
+            with_thinking = _refused_with_thinking(body)
+            if with_thinking is not None:
+                return with_thinking
         turns = body.get("messages") or []
         for i, turn in enumerate(turns):
             content = turn.get("content")

@@ -16,7 +16,7 @@ from fleetgate.translate import anthropic_chat as ac
 from fleetgate.translate import ollama_chat as oc
 from fleetgate.translate import responses_chat as rc
 from fleetgate.translate.events import DONE_PAYLOAD, Event
-from fleetgate.translate.thinking import unthought_tool_turn
+from fleetgate.translate.thinking import can_think
 
 text = st.text(min_size=1, max_size=12)
 name = st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True)
@@ -143,14 +143,19 @@ def test_anthropic_request_there_and_back(body: dict[str, Any]) -> None:
     assert _normal_turns(back["messages"]) == _normal_turns(body["messages"])
     keys = ["max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "metadata"]
     config = body.get("output_config", {})
-    # with tool results answering a turn without signed thinking, Anthropic takes no thinking
-    unthought = unthought_tool_turn(back["messages"])
-    if "effort" in config and unthought:
-        assert "thinking" not in back
-    elif "effort" in config:  # back as chat's reasoning effort: a thinking budget, max_tokens above
+    # back as chat's reasoning effort: a thinking budget, unless Anthropic refuses thinking
+    # with the request (a forced tool choice, tool results answering a turn without signed
+    # thinking); then max_tokens above the budget, and the sampling Anthropic takes with it
+    if "effort" in config and can_think(back):
         assert back["thinking"]["type"] == "enabled"
         assert back["max_tokens"] >= max(body["max_tokens"], back["thinking"]["budget_tokens"])
-        keys.remove("max_tokens")
+        assert back.get("temperature") == (1 if body.get("temperature") == 1 else None)
+        assert "top_k" not in back
+        assert back.get("top_p") == (max(body["top_p"], 0.95) if "top_p" in body else None)
+        for key in ("max_tokens", "temperature", "top_k", "top_p"):
+            keys.remove(key)
+    else:
+        assert "thinking" not in back
     for key in keys:
         assert back.get(key) == body.get(key), key
     assert back.get("output_config", {}).get("format") == config.get("format")

@@ -262,3 +262,40 @@ def test_unsigned_reasoning_is_not_sent_to_anthropic(stack: Stack, reasoner: Ups
     answered = list(c.chat(model="claude", messages=loop, tools=tools, think=True, stream=True))
     assert "".join(p.message.content for p in answered) == ANSWER
     assert "thinking" not in reasoner.messages.bodies[-1]
+
+
+def test_thinking_asked_with_what_anthropic_takes(
+    stack: Stack, reasoner: Upstreams, client_for: Callable[..., openai.OpenAI]
+) -> None:
+    """Anthropic refuses thinking with a `temperature` other than 1, a `top_k`, a `top_p`
+    under 0.95 or a forced tool choice; an Ollama client's `think: true` with its usual
+    `options.temperature` (or an OpenAI client's `reasoning_effort` with `temperature`)
+    was answered 400. With thinking, those sampling fields are left out (`top_p` raised to
+    0.95); a forced tool choice is kept, and the request goes without thinking."""
+    c = ollama.Client(host=stack.url, timeout=10)
+    options = {"temperature": 0.2, "top_k": 20, "top_p": 0.8}
+    chat = c.chat(model="claude", messages=HI, think=True, options=options, stream=False)
+    assert chat.message.thinking == THOUGHT
+    sent = reasoner.messages.bodies[-1]
+    assert sent["thinking"]["type"] == "enabled" and sent["top_p"] == 0.95
+    assert "temperature" not in sent and "top_k" not in sent
+    unthinking = c.chat(model="claude", messages=HI, options=options, stream=False)
+    assert unthinking.message.content == ANSWER  # without thinking the sampling is as asked
+    assert {k: reasoner.messages.bodies[-1][k] for k in options} == options
+    o = client_for(stack)
+    answer = o.chat.completions.create(
+        model="claude", messages=HI, reasoning_effort="high", temperature=1, top_p=0.99
+    )
+    assert answer.choices[0].message.content == ANSWER
+    sent = reasoner.messages.bodies[-1]
+    assert (sent["temperature"], sent["top_p"], sent["thinking"]["budget_tokens"]) == (
+        1,
+        0.99,
+        24576,
+    )
+    forced = o.chat.completions.create(
+        model="claude", messages=HI, tools=[ATLAS], tool_choice="required", reasoning_effort="low"
+    )
+    assert forced.choices[0].message.tool_calls
+    sent = reasoner.messages.bodies[-1]
+    assert sent["tool_choice"] == {"type": "any"} and "thinking" not in sent

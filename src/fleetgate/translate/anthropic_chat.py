@@ -25,8 +25,9 @@ from fleetgate.translate.text_chunks import plain_text_delta
 from fleetgate.translate.thinking import (
     StreamedBlocks,
     anthropic_blocks,
+    can_think,
     chat_blocks,
-    unthought_tool_turn,
+    with_thinking,
 )
 
 # finish_reason <-> stop_reason
@@ -660,10 +661,8 @@ def chat_to_messages(body: dict[str, Any]) -> dict[str, Any]:
         if isinstance(schema, dict):
             out["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     effort = body.get("reasoning_effort")
-    if isinstance(effort, str) and effort in _EFFORT_BUDGET and not unthought_tool_turn(turns):
-        budget_tokens = _EFFORT_BUDGET[effort]
-        out["thinking"] = {"type": "enabled", "budget_tokens": budget_tokens}
-        out["max_tokens"] = max(out["max_tokens"], budget_tokens + 1)
+    if isinstance(effort, str) and effort in _EFFORT_BUDGET and can_think(out):
+        with_thinking(out, _EFFORT_BUDGET[effort])
     return out
 
 

@@ -12,6 +12,9 @@ reasoning item) cannot be verified and is not sent to Anthropic.
 With thinking enabled, Anthropic also wants the assistant turn whose tool calls the last
 user turn answers to start with a thinking block; when the history has none to give, the
 request goes without thinking (what Anthropic's own error advises), rather than failing.
+Nor does it take thinking with a forced tool choice (the request goes without thinking:
+the forced call is the client's contract, thinking a preference), a `temperature` other
+than 1 or a `top_k` (left out), or a `top_p` under 0.95 (raised to it).
 """
 
 from __future__ import annotations
@@ -58,6 +61,28 @@ def unthought_tool_turn(turns: list[dict[str, Any]]) -> bool:
         return False
     blocks = turns[-2]["content"]
     return not blocks or blocks[0].get("type") not in THINKING_KINDS
+
+
+def can_think(out: dict[str, Any]) -> bool:
+    """Whether Anthropic takes thinking with this request (translated, without it yet)."""
+    forced = isinstance(out.get("tool_choice"), dict) and out["tool_choice"].get("type") in (
+        "any",
+        "tool",
+    )
+    return not forced and not unthought_tool_turn(out["messages"])
+
+
+def with_thinking(out: dict[str, Any], budget: int) -> None:
+    """`out` asks for thinking with `budget` tokens, its sampling as Anthropic takes it then
+    (`max_tokens` above the budget)."""
+    out["thinking"] = {"type": "enabled", "budget_tokens": budget}
+    out["max_tokens"] = max(out["max_tokens"], budget + 1)
+    if out.get("temperature") != 1:
+        out.pop("temperature", None)
+    out.pop("top_k", None)
+    top_p = out.get("top_p")
+    if isinstance(top_p, (int, float)) and top_p < 0.95:
+        out["top_p"] = 0.95
 
 
 class StreamedBlocks:
