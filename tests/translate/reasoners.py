@@ -9,7 +9,8 @@ of the first tool. It refuses, as Anthropic, a thinking block of the history who
 is not the one it gave, and, with thinking enabled, what Anthropic refuses with it: tool
 results answering an assistant turn that does not start with a thinking block, a
 `temperature` other than 1, a `top_k`, a `top_p` under 0.95, a forced `tool_choice`, a
-`max_tokens` not above the budget. Both keep the request bodies they were sent.
+`max_tokens` not above the budget; and a field Messages does not have (`reasoning_effort`).
+Both keep the request bodies they were sent.
 """
 
 from __future__ import annotations
@@ -113,6 +114,15 @@ def _calls_tool(body: dict[str, Any]) -> str | None:
     return None if not tools or answers else str(tools[0]["name"])
 
 
+_MESSAGES_FIELDS = frozenset(
+    {
+        *("model", "messages", "max_tokens", "system", "metadata", "stop_sequences", "stream"),
+        *("temperature", "top_k", "top_p", "tools", "tool_choice", "thinking"),
+        *("output_config", "output_format", "service_tier", "container", "context_management"),
+    }
+)
+
+
 def _refused_with_thinking(body: dict[str, Any]) -> str | None:
     if body.get("temperature", 1) != 1:
         return "`temperature` may only be set to 1 when thinking is enabled"
@@ -131,6 +141,9 @@ class ThinkingMessages(_Recording):
     """Anthropic Messages: a signed thinking block first when `thinking` is enabled."""
 
     def _refusal(self, body: dict[str, Any]) -> str | None:
+        foreign = sorted(set(body) - _MESSAGES_FIELDS)
+        if foreign:
+            return f"{foreign[0]}: Extra inputs are not permitted"
         if _thinks(body):
             with_thinking = _refused_with_thinking(body)
             if with_thinking is not None:

@@ -299,3 +299,59 @@ def test_thinking_asked_with_what_anthropic_takes(
     assert forced.choices[0].message.tool_calls
     sent = reasoner.messages.bodies[-1]
     assert sent["tool_choice"] == {"type": "any"} and "thinking" not in sent
+
+
+def test_a_routes_reasoning_effort_reaches_anthropic_as_thinking(stack: Stack) -> None:
+    """A route's `params: {reasoning_effort: ...}` (the docs' reasoning tier) was set as a
+    `reasoning_effort` field in the upstream body whatever its protocol: Anthropic refuses
+    the field ("Extra inputs are not permitted"), so every client of such a route failed
+    there. On Anthropic it is a thinking budget (with the sampling Anthropic takes with it,
+    and under a route's `max_tokens` cap), as the translation of a client's own effort."""
+    api = ThinkingMessages()
+    stack.lt.run(api.start())
+    try:
+        stack.start_gateway(
+            {
+                "providers": [anthropic_provider("a", api)],
+                "deployments": [deployment("claude", "a")],
+                "virtual_models": [
+                    {
+                        "name": "deep",
+                        "routes": [{"deployment": "a", "params": {"reasoning_effort": "high"}}],
+                    },
+                    {
+                        "name": "brief",
+                        "routes": [
+                            {
+                                "deployment": "a",
+                                "params": {
+                                    "reasoning_effort": "medium",
+                                    "temperature": 0.3,
+                                    "max_tokens": 2000,
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        )
+        o = openai.OpenAI(base_url=stack.url + "/v1", api_key="x", max_retries=0, timeout=10)
+        chat = o.chat.completions.create(model="deep", messages=HI)  # type: ignore[arg-type]
+        assert chat.choices[0].message.model_extra == {
+            "reasoning_content": THOUGHT,
+            "thinking_blocks": [
+                {"type": "thinking", "thinking": THOUGHT, "signature": signature(THOUGHT)}
+            ],
+        }
+        sent = api.bodies[-1]
+        assert sent["thinking"] == {"type": "enabled", "budget_tokens": 24576}
+        assert sent["max_tokens"] > 24576 and "reasoning_effort" not in sent
+        native = _anthropic(stack).messages.create(model="deep", max_tokens=100, messages=HI)  # type: ignore[arg-type]
+        assert [b.type for b in native.content] == ["thinking", "text"]
+        lines = list(ollama.Client(host=stack.url).chat(model="brief", messages=HI, stream=True))
+        assert "".join(line.message.thinking or "" for line in lines) == THOUGHT
+        sent = api.bodies[-1]
+        assert sent["thinking"] == {"type": "enabled", "budget_tokens": 1999}
+        assert sent["max_tokens"] == 2000 and "temperature" not in sent
+    finally:
+        stack.lt.run(api.stop())

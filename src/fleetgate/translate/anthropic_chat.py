@@ -661,9 +661,18 @@ def chat_to_messages(body: dict[str, Any]) -> dict[str, Any]:
         if isinstance(schema, dict):
             out["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     effort = body.get("reasoning_effort")
-    if isinstance(effort, str) and effort in _EFFORT_BUDGET and can_think(out):
-        with_thinking(out, _EFFORT_BUDGET[effort])
+    if isinstance(effort, str):
+        ask_thinking(out, effort)
     return out
+
+
+def ask_thinking(out: dict[str, Any], effort: str) -> None:
+    """`out`, an Anthropic request, thinks with the budget of chat's `reasoning_effort`
+    (none for an effort without one, such as `none`), when Anthropic takes thinking with it
+    (`can_think`)."""
+    budget = _EFFORT_BUDGET.get(effort)
+    if budget is not None and can_think(out):
+        with_thinking(out, budget)
 
 
 def _anthropic_tool_choice(choice: Any) -> dict[str, Any] | None:

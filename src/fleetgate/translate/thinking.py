@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 THINKING_KINDS = ("thinking", "redacted_thinking")
+_LEAST_BUDGET = 1024  # Anthropic's smallest `budget_tokens`
 
 
 def signed(block: Any) -> dict[str, Any] | None:
@@ -76,7 +77,34 @@ def with_thinking(out: dict[str, Any], budget: int) -> None:
     """`out` asks for thinking with `budget` tokens, its sampling as Anthropic takes it then
     (`max_tokens` above the budget)."""
     out["thinking"] = {"type": "enabled", "budget_tokens": budget}
-    out["max_tokens"] = max(out["max_tokens"], budget + 1)
+    tokens = out.get("max_tokens")
+    out["max_tokens"] = max(tokens if type(tokens) is int else 0, budget + 1)
+    thinking_sampling(out)
+
+
+def thinks(out: dict[str, Any]) -> bool:
+    """Whether an Anthropic request asks for thinking (`enabled`, or `adaptive`)."""
+    thinking = out.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+
+
+def fit_budget(out: dict[str, Any]) -> None:
+    """A thinking budget under `max_tokens`, as Anthropic wants it, after a cap lowered
+    `max_tokens`: the budget lowered to fit, or no thinking when not even Anthropic's
+    least budget (1024) fits."""
+    thinking, tokens = out.get("thinking"), out.get("max_tokens")
+    budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
+    if type(budget) is not int or type(tokens) is not int or budget < tokens:
+        return
+    if tokens > _LEAST_BUDGET:
+        out["thinking"] = {**thinking, "budget_tokens": tokens - 1}
+    else:
+        del out["thinking"]
+
+
+def thinking_sampling(out: dict[str, Any]) -> None:
+    """The sampling of a request with thinking as Anthropic takes it: no `temperature`
+    other than 1, no `top_k`, a `top_p` of at least 0.95."""
     if out.get("temperature") != 1:
         out.pop("temperature", None)
     out.pop("top_k", None)
