@@ -355,3 +355,36 @@ def test_a_routes_reasoning_effort_reaches_anthropic_as_thinking(stack: Stack) -
         assert sent["max_tokens"] == 2000 and "temperature" not in sent
     finally:
         stack.lt.run(api.stop())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_tool_loop_keeps_anthropic_thinking(
+    stack: Stack, reasoner: Upstreams, client_for: Callable[..., openai.OpenAI], stream: bool
+) -> None:
+    """A Responses client (Codex's way: reasoning, tools, the output sent back) on Anthropic:
+    its reasoning items came back without Anthropic's signature, so the tool loop's next
+    step could not carry the thinking, and went without it. The signed blocks ride in the
+    reasoning item's `encrypted_content` and go back to Anthropic as they came."""
+    c = client_for(stack)
+    tool = {"type": "function", "name": "atlas", "parameters": {"type": "object"}}
+    asked = {"model": "claude", "tools": [tool], "reasoning": {"effort": "low"}}
+    ask = [{"role": "user", "content": "Where is Paris? Use the atlas."}]
+    if stream:
+        with c.responses.stream(input=ask, **asked) as s:  # type: ignore[arg-type]
+            first = s.get_final_response()
+    else:
+        first = c.responses.create(input=ask, **asked)  # type: ignore[arg-type]
+    assert [item.type for item in first.output] == ["reasoning", "function_call"]
+    call = first.output[1]
+    assert isinstance(call, openai.types.responses.ResponseFunctionToolCall)
+    earlier = [item.model_dump(exclude_none=True) for item in first.output]
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": "France"}
+    done = c.responses.create(input=[*ask, *earlier, result], **asked)  # type: ignore[arg-type]
+    assert done.output_text == ANSWER
+    sent = reasoner.messages.bodies[-1]
+    assert sent["thinking"]["type"] == "enabled"
+    assert sent["messages"][1]["content"][0] == {
+        "type": "thinking",
+        "thinking": THOUGHT,
+        "signature": signature(THOUGHT),
+    }

@@ -18,6 +18,7 @@ from fleetgate.translate.chat import first_choice, new_id, reasoning_of, swap_pr
 from fleetgate.translate.events import Event
 from fleetgate.translate.responses_fields import settings, text_logprobs
 from fleetgate.translate.text_chunks import plain_text_delta
+from fleetgate.translate.thinking import anthropic_blocks, sealed, unsealed
 
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 # the `include` entry that asks for the output text's logprobs
@@ -81,26 +82,48 @@ def _reasoning_text(item: dict[str, Any]) -> str:
     return ""
 
 
-def _assistant(messages: list[dict[str, Any]], reasoning: list[str]) -> dict[str, Any]:
+class _Reasoning:
+    """Reasoning items not yet given to an assistant message: their texts, and the signed
+    thinking their `encrypted_content` carries (translate/thinking.py)."""
+
+    __slots__ = ("blocks", "texts")
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.blocks: list[dict[str, Any]] = []
+
+    def add(self, item: dict[str, Any]) -> None:
+        text = _reasoning_text(item)
+        if text:
+            self.texts.append(text)
+        self.blocks += unsealed(item.get("encrypted_content"))
+
+    def give(self, message: dict[str, Any]) -> None:
+        """`message` (an assistant's) takes the reasoning as its own."""
+        if self.texts:
+            message["reasoning_content"] = message.get("reasoning_content", "") + "".join(
+                self.texts
+            )
+            self.texts = []
+        if self.blocks:
+            message["thinking_blocks"] = [*message.get("thinking_blocks", ()), *self.blocks]
+            self.blocks = []
+
+
+def _assistant(messages: list[dict[str, Any]], reasoning: _Reasoning) -> dict[str, Any]:
     """The assistant message a function call joins: the last one, or a new one; the reasoning
-    items before it (`reasoning`, emptied) become its `reasoning_content`."""
+    items before it become its own."""
     last = messages[-1] if messages else None
     if last is None or last["role"] != "assistant":
         last = {"role": "assistant", "content": None}
         messages.append(last)
-    _reason(last, reasoning)
+    reasoning.give(last)
     return last
-
-
-def _reason(message: dict[str, Any], reasoning: list[str]) -> None:
-    if reasoning:
-        message["reasoning_content"] = message.get("reasoning_content", "") + "".join(reasoning)
-        reasoning.clear()
 
 
 def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
-    reasoning: list[str] = []  # reasoning items not yet given to an assistant message
+    reasoning = _Reasoning()
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
         messages.append({"role": "system", "content": instructions})
@@ -119,7 +142,7 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
                 content = "".join(str(p.get("text", "")) for p in content)
             message = {"role": role, "content": content}
             if role == "assistant":
-                _reason(message, reasoning)
+                reasoning.give(message)
             messages.append(message)
         elif kind == "function_call":
             call = {
@@ -135,9 +158,7 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
             if last.get("content") == "":
                 last["content"] = None
         elif kind == "reasoning":  # the reasoning of the assistant turn that follows it
-            text = _reasoning_text(item)
-            if text:
-                reasoning.append(text)
+            reasoning.add(item)
         elif kind == "function_call_output":
             messages.append(
                 {
@@ -305,13 +326,14 @@ def _call_item(fid: str, call_id: str, name: str, arguments: str, status: str) -
     }
 
 
-def _reasoning_item(rid: str, text: str) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "type": "reasoning",
-        "summary": [],
-        "content": [{"type": "reasoning_text", "text": text}],
-    }
+def _reasoning_item(rid: str, text: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A reasoning output item; Anthropic's signed thinking `blocks` ride in its
+    `encrypted_content`, for the client to send back (translate/thinking.py)."""
+    item: dict[str, Any] = {"id": rid, "type": "reasoning", "summary": []}
+    item["content"] = [{"type": "reasoning_text", "text": text}] if text else []
+    if blocks:
+        item["encrypted_content"] = sealed(blocks)
+    return item
 
 
 def _rid(upstream: Any) -> str:
@@ -327,8 +349,9 @@ def chat_to_responses_answer(
     message = choice.get("message") or {}
     output: list[dict[str, Any]] = []
     reasoning = reasoning_of(message)
-    if reasoning:
-        output.append(_reasoning_item(new_id("rs_"), reasoning))
+    blocks = anthropic_blocks(message)
+    if reasoning or blocks:
+        output.append(_reasoning_item(new_id("rs_"), reasoning or "", blocks))
     text = message.get("content")
     finish = choice.get("finish_reason")
     status = _status(finish)
@@ -382,6 +405,7 @@ class ChatToResponsesStream:
         "_open",
         "_request",
         "_rid",
+        "_sealed",
         "_seq",
         "_settings",
         "_started",
@@ -407,6 +431,7 @@ class ChatToResponsesStream:
         self._open: tuple[str, str, int, dict[str, Any]] | None = None
         self._text: list[str] = []
         self._logprobs: list[Any] = []  # the open message's tokens, as chat's logprobs
+        self._sealed: list[dict[str, Any]] = []  # the open reasoning's signed thinking
         self._text_format = b""  # the open message's `_TEXT_DELTA`
         self._args: list[str] = []
         self._calls: dict[int, tuple[str, str]] = {}  # chat index -> (call id, name)
@@ -452,7 +477,8 @@ class ChatToResponsesStream:
         elif kind == "reasoning":
             text = "".join(self._text)
             where = {"item_id": item_id, "output_index": index, "content_index": 0}
-            item = _reasoning_item(item_id, text)
+            item = _reasoning_item(item_id, text, self._sealed)
+            self._sealed = []
             out.append(self._event("response.reasoning_text.done", **where, text=text))
         else:
             arguments = "".join(self._args) or "{}"
@@ -569,6 +595,10 @@ class ChatToResponsesStream:
                         delta=reasoning,
                     )
                 )
+            blocks = anthropic_blocks(delta) if "thinking_blocks" in delta else None
+            if blocks:  # Anthropic's signed thinking, each block whole
+                self._ensure("reasoning", out)
+                self._sealed += blocks
             text = delta.get("content")
             if isinstance(text, str) and text:
                 item_id = self._ensure("message", out)

@@ -6,8 +6,10 @@ block is a 400 ("Invalid `signature` in `thinking` block"). Chat has no field fo
 assistant message translated from Anthropic carries its blocks, as Anthropic gave them, in
 `thinking_blocks` (the name other gateways use), beside the readable `reasoning_content`;
 a client that sends the message back sends them back, and they go to Anthropic as they came.
+A Responses reasoning item carries them in its `encrypted_content` (opaque to the client,
+which sends the item back as it got it, as OpenAI's own reasoning state: `sealed`).
 Reasoning without a signature (from a chat engine, an Ollama `thinking`, a Responses
-reasoning item) cannot be verified and is not sent to Anthropic.
+reasoning item of another origin) cannot be verified and is not sent to Anthropic.
 
 With thinking enabled, Anthropic also wants the assistant turn whose tool calls the last
 user turn answers to start with a thinking block; when the history has none to give, the
@@ -20,6 +22,8 @@ than 1 or a `top_k` (left out), or a `top_p` under 0.95 (raised to it).
 from __future__ import annotations
 
 from typing import Any
+
+import orjson
 
 THINKING_KINDS = ("thinking", "redacted_thinking")
 _LEAST_BUDGET = 1024  # Anthropic's smallest `budget_tokens`
@@ -49,6 +53,24 @@ def anthropic_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     """The thinking blocks to send Anthropic for a chat assistant message: those it carries
     in `thinking_blocks` (a stream's entries have an `index` too) that Anthropic signed."""
     blocks = message.get("thinking_blocks")
+    found = (signed(b) for b in blocks) if isinstance(blocks, list) else ()
+    return [b for b in found if b is not None]
+
+
+def sealed(blocks: list[dict[str, Any]]) -> str:
+    """Signed thinking blocks as a Responses reasoning item's `encrypted_content`."""
+    return orjson.dumps(blocks).decode()
+
+
+def unsealed(content: Any) -> list[dict[str, Any]]:
+    """The signed thinking blocks in a reasoning item's `encrypted_content` (none in one of
+    another origin, such as OpenAI's own)."""
+    if not isinstance(content, str) or not content.startswith("["):
+        return []
+    try:
+        blocks = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return []
     found = (signed(b) for b in blocks) if isinstance(blocks, list) else ()
     return [b for b in found if b is not None]
 
