@@ -67,13 +67,6 @@ def output_format(body: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def shows_thinking(body: dict[str, Any]) -> bool:
-    """Whether an Anthropic request enables thinking (`enabled`, or `adaptive`: the model
-    decides): without it Anthropic answers with no thinking blocks."""
-    thinking = body.get("thinking")
-    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
-
-
 def output_effort(body: dict[str, Any]) -> str | None:
     """`output_config.effort` as a chat `reasoning_effort`."""
     config = body.get("output_config")

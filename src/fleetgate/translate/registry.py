@@ -37,6 +37,7 @@ from fleetgate.translate.events import (
     encode_sse,
     translate_stream,
 )
+from fleetgate.translate.thinking import thinks
 
 if TYPE_CHECKING:
     from fleetgate.fleet import Deployment, Provider
@@ -342,8 +343,8 @@ _UNREASONED: dict[tuple[str, str], Translation] = {
 def hides_reasoning(endpoint: str, body: dict[str, Any]) -> bool:
     """Whether the client's protocol shows this request no reasoning: Ollama's `think: false`,
     an Anthropic request that does not enable thinking."""
-    if endpoint == "messages":
-        return not anthropic_chat.shows_thinking(body)
+    if endpoint == "messages":  # without thinking, Anthropic answers with no thinking blocks
+        return not thinks(body)
     return endpoint in ("ollama.chat", "ollama.generate") and body.get("think") is False
 
 
