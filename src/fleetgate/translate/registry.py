@@ -314,12 +314,12 @@ _RAW_GENERATE = {OPENAI: GENERATE_TO_COMPLETIONS}  # `raw` or `suffix`: no chat 
 # left out of the answer and the stream
 _OLLAMA_CHAT_UNTHINKING = replace(
     OLLAMA_CHAT_TO_CHAT,
-    answer=partial(ollama_chat.chat_to_ollama_chat_answer, thinking=False),
+    answer=_timed_answer(partial(ollama_chat.chat_to_ollama_chat_answer, thinking=False)),
     stream=_timed(partial(ollama_chat.ChatToOllamaChatStream, thinking=False)),
 )
 _GENERATE_UNTHINKING = replace(
     GENERATE_TO_CHAT,
-    answer=partial(ollama_chat.chat_to_generate_answer, thinking=False),
+    answer=_timed_answer(partial(ollama_chat.chat_to_generate_answer, thinking=False)),
     stream=_timed(partial(ollama_chat.ChatToGenerateStream, thinking=False)),
 )
 # an Anthropic request that does not enable thinking: Anthropic answers it without thinking
