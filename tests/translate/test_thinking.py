@@ -231,6 +231,12 @@ def test_openai_tool_loop_with_anthropic_thinking(
         reasoning_effort="low",
     )
     assert done.choices[0].message.content == ANSWER
+    _sent_back_signed(reasoner)
+
+
+def _sent_back_signed(reasoner: Upstreams) -> None:
+    """The last request to Anthropic thinks, and its assistant turn opens with the signed
+    thinking Anthropic gave."""
     sent = reasoner.messages.bodies[-1]
     assert sent["thinking"]["type"] == "enabled"
     assert sent["messages"][1]["content"][0] == {
@@ -381,10 +387,4 @@ def test_responses_tool_loop_keeps_anthropic_thinking(
     result = {"type": "function_call_output", "call_id": call.call_id, "output": "France"}
     done = c.responses.create(input=[*ask, *earlier, result], **asked)  # type: ignore[arg-type]
     assert done.output_text == ANSWER
-    sent = reasoner.messages.bodies[-1]
-    assert sent["thinking"]["type"] == "enabled"
-    assert sent["messages"][1]["content"][0] == {
-        "type": "thinking",
-        "thinking": THOUGHT,
-        "signature": signature(THOUGHT),
-    }
+    _sent_back_signed(reasoner)
