@@ -285,11 +285,25 @@ def messages_to_chat(body: dict[str, Any]) -> dict[str, Any]:
 # ---- Chat answer -> Anthropic answer --------------------------------------------------------
 
 
-def _stop_reason(choice: dict[str, Any], stops: Any) -> tuple[str, str | None]:
+def _matched_stop(choice: dict[str, Any]) -> str | None:
+    """The stop string an engine says ended the choice: vLLM's `stop_reason`, SGLang's
+    `matched_stop` (each an int token id instead where a stop token or EOS ended it)."""
+    for field in ("stop_reason", "matched_stop"):
+        matched = choice.get(field)
+        if isinstance(matched, str):
+            return matched
+    return None
+
+
+def _stop_reason(choice: dict[str, Any], stops: tuple[str, ...]) -> tuple[str, str | None]:
+    """Anthropic's (stop_reason, stop_sequence) of a chat choice: `stop_sequence` only for
+    one of the client's own `stops` (an engine also stops at its chat template's strings,
+    and a route may add some: to the client, those are the model's natural end)."""
     finish = choice.get("finish_reason")
-    matched = choice.get("stop_reason")  # vLLM names the stop string that ended the output
-    if finish == "stop" and isinstance(matched, str) and matched:
-        return "stop_sequence", matched
+    if finish == "stop" and stops:
+        matched = _matched_stop(choice)
+        if matched is not None and matched in stops:
+            return "stop_sequence", matched
     return _STOP_REASON.get(str(finish), "end_turn"), None
 
 
@@ -310,11 +324,12 @@ def _anthropic_usage(usage: Any) -> dict[str, int]:
 
 
 def chat_to_messages_answer(
-    answer: dict[str, Any], model: str, *, thinking: bool = True
+    answer: dict[str, Any], model: str, *, thinking: bool = True, stops: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """A chat completion as an Anthropic `message`; `thinking` False (the request did not
     enable thinking): the reasoning a model gives all the same is left out, as Anthropic
-    answers such a request without thinking blocks."""
+    answers such a request without thinking blocks. `stops`: the client's
+    `stop_sequences`, the only strings its answer names as `stop_sequence`."""
     choice = first_choice(answer)
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
@@ -334,7 +349,7 @@ def chat_to_messages_answer(
                 "input": json_args(function.get("arguments")),
             }
         )
-    stop_reason, stop_sequence = _stop_reason(choice, None)
+    stop_reason, stop_sequence = _stop_reason(choice, stops)
     if message.get("tool_calls") and stop_reason == "end_turn":
         stop_reason = "tool_use"
     return {
@@ -366,7 +381,7 @@ class ChatToMessagesStream:
     `message_start` (and a `ping`) go out with the first chunk; each text, reasoning or
     tool call opens its own content block; `message_delta` carries the stop reason and
     the usage of the final usage chunk, then `message_stop`. `thinking` False: reasoning
-    chunks are left out (`chat_to_messages_answer`).
+    chunks are left out; `stops`: the client's `stop_sequences` (`chat_to_messages_answer`).
     """
 
     __slots__ = (
@@ -375,6 +390,7 @@ class ChatToMessagesStream:
         "_finish",
         "_started",
         "_stopped",
+        "_stops",
         "_text_head",
         "_thinking",
         "_tool_blocks",
@@ -382,9 +398,10 @@ class ChatToMessagesStream:
         "model",
     )
 
-    def __init__(self, model: str, *, thinking: bool = True) -> None:
+    def __init__(self, model: str, *, thinking: bool = True, stops: tuple[str, ...] = ()) -> None:
         self.model = model
         self._thinking = thinking
+        self._stops = stops
         self._started = False
         self._stopped = False
         self._block = -1  # index of the open content block (-1: none open)
@@ -474,7 +491,7 @@ class ChatToMessagesStream:
                 for call in delta["tool_calls"] or ():
                     self._tool_call(call, out)
             if choice.get("finish_reason"):
-                self._finish = _stop_reason(choice, None)
+                self._finish = _stop_reason(choice, self._stops)
                 if self._tool_blocks and self._finish[0] == "end_turn":
                     self._finish = ("tool_use", None)
                 self._close(out)

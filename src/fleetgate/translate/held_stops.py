@@ -21,6 +21,8 @@ def requested(endpoint: str, body: dict[str, Any]) -> list[str]:
     """The stop strings a client request of `endpoint` asks for (non-strings left out)."""
     if endpoint == "chat.completions":
         value = body.get("stop")
+    elif endpoint == "messages":
+        value = body.get("stop_sequences")
     elif endpoint in ("ollama.chat", "ollama.generate"):
         options = body.get("options")
         value = options.get("stop") if isinstance(options, dict) else None

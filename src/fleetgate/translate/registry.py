@@ -190,6 +190,28 @@ def _echoing(answer: Callable[[dict[str, Any], str, dict[str, Any]], dict[str, A
     return translate
 
 
+def _client_stops(request: dict[str, Any]) -> tuple[str, ...]:
+    """An Anthropic request's `stop_sequences`: the only stops its answer may name."""
+    return tuple(held_stops.requested("messages", request))
+
+
+def _to_messages(
+    answer: Callable[..., dict[str, Any]], stream: Callable[..., StreamStage], thinking: bool
+) -> tuple[Answer, StreamMaker]:
+    """The answer and stream translators of chat to Anthropic Messages, which name the
+    client's own stop sequence where the engine says one ended the output."""
+
+    def translate(
+        body: dict[str, Any], model: str, started: int, request: dict[str, Any]
+    ) -> dict[str, Any]:
+        return answer(body, model, thinking=thinking, stops=_client_stops(request))
+
+    def make(model: str, usage: bool, started: int, request: dict[str, Any]) -> StreamStage:
+        return stream(model, thinking=thinking, stops=_client_stops(request))
+
+    return translate, make
+
+
 def _usage_always(stage: Callable[[str], StreamStage]) -> StreamMaker:
     """A stream translator for a client protocol whose streams always carry the usage
     (and no durations)."""
@@ -237,8 +259,9 @@ _NDJSON = "application/x-ndjson"
 MESSAGES_TO_CHAT = Translation(
     "chat.completions",
     anthropic_chat.messages_to_chat,
-    _untimed(anthropic_chat.chat_to_messages_answer),
-    _usage_always(anthropic_chat.ChatToMessagesStream),
+    *_to_messages(
+        anthropic_chat.chat_to_messages_answer, anthropic_chat.ChatToMessagesStream, True
+    ),
 )
 CHAT_TO_MESSAGES = Translation(
     "messages",
@@ -324,10 +347,12 @@ _GENERATE_UNTHINKING = replace(
 )
 # an Anthropic request that does not enable thinking: Anthropic answers it without thinking
 # blocks (a client reading `content[0].text` relies on it), whatever a chat model reasons
-_MESSAGES_UNTHINKING = replace(
-    MESSAGES_TO_CHAT,
-    answer=_untimed(partial(anthropic_chat.chat_to_messages_answer, thinking=False)),
-    stream=_usage_always(partial(anthropic_chat.ChatToMessagesStream, thinking=False)),
+_MESSAGES_UNTHINKING = Translation(
+    "chat.completions",
+    anthropic_chat.messages_to_chat,
+    *_to_messages(
+        anthropic_chat.chat_to_messages_answer, anthropic_chat.ChatToMessagesStream, False
+    ),
 )
 # (client endpoint, upstream protocol) -> the translation for a client that asked to see no
 # reasoning (`hides_reasoning`)
