@@ -78,3 +78,25 @@ def test_a_natural_end_named_by_token_id(stack: Stack, engine: StoppingChat) -> 
     for msg in _both(_client(stack), ["END"]):
         assert (msg.stop_reason, msg.stop_sequence) == ("end_turn", None)
         assert _text(msg) == "One two"
+
+
+def test_vllms_own_messages_endpoint_is_passed_over_for_stop_sequences(stack: Stack) -> None:
+    """vLLM's /v1/messages says `end_turn` at a stop sequence and names none: a request with
+    `stop_sequences` goes to its chat completions, which name it; one without stays native."""
+    chat = StoppingChat("vllm", PIECES)
+    stack.lt.run(chat.start())
+    try:
+        stack.start_gateway(
+            {"providers": [provider("p", chat)], "deployments": [deployment("m", "p")]}
+        )
+        c = _client(stack)
+        for msg in _both(c, ["END"]):
+            assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", "END")
+            assert _text(msg) == "One two "
+        assert len(chat.bodies["/v1/chat/completions"]) == 2
+        assert "/v1/messages" not in chat.bodies
+        for msg in _both(c, []):
+            assert (msg.stop_reason, msg.stop_sequence) == ("end_turn", None)
+        assert len(chat.bodies["/v1/messages"]) == 2
+    finally:
+        stack.lt.run(chat.stop())

@@ -384,9 +384,12 @@ def _wants_output_format(body: dict[str, Any]) -> bool:
 # native endpoints of a kind that ignore what a request asks for, which the translation
 # carries: (kind, protocol) -> whether the request asks for it. llama.cpp's /v1/messages
 # answers an `output_config.format` request with free text; its chat completions hold
-# `response_format` to the schema.
+# `response_format` to the schema. vLLM's /v1/messages says `end_turn` where one of the
+# request's `stop_sequences` ended the output, and names none (its chat completions name
+# it in `stop_reason`, which the translation reads).
 NATIVE_IGNORES: dict[tuple[str, str], Callable[[dict[str, Any]], bool]] = {
     ("llamacpp", ANTHROPIC): _wants_output_format,
+    ("vllm", ANTHROPIC): native_fixes.asks_stop_sequences,
 }
 
 
