@@ -9,6 +9,8 @@ name the end token's id (an int), or nothing:
   null; a stream's last content chunk carries `finish_reason` and `stop_reason` with it.
 * SGLang: `matched_stop`, the stop string, or the EOS token's id; a stream ends with a
   chunk of its own, `delta: {}` with `finish_reason` and `matched_stop`.
+* OpenAI: names nothing, refuses more than four stop sequences (a 400, as OpenAI's), and
+  has no `/v1/messages` (a 404).
 
 vLLM's own `/v1/messages` (an Anthropic client's native endpoint on a vllm provider) says
 `end_turn` and no `stop_sequence` where a stop string ended the output, as vLLM does.
@@ -24,7 +26,7 @@ from aiohttp import web
 
 from tests.security.servers import _Upstream
 
-Style = Literal["vllm", "sglang"]
+Style = Literal["vllm", "sglang", "openai"]
 _USAGE = {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}
 
 
@@ -75,6 +77,29 @@ class StoppingChat(_Upstream):
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         self.bodies.setdefault(request.path, []).append(body)
+        stops = _stops(body)
+        if self.style == "openai" and request.path.endswith("/messages"):
+            error = {
+                "message": f"Invalid URL (POST {request.path})",
+                "type": "invalid_request_error",
+            }
+            return web.Response(
+                status=404, body=orjson.dumps({"error": error}), content_type="application/json"
+            )
+        if self.style == "openai" and len(stops) > 4:
+            message = (
+                "Invalid 'stop': array too long. Expected an array with maximum length 4, "
+                f"but got an array with length {len(stops)} instead."
+            )
+            error = {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": "stop",
+                "code": "array_above_max_length",
+            }
+            return web.Response(
+                status=400, body=orjson.dumps({"error": error}), content_type="application/json"
+            )
         pieces, matched = self._cut(body)
         if request.path.endswith("/messages"):
             return self._messages(body, pieces)
@@ -82,9 +107,10 @@ class StoppingChat(_Upstream):
             return web.Response(
                 body=self._stream(body, pieces, matched), content_type="text/event-stream"
             )
-        field = "stop_reason" if self.style == "vllm" else "matched_stop"
         message = {"role": "assistant", "content": "".join(pieces)}
-        choice = {"index": 0, "message": message, "finish_reason": "stop", field: matched}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        if self.style != "openai":
+            choice["stop_reason" if self.style == "vllm" else "matched_stop"] = matched
         answer = {**self._frame(body, "chat.completion"), "choices": [choice], "usage": _USAGE}
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
@@ -97,7 +123,9 @@ class StoppingChat(_Upstream):
         for i, piece in enumerate(pieces):
             delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
             choices.append({"index": 0, "delta": delta, "finish_reason": None})
-        if self.style == "vllm":  # the last token's chunk says why it was the last
+        if self.style == "openai":
+            choices[-1]["finish_reason"] = "stop"
+        elif self.style == "vllm":  # the last token's chunk says why it was the last
             for choice in choices:
                 choice["stop_reason"] = None
             choices[-1].update(finish_reason="stop", stop_reason=matched)

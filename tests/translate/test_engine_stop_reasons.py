@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import anthropic
+import ollama
 import pytest
 
 from tests.harness import Stack, deployment, provider
@@ -100,3 +101,60 @@ def test_vllms_own_messages_endpoint_is_passed_over_for_stop_sequences(stack: St
         assert len(chat.bodies["/v1/messages"]) == 2
     finally:
         stack.lt.run(chat.stop())
+
+
+# ---- OpenAI's four stop sequences -------------------------------------------------------------
+
+# an Anthropic or Ollama client may send more stops than OpenAI's four; the fifth ends it here,
+# across two of the engine's stream pieces
+MANY = ["zz1", "zz2", "zz3", "zz4", "D thr"]
+
+
+@pytest.fixture
+def on_openai(stack: Stack) -> Iterator[StoppingChat]:
+    """An `openai`-kind deployment `m` that refuses a fifth stop sequence, as OpenAI does."""
+    chat = StoppingChat("openai", PIECES)
+    stack.lt.run(chat.start())
+    try:
+        stack.start_gateway(
+            {
+                "providers": [provider("o", chat, kind="openai", api_key="k")],
+                "deployments": [deployment("m", "o")],
+            }
+        )
+        yield chat
+    finally:
+        stack.lt.run(chat.stop())
+
+
+def test_stops_past_openais_four_are_held_for_anthropic(
+    stack: Stack, on_openai: StoppingChat
+) -> None:
+    """OpenAI is sent the first four stop sequences; the gateway ends the answer at the
+    fifth and names it, whole and streamed."""
+    for msg in _both(_client(stack), MANY):
+        assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", "D thr")
+        assert _text(msg) == "One two EN"
+    sent = on_openai.bodies["/v1/chat/completions"]
+    assert [b["stop"] for b in sent] == [MANY[:4], MANY[:4]]
+
+
+def test_stops_past_openais_four_are_held_for_ollama(stack: Stack, on_openai: StoppingChat) -> None:
+    c = ollama.Client(host=stack.url, timeout=10)
+    hi = [{"role": "user", "content": "count"}]
+    whole = c.chat(model="m", messages=hi, options={"stop": MANY})
+    assert (whole.message.content, whole.done_reason) == ("One two EN", "stop")
+    parts = list(c.chat(model="m", messages=hi, options={"stop": MANY}, stream=True))
+    assert "".join(p.message.content or "" for p in parts) == "One two EN"
+    assert parts[-1].done and parts[-1].done_reason == "stop"
+    assert parts[-1].eval_count == 6  # the upstream's usage is kept
+    assert [b["stop"] for b in on_openai.bodies["/v1/chat/completions"]] == [MANY[:4]] * 2
+
+
+def test_a_stop_openai_is_sent_still_ends_it_there(stack: Stack, on_openai: StoppingChat) -> None:
+    """The upstream stops at one of the four before the held one: its end stands (OpenAI
+    names no stop, so an Anthropic client sees the model's end)."""
+    stops = ["END", *MANY]
+    for msg in _both(_client(stack), stops):
+        assert (msg.stop_reason, msg.stop_sequence) == ("end_turn", None)
+        assert _text(msg) == "One two "

@@ -157,3 +157,98 @@ class MessageStopsStream:
 def _text_delta(index: int, text: str) -> Event:
     delta = {"type": "text_delta", "text": text}
     return ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+
+
+# ---- OpenAI's four ---------------------------------------------------------------------------
+
+# OpenAI's chat completions take up to four stop sequences (a 400 for a fifth); Anthropic
+# and Ollama clients may send more: an `openai`-kind provider is sent the first four and
+# the gateway holds the rest
+OPENAI_STOPS = 4
+
+
+def openai_held(stops: list[str]) -> tuple[str, ...]:
+    """The stops past the four OpenAI takes, which the gateway holds the answer to."""
+    return tuple(s for s in stops[OPENAI_STOPS:] if s)
+
+
+def openai_sendable(body: dict[str, Any]) -> dict[str, Any]:
+    """A chat request with no more stop sequences than OpenAI takes."""
+    stop = body.get("stop")
+    if not isinstance(stop, list) or len(stop) <= OPENAI_STOPS:
+        return body
+    return {**body, "stop": stop[:OPENAI_STOPS]}
+
+
+def cut_completion(answer: dict[str, Any], stops: tuple[str, ...]) -> dict[str, Any]:
+    """A chat completion ended at the first held stop in its content, as an engine ends
+    one: `finish_reason` stop, the stop named in `stop_reason` (vLLM's field, which the
+    translations read), the tool calls after it dropped."""
+    choices = answer.get("choices")
+    if not stops or not isinstance(choices, list) or not choices:
+        return answer
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    text = message.get("content") if isinstance(message, dict) else None
+    found = earliest(text, stops) if isinstance(text, str) else None
+    if message is None or found is None:
+        return answer
+    at, stop = found
+    kept = {k: v for k, v in message.items() if k != "tool_calls"}
+    kept["content"] = text[:at]
+    choice = {**choice, "message": kept, "finish_reason": "stop", "stop_reason": stop}
+    return {**answer, "choices": [choice, *choices[1:]]}
+
+
+class ChatStopsStream:
+    """Chat completion chunks in, the same stream held to `stops` out (`cut_completion`)."""
+
+    __slots__ = ("_frame", "_matched", "_pending", "stops")
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self.stops = stops
+        self._pending = ""  # content kept back: it may begin a stop
+        self._matched: str | None = None
+        self._frame: dict[str, Any] = {}  # the last chunk's envelope, for a chunk of its own
+
+    def _flush(self) -> list[Event]:
+        if not self._pending:
+            return []
+        text, self._pending = self._pending, ""
+        choice = {"index": 0, "delta": {"content": text}, "finish_reason": None}
+        return [(None, {**self._frame, "choices": [choice]})]
+
+    def feed(self, event: Event) -> list[Event]:
+        chunk = event[1]
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return [*self._flush(), event]  # the usage chunk, an error
+        self._frame = {k: v for k, v in chunk.items() if k not in ("choices", "usage")}
+        choice = choices[0]
+        finished = bool(choice.get("finish_reason"))
+        if self._matched is not None:  # output past the stop: the model would not have written it
+            if not finished:
+                return []
+            done = {**choice, "delta": {}, "finish_reason": "stop", "stop_reason": self._matched}
+            return [(event[0], {**chunk, "choices": [done]})]
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else None
+        if not isinstance(delta, dict) or not isinstance(text, str) or not text:
+            return [*self._flush(), event] if finished else [event]
+        text = self._pending + text
+        found = earliest(text, self.stops)
+        if found is not None:
+            at, self._matched = found
+            self._pending = ""
+            kept = {k: v for k, v in delta.items() if k != "tool_calls"}
+            kept["content"] = text[:at]
+            end = {"finish_reason": "stop", "stop_reason": self._matched} if finished else {}
+            out = {**choice, "delta": kept, **end}
+            return [(event[0], {**chunk, "choices": [out, *choices[1:]]})]
+        keep = 0 if finished else partial_tail(text, self.stops)
+        self._pending = text[len(text) - keep :]
+        sent = {**choice, "delta": {**delta, "content": text[: len(text) - keep]}}
+        return [(event[0], {**chunk, "choices": [sent, *choices[1:]]})]
+
+    def finish(self) -> list[Event]:
+        return self._flush()

@@ -365,6 +365,27 @@ _UNREASONED: dict[tuple[str, str], Translation] = {
 }
 
 
+def _four_stops(translation: Translation) -> Translation:
+    def request(body: dict[str, Any]) -> dict[str, Any]:
+        return held_stops.openai_sendable(translation.request(body))
+
+    return replace(translation, request=request, holds=held_stops.openai_held)
+
+
+# translations to chat completions -> the same for an `openai`-kind provider, which is sent
+# no more than the four stop sequences OpenAI takes, the gateway holding the rest
+_FOUR_STOPS: dict[Translation, Translation] = {
+    t: _four_stops(t)
+    for t in (*TRANSLATIONS.values(), *_UNREASONED.values())
+    if t.endpoint == "chat.completions" and t.holds is None
+}
+
+
+def openai_stops(translation: Translation) -> Translation:
+    """`translation` for an `openai`-kind provider (`_FOUR_STOPS`)."""
+    return _FOUR_STOPS.get(translation, translation)
+
+
 def hides_reasoning(endpoint: str, body: dict[str, Any]) -> bool:
     """Whether the client's protocol shows this request no reasoning: Ollama's `think: false`,
     an Anthropic request that does not enable thinking."""
@@ -551,8 +572,10 @@ class Wire:
             raise UnreadableAnswer("not a JSON object")
         stops = self.held(request)
         try:
-            if stops:
+            if stops and self.endpoint == "messages":
                 data = held_stops.cut_message(data, stops)
+            elif stops:
+                data = held_stops.cut_completion(data, stops)
             return orjson.dumps(self.translation.answer(data, model, started, request))
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             # a field of another type than the protocol's (`"choices": true`): the
@@ -583,7 +606,12 @@ class Wire:
         stage = t.stream(model, _asks_usage(body), started, body)
         stops = self.held(body)
         if stops:
-            stage = Chain([held_stops.MessageStopsStream(stops), stage])
+            hold: StreamStage = (
+                held_stops.MessageStopsStream(stops)
+                if self.endpoint == "messages"
+                else held_stops.ChatStopsStream(stops)
+            )
+            stage = Chain([hold, stage])
         return translate_stream(upstream, stage, t.ndjson_in, t.encode)
 
 
@@ -638,6 +666,8 @@ class Protocols:
             return self._wire(endpoint, None, tentative, repair)
         if translation is None:
             return self._wire(endpoint, None, tentative)
+        if provider.kind == "openai":
+            translation = openai_stops(translation)
         return self._wire(endpoint, translation, False)
 
     def refused(
