@@ -11,6 +11,13 @@ import pytest
 
 from fleetgate.testing import Fault
 from tests.harness import Stack, anthropic_provider, deployment, wait_until
+from tests.security.servers import Scripted
+from tests.translate.broken_streams import (
+    SSE,
+    TEXT,
+    chat_stream_failing,
+    sse_events,
+)
 
 WEATHER = {
     "name": "get_weather",
@@ -513,3 +520,67 @@ def test_anthropic_beta_reaches_a_native_anthropic_upstream(stack: Stack) -> Non
     # no header, none invented
     c.messages.create(model="claude", max_tokens=5, messages=hi)
     assert "anthropic-beta" not in api.requests[-1].headers
+
+
+# ---- streams that fail after output had started ---------------------------------------------
+
+ANTHROPIC_HEADERS = {"x-api-key": "x", "anthropic-version": "2023-06-01"}
+HI = [{"role": "user", "content": "hi"}]
+
+
+def _ends_with_the_error(raw: bytes, err_type: str) -> str:
+    """An Anthropic stream whose last event is its `error` (as Anthropic ends a failed
+    one): no block stop, `message_delta` or `message_stop` after it. Its message."""
+    events = sse_events(raw)
+    names = [name for name, _ in events]
+    assert names[0] == "message_start" and "content_block_delta" in names
+    name, payload = events[-1]
+    assert name == "error" and names.count("error") == 1, names
+    assert payload["type"] == "error" and payload["error"]["type"] == err_type
+    return str(payload["error"]["message"])
+
+
+def test_a_broken_chat_stream_ends_an_anthropic_stream_with_its_error(chat_only: Stack) -> None:
+    engine = chat_only.engines["e"]
+    engine.fail_next(Fault("break_stream", after_chunks=3))
+    with (
+        pytest.raises(anthropic.APIStatusError, match="retry the request"),
+        client(chat_only).messages.stream(model="m", max_tokens=64, messages=HI) as stream,
+    ):
+        list(stream.text_stream)
+    engine.fail_next(Fault("break_stream", after_chunks=3))
+    raw = httpx.post(
+        chat_only.url + "/v1/messages",
+        headers=ANTHROPIC_HEADERS,
+        timeout=10,
+        json={"model": "m", "max_tokens": 64, "stream": True, "messages": HI},
+    )
+    assert "retry the request" in _ends_with_the_error(raw.content, "api_error")
+
+
+def test_a_chat_engines_error_event_ends_an_anthropic_stream(stack: Stack) -> None:
+    """vLLM writes `[DONE]` after its in-stream error: the stream still ends failed."""
+    up = Scripted()
+    up.answer = (200, SSE, chat_stream_failing("engine overloaded", 503))
+    stack.lt.run(up.start())
+    try:
+        stack.start_gateway(
+            {
+                "providers": [chat_provider("sg", up)],
+                "deployments": [deployment("m", "sg")],
+            }
+        )
+        with (
+            pytest.raises(anthropic.APIStatusError, match="engine overloaded"),
+            client(stack).messages.stream(model="m", max_tokens=64, messages=HI) as stream,
+        ):
+            assert "".join(stream.text_stream) == TEXT
+        raw = httpx.post(
+            stack.url + "/v1/messages",
+            headers=ANTHROPIC_HEADERS,
+            timeout=10,
+            json={"model": "m", "max_tokens": 64, "stream": True, "messages": HI},
+        )
+        assert _ends_with_the_error(raw.content, "overloaded_error") == "engine overloaded"
+    finally:
+        stack.lt.run(up.stop())

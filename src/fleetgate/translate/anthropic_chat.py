@@ -464,9 +464,11 @@ class ChatToMessagesStream:
             delta = {"type": "text_delta", "text": text}
             payload = {"type": "content_block_delta", "index": self._block, "delta": delta}
             return [("content_block_delta", payload)]
+        if self._stopped:
+            return []  # the message ended, or failed: nothing follows
+        if chunk.get("error"):
+            return self._fail(chunk["error"])
         out: list[Event] = []
-        if "error" in chunk and chunk.get("error"):
-            return [error_event(chunk["error"])]
         if not self._started:
             self._start(chunk, out)
         for choice in chunk.get("choices") or ():
@@ -501,6 +503,14 @@ class ChatToMessagesStream:
             if self._finish is not None:
                 out.extend(self._end())
         return out
+
+    def _fail(self, err: Any) -> list[Event]:
+        """An upstream error (or the gateway's, for a stream that broke): Anthropic's `error`
+        event, and nothing after it; no block stop, `message_delta` or `message_stop`
+        would tell the client the message had ended as it should."""
+        self._stopped = True
+        self._block_kind = ""  # `text_delta` frames no more text
+        return [error_event(err)]
 
     def _tool_call(self, call: dict[str, Any], out: list[Event]) -> None:
         index = call.get("index", 0)
