@@ -15,6 +15,7 @@ from tests.security.servers import Scripted
 from tests.translate.broken_streams import (
     SSE,
     TEXT,
+    anthropic_stream_failing,
     chat_stream_failing,
     sse_events,
 )
@@ -582,5 +583,38 @@ def test_a_chat_engines_error_event_ends_an_anthropic_stream(stack: Stack) -> No
             json={"model": "m", "max_tokens": 64, "stream": True, "messages": HI},
         )
         assert _ends_with_the_error(raw.content, "overloaded_error") == "engine overloaded"
+    finally:
+        stack.lt.run(up.stop())
+
+
+def test_an_anthropic_error_event_ends_a_chat_stream_without_done(stack: Stack, client_for) -> None:
+    """Chat streams end failed with the error event, as the gateway's own do: no usage
+    chunk, no `[DONE]` (which a reader takes for the answer's normal end)."""
+    up = Scripted()
+    up.answer = (200, SSE, anthropic_stream_failing("overloaded_error", "Overloaded"))
+    stack.lt.run(up.start())
+    try:
+        stack.start_gateway(
+            {"providers": [anthropic_provider("an", up)], "deployments": [deployment("m", "an")]}
+        )
+        chunks = []
+        with pytest.raises(openai.APIError, match="Overloaded"):
+            for chunk in client_for(stack).chat.completions.create(
+                model="m", messages=HI, stream=True
+            ):
+                chunks.append(chunk)
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == TEXT
+        for options in ({}, {"stream_options": {"include_usage": True}}):
+            raw = httpx.post(
+                stack.url + "/v1/chat/completions",
+                timeout=10,
+                json={"model": "m", "messages": HI, "stream": True, **options},
+            )
+            events = sse_events(raw.content)
+            *before, (_, last) = events
+            assert last != "[DONE]" and last["error"]["type"] == "overloaded_error"
+            assert last["error"]["message"] == "Overloaded"
+            assert all(isinstance(p, dict) and "error" not in p for _, p in before)
+            assert all(p["choices"] for _, p in before)  # no usage chunk either
     finally:
         stack.lt.run(up.stop())

@@ -812,6 +812,8 @@ class MessagesToChatStream:
         return (None, chunk)
 
     def feed(self, event: Event) -> list[Event]:
+        if self._done:
+            return []  # the stream ended, or failed: nothing follows
         data = event[1]
         kind = data.get("type")
         if kind == "message_start":
@@ -856,7 +858,8 @@ class MessagesToChatStream:
             return [self._chunk({}, _FINISH_REASON.get(str(stop), "stop"))]
         if kind == "message_stop":
             return self.finish()
-        if kind == "error":
+        if kind == "error":  # chat's in-stream error, then the stream ends: no `[DONE]`
+            self._done = True
             err = data.get("error") or {}
             return [
                 (
