@@ -7,6 +7,7 @@ import ollama
 import orjson
 import pytest
 
+from fleetgate.testing import Fault
 from tests.harness import (
     Stack,
     anthropic_provider,
@@ -16,7 +17,9 @@ from tests.harness import (
     wait_until,
 )
 from tests.security.servers import Scripted
+from tests.translate.broken_streams import SSE, anthropic_stream_failing, chat_stream_failing
 
+HI = [{"role": "user", "content": "hi"}]
 WEATHER = {
     "type": "function",
     "function": {
@@ -352,5 +355,58 @@ def test_generate_streams_the_thinking(stack: Stack) -> None:
         assert parts[-1].done and parts[-1].eval_count == 5
         chat = list(c.chat(model="m", messages=[{"role": "user", "content": "?"}], stream=True))
         assert "".join(p.message.thinking or "" for p in chat) == "Paris is in France."
+    finally:
+        stack.lt.run(up.stop())
+
+
+# ---- streams that fail after output had started ---------------------------------------------
+
+BREAKS = ["chat engine breaks", "chat engine's error event", "anthropic's error event"]
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/api/generate"])
+@pytest.mark.parametrize("upstream", BREAKS)
+def test_a_failing_stream_ends_with_the_error_line(stack: Stack, upstream: str, path: str) -> None:
+    """Ollama ends a failed stream with its `{"error": ...}` line; a `done` line after it
+    would say the answer had ended as it should."""
+    engine = stack.engine("e")
+    up = Scripted()
+    if upstream == BREAKS[1]:
+        up.answer = (200, SSE, chat_stream_failing("engine died", 500))
+    else:
+        up.answer = (200, SSE, anthropic_stream_failing("overloaded_error", "Overloaded"))
+    stack.lt.run(up.start())
+    try:
+        providers = [provider("v", engine), provider("s", up), anthropic_provider("an", up)]
+        stack.start_gateway(
+            {
+                "providers": providers,
+                "deployments": [
+                    deployment("m", "v"),
+                    deployment("se", "s"),
+                    deployment("ae", "an"),
+                ],
+            }
+        )
+        model, said = {
+            BREAKS[0]: ("m", "retry the request"),
+            BREAKS[1]: ("se", "engine died"),
+            BREAKS[2]: ("ae", "Overloaded"),
+        }[upstream]
+        key = "message" if path == "/api/chat" else "response"
+        body = {"messages": HI} if path == "/api/chat" else {"prompt": "hi"}
+        engine.fail_next(Fault("break_stream", after_chunks=3))
+        c = client(stack)
+        call = c.chat if path == "/api/chat" else c.generate
+        parts = []
+        with pytest.raises(ollama.ResponseError, match=said):
+            for part in call(model=model, stream=True, **body):
+                parts.append(part)
+        assert parts and not any(p.done for p in parts)
+        engine.fail_next(Fault("break_stream", after_chunks=3))
+        raw = httpx.post(stack.url + path, timeout=10, json={"model": model, **body})
+        *lines, last = [orjson.loads(line) for line in raw.content.splitlines() if line]
+        assert set(last) == {"error"} and said in last["error"]
+        assert lines and all(line["done"] is False and key in line for line in lines)
     finally:
         stack.lt.run(up.stop())

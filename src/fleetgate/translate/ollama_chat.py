@@ -428,7 +428,7 @@ class _ToNdjson:
 
     def text_delta(self, text: str, quoted: bytes) -> bytes | None:
         """One more line of text, framed from prebuilt bytes (`TextStage`)."""
-        if not self._first:
+        if not self._first or self._done:
             return None
         stamp = _stamp()
         if stamp is not self._line_stamp:  # a new millisecond
@@ -446,6 +446,8 @@ class _ToNdjson:
         return self._line_head + quoted + self._text_close
 
     def feed(self, event: Event) -> list[Event]:
+        if self._done:
+            return []  # the `done` line, or an error, was the last
         chunk = event[1]
         if self._first:
             text = plain_text_delta(chunk)
@@ -453,6 +455,9 @@ class _ToNdjson:
                 return [self._text_line(text, None)]
         err = chunk.get("error")
         if err:
+            # Ollama ends a failed stream with its `{"error": ...}` line: no `done` line
+            # after it says the answer ended as it should
+            self._done = True
             message = err.get("message", "") if isinstance(err, dict) else str(err)
             return [(None, {"error": message})]
         out: list[Event] = []
