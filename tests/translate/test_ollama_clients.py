@@ -410,3 +410,39 @@ def test_a_failing_stream_ends_with_the_error_line(stack: Stack, upstream: str, 
         assert lines and all(line["done"] is False and key in line for line in lines)
     finally:
         stack.lt.run(up.stop())
+
+
+def test_the_thinking_of_an_ollama_history_counts_in_the_estimate(stack: Stack) -> None:
+    """An assistant turn's `thinking` reaches a chat engine as `reasoning_content`: the
+    estimate counts it as it counts chat's, and a history too large for a window with it
+    goes to the deployment that holds it."""
+    small = stack.engine("small", context_window=400)
+    large = stack.engine("large", context_window=8192)
+    stack.start_gateway(
+        {
+            "providers": [provider("ps", small), provider("pl", large)],
+            "deployments": [
+                deployment("m", "ps", context_window=400),
+                deployment("m", "pl", context_window=8192),
+            ],
+        }
+    )
+    thinking = " ".join(f"step {i} weighs the answer again." for i in range(100))
+
+    def history(key: str) -> list[dict[str, str]]:
+        said = {"role": "assistant", "content": "Paris.", key: thinking}
+        return [{"role": "user", "content": "Capital of France?"}, said, *HI]
+
+    def estimate(path: str, key: str, limit: dict[str, object]) -> int:
+        body = {"model": "m", "messages": history(key), "stream": False, **limit}
+        resp = httpx.post(stack.url + path, timeout=10, json=body)
+        assert resp.status_code == 200, resp.text
+        return int(resp.headers["x-fleetgate-context-estimate"].split(";")[0])
+
+    ollama_estimate = estimate("/api/chat", "thinking", {"options": {"num_predict": 8}})
+    assert ollama_estimate == estimate(
+        "/v1/chat/completions", "reasoning_content", {"max_tokens": 8}
+    )
+    client(stack).chat(model="m", messages=history("thinking"), options={"num_predict": 8})
+    sent = large.requests[-1].body["messages"][1]
+    assert sent["reasoning_content"] == thinking and not small.requests

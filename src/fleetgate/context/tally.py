@@ -237,9 +237,10 @@ class _Walk:
             calls = message.get(key)
             if calls:
                 self.json(calls)
-        reasoning = message.get("reasoning_content")
-        if isinstance(reasoning, str):
-            self.parts.append(reasoning)
+        for key in ("reasoning_content", "thinking"):  # chat's reasoning, Ollama's
+            reasoning = message.get(key)
+            if isinstance(reasoning, str):
+                self.parts.append(reasoning)
         images = message.get("images")  # Ollama: base64 images next to the content
         if isinstance(images, list):
             self.images += len(images)
