@@ -858,7 +858,7 @@ class MessagesToChatStream:
             return [self._chunk({}, _FINISH_REASON.get(str(stop), "stop"))]
         if kind == "message_stop":
             return self.finish()
-        if kind == "error":  # chat's in-stream error, then the stream ends: no `[DONE]`
+        if kind == "error":  # as chat's in-stream error, and the stream ends: no `[DONE]`
             self._done = True
             err = data.get("error") or {}
             return [
