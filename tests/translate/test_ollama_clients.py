@@ -264,10 +264,14 @@ def test_durations_are_measured_from_the_attempts_start(stack: Stack, kind: str)
         assert answer.done and answer.eval_count and answer.prompt_eval_count
         durations_hold(answer)
     if kind == "vllm":
-        assert all(a.total_duration >= delay * 1e9 for a in answers)
+        # the engine's 60 ms are a loop timer of libuv, whose clock is the one read at the
+        # start of the loop's turn: it can fire up to a turn's work early (seen: under the
+        # 60 ms once on a loaded machine). 54 ms still tells the delay in from its absence.
+        waited = 0.9 * delay * 1e9
+        assert all(a.total_duration >= waited for a in answers)
         # the stream's prompt took until its first event: the engine's 60 ms are in it
-        assert answers[1].prompt_eval_duration >= delay * 1e9
-        assert answers[3].prompt_eval_duration >= delay * 1e9
+        assert answers[1].prompt_eval_duration >= waited
+        assert answers[3].prompt_eval_duration >= waited
 
 
 @pytest.mark.parametrize("kind", ["vllm", "anthropic"])
