@@ -14,8 +14,8 @@ from tests.tiers import chat_calls, tiered_stack, words
 # The fake engine counts whitespace-separated words, so text whose words the estimate costs
 # differently makes it disagree. Both requests' estimated bands straddle the 1k window, so
 # only a count can place them (the first test asserts the band).
-# 2100 lone full stops: estimated about 710..1160, counted 2101 + 10 (does not fit 1k)
-UNDER_ESTIMATED = [{"role": "user", "content": words(2100, ".")}]
+# 1200 lone full stops: estimated about 950..1550, counted 1201 + 10 (does not fit 1k)
+UNDER_ESTIMATED = [{"role": "user", "content": words(1200, ".")}]
 # 80 ten-digit numbers: estimated about 720..1180, counted 81 + 10 (fits)
 OVER_ESTIMATED = [{"role": "user", "content": words(80, "1234567890")}]
 
@@ -31,7 +31,7 @@ def test_exact_count_moves_an_underestimated_request_to_the_long_tier(
 ) -> None:
     base, long = tiered_stack(stack)
     resp = _create(client_for(stack), UNDER_ESTIMATED)
-    assert resp.headers["x-fleetgate-context-estimate"] == "2111; exact"
+    assert resp.headers["x-fleetgate-context-estimate"] == "1211; exact"
     assert resp.headers["x-fleetgate-route"] == "m@long"
     assert resp.headers["x-fleetgate-attempts"] == "1"  # no wasted 400 from the base tier
     assert base.tokenize_calls == 1 and chat_calls(base) == 0

@@ -10,6 +10,11 @@ in one pass of C-level byte operations over their UTF-8 bytes:
   Greek, Cyrillic, Hebrew and Armenian, Arabic, Indic and Thai, other 3-byte scripts,
   symbols, kana and CJK punctuation, CJK ideographs, Hangul, full-width forms, and 4-byte
   characters (emoji);
+* runs, where a byte-level BPE pre-tokenizer splits what the classes above cannot see
+  (`count_runs`): runs of spaces, of tabs, of punctuation and line breaks, a space before a
+  digit, a capital after a small letter, and each full 8 letters of a long word. Runs take
+  a pass over a view of the text each, so they are counted on a sample of at most 512
+  bytes spread over the text and scaled up: their cost does not grow with the text;
 
 and, by structure: token ids, messages, whether a chat has no system turn (Qwen2.5's template
 then writes its own default system prompt, about 20 tokens), tools, images and audio parts.
@@ -17,10 +22,11 @@ A tokenizer family (`families.py`) turns the tally into tokens with a dot produc
 estimating for several deployments costs one walk. No text is kept: the tally is numbers only.
 
 Tokenizers merge a run of one repeated character (`====`, `----`, blank lines, `────`) into
-a token or a few, while the tally costs each of its characters. A run is rare in the text the
-families were fitted on, so the estimate keeps costing it in full (an over-estimate: safe for
-placement); what must hold for every text is the fewest tokens a request can be, which
-`tally_body(..., collapsed=True)` tallies with each run counted as one character.
+a token or a few, while the tally still costs each of its characters (`punct`, `symbols`,
+`newlines`) besides the run. Such runs are rare in the text the families were fitted on, so
+the estimate keeps costing them so (an over-estimate: safe for placement); what must hold for
+every text is the fewest tokens a request can be, which `tally_body(..., collapsed=True)`
+tallies with each run counted as one character.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ FIELDS = (
     "upper",  # ASCII capitals (mixed case, as in base64 and CamelCase, splits words)
     "words",  # runs of letters (ASCII or an alphabetic script)
     "long_runs",  # each full 8 letters of a run: long and unusual words split into pieces
+    # (counted on a sample of the text, as the run fields below)
     "digits",
     "punct",  # ASCII punctuation and symbols
     "newlines",
@@ -59,6 +66,13 @@ FIELDS = (
     "fullwidth",  # U+E000-FFFF: full-width forms, compatibility ideographs, private use
     "four_byte",  # U+10000 and above: emoji, rare ideographs
     "tabs",  # tab characters: a token or so each where spaces of indentation merge
+    # where byte-level BPE's pre-tokenizer splits text that the classes above cannot see
+    # (counted on a sample of the text, see `_sample`):
+    "space_runs",  # runs of two or more spaces: a token each, however long
+    "tab_runs",  # runs of tabs (a tab before a word may share its token: `\treturn`)
+    "punct_runs",  # runs of ASCII punctuation and line breaks: a token each (`",`, `});`)
+    "space_digits",  # a space before a digit: a token of its own (words take theirs along)
+    "case_changes",  # a capital after a small letter (`camelCase`, base64): BPE splits there
     "token_ids",  # prompts given as token ids: one token each
     "messages",  # chat turns (each costs the template's per-message scaffolding)
     "tools",  # tool schemas (each costs the template's per-tool wrapping)
@@ -78,6 +92,12 @@ MESSAGES = FIELDS.index("messages")
 TOOLS = FIELDS.index("tools")
 TOOL_BLOCKS = FIELDS.index("tool_blocks")
 TABS = FIELDS.index("tabs")
+SPACE_RUNS = FIELDS.index("space_runs")
+PUNCT_RUNS = FIELDS.index("punct_runs")
+SPACE_DIGITS = FIELDS.index("space_digits")
+CASE_CHANGES = FIELDS.index("case_changes")
+TAB_RUNS = FIELDS.index("tab_runs")
+_RUN_FIELDS = (LONG_RUNS, CASE_CHANGES, SPACE_DIGITS, TAB_RUNS, SPACE_RUNS, PUNCT_RUNS)
 DEFAULT_SYSTEM = FIELDS.index("default_system")
 REQUESTS = FIELDS.index("requests")
 
@@ -123,6 +143,25 @@ _WORD_TABLE = bytes(ord("a") if _CLASS[b] in _ALPHABETIC else ord(" ") for b in 
 # the bytes whose class is a lower-case letter or a space: deleted from the short copy
 _COMMON = bytes(b for b in range(256) if _CLASS[b] in b"a " and b not in _CONTINUATION)
 _COMMON_OR_CONTINUATION = _COMMON + _CONTINUATION
+# the views of a sample the run fields are counted on (see `count_runs`): small letters,
+# capitals, digits, spaces and the rest; tabs and spaces as letters, the rest not (title
+# case marks where each run starts); the same of ASCII punctuation and line breaks
+_SHAPE_TABLE = bytes(
+    ord("A")
+    if _CLASS[b] == ord("A")
+    else ord("a")
+    if _WORD_TABLE[b] == ord("a")
+    else ord("0")
+    if _CLASS[b] == ord("0")
+    else ord(" ")
+    if b == 32
+    else ord("x")
+    for b in range(256)
+)
+_WS_TABLE = bytes(ord("a") if b == 9 else ord("b") if b == 32 else ord(".") for b in range(256))
+_PUNCT_TABLE = bytes(ord("a") if _CLASS[b] in b".\n" else ord(" ") for b in range(256))
+_SAMPLE = 512  # bytes of text the run fields are counted on, in 4 pieces
+_PIECE = _SAMPLE // 4
 # four or more of one character that is no letter, digit or space (`_` included)
 _RUN = re.compile(r"([^\w ]|_)\1{3,}")
 
@@ -136,6 +175,47 @@ def collapse_runs(text: str) -> str:
 # U+1E00-1EFF (Vietnamese, among others): accented Latin letters, priced as such, which
 # share their lead byte with scripts of about a token and a half a character
 _LATIN_EXTENDED_ADDITIONAL = (b"\xe1\xb8", b"\xe1\xb9", b"\xe1\xba", b"\xe1\xbb")
+
+
+def _sample(data: bytes) -> bytes:
+    """`data` when it is at most `_SAMPLE` bytes, else a piece from the middle of each of
+    its quarters (a text's first lines, often unlike the rest, are no quarter of it)."""
+    if len(data) <= _SAMPLE:
+        return data
+    step, w = len(data) // 4, _PIECE
+    a, b, c, d = step // 2, step // 2 + step, step // 2 + 2 * step, step // 2 + 3 * step
+    return b"".join((data[a : a + w], data[b : b + w], data[c : c + w], data[d : d + w]))
+
+
+def count_runs(data: bytes, ascii: bool, chars: int, counts: list[int]) -> None:
+    """Add the fields about runs (long letter runs, spaces, punctuation) of UTF-8 `data`,
+    which holds `chars` characters.
+
+    Byte-level BPE tokenizers (Qwen2, Llama 3, o200k) first split text by a pattern: a word
+    takes the one space or punctuation character before it along, digits stand alone, a
+    run of punctuation is one piece, and whitespace but a word's leading space is a piece
+    of its own. So `a, a, a` costs two tokens a word, `1 2 3` two a digit, a padded table
+    cell one more for its padding however wide it is, and `": 1,` as many as `": "x",`.
+    Counts of characters cannot tell these apart; runs can. Each run field takes a pass
+    over a view of the text, so they are counted on a sample (`_sample`) and scaled up to
+    the whole: their cost stays flat however long the text."""
+    sample = _sample(data)
+    # one character a byte in `shape`, as in the words view
+    shape = sample.translate(_SHAPE_TABLE, b"" if ascii else _CONTINUATION)
+    spaces = sample.translate(_WS_TABLE).title()  # `A`, `B` start a run of tabs, spaces
+    punct = sample.translate(_PUNCT_TABLE).title()
+    runs = (
+        shape.count(b"aaaaaaaa"),
+        shape.count(b"aA"),
+        shape.count(b" 0"),
+        spaces.count(b"A"),
+        spaces.count(b"Bb"),
+        punct.count(b"A"),
+    )
+    scale = 1.0 if sample is data else chars / len(shape)  # characters in all / sampled
+    for field, n in zip(_RUN_FIELDS, runs, strict=True):
+        if n:
+            counts[field] += round(n * scale)
 
 
 def count_text(data: bytes, counts: list[int]) -> None:
@@ -165,7 +245,7 @@ def count_text(data: bytes, counts: list[int]) -> None:
     counts[NEWLINES] += rare.count(b"\n")
     counts[TABS] += rare.count(b"\t")
     counts[WORDS] += words.count(b" a") + (words[:1] == b"a")
-    counts[LONG_RUNS] += words.count(b"aaaaaaaa")
+    count_runs(data, ascii, len(words), counts)
 
 
 class _Walk:

@@ -4,7 +4,10 @@ Each text class the estimate costs differently is here: English prose, source co
 CSV, CJK (Chinese, Japanese, Korean), other scripts (Cyrillic, Greek, Arabic, Hebrew,
 Devanagari), identifiers and hashes, JSON of several shapes and layouts, code indented by
 tabs or 2 spaces, prose with punctuation runs (`!!!`, `?!`), base64 and hex, repeated words,
-emoji-heavy chat, Thai, tool schemas, and multi-turn chats with tool calls. Prose and code
+emoji-heavy chat, Thai, tool schemas, multi-turn chats with tool calls, and the layouts
+users paste whose whitespace, digits and punctuation a tokenizer splits apart: markdown
+tables, space-aligned columns and double spaces, log files, repeated JSON records,
+space-separated numbers and C byte arrays, minified JS and CSS. Prose and code
 come from the docstrings and source of Python's own standard library (real English and real
 code, not word salad); the other scripts from sentence pools below.
 `corpus(seed, n)` always gives the same requests for the same seed and Python version.
@@ -36,6 +39,12 @@ CLASSES = (
     "repeated",
     "emoji",
     "thai",
+    "markdown",
+    "aligned",
+    "logs",
+    "records",
+    "numbers",
+    "minified",
     "tools",
     "multiturn",
 )
@@ -411,7 +420,11 @@ def _encoded(rng: random.Random, size: int) -> str:
         return "Bearer " + ".".join(parts) + "\n" + base64.b64encode(raw).decode()[:size]
     if pick == 3:
         text = raw.hex()[:size]
-        return text.upper() if rng.random() < 0.3 else text
+        if rng.random() < 0.3:
+            return text.upper()
+        if rng.random() < 0.5:  # a C byte array
+            return ", ".join(f"0x{b:02x}" for b in raw[: size // 6])
+        return text
     rows = (raw[i : i + 16] for i in range(0, len(raw) // 2, 16))
     return "\n".join(
         f"{i * 16:08x}  " + " ".join(f"{b:02x}" for b in r) for i, r in enumerate(rows)
@@ -419,16 +432,17 @@ def _encoded(rng: random.Random, size: int) -> str:
 
 
 def _repeated(rng: random.Random, prose: list[str], size: int) -> str:
-    """A word or a short phrase said again and again."""
+    """A word or a short phrase said again and again, set apart by spaces, punctuation,
+    a tab or line breaks."""
     if rng.random() < 0.6:
         unit = rng.choice(_REPEATED)
         if rng.random() < 0.3:
-            unit = unit.capitalize()
+            unit = rng.choice((unit.capitalize(), unit.upper()))
     else:
         words = rng.choice(prose).split()
         start = rng.randrange(len(words))
         unit = " ".join(words[start : start + rng.randint(1, 4)])
-    sep = rng.choice((" ", " ", ", ", "\n", "! "))
+    sep = rng.choice((" ", " ", ", ", "\n", "! ", "  ", ". ", "\t", "-"))
     return sep.join([unit] * max(1, size // (len(unit) + len(sep))))
 
 
@@ -450,6 +464,171 @@ def _emoji(rng: random.Random, prose: list[str], size: int) -> str:
         if total > size:
             break
     return rng.choice((" ", "")).join(out) if density >= 3.0 else " ".join(out)
+
+
+_CELLS = ("ok", "done", "North", "pending", "Alice", "n/a", "yes", "12.5", "1,204", "fail", "-")
+_HEADS = ("Name", "Region", "Q1", "Q2", "Total", "Status", "Owner", "Notes", "p95 (ms)")
+
+
+def _markdown(rng: random.Random, size: int) -> str:
+    """A markdown table, its cells padded to a column width or not."""
+    cols = rng.randint(2, 7)
+    width = rng.randint(6, 20) if rng.random() < 0.7 else 0
+    heads = [rng.choice(_HEADS) for _ in range(cols)]
+
+    def row(cells: list[str]) -> str:
+        if width:
+            return "| " + " | ".join(c.ljust(width) for c in cells) + " |"
+        return "|" + "|".join(cells) + "|"
+
+    lines = [row(heads), row(["-" * max(width, 3)] * cols)]
+    while sum(len(line) + 1 for line in lines) < size:
+        lines.append(row([rng.choice(_CELLS) for _ in range(cols)]))
+    return "\n".join(lines)
+
+
+def _aligned(rng: random.Random, prose: list[str], size: int) -> str:
+    """Text whose words are set apart by runs of spaces: aligned columns, two spaces after
+    each sentence, trailing spaces, wide gaps, or numbers in space-padded columns."""
+    pick = rng.randrange(4)
+    if pick == 3:
+        cols = rng.randint(2, 8)
+        rows = []
+        while sum(len(r) + 1 for r in rows) < size:
+            cells = [f"{rng.uniform(-999, 9999):.{rng.randint(0, 3)}f}" for _ in range(cols)]
+            rows.append(rng.choice(("", "  ")) + " ".join(c.rjust(10) for c in cells))
+        return "\n".join(rows)
+    words = _take(rng, prose, size, " ").split()
+    if pick == 0:  # columns: key, value, comment
+        lines = []
+        for i in range(0, len(words) - 2, 3):
+            a, b, c = words[i : i + 3]
+            lines.append(a.ljust(rng.randint(12, 24)) + b.ljust(rng.randint(8, 30)) + c)
+        return "\n".join(lines)
+    if pick == 1:  # two spaces after a sentence, double spaces by accident
+        text = " ".join(words)
+        return text.replace(". ", ".  ").replace(", ", rng.choice((",  ", ", ")))
+    gaps = (" ", " ", "  ", "   ", " " * rng.randint(4, 30), "   \n")
+    return "".join(w + rng.choice(gaps) for w in words)
+
+
+_LOG_MESSAGES = (
+    "Heartbeat ok",
+    "connection reset by peer",
+    "GET /api/v1/health HTTP/1.1 200",
+    "Retrying in 5 seconds...",
+    "worker started",
+    "cache miss for key user:session",
+    "WARNING: deprecated option --foo will be removed",
+)
+
+
+def _logs(rng: random.Random, size: int) -> str:
+    """A log file: the same few messages again and again, with timestamps or without."""
+    pool = rng.sample(_LOG_MESSAGES, rng.randint(1, 3))
+    style = rng.randrange(4)
+    lines: list[str] = []
+    t = 0
+    while sum(len(line) + 1 for line in lines) < size:
+        t += rng.randint(1, 900)
+        msg = rng.choice(pool)
+        level = rng.choice(("INFO", "INFO", "WARN", "DEBUG"))
+        if style == 0:
+            stamp = f"2024-05-01 12:{t // 60000 % 60:02d}:{t // 1000 % 60:02d},{t % 1000:03d}"
+            lines.append(f"{stamp} {level} [worker-{rng.randint(1, 4)}] {msg}")
+        elif style == 1:
+            lines.append(f"[{level}] {msg}")
+        elif style == 2:
+            lines.append(msg)
+        else:
+            stamp = f"01/May/2024:12:00:{t // 1000 % 60:02d} +0000"
+            lines.append(f'127.0.0.1 - - [{stamp}] "GET /index.html HTTP/1.1" 200 {t % 9999}')
+    return "\n".join(lines)
+
+
+def _records(rng: random.Random, size: int) -> str:
+    """One JSON record again and again (an id counting up or not), or one nested deeply,
+    as JSON lines, compact or indented by 2 or 4 spaces or a tab."""
+    if rng.random() < 0.3:
+
+        def nest(depth: int) -> Any:
+            if depth == 0:
+                return {"value": rng.randint(1, 100), "label": "leaf"}
+            return {f"level{depth}": nest(depth - 1), "n": depth}
+
+        items = [nest(rng.randint(3, 9)) for _ in range(max(1, size // 400))]
+        return json.dumps(items, indent=rng.choice((2, 4, "\t")))
+    record = {"id": 1, "name": "Alice", "email": "alice@example.com", "active": True}
+    record["roles"] = ["admin", "user"]
+    count = rng.random() < 0.5
+    layout = rng.choice(("lines", "compact", 2, 4, "\t"))
+    items = []
+    while sum(len(json.dumps(i)) for i in items) * (1.4 if layout in (2, 4) else 1) < size:
+        items.append({**record, "id": len(items) + 1} if count else record)
+    if layout == "lines":
+        return "\n".join(json.dumps(i) for i in items)
+    if layout == "compact":
+        return json.dumps(items, separators=(",", ":"))
+    return json.dumps(items, indent=layout)
+
+
+def _numbers(rng: random.Random, size: int) -> str:
+    """Numbers as users paste them: separated by single spaces, in long runs of digits,
+    tab-separated, or listed one a line."""
+    pick = rng.randrange(4)
+    if pick == 0:
+        seq = " ".join(str(rng.randint(0, 10 ** rng.randint(1, 3))) for _ in range(size // 3))
+        return seq[:size]
+    if pick == 1:
+        digits = "".join(rng.choice(string.digits) for _ in range(size))
+        width = rng.choice((size, 50, 64))
+        return "\n".join(digits[i : i + width] for i in range(0, size, width))
+    rows = []
+    while sum(len(r) + 1 for r in rows) < size:
+        cells = [str(rng.randint(0, 99999)) for _ in range(rng.randint(1, 6))]
+        rows.append(("\t" if pick == 2 else ", ").join(cells))
+    return "\n".join(rows)
+
+
+_JS_NAMES = ("e", "t", "n", "r", "i", "o", "a", "s", "u", "c", "l", "f", "d", "h", "p")
+_CSS_RULES = (
+    "margin:0",
+    "padding:4px 8px",
+    "color:#333",
+    "background:#fff",
+    "display:flex",
+    "border:1px solid #e5e5e5",
+    "font-size:14px",
+    "line-height:1.5",
+    "transition:all .2s ease-in-out",
+    "box-shadow:0 1px 3px rgba(0,0,0,.12)",
+)
+
+
+def _minified(rng: random.Random, size: int) -> str:
+    """Minified JavaScript (one-letter names, no spaces) or CSS."""
+    out: list[str] = []
+    total = 0
+    css = rng.random() < 0.4
+    while total < size:
+        if css:
+            sel = rng.choice((".btn", ".nav>li", "#app", "a:hover", ".col-md-6", "h1,h2"))
+            piece = sel + "{" + ";".join(rng.sample(_CSS_RULES, rng.randint(1, 5))) + "}"
+        else:
+            a, b, c = rng.sample(_JS_NAMES, 3)
+            piece = rng.choice(
+                (
+                    f"function {a}({b},{c}){{return {b}+{c}}}",
+                    f"var {a}={b}.length>{rng.randint(0, 99)}?{b}[0]:{c};",
+                    f'if({a}==="{rng.choice(("!", "*", "+", "div"))}")return!0;',
+                    f"{a}.prototype.{rng.choice(('get', 'on'))}=function({b}){{this.{c}={b}}};",
+                    f"for(var {a}=0;{a}<{b}.length;{a}++){c}.push({b}[{a}]);",
+                    f'{a}=({b}&&{c})||"";',
+                )
+            )
+        out.append(piece)
+        total += len(piece)
+    return "".join(out)
 
 
 def _tools(rng: random.Random, prose: list[str]) -> list[dict[str, Any]]:
@@ -512,6 +691,18 @@ def text_of(kind: str, rng: random.Random, size: int) -> str:
         return _emoji(rng, prose, size)
     if kind == "thai":
         return _take(rng, _THAI, size // 2, rng.choice((" ", "", "\n")))
+    if kind == "markdown":
+        return _markdown(rng, size)
+    if kind == "aligned":
+        return _aligned(rng, prose, size)
+    if kind == "logs":
+        return _logs(rng, size)
+    if kind == "records":
+        return _records(rng, size)
+    if kind == "numbers":
+        return _numbers(rng, size)
+    if kind == "minified":
+        return _minified(rng, size)
     raise ValueError(kind)
 
 

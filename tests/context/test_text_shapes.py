@@ -1,0 +1,101 @@
+"""Layouts users paste whose tokens a count of characters misses (padded tables, columns set
+by spaces, space-separated numbers, indented JSON, byte arrays), on the real Qwen2 tokenizer
+and the real Qwen2.5 template: the estimate's band holds their real count, so a request near
+a window's edge is counted, not placed where it does not fit."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import pytest
+from tokenizers import Tokenizer
+
+from fleetgate.config.schema import ContextConfig
+from fleetgate.context.need import estimate_need
+from fleetgate.context.tally import FIELDS, SPACE_RUNS, _sample, count_runs
+from fleetgate.fleet import build_fleet
+from fleetgate.testing.llama import ALIAS, LlamaServer, find_llama
+from tests.context.shapes import SHAPES, table
+from tests.engines import LlamaFactory, llama_provider
+from tests.harness import Stack, fleet_config
+
+# "word, word": one word said again and again between commas is two tokens a word; the
+# punctuation runs are costed as prose's, where a word after one often shares its token
+HELD = sorted(name for name in SHAPES if name != "word, word")
+
+
+def _true_count(engine: LlamaServer, body: dict[str, Any]) -> int:
+    prompt = httpx.post(
+        engine.root + "/apply-template", json={"messages": body["messages"]}, timeout=30
+    )
+    tokenizer = Tokenizer.from_file(str(find_llama().tokenizer))
+    return len(tokenizer.encode(prompt.json()["prompt"], add_special_tokens=False).ids)
+
+
+@pytest.mark.parametrize("name", HELD)
+def test_the_band_holds_the_real_count_of_each_layout(llama: LlamaFactory, name: str) -> None:
+    """The (fewest, most) tokens placement works with, on a Qwen2 deployment, hold the
+    engine's own count. Before the run fields, the most lay under the count for padded
+    tables (by 10 %), space-set columns, numbers, indented JSON and byte arrays."""
+    engine = llama(n_ctx=512)
+    fleet = build_fleet(
+        fleet_config(
+            {
+                "providers": [{"id": "p", "kind": "llamacpp", "base_url": engine.base_url}],
+                "deployments": [{"model": "m", "provider": "p", "upstream_model": ALIAS}],
+            }
+        )
+    )
+    dep = fleet.models["m"].deployments[0]
+    assert dep.tokenizer_family == "qwen2"
+    build, sizes = SHAPES[name]
+    for size in sizes:
+        body = {"messages": [{"role": "user", "content": build(size)}], "max_tokens": 1}
+        estimate, _ = estimate_need(body, "chat.completions", ContextConfig(), [dep], None)
+        low, high = estimate.bounds(dep)
+        true = _true_count(engine, body) + 1
+        assert low <= true <= high, (name, size, low, true, high)
+
+
+def test_a_padded_table_near_a_window_edge_is_counted_and_lands_where_it_fits(
+    stack: Stack, client_for: Any, llama: LlamaFactory
+) -> None:
+    """A markdown table of about 1,050 tokens, on a 1024 and a 2048 engine: its estimate
+    was 10 % under, so it went to the 1024 engine uncounted and failed there first."""
+    small, big = llama(n_ctx=1024), llama(n_ctx=2048)
+    stack.start_gateway(
+        {
+            "providers": [
+                llama_provider("small", small, discovery=False),
+                llama_provider("big", big, discovery=False),
+            ],
+            "deployments": [
+                {"id": n, "model": "tiny", "provider": n, "upstream_model": ALIAS}
+                | {"context_window": w}
+                for n, w in (("small", 1024), ("big", 2048))
+            ],
+        }
+    )
+    messages: Any = [{"role": "user", "content": table(54)}]
+    truth = _true_count(big, {"messages": messages})
+    assert 1024 < truth + 20 < 2048 / 1.5  # fits the big window only
+    resp = client_for(stack, timeout=60).chat.completions.with_raw_response.create(
+        model="tiny", messages=messages, max_tokens=20
+    )
+    assert resp.headers["x-fleetgate-route"] == "big"
+    assert resp.headers["x-fleetgate-attempts"] == "1"  # no context 400 from the small one
+    assert resp.headers["x-fleetgate-context-estimate"] == f"{truth + 20}; exact"
+
+
+def test_the_run_fields_of_a_long_text_come_from_a_sample_and_scale_to_the_whole() -> None:
+    """The run fields cost a pass per view, so a long text's are counted on a sample of
+    fixed size: on a text of one layout, they come to the whole text's count (within what
+    the sample's pieces cut at their edges)."""
+    text = table(2000).encode()  # about 110 KB
+    assert len(_sample(text)) < len(text) // 100
+    sampled = [0] * len(FIELDS)
+    count_runs(text, True, len(text), sampled)
+    whole = len(re.findall(rb"(?<! )  +", text))
+    assert sampled[SPACE_RUNS] == pytest.approx(whole, rel=0.05)
