@@ -8,11 +8,13 @@ warm-up, switches collection on in every process of the tree (the request-log wr
 included), sends `REQUESTS` requests at `CONC` connections with `hey`, waits until the
 request log holds a row for every request sent (so the writer's work for them is counted),
 switches collection off, and divides each tree's instruction total by the requests.
+Before that (unless `START=0`) each server is started once with collection on from its
+first instruction and counted until it first answers /readyz 200.
 
 Run: `python3 -m benchmarks.instructions` (env: `REQUESTS` 1500, `WARMUP` 200, `CONCS`
-"1 64", `KINDS` "plain stream"). Needs valgrind and hey (`apt-get install -y valgrind hey`).
-Under valgrind everything runs about 50 times slower, so a run takes minutes; latency figures
-mean nothing here, only the counts.
+"1 64", `KINDS` "plain stream", `START` 1). Needs valgrind and hey (`apt-get install -y
+valgrind hey`). Under valgrind everything runs about 50 times slower, so a run takes
+minutes; latency figures mean nothing here, only the counts.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ from benchmarks.run import (
     write_config,
 )
 
-_TOTALS = re.compile(rb"^(?:summary|totals): (\d+)", re.M)
+# A dump's "totals:" line; its "summary:" line says the same when collection was on from
+# the start (and 0 otherwise), so it is not added.
+_TOTALS = re.compile(rb"^totals: (\d+)", re.M)
 
 
 @dataclass
@@ -59,12 +63,12 @@ class Target:
     sent: int = 0
 
 
-def _callgrind(out_dir: Path) -> list[str]:
+def _callgrind(out_dir: Path, at_start: bool = False) -> list[str]:
     return [
         "valgrind",
         "--tool=callgrind",
         "--trace-children=yes",
-        "--instr-atstart=no",
+        f"--instr-atstart={'yes' if at_start else 'no'}",
         f"--callgrind-out-file={out_dir}/cg.%p",
     ]
 
@@ -140,10 +144,18 @@ class Counts:
     own: int  # the server process
     children: int  # its request-log writer
     idle_per_s: float  # the same tree, no requests: what it does by the clock alone
+    seconds: float  # how long the counted load took
 
     @property
     def per_request(self) -> float:
         return (self.own + self.children) / self.requests
+
+    @property
+    def net_per_request(self) -> float:
+        """Per request, less what the clock alone did meanwhile. Under valgrind a request
+        takes ~50 times as long, so timers weigh ~50 times what they do at full speed."""
+        clock = min(self.idle_per_s * self.seconds, self.own + self.children)
+        return (self.own + self.children - clock) / self.requests
 
 
 def measure(t: Target, kind: str, conc: int, n: int, warmup: int) -> Counts:
@@ -162,7 +174,7 @@ def measure(t: Target, kind: str, conc: int, n: int, warmup: int) -> Counts:
     own, kids = _counted(t, load)
     elapsed = time.monotonic() - started
     idle_own, idle_kids = _counted(t, lambda: time.sleep(min(elapsed, 5.0)))
-    return Counts(sent, own, kids, (idle_own + idle_kids) / min(elapsed, 5.0))
+    return Counts(sent, own, kids, (idle_own + idle_kids) / min(elapsed, 5.0), elapsed)
 
 
 def main() -> int:
@@ -171,6 +183,42 @@ def main() -> int:
     except BenchError as exc:
         print(f"benchmark failed: {exc}", file=sys.stderr)
         return 2
+
+
+def _server_cmd(name: str, port: int, up_port: int, home: Path) -> list[str]:
+    py = sys.executable
+    if name == BASELINE:
+        return [
+            py,
+            "-m",
+            "benchmarks.baseline",
+            "--port",
+            str(port),
+            "--upstream",
+            f"http://127.0.0.1:{up_port}",
+        ]
+    config = home / "fleet.yaml"
+    write_config(config, up_port, port, "process", None)
+    return [py, "-m", "fleetgate", "serve", "--config", str(config), "--port", str(port)]
+
+
+def start_instructions(name: str, up_port: int, work: Path, env: dict[str, str]) -> int:
+    """What the server process executes from its first instruction until it first answers
+    /readyz 200 (interpreter start, imports, a new store's tables, the listener): the
+    start-up figure that does not move with the machine's speed."""
+    home = work / f"start-{name}"
+    out_dir = home / "cg"
+    out_dir.mkdir(parents=True)
+    port = _free_port()
+    cmd = _callgrind(out_dir, at_start=True) + _server_cmd(name, port, up_port, home)
+    server = start_server(name, cmd, port, "/readyz", {1}, env, home, work / f"start-{name}.log")
+    try:
+        subprocess.run(
+            ["callgrind_control", "-d", str(server.pid)], capture_output=True, check=False
+        )
+        return _instructions(out_dir, server.pid)[0]
+    finally:
+        stop(server.proc)
 
 
 def run() -> int:
@@ -187,30 +235,27 @@ def run() -> int:
     py = sys.executable
     started: list[Server] = []
     results: dict[str, dict[str, Counts]] = {}
+    starts: dict[str, int] = {}
     try:
         up_port = _free_port()
         up_cmd = [py, "-m", "benchmarks.upstream", "--port", str(up_port)]
         up_cmd += ["--chunks", str(STREAM_CHUNKS)]
         upstream = start_server("upstream", up_cmd, up_port, "/_stats", 0, env, ROOT, work / "up")
         started.append(upstream)
+        if os.environ.get("START", "1") == "1":
+            print("running start …", file=sys.stderr, flush=True)
+            for name in (BASELINE, GATEWAY):
+                starts[name] = start_instructions(name, up_port, work, env)
         targets: list[Target] = []
-        for name in (BASELINE, GATEWAY):
+        for name in (BASELINE, GATEWAY) if kinds else ():
             port = _free_port()
             out_dir = work / f"cg-{name}"
             out_dir.mkdir()
             home = work / name
             home.mkdir()
-            if name == BASELINE:
-                cmd = [py, "-m", "benchmarks.baseline", "--port", str(port)]
-                cmd += ["--upstream", upstream.url("")]
-            else:
-                config = home / "fleet.yaml"
-                write_config(config, up_port, port, "process", None)
-                cmd = [py, "-m", "fleetgate", "serve", "--config", str(config)]
-                cmd += ["--port", str(port)]
             server = start_server(
                 name,
-                _callgrind(out_dir) + cmd,
+                _callgrind(out_dir) + _server_cmd(name, port, up_port, home),
                 port,
                 "/readyz",
                 {1},
@@ -235,16 +280,23 @@ def run() -> int:
     print(f"instructions per request (callgrind), commit {_git_commit()}, {n} requests each\n")
     print(
         "| scenario | floor | fleetgate | of it, the log writer | ÷ floor "
-        "| idle M/s, floor / fleetgate |"
+        "| idle M/s, floor / fleetgate | ÷ floor, net of the clock |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for scenario, row in results.items():
         floor, gw = row[BASELINE], row[GATEWAY]
         writer = gw.children / gw.requests
         print(
             f"| {scenario} | {floor.per_request / 1e6:.3f} M | {gw.per_request / 1e6:.3f} M "
             f"| {writer / 1e6:.3f} M | {gw.per_request / floor.per_request:.2f} "
-            f"| {floor.idle_per_s / 1e6:.2f} / {gw.idle_per_s / 1e6:.2f} |"
+            f"| {floor.idle_per_s / 1e6:.2f} / {gw.idle_per_s / 1e6:.2f} "
+            f"| {gw.net_per_request / floor.net_per_request:.2f} |"
+        )
+    if starts:
+        floor_start, gw_start = starts[BASELINE], starts[GATEWAY]
+        print(
+            f"| start, to the first /readyz 200 | {floor_start / 1e6:,.0f} M "
+            f"| {gw_start / 1e6:,.0f} M | - | {gw_start / floor_start:.2f} | - | - |"
         )
     return 0
 
