@@ -202,6 +202,43 @@ async def test_json_columns_round_trip(db_url: str) -> None:
         await db.dispose()
 
 
+async def test_a_batch_binds_only_the_columns_its_rows_fill(db_url: str) -> None:
+    """Each batch's INSERT names only the columns some row of it fills (on SQLite): a
+    column NULL in every row of one batch, filled in one row of the next, Booleans true
+    and false and a nullable one unset, all read back as they were taken."""
+    from fleetgate.execute.outcome import Attempt
+    from fleetgate.store.database import migrate
+
+    db = open_database(database_url(db_url))
+    try:
+        await migrate(db)
+        log = RequestLog(db)
+        now = time.time()
+        plain = [_record(i, now + i) for i in range(3)]  # no client key, no context notes
+        filled = [_record(i, now + i) for i in range(3, 6)]
+        filled[1].client_key_id = "key-1"
+        filled[1].stream = True
+        filled[1].notes = {"context_estimate": 321, "context_exact": True, "context_tier": "long"}
+        filled[2].attempts = [Attempt(0, "d", "p", "up", "deployment", status=200, ttft=0.01)]
+        filled[2].deployment_id = "d"
+        await log.write(plain)
+        await log.write(filled)
+        assert log.written == 6
+        rows = {r["id"]: r for r in (await log.page(limit=10)).rows}
+        for record in plain + filled:
+            row = rows[record.request_id]
+            assert row["client_key_id"] == record.client_key_id
+            assert row["stream"] is record.stream
+            assert row["tokens_estimated"] is ("context_estimate" in record.notes)
+            assert row["context_estimate"] == record.notes.get("context_estimate")
+            assert row["context_exact"] == record.notes.get("context_exact")
+            assert row["context_tier"] == record.notes.get("context_tier")
+            assert row["ttft"] == (0.01 if record.attempts else None)
+            assert row["time"] == record.time and row["latency"] == record.latency
+    finally:
+        await db.dispose()
+
+
 async def test_flushes_that_overlap_write_each_row_once(db_url: str) -> None:
     """A flush may begin while another waits on the database (the log writer's last rows
     at shutdown, taken over by the serving process, met a flush already under way): each
