@@ -347,7 +347,7 @@ def _bound(rows: list[tuple[Any, ...]], mark: str) -> tuple[str, list[tuple[Any,
 
     sqlite3 binds a value of a type other than int, float, str and bytes only through its
     adapter registry (a key tuple built, a dict lookup, a call): about 1,400 instructions a
-    value, where an int costs 150. A row of a plain answered request holds nine NULLs and
+    value, where an int costs 170. A row of a plain answered request holds nine NULLs and
     two Booleans: the writer executed a sixth less per row without them (0.070 → 0.058 M
     instructions a request in `benchmarks.instructions`)."""
     columns = list(zip(*rows, strict=True))
