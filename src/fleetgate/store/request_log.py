@@ -377,7 +377,8 @@ def _chunks(rows: list[tuple[Any, ...]], chunk: int) -> Iterator[list[tuple[Any,
 
 def _insert_rows(conn: Connection, mark: str, rows: list[tuple[Any, ...]], chunk: int) -> None:
     for piece in _chunks(rows, chunk):
-        conn.exec_driver_sql(*_bound(piece, mark))
+        if piece:  # (no INSERT names no column)
+            conn.exec_driver_sql(*_bound(piece, mark))
 
 
 def _copy_sql() -> str:
