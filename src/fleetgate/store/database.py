@@ -85,7 +85,9 @@ def create_engine(url: str) -> Engine:
         # bool, None) only after two failed attribute lookups (the adapter protocol's
         # `__adapt__`, `__conform__`), each formatting an AttributeError: two fifths of
         # the log writer's instructions per row (a row has three bools and about ten
-        # NULLs). A registered adapter is found first, and binds the same.
+        # NULLs). A registered adapter is found first, and binds the same. (The request
+        # log's batches leave most of those values unbound: `request_log._bound`; these
+        # adapters bind what remains, and every other table's.)
         sqlite3.register_adapter(bool, int)
         sqlite3.register_adapter(type(None), _null)
         # sqlite3's busy timeout: a writer waits up to 30 s for another one's lock
