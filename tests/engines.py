@@ -15,6 +15,12 @@ from fleetgate.testing.llama import ALIAS, EngineMissing, LlamaServer
 
 LlamaFactory = Callable[..., LlamaServer]
 
+# The tiny random model may end an answer with its end-of-text token at any length (one
+# asked for 300 tokens ended at 64). A deployment whose tests count an answer up to its own
+# limit or to the window asks the engine to go on: llama.cpp's `ignore_eos`, set as an
+# operator sets an engine's knob, through the deployment's `extra_body`.
+TO_THE_LIMIT: dict[str, Any] = {"extra_body": {"ignore_eos": True}}
+
 
 @pytest.fixture(scope="session")
 def llama() -> Iterator[LlamaFactory]:
@@ -93,6 +99,7 @@ def misstated_tiers(llama: LlamaFactory, **extra: Any) -> dict[str, Any]:
                 "provider": "small",
                 "upstream_model": ALIAS,
                 "context_window": 1024,
+                "params": TO_THE_LIMIT,
             },
             {
                 "id": "big",
@@ -100,6 +107,7 @@ def misstated_tiers(llama: LlamaFactory, **extra: Any) -> dict[str, Any]:
                 "provider": "big",
                 "upstream_model": ALIAS,
                 "context_window": 2048,
+                "params": TO_THE_LIMIT,
             },
         ],
         **extra,

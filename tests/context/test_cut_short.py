@@ -12,7 +12,7 @@ import pytest
 
 from fleetgate.context.truncation import cut_short, judge
 from fleetgate.testing.llama import ALIAS
-from tests.engines import LlamaFactory, llama_provider, misstated_tiers
+from tests.engines import TO_THE_LIMIT, LlamaFactory, llama_provider, misstated_tiers
 from tests.harness import Stack, deployment, wait_until
 
 LONG = "hello " * 300  # about 330 prompt tokens with the template: fits 512, not with 400 more
@@ -30,7 +30,11 @@ def on_512(stack: Stack, llama: LlamaFactory) -> Stack:
     stack.start_gateway(
         {
             "providers": [llama_provider("cpp", llama(n_ctx=512))],
-            "deployments": [deployment("tiny", "cpp", upstream_model=ALIAS, context_window=512)],
+            "deployments": [
+                deployment(
+                    "tiny", "cpp", upstream_model=ALIAS, context_window=512, params=TO_THE_LIMIT
+                )
+            ],
         }
     )
     return stack

@@ -15,7 +15,7 @@ import pytest
 from fleetgate.context.truncation import judge
 from fleetgate.testing.llama import ALIAS
 from tests.context.chats import prompt_tokens
-from tests.engines import LlamaFactory, llama_provider
+from tests.engines import TO_THE_LIMIT, LlamaFactory, llama_provider
 from tests.harness import Stack
 
 # a build log: 120 short lines under 80-character rules; about 1,100 prompt tokens on
@@ -32,7 +32,14 @@ def _tiers(llama: LlamaFactory, guard: str, **provider: Any) -> dict[str, Any]:
             llama_provider("big", llama(n_ctx=2048), discovery=False, **provider),
         ],
         "deployments": [
-            {"id": n, "model": "tiny", "provider": n, "upstream_model": ALIAS, "context_window": w}
+            {
+                "id": n,
+                "model": "tiny",
+                "provider": n,
+                "upstream_model": ALIAS,
+                "context_window": w,
+                "params": TO_THE_LIMIT,
+            }
             for n, w in (("small", 1024), ("big", 2048))
         ],
         "models": [{"id": "tiny", "context_guard": guard}],

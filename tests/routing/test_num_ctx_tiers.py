@@ -11,7 +11,7 @@ import pytest
 
 from fleetgate.testing import OllamaModel
 from fleetgate.testing.llama import ALIAS
-from tests.engines import LlamaFactory, llama_provider
+from tests.engines import TO_THE_LIMIT, LlamaFactory, llama_provider
 from tests.harness import Stack, ollama_provider
 
 SHORT = [{"role": "user", "content": "hello there"}]
@@ -52,7 +52,14 @@ def start_tiers(stack: Stack, llama: LlamaFactory, limits: bool = False) -> Stac
                 for name, engine in engines.items()
             ],
             "deployments": [
-                {"id": n, "model": "tiny", "provider": n, "upstream_model": ALIAS} for n in engines
+                {
+                    "id": n,
+                    "model": "tiny",
+                    "provider": n,
+                    "upstream_model": ALIAS,
+                    "params": TO_THE_LIMIT,
+                }
+                for n in engines
             ],
         }
     )
