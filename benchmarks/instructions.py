@@ -43,6 +43,7 @@ from benchmarks.run import (
     _free_port,
     _git_commit,
     chat_body,
+    checkout_env,
     descendants,
     start_server,
     stop,
@@ -231,7 +232,7 @@ def run() -> int:
     concs = [int(c) for c in os.environ.get("CONCS", "1 64").split()]
     kinds = os.environ.get("KINDS", "plain stream").split()
     work = Path(tempfile.mkdtemp(prefix="fleetgate-instr-"))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    env = checkout_env()
     py = sys.executable
     started: list[Server] = []
     results: dict[str, dict[str, Counts]] = {}

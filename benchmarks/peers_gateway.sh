@@ -4,6 +4,9 @@
 # with the same model names upstream, as the peers are configured. Usage:
 #   OWN_GATEWAY_CMD="bash $PWD/benchmarks/peers_gateway.sh 9000" \
 #   OWN_GATEWAY_URL=http://127.0.0.1:9000/v1 ../shared/bench-peers/run_peers.sh
+# It runs this checkout's source: compile it first (`python3 -m compileall -q src`, as
+# peers_with_floor.sh does), or a start compiles every module where PYTHONDONTWRITEBYTECODE
+# is set.
 set -euo pipefail
 port=${1:-9000}
 dir=$(mktemp -d /tmp/fleetgate-peers.XXXXXX)

@@ -11,6 +11,9 @@ peers=${BENCH_PEERS:-$here/../shared/bench-peers}
 export OUT=${OUT:-/tmp/bench-peers/floor-$(date -u +%Y%m%d-%H%M%S)}
 # shellcheck source=/dev/null
 source "$peers/run_peers.sh"
+# fleetgate runs from this checkout: compiled first, as pip compiles an installed package
+# (with PYTHONDONTWRITEBYTECODE set, each start would compile every module again)
+python3 -m compileall -q "$here/src" >/dev/null
 bench_setup
 run_direct
 BENCH_HOST=${BENCH_UPSTREAM%/v1}
