@@ -425,3 +425,40 @@ async def test_where_a_thread_may_not_leave_idle_the_writer_never_enters_it(
     assert writer.raised == 0
     await writer.stop()
     assert writer.written + writer.dropped == 4050
+
+
+def _switches(pid: int) -> int:
+    """The times `pid`'s threads have given up the CPU to wait (each wake-up is one)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
+
+
+async def test_a_quiet_writer_wakes_for_its_writes_not_for_each_frame(
+    store: tuple[str, Database],
+) -> None:
+    """At a low rate the child leaves the rows in the pipe between writes: a child woken for
+    each of the recorder's flushes spent more CPU on waking than on its rows. A stop ends
+    its rest at once."""
+    url, db = store
+    writer = _started(url)
+    assert writer.pid is not None
+    await writer.write(_batch(0, 2))
+    await until(lambda: writer.written == 2, 10, "the first rows written")
+    before = _switches(writer.pid)
+    for start in range(2, 102, 2):  # a second of 50 small frames (100 requests/s)
+        await writer.write(_batch(start, 2))
+        await asyncio.sleep(0.02)
+    woken = _switches(writer.pid) - before
+    # resting 0.5 s: two or three writes, a few wake-ups each; woken for each frame: over 50
+    assert woken < 30, woken
+    await writer.write(_batch(102, 2))
+    began = time.monotonic()
+    await writer.stop()  # nudged out of its rest: it does not sleep the rest out
+    assert time.monotonic() - began < log_writer.QUIET_INTERVAL
+    assert (writer.written, writer.dropped) == (104, 0)
+    assert await _ids(db) == [f"req-{i:05d}" for i in range(104)]
