@@ -380,7 +380,8 @@ def _spawn_child(rows_fd: int, status_fd: int) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     # the child inherits this thread's signal mask through the exec; it unblocks the two
-    # once it ignores them (a signal meanwhile stays pending, then is discarded)
+    # once it ignores them (a signal meanwhile stays pending, then is discarded), and
+    # `_NUDGE` once it handles it (`_child_write`)
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _DEAF_TO | {_NUDGE})
     try:
         return subprocess.Popen(
