@@ -182,3 +182,58 @@ def test_open_connections_are_capped(stack: Stack) -> None:
         return ok.status_code == 200
 
     wait_until(served, 5, "a slot free again once the held connections closed")
+
+
+def _exchange(sock: socket.socket, timeout: float = 5.0) -> int:
+    """Send one chat request on a kept-alive connection and read its whole answer (framed
+    by Content-Length); its status."""
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    sock.sendall(HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    sock.settimeout(timeout)
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        chunk = sock.recv(65536)
+        assert chunk, "the connection closed before the answer"
+        raw += chunk
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the connection closed mid-answer"
+        rest += chunk
+    return int(head.split(b" ", 2)[1])
+
+
+def test_an_idle_kept_alive_connection_is_closed_a_busy_one_is_not(stack: Stack) -> None:
+    engine = stack.engine("a")
+    stack.start_gateway(
+        {
+            "server": {"keep_alive_seconds": 0.3},
+            "providers": [provider("pa", engine)],
+            "deployments": [deployment("m", "pa")],
+        }
+    )
+    sock = _connect(stack)
+    assert _exchange(sock) == 200  # the connection's keep-alive timer is armed now
+    engine.hold()
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    sock.sendall(HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    wait_until(lambda: len(engine.requests) == 2, 5, "the second request upstream")
+    # busy past the keep-alive time (twice over): the connection stays open
+    readable, _, _ = select.select([sock], [], [], 0.6)
+    assert readable == []
+    engine.release()
+    sock.settimeout(5)
+    raw = b""
+    while b'"choices"' not in raw:
+        chunk = sock.recv(65536)
+        assert chunk, "closed while a request was under way"
+        raw += chunk
+    assert raw.startswith(b"HTTP/1.1 200 ")
+    assert _exchange(sock) == 200  # right after a busy stretch: still open
+    idle_from = time.monotonic()
+    sock.settimeout(5)
+    assert sock.recv(65536) == b""  # idle: closed by the gateway
+    idle = time.monotonic() - idle_from
+    assert 0.25 < idle < 3, idle
+    sock.close()

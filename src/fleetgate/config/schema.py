@@ -451,6 +451,9 @@ class ServerConfig(_Strict):
     """A request's whole body must arrive within this after its headers; else 408."""
     max_connections: PositiveInt = 2048
     """Open client connections per process; one more is answered 503 and closed."""
+    keep_alive_seconds: PositiveFloat = 5.0
+    """An idle kept-alive connection is closed after this. Behind a load balancer, set it
+    above the balancer's own idle timeout."""
     metrics_key: str | None = None
     """When set (a literal or `${ENV}`), `GET /metrics` needs it (or the admin key)."""
 
