@@ -71,7 +71,7 @@ def test_single_line_payloads_only_for_the_common_form(
     ],
 )
 def test_every_event_is_json(block: bytes, json: bool) -> None:
-    assert SSE.all_json(block) is json
+    assert (SSE.json_events(block) is not None) is json
 
 
 def _usage_of(block: bytes, framing: object = SSE) -> tuple[int | None, int | None]:
@@ -128,3 +128,19 @@ def test_ollama_and_llamacpp_counts() -> None:
     # both in one event: its `usage` is the count
     both = _sse(_chunk("", USAGE, timings={"prompt_n": 13, "predicted_n": 2}))
     assert _usage_of(both) == (7, 3)
+
+
+@pytest.mark.parametrize(
+    ("framing", "block", "events"),
+    [
+        (SSE, _sse(_chunk("hi"), _chunk("there"), b"[DONE]"), 3),
+        # `data:` in an answer's text is no event (a count of the marker said 3)
+        (SSE, _sse(_chunk("data: x"), b"[DONE]"), 2),
+        (SSE, b"event: delta\ndata: " + _chunk("hi") + b"\n\n: ping\n\n", 1),
+        (SSE, b'data: {"a":\ndata: 1}\n\ndata:[DONE]\n\n', 2),
+        (SSE, b": keep-alive\n\n", 0),
+        (NDJSON, b'{"a":1}\n{"b":2}\n\n{"done":true}\n', 3),
+    ],
+)
+def test_json_events_counts_the_data_events(framing: object, block: bytes, events: int) -> None:
+    assert framing.json_events(block) == events  # type: ignore[attr-defined]

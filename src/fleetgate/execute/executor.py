@@ -375,10 +375,11 @@ class Executor:
         attempt: Attempt,
         started: float,
         redactor: Redactor,
-    ) -> tuple[bytes, bytes] | None:
+    ) -> tuple[bytes, bytes, int] | None:
         """Read until the first whole data event: the whole events read so far (the
-        client's model set) and the start of the next one. None when the first event is
-        an error, when an event is not JSON, or when the stream ends before any event."""
+        client's model set), the start of the next one, and how many data events the
+        first hold. None when the first event is an error, when an event is not JSON, or
+        when the stream ends before any event."""
         buffer = b""
         sep = framing.separator
         while chunk := await resp.read_some():
@@ -389,19 +390,19 @@ class Executor:
             if cut < 0:
                 continue
             end = cut + len(sep)
-            verdict = self._check_head(buffer[:end], framing, attempt, started, redactor)
-            if verdict is None:
+            events = self._check_head(buffer[:end], framing, attempt, started, redactor)
+            if events is None:
                 continue  # comments only, so far
-            if not verdict:
+            if not events:
                 return None
             attempt.ttft = time.perf_counter() - started
-            return framing.rewrite(rewriter, buffer[:end]), buffer[end:]
+            return framing.rewrite(rewriter, buffer[:end]), buffer[end:], events
         # the stream ended: what it sent is all there is
-        verdict = self._check_head(buffer, framing, attempt, started, redactor)
-        if verdict:
+        events = self._check_head(buffer, framing, attempt, started, redactor)
+        if events:
             attempt.ttft = time.perf_counter() - started
-            return framing.rewrite(rewriter, buffer), b""
-        if verdict is None:
+            return framing.rewrite(rewriter, buffer), b"", events
+        if events is None:
             self._fail(attempt, INVALID_RESPONSE, "with a stream that has no event", started)
         return None
 
@@ -412,9 +413,10 @@ class Executor:
         attempt: Attempt,
         started: float,
         redactor: Redactor,
-    ) -> bool | None:
-        """Whether a stream's first whole events may go to the client (None: no data
-        event yet). False when the first is an error event or an event is not JSON."""
+    ) -> int | None:
+        """How many data events a stream's first whole events hold when they may go to the
+        client (one at least); 0 when they may not (the first is an error event, or an
+        event is not JSON); None while no data event has come."""
         sep = framing.separator
         at = 0
         while at < len(block):  # event by event, up to the first that carries data
@@ -431,11 +433,12 @@ class Executor:
                 attempt.message = error_message(data)
                 attempt.upstream_body = data
                 attempt.latency = time.perf_counter() - started
-                return False
-            if not framing.all_json(block):
+                return 0
+            events = framing.json_events(block)
+            if events is None:
                 self._fail(attempt, INVALID_RESPONSE, "with an event that is not JSON", started)
-                return False
-            return True
+                return 0
+            return events
         return None
 
     def _stream_end(
@@ -472,18 +475,17 @@ class Executor:
         resp: UpstreamResponse,
         rewriter: ModelRewriter,
         framing: Framing,
-        head: tuple[bytes, bytes],
+        head: tuple[bytes, bytes, int],
         attempt: Attempt,
         endpoint: str,
         finish: Callable[..., None],
     ) -> AsyncIterator[bytes]:
         completed = False
         severe = False
-        first, carry = head  # whole events, then the start of the next one
+        first, carry, events = head  # whole events, the start of the next one, their count
         sep = framing.separator
         # data events (NDJSON lines) after the first one: tokens for the throughput EMA
-        marker = b"data:" if framing.name == "sse" else b"\n"
-        events = max(first.count(marker) - 1, 0) + carry.count(marker)
+        events -= 1
         stream_usage(attempt, first, framing)  # Anthropic's message_start: input tokens
         tail = (first + carry)[-_USAGE_TAIL:]  # the stream's end: usage, stop reason
         more = False  # bytes after the head: else its usage was read above already
@@ -491,7 +493,6 @@ class Executor:
             yield first
             while chunk := await resp.read_some():
                 more = True
-                events += chunk.count(marker)
                 tail = (tail + chunk)[-_USAGE_TAIL:]
                 block = carry + chunk
                 if CR in block:
@@ -501,13 +502,15 @@ class Executor:
                     carry = block
                     continue
                 end = cut + len(sep)
-                carry = block[end:]
-                if not framing.all_json(block[:end]):
+                whole, carry = block[:end], block[end:]
+                if (n := framing.json_events(whole)) is None:
                     raise _NotJson
-                yield framing.rewrite(rewriter, block[:end])
+                events += n
+                yield framing.rewrite(rewriter, whole)
             if carry:  # the last event, without its closing separator
-                if not framing.all_json(carry):
+                if (n := framing.json_events(carry)) is None:
                     raise _NotJson
+                events += n
                 yield framing.rewrite(rewriter, carry)
             completed = True
             if more or carry:

@@ -23,7 +23,7 @@ SSE_CONTENT_TYPE = "text/event-stream"
 # Whether a payload is one JSON value, without building it: msgspec skips over what it
 # is not asked to keep (`Raw`), checking the grammar as it goes, a quarter of the CPU of
 # `orjson.loads` on a completion chunk. It does not look inside the strings it skips for
-# UTF-8: `all_json` checks the payloads' bytes with `_utf8` instead.
+# UTF-8: `json_events` checks the payloads' bytes with `_utf8` instead.
 _check_json = msgspec.json.Decoder(msgspec.Raw).decode
 _NOT_JSON = (msgspec.DecodeError, UnicodeDecodeError)
 
@@ -56,8 +56,10 @@ class Framing:
             bool(obj.get("error")) or obj.get("type") == "error" or obj.get("object") == "error"
         )
 
-    def all_json(self, block: bytes) -> bool:
-        """Whether every event in a block of whole events carries JSON (or `[DONE]`)."""
+    def json_events(self, block: bytes) -> int | None:
+        """How many data events a block of whole events holds (`[DONE]` included) when
+        every one carries JSON (or is `[DONE]`); None when one does not. The executor
+        checks each block it relays with this, and counts the answer's events with it."""
         check = _check_json
         done = sse.DONE
         try:
@@ -67,18 +69,21 @@ class Framing:
                 for data in payloads:
                     if data != done:
                         check(data)
-                return True
+                return len(payloads)
             payload = self.payload
+            events = 0
             for event in block.split(self.separator):
                 if not event:
                     continue  # the split after the last separator
                 data = payload(event)
-                if data is not None and data != done:
-                    _utf8(data)  # payloads only: a comment's bytes are nobody's JSON
-                    check(data)
+                if data is not None:
+                    events += 1
+                    if data != done:
+                        _utf8(data)  # payloads only: a comment's bytes are nobody's JSON
+                        check(data)
         except _NOT_JSON:
-            return False
-        return True
+            return None
+        return events
 
     def rewrite(self, rewriter: ModelRewriter, block: bytes) -> bytes:
         """Set the client's model name in a block of whole events."""
