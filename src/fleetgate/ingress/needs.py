@@ -37,7 +37,9 @@ _AUDIO_PARTS = frozenset({"input_audio", "audio"})
 
 def derive_needs(body: dict[str, Any]) -> frozenset[str]:
     """The capabilities the body uses; malformed shapes add nothing (upstream judges them)."""
-    needs = {need for name, need in _PRESENCE.items() if body.get(name) is not None}
+    # the body's fields looked up in the table: a body has a few, the table sixteen
+    presence = _PRESENCE
+    needs = {presence[k] for k, v in body.items() if v is not None and k in presence}
     if body.get("tools"):
         needs.add(cap.TOOLS)
     tool_choice = body.get("tool_choice")

@@ -58,7 +58,9 @@ def build_plan(
         if not kept:
             plan.emptied_by = f.name
         plan.candidates = kept
-    if not resolution.ordered:
+    # one candidate has no order to find: every orderer returns it as it is (most plans,
+    # where a model has one deployment)
+    if not resolution.ordered and len(plan.candidates) > 1:
         for orderer in ORDERERS:
             plan.candidates = orderer.order(ctx, plan.candidates)
     if ctx.max_attempts is not None and len(plan.candidates) > ctx.max_attempts:
