@@ -37,7 +37,10 @@ TARGET_CPU_PLAIN_US = 200.0
 TARGET_CPU_STREAM_US = 400.0
 TARGET_ADDED_P50_C1_MS = 0.3
 TARGET_RSS_MB = 80.0
-TARGET_READY_S = 1.0
+# issue 18: against the floor of the same run, and a start within half a second
+TARGET_READY_S = 0.5
+TARGET_FLOOR_CPU_RATIO = 1.3
+TARGET_FLOOR_P99_RATIO = 1.5
 
 ENGINE_ALIAS = "tiny-qwen2tok"  # fleetgate.testing.llama.ALIAS, what the engine answers to
 CLIENT_MODELS = {
@@ -576,6 +579,17 @@ def compare(rows: list[dict[str, Any]]) -> None:
         r["p99_ratio"] = r["p99_ms"] / d["p99_ms"] if d["p99_ms"] else None
 
 
+def paired_cpu_ratio(row: dict[str, Any], floor: dict[str, Any]) -> float | None:
+    """The median of the target's CPU per request over the floor's, run by run: the runs
+    of one repetition follow each other within seconds, so a machine whose speed drifts
+    over minutes slows both sides of a pair alike (a ratio of the two medians mixes runs
+    minutes apart)."""
+    ours, theirs = row["cpu_us_per_req_runs"], floor["cpu_us_per_req_runs"]
+    if not ours or len(ours) != len(theirs):
+        return None
+    return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+
+
 def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     """fleetgate against the issue's targets. Paced streams are shown but informational:
     the targets were set with whole-at-once streams, and even the floor misses them paced."""
@@ -604,6 +618,24 @@ def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
             us <= limit,
             info=r["kind"] in ("paced", "engine"),  # engine: a few req/s, idle work weighs
         )
+        base = floor.get(r["scenario"])
+        ratio = paired_cpu_ratio(r, base) if base is not None else None
+        if ratio is not None:
+            add(
+                f"CPU ÷ floor ({r['scenario']}), median of the runs' pairs",
+                f"≤ {TARGET_FLOOR_CPU_RATIO:g}",
+                f"{ratio:.2f}",
+                ratio <= TARGET_FLOOR_CPU_RATIO,
+                info=r["kind"] in ("paced", "engine"),
+            )
+        if base is not None and r["kind"] == "plain" and r["conc"] in (1, 64):
+            p99 = r["p99_ms_median"] / base["p99_ms_median"]
+            add(
+                f"p99 ÷ floor ({r['scenario']}), medians of the runs",
+                f"≤ {TARGET_FLOOR_P99_RATIO:g}",
+                f"{p99:.2f}",
+                p99 <= TARGET_FLOOR_P99_RATIO,
+            )
         if r["kind"] == "plain" and r["conc"] == 1 and "added_p50_ms" in r:
             added = r["added_p50_ms"]
             add(
