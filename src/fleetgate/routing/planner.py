@@ -59,8 +59,10 @@ def build_plan(
             plan.emptied_by = f.name
         plan.candidates = kept
     # one candidate has no order to find: every orderer returns it as it is (most plans,
-    # where a model has one deployment)
-    if not resolution.ordered and len(plan.candidates) > 1:
+    # where a model has one deployment). An empty plan still goes through them: the
+    # preference orderer notes the preferences in force, which a plan the endpoint filter
+    # emptied has not computed yet, and explain shows them.
+    if not resolution.ordered and len(plan.candidates) != 1:
         for orderer in ORDERERS:
             plan.candidates = orderer.order(ctx, plan.candidates)
     if ctx.max_attempts is not None and len(plan.candidates) > ctx.max_attempts:
