@@ -389,14 +389,14 @@ class Executor:
             cut = buffer.rfind(sep)
             if cut < 0:
                 continue
-            end = cut + len(sep)
-            events = self._check_head(buffer[:end], framing, attempt, started, redactor)
+            whole = buffer[: cut + len(sep)]
+            events = self._check_head(whole, framing, attempt, started, redactor)
             if events is None:
                 continue  # comments only, so far
             if not events:
                 return None
             attempt.ttft = time.perf_counter() - started
-            return framing.rewrite(rewriter, buffer[:end]), buffer[end:], events
+            return framing.rewrite(rewriter, whole), buffer[len(whole) :], events
         # the stream ended: what it sent is all there is
         events = self._check_head(buffer, framing, attempt, started, redactor)
         if events:
