@@ -5,7 +5,7 @@ a few hundred thousand objects that live as long as the process (modules, the co
 store models, the fleet), so every young collection on the way finds nothing to free: 3 %
 of the instructions from exec to a ready `fleetgate serve`, measured with callgrind. Each
 command turns the collector back on before its work (`cli.main`); `serve` does so once the
-start-up objects are frozen out of its view (`server.run.tune_gc`).
+start-up objects are frozen out of its view (`gc_tuning.tune_gc`).
 """
 
 import gc

@@ -39,6 +39,7 @@ from collections import deque
 
 import orjson
 
+from fleetgate.gc_tuning import tune_gc
 from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.store.database import open_database
 from fleetgate.store.request_log import RequestLog, row_of
@@ -340,7 +341,7 @@ class LogWriterProcess(BatchSink):
             self._fallback.dropped = 0
         while self._frames:
             frame, _ = self._frames.popleft()
-            self._fallback.queue([tuple(r) for r in orjson.loads(frame)])
+            self._fallback.queue(orjson.loads(frame))
         self._queued = 0
         self._head_sent = 0
         await self._fallback.flush()
@@ -354,10 +355,12 @@ class LogWriterProcess(BatchSink):
 
 
 # The child's first lines, before anything is imported: below the server at once (its
-# imports are most of its start), and deaf to the signals meant for the server, which were
-# blocked in it from the spawn on (`_spawn_child`) so that none lands in between.
+# imports are most of its start), deaf to the signals meant for the server, which were
+# blocked in it from the spawn on (`_spawn_child`) so that none lands in between, and the
+# collector off until its store is open (`child_main`), as in a `fleetgate` command.
 _CHILD_CODE = """\
-import os, signal, sys
+import gc, os, signal, sys
+gc.disable()
 try:
     os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 except (AttributeError, OSError):
@@ -411,6 +414,7 @@ def child_main(rows_fd: int, status_fd: int) -> None:
         del buf[: end + 1]
         os.nice(settings["nice"])
         idle = bool(settings.get("idle"))
+        tune_gc()  # what it imported lives as long as it does
         if idle:
             set_idle(os.getpid(), True)
         asyncio.run(
@@ -459,7 +463,7 @@ async def _child_write(
             if end < 0:
                 return
             try:
-                request_log.queue([tuple(r) for r in orjson.loads(buf[:end])])
+                request_log.queue(orjson.loads(buf[:end]))  # each row as a list
             except orjson.JSONDecodeError:  # cannot happen unless the pipe broke a frame
                 log.error("request log writer: dropped a frame it cannot read")
             del buf[: end + 1]

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -64,6 +64,9 @@ def _attempt(a: Attempt) -> dict[str, Any]:
 
 # the columns `row_of` fills, in its order (`seq` is the database's)
 _COLUMNS = tuple(c.name for c in requests.columns if c.name != "seq")
+# a row in `_COLUMNS` order: a tuple from `row_of`, a list as it comes through the writer
+# process's pipe (binding takes either)
+Row = Sequence[Any]
 
 
 def row_of(r: RequestRecord) -> tuple[Any, ...]:
@@ -162,7 +165,7 @@ class RequestLog(BatchSink):
         self.dropped = 0  # rows lost because the database stayed unreachable
         self.failures = 0  # batches that could not be written (and were kept)
         self.rejected = 0  # rows the database refused to hold (dropped)
-        self._pending: deque[tuple[Any, ...]] = deque()
+        self._pending: deque[Row] = deque()
         # one flush at a time: a second one begun while the first waits on the database
         # would write the same rows again, then take them off `_pending` a second time
         self._flushing = asyncio.Lock()
@@ -184,7 +187,7 @@ class RequestLog(BatchSink):
     def take(self, record: RequestRecord) -> None:
         self.queue([row_of(record)])
 
-    def queue(self, rows: list[tuple[Any, ...]]) -> None:
+    def queue(self, rows: list[Row]) -> None:
         """Rows (as `row_of` makes them) to go with the next `flush`."""
         pending = self._pending
         for row in rows:
@@ -219,7 +222,7 @@ class RequestLog(BatchSink):
         for _ in range(done):
             pending.popleft()
 
-    async def _isolate(self, batch: list[tuple[Any, ...]]) -> int:
+    async def _isolate(self, batch: list[Row]) -> int:
         """Write a batch the database refused, halving it until each refused row stands
         alone (that one is dropped and counted). Returns how many leading rows of the
         batch are settled; the rest stay pending when the database goes away meanwhile."""
@@ -251,7 +254,7 @@ class RequestLog(BatchSink):
             done = hi
         return done
 
-    def _keep(self, rows: list[tuple[Any, ...]], exc: BaseException) -> None:
+    def _keep(self, rows: list[Row], exc: BaseException) -> None:
         self.failures += 1
         self.outage.failed(exc, "request-log rows and spend wait in memory")
 
@@ -340,7 +343,7 @@ _BOOLEAN = frozenset(
 )
 
 
-def _bound(rows: list[tuple[Any, ...]], mark: str) -> tuple[str, list[tuple[Any, ...]]]:
+def _bound(rows: list[Row], mark: str) -> tuple[str, list[tuple[Any, ...]]]:
     """The INSERT for `rows` and what it binds: only the columns some row fills (a column
     NULL in every row is left to its default, NULL: the same rows), Boolean columns as
     0 and 1 (what SQLite stores for them).
@@ -362,7 +365,7 @@ def _bound(rows: list[tuple[Any, ...]], mark: str) -> tuple[str, list[tuple[Any,
     return _insert_sql(mark, kept), list(zip(*values, strict=True))
 
 
-def _chunks(rows: list[tuple[Any, ...]], chunk: int) -> Iterator[list[tuple[Any, ...]]]:
+def _chunks(rows: list[Row], chunk: int) -> Iterator[list[Row]]:
     """`rows` in pieces of `chunk` (all at once for 0), the CPU offered to any other
     runnable process between two pieces: a server sharing the core with the log writer
     waits for one piece at most, never for a whole transaction."""
@@ -375,7 +378,7 @@ def _chunks(rows: list[tuple[Any, ...]], chunk: int) -> Iterator[list[tuple[Any,
         yield rows[start : start + chunk]
 
 
-def _insert_rows(conn: Connection, mark: str, rows: list[tuple[Any, ...]], chunk: int) -> None:
+def _insert_rows(conn: Connection, mark: str, rows: list[Row], chunk: int) -> None:
     for piece in _chunks(rows, chunk):
         if piece:  # (no INSERT names no column)
             conn.exec_driver_sql(*_bound(piece, mark))
@@ -385,7 +388,7 @@ def _copy_sql() -> str:
     return f"COPY requests ({', '.join(_COLUMNS)}) FROM STDIN"
 
 
-def _copy_rows(conn: Connection, sql: str, rows: list[tuple[Any, ...]], chunk: int) -> None:
+def _copy_rows(conn: Connection, sql: str, rows: list[Row], chunk: int) -> None:
     """The rows through psycopg's COPY, in the transaction of `conn`; a driver error comes
     out as SQLAlchemy's class for it (DataError for a value too long, …), as from
     `_insert_rows`."""
