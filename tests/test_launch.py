@@ -46,7 +46,7 @@ def test_serve_turns_the_collector_on_once_start_up_is_frozen(tmp_path: Path):
     out = run_python(
         "import gc\n"
         "import fleetgate.launch\n"
-        "from fleetgate.server.run import tune_gc\n"
+        "from fleetgate.gc_tuning import tune_gc\n"
         "print(gc.isenabled())\n"
         "tune_gc()\n"
         "print(gc.isenabled(), gc.get_freeze_count() > 0)\n",
