@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gzip
 import random
 import socket
@@ -21,6 +22,7 @@ from fleetgate.execute.http1 import (
     Http1Pool,
     ReadTimedOut,
     Timeouts,
+    UpstreamResponse,
 )
 from tests.harness import until
 
@@ -661,3 +663,70 @@ async def test_a_request_head_that_is_not_http_is_refused_before_sending(
         await pool.request("POST", server.url + path, headers, b"", QUICK)
     assert server.connections == 0 and pool._busy == 0
     await pool.close()
+
+
+async def test_the_requests_of_one_loop_turn_leave_together_at_its_end() -> None:
+    """A server's process is woken once for the requests of a turn, not once each: on the
+    server's side of two kept-alive connections, no byte has come while the turn that
+    sent both requests still runs (a request written at once would be there), and each
+    request is there whole after it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    pool = Http1Pool(url, limit=2, idle_seconds=30)
+    accepted: list[socket.socket] = []
+
+    def accept() -> bool:
+        with contextlib.suppress(BlockingIOError):
+            sock, _ = listener.accept()
+            sock.setblocking(False)
+            accepted.append(sock)
+        return len(accepted) == 2
+
+    def received(sock: socket.socket) -> bytes:
+        try:
+            return sock.recv(65536)
+        except BlockingIOError:
+            return b""
+
+    def send_two() -> list[asyncio.Task[UpstreamResponse]]:
+        return [
+            asyncio.create_task(pool.request("POST", url + "/v1/x", {}, b"{}", QUICK))
+            for _ in range(2)
+        ]
+
+    # two connections, kept alive after one answer each
+    first = send_two()
+    await until(accept, what="two connections")
+    got = [b"", b""]
+    await until(lambda: all(g.endswith(b"{}") for g in _add(got, accepted, received)))
+    for sock in accepted:
+        sock.sendall(answer(b"ok"))
+    for resp in await asyncio.gather(*first):
+        assert await resp.read() == b"ok"
+
+    # the two steps of the tasks run in the next turn, then this check, in that order
+    during: list[bytes] = []
+    second = send_two()
+    asyncio.get_running_loop().call_soon(lambda: during.extend(map(received, accepted)))
+    await until(lambda: len(during) == 2)
+    assert during == [b"", b""]
+    got = [b"", b""]
+    await until(lambda: all(g.endswith(b"{}") for g in _add(got, accepted, received)))
+    assert all(g.startswith(b"POST /v1/x HTTP/1.1\r\n") for g in got)
+    for sock in accepted:
+        sock.sendall(answer(b"again"))
+    for resp in await asyncio.gather(*second):
+        assert await resp.read() == b"again"
+    await pool.close()
+    for sock in (*accepted, listener):
+        sock.close()
+
+
+def _add(
+    got: list[bytes], socks: list[socket.socket], received: Callable[[socket.socket], bytes]
+) -> list[bytes]:
+    """What each socket has received so far, with what came since the last call."""
+    for i, sock in enumerate(socks):
+        got[i] += received(sock)
+    return got

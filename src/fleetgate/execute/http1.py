@@ -14,6 +14,8 @@ uses, spends about 20. It does what the proxied path needs and no more:
   connection that closes under a request before a byte of its answer (the server's close
   crossed the request) has the request sent once more on a new connection, the only resend;
 - at most `limit` connections at once per pool; more requests wait for one;
+- the requests of one event-loop turn are written together at its end (`send_soon`): the
+  server's process is woken once for them, not once each;
 - bodies of any framing (length, chunked, until the server closes cleanly: a reset cuts the
   body short), gzip (members one after another too) and deflate (zlib, or raw); a
   provider's own `Accept-Encoding` is narrowed to these; a body that decompresses to more
@@ -398,10 +400,7 @@ class _Connection(asyncio.Protocol):
         self._last_read = now = self.loop.time()
         first = min(now + timeouts.read, started + timeouts.total)
         self._timer = self.loop.call_at(first, self._check)
-        if body:
-            self.transport.writelines((request, body))
-        else:
-            self.transport.write(request)
+        self.pool.send_soon(self.transport, (request, body) if body else (request,))
         return await self._head
 
     def _check(self) -> None:
@@ -559,6 +558,8 @@ class Http1Pool:
             ssl.create_default_context() if self.origin.scheme == "https" else None
         )
         self._closed = False
+        # requests of this loop turn, not yet written: they leave together at its end
+        self._unsent: list[tuple[asyncio.Transport, tuple[bytes, ...]]] = []
 
     # ---- requests ---------------------------------------------------------------------
     async def request(
@@ -591,6 +592,30 @@ class Http1Pool:
             if self.loop.time() >= started + timeouts.total:
                 raise ReadTimedOut(f"the exchange took longer than {timeouts.total:g} s")
             conn = await self._acquire(timeouts, started, fresh=True)
+
+    def send_soon(self, transport: asyncio.Transport, parts: tuple[bytes, ...]) -> None:
+        """Write a request at the end of this loop turn, with the others sent during it.
+
+        Each request written at once, while the gateway's own work for the next ones
+        spaces them out, reaches a server whose process went back to sleep after the last
+        one: a wake-up each, paid in the writer's system call (on one host, an
+        inter-processor interrupt; on this 2-core VM, 13 % of a saturated gateway's CPU).
+        Written back to back, a turn's requests to one origin wake it once. A request
+        waits for the rest of its turn, no longer; one whose connection closed meanwhile
+        is not written (its exchange fails as the close's own would have)."""
+        if not self._unsent:
+            self.loop.call_soon(self._send_unsent)
+        self._unsent.append((transport, parts))
+
+    def _send_unsent(self) -> None:
+        unsent, self._unsent = self._unsent, []
+        for transport, parts in unsent:
+            if transport.is_closing():
+                continue
+            if len(parts) == 1:
+                transport.write(parts[0])
+            else:
+                transport.writelines(parts)
 
     def _request_head(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes
