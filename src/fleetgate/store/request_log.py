@@ -188,7 +188,8 @@ class RequestLog(BatchSink):
         self.queue([row_of(record)])
 
     def queue(self, rows: list[Row]) -> None:
-        """Rows (as `row_of` makes them) to go with the next `flush`."""
+        """Rows (`Row`s: as `row_of` makes them, or lists from the writer's pipe) to go with
+        the next `flush`."""
         pending = self._pending
         for row in rows:
             if len(pending) >= self.capacity:
