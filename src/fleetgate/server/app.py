@@ -64,10 +64,13 @@ from fleetgate.server.virtuals import (
 from fleetgate.state.affinity import MemoryAffinity
 from fleetgate.state.runtime import MemoryState, RuntimeState
 from fleetgate.store.errors import StoreUnavailable
+from fleetgate.telemetry.settings import telemetry_settings
+from fleetgate.trace_context import TraceContext, Tracing
 
 if TYPE_CHECKING:
     from fleetgate.auth.guard import Guard
     from fleetgate.server.control import ControlPlane
+    from fleetgate.telemetry.export import TelemetrySink
 
 log = logging.getLogger("fleetgate")
 
@@ -89,6 +92,8 @@ class Exchange:
         "refused",
         "request_id",
         "started",
+        "traceparent",
+        "tracestate",
     )
 
     def __init__(self, scope: Scope) -> None:
@@ -98,6 +103,8 @@ class Exchange:
         self.headers: dict[str, str] = {}
         self.passed: dict[str, str] = {}  # the profile's `passed_headers`
         self.refused: GatewayError | None = None  # a header no request may carry
+        self.traceparent: str | None = None  # the client's trace (W3C), read if tracing is on
+        self.tracestate: str | None = None
         request_id = None
         anthropic_client = False
         beta: str | None = None
@@ -119,6 +126,11 @@ class Exchange:
                 # several lines are one list, as Anthropic reads them (comma-separated)
                 more = value.decode("latin-1")
                 beta = f"{beta},{more}" if beta else more
+            elif name == b"traceparent":
+                self.traceparent = value.decode("latin-1")
+            elif name == b"tracestate" and value:
+                more = value.decode("latin-1")  # several lines are one list, as for beta
+                self.tracestate = f"{self.tracestate},{more}" if self.tracestate else more
         # the shape errors are answered in
         self.protocol = error_protocol(scope["path"], anthropic_client)
         if beta is not None and self.protocol == "anthropic":
@@ -184,6 +196,16 @@ class Gateway:
         )
         # `recent` is filled in `_record` itself
         self.recorder = Recorder([self.metrics, calibration])
+        # OpenTelemetry, when an endpoint is set: the request path only makes ids
+        self.tracing: Tracing | None = None
+        self.telemetry: TelemetrySink | None = None
+        settings = telemetry_settings(holder.fleet.config.telemetry)
+        if settings is not None:
+            from fleetgate.telemetry.export import TelemetrySink
+
+            self.telemetry = TelemetrySink(settings, lambda: self.holder.fleet, self.metrics)
+            self.recorder.sinks.append(self.telemetry)
+            self.tracing = Tracing(settings.sample_ratio, settings.parent_based)
         self.sticky = sticky_tiers_for(holder.fleet)
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
@@ -303,6 +325,8 @@ class Gateway:
         if self.control is not None:
             await self.control.start()
         self.recorder.start()
+        if self.telemetry is not None:
+            self.telemetry.start()
         await self.discovery.start()
         await self.load_poller.start()
         self._load_tokenizers(self.holder.fleet)
@@ -324,6 +348,8 @@ class Gateway:
         await self.discovery.stop()
         await self.load_poller.stop()
         await self.recorder.stop()  # flushes the last records into the store
+        if self.telemetry is not None:
+            await self.telemetry.stop()  # the last spans and figures, within the export timeout
         if self.control is not None:
             await self.control.stop()
         await self.pool.close()
@@ -425,10 +451,18 @@ class Gateway:
         if endpoint == "ollama.show" and not ollama_api.has_worker(fleet, profile.model):
             await self._show_from_fleet(scope, send, ex, profile.model)
             return
+        if self.tracing is not None:  # a child of the client's trace, or a new one
+            trace = self.tracing.begin(ex.traceparent, ex.tracestate, ex.started, scope["path"])
+            profile.trace = trace
+            marks = trace.marks if trace.sampled else None
+        else:
+            marks = None
         plan: RoutePlan | None = None
         try:
             if self.guard is not None:
                 ex.client_key = await self.guard.admit(scope, profile.model)
+            if marks is not None:
+                marks["plan"] = time.perf_counter()
             plan = build_plan(
                 profile,
                 fleet,
@@ -439,7 +473,12 @@ class Gateway:
                 loads=self.loads,
             )
             require_route(plan)
-            await self.refiner.refine(plan, profile, fleet)  # exact count near a boundary
+            if marks is None:
+                await self.refiner.refine(plan, profile, fleet)  # exact count near a boundary
+            else:
+                marks["refine"] = time.perf_counter()
+                await self.refiner.refine(plan, profile, fleet)
+                marks["planned"] = time.perf_counter()
             if ex.client_key is not None and self.guard is not None:
                 ex.hold = await self.guard.hold(ex.client_key, plan, profile, fleet)
         except GatewayError as exc:  # refused before any upstream call: logged all the same
@@ -568,6 +607,9 @@ class Gateway:
             client_key_id=key.id if key is not None else None,
             notes=plan.notes if plan is not None else {},
         )
+        trace = record.trace = profile.trace
+        if trace is not None and trace.sampled:
+            _note_trace(trace, plan, profile)
         self.recent.add(record)
         self.recorder.add(record)
         if key is not None and self.guard is not None:
@@ -750,6 +792,20 @@ def _flag_cut(plan: RoutePlan, outcome: Outcome) -> None:
     if found is not None:
         outcome.extra_headers[found.header] = found.header_value()
         plan.notes[found.note] = found.detail
+
+
+def _note_trace(trace: TraceContext, plan: RoutePlan | None, profile: RequestProfile) -> None:
+    """What a sampled request's spans show that its record lacks: the candidates kept, and
+    the sampling knobs the client set (numbers only)."""
+    if plan is not None:
+        trace.kept = tuple(c.deployment.id for c in plan.candidates)
+    body = profile.body
+    for name in ("temperature", "top_p"):
+        value = body.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            trace.params[name] = value
+    if profile.output_reserve is not None:
+        trace.params["max_tokens"] = profile.output_reserve
 
 
 def _note_context_tier(plan: RoutePlan, outcome: Outcome) -> None:
