@@ -39,9 +39,15 @@ def varint(n: int) -> bytes:
     return _varint_of(n & 0xFFFFFFFFFFFFFFFF)  # a negative int64 is its two's complement
 
 
+# the first two bytes of every short length-delimited field, per tag
+_HEADS = [[bytes((tag, n)) for n in range(128)] for tag in range(128)]
+
+
 def field(tag: int, payload: bytes) -> bytes:
     """A length-delimited field (`tag` is the field number << 3 | 2, one byte here)."""
     n = len(payload)
+    if n < 128:
+        return _HEADS[tag][n] + payload
     return bytes((tag,)) + (_SMALL[n] if n < 16384 else _varint_of(n)) + payload
 
 
@@ -68,9 +74,14 @@ def _any_value(value: object) -> bytes:
     return _string_value(str(value))
 
 
+@lru_cache(maxsize=512)
+def _key(key: str) -> bytes:
+    return field(0x0A, key.encode())
+
+
 def key_value(key: str, value: object) -> bytes:
     """A KeyValue message."""
-    return field(0x0A, key.encode()) + field(0x12, _any_value(value))
+    return _key(key) + field(0x12, _any_value(value))
 
 
 @lru_cache(maxsize=4096)

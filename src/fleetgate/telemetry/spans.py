@@ -226,16 +226,18 @@ class SpanBuilder:
         cut = a.error_class == CUT_SHORT or (served and CUT_SHORT_NOTE in record.notes)
         affinity = record.notes.get("affinity")
         attrs = [
-            _attr("gen_ai.operation.name", operation),
-            _attr("gen_ai.provider.name", provider_name(kind)),
-            _attr("gen_ai.request.model", a.upstream_model),
-            _attr("gen_ai.request.stream", record.stream),
-            _attr("server.address", address),
-            _attr("server.port", port),
-            _attr("fleetgate.deployment", a.deployment_id),
-            _attr("fleetgate.provider", a.provider_id),
+            _attempt_block(
+                operation,
+                provider_name(kind),
+                a.upstream_model,
+                record.stream,
+                address,
+                port,
+                a.deployment_id,
+                a.provider_id,
+                a.wire,
+            ),
             _attr("fleetgate.attempt.index", a.index),
-            _attr("fleetgate.wire", a.wire),
             _attr("fleetgate.cut_short", cut),
             _attr("error.type", a.error_class),
             _attr("http.response.status_code", a.status),
@@ -300,6 +302,34 @@ class SpanBuilder:
                 )
             )
         return out
+
+
+@lru_cache(maxsize=1024)
+def _attempt_block(
+    operation: str,
+    provider: str,
+    model: str,
+    stream: bool,
+    address: str | None,
+    port: int | None,
+    deployment: str,
+    provider_id: str,
+    wire: str | None,
+) -> bytes:
+    """The attributes every attempt on one deployment shares, encoded once."""
+    return b"".join(
+        (
+            _attr("gen_ai.operation.name", operation),
+            _attr("gen_ai.provider.name", provider),
+            _attr("gen_ai.request.model", model),
+            _attr("gen_ai.request.stream", stream),
+            _attr("server.address", address),
+            _attr("server.port", port),
+            _attr("fleetgate.deployment", deployment),
+            _attr("fleetgate.provider", provider_id),
+            _attr("fleetgate.wire", wire),
+        )
+    )
 
 
 def _count(value: object) -> int | None:
