@@ -528,6 +528,16 @@ class TelemetryConfig(_Strict):
     metrics_interval_seconds: PositiveFloat | None = None
     """How often the GenAI metrics are sent. Unset: `OTEL_METRIC_EXPORT_INTERVAL` (ms), else
     60."""
+    trace_url: str | None = None
+    """Where the dashboard links a request's trace: a URL with `{trace_id}` in it (say
+    `https://jaeger.internal/trace/{trace_id}`). Unset: the trace id is shown, unlinked."""
+
+    @model_validator(mode="after")
+    def _trace_url_names_the_id(self) -> TelemetryConfig:
+        url = self.trace_url
+        if url is not None and ("{trace_id}" not in url or not re.match(_URL_PATTERN, url)):
+            raise ValueError("`trace_url` must be an http(s) URL with `{trace_id}` in it")
+        return self
 
 
 class FleetConfig(_Strict):

@@ -60,6 +60,7 @@ class RequestRecord:
         for attempt in data["attempts"]:
             attempt.pop("message", None)
             attempt.pop("upstream_body", None)
+            attempt.pop("began", None)  # a process-local clock
         return data
 
 
