@@ -73,6 +73,7 @@ import asyncio, json, socket, sys
 import uvicorn
 from fleetgate.config import validate_config
 from fleetgate.fleet import FleetHolder, build_fleet
+from fleetgate.pipeline.core import Pipeline
 from fleetgate.server.app import Gateway
 from fleetgate.server.run import uvicorn_config
 from fleetgate.testing import FakeEngine
@@ -84,7 +85,7 @@ async def main():
         "providers": [{"id": "pa", "kind": "vllm", "base_url": engine.url + "/v1"}],
         "deployments": [{"id": "pa", "model": "m", "provider": "pa"}],
     })
-    gateway = Gateway(FleetHolder(build_fleet(config)))
+    gateway = Gateway(Pipeline(FleetHolder(build_fleet(config))))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn_config(gateway))

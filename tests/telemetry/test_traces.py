@@ -272,7 +272,7 @@ def test_telemetry_off_sends_nothing_and_no_traceparent(
 ) -> None:
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     fallback_fleet(stack, None)
-    assert stack.gateway is not None and stack.gateway.telemetry is None
+    assert stack.gateway is not None and stack.gateway.pipeline.telemetry is None
     assert chat(stack, headers={"traceparent": traceparent()}).is_success
     (got,) = stack.engines["a"].requests
     assert "traceparent" not in got.headers

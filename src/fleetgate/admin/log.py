@@ -11,7 +11,7 @@ from fleetgate.errors import GatewayError, invalid
 from fleetgate.store.request_log import parse_since
 
 if TYPE_CHECKING:
-    from fleetgate.server.control import ControlPlane
+    from fleetgate.control.plane import ControlPlane
 
 
 def router(control: ControlPlane) -> APIRouter:
@@ -69,7 +69,7 @@ def router(control: ControlPlane) -> APIRouter:
 def _linked(control: ControlPlane, row: dict[str, Any]) -> dict[str, Any]:
     """The row with `trace_url`, its trace in the operator's tracing backend (None when the
     row has no trace id or `telemetry.trace_url` is unset)."""
-    template = control.gateway.holder.fleet.config.telemetry.trace_url
+    template = control.fleet.config.telemetry.trace_url
     trace_id = row.get("trace_id")
     row["trace_url"] = template.replace("{trace_id}", trace_id) if template and trace_id else None
     return row
