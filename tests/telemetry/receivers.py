@@ -14,7 +14,15 @@ from aiohttp import web
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1 import trace_pb2
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+# xds-protos ships an older OTLP (before `scope_spans`) at the same module paths; whichever
+# package installed last wins (scripts/test puts opentelemetry-proto's back)
+assert "scope_spans" in trace_pb2.ResourceSpans.DESCRIPTOR.fields_by_name, (
+    "opentelemetry.proto is an old copy (xds-protos installed after opentelemetry-proto?): "
+    "pip install --force-reinstall --no-deps opentelemetry-proto"
+)
 
 ExportTraceServiceRequest = trace_service_pb2.ExportTraceServiceRequest
 ExportMetricsServiceRequest = metrics_service_pb2.ExportMetricsServiceRequest
