@@ -12,6 +12,7 @@ import pytest
 from fleetgate.testing import Fault
 from tests.harness import Stack, deployment, provider, wait_until
 from tests.telemetry.receivers import GrpcReceiver, HttpReceiver, Received, attributes
+from tests.tiers import BASE_WINDOW, LONG_WINDOW, tiered_config
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
@@ -293,3 +294,55 @@ def test_the_endpoint_may_come_from_the_environment(
     wait_until(lambda: len(grpc_receiver.spans()) >= 3, 10, "spans exported")
     assert grpc_receiver.resources()[0]["service.name"] == "edge-gateway"
     assert grpc_receiver.headers[0]["x-team-key"] == "abc def"
+
+
+def test_an_exact_count_has_its_span_under_routing(
+    stack: Stack, grpc_receiver: GrpcReceiver
+) -> None:
+    base = stack.engine("base", context_window=BASE_WINDOW)
+    long = stack.engine("long", context_window=LONG_WINDOW)
+    config = tiered_config(base, long)
+    config["telemetry"] = telemetry(grpc_receiver.endpoint, "grpc")
+    stack.start_gateway(config)
+    # 1200 lone full stops: the estimate straddles the 1k window, so the engine counts them
+    body = {"model": "m", "messages": [{"role": "user", "content": " ".join(["."] * 1200)}]}
+    resp = httpx.post(
+        f"{stack.url}/v1/chat/completions",
+        json={**body, "max_tokens": 10},
+        headers={"traceparent": traceparent()},
+        timeout=10,
+    )
+    assert resp.headers["x-fleetgate-context-estimate"] == "1211; exact"
+    spans = spans_of(grpc_receiver, CLIENT_TRACE, 4)
+    (routing,) = [s for s in spans.values() if s.name == "fleetgate.route"]
+    (count,) = [s for s in spans.values() if s.name == "fleetgate.count_tokens"]
+    assert count.parent_span_id == routing.span_id
+    assert routing.start_time_unix_nano <= count.start_time_unix_nano
+    assert count.end_time_unix_nano <= routing.end_time_unix_nano
+    assert attributes(count.attributes)["fleetgate.context.source"] == "exact"
+    route_attrs = attributes(routing.attributes)
+    assert route_attrs["fleetgate.context.tokens"] == 1211
+    assert route_attrs["fleetgate.context.exact"] is True
+    assert route_attrs["fleetgate.context.source"] == "exact"
+    assert "m@long" in route_attrs["fleetgate.candidates.kept"]
+
+
+def test_a_translated_attempt_has_a_translation_span(
+    stack: Stack, grpc_receiver: GrpcReceiver
+) -> None:
+    fallback_fleet(stack, telemetry(grpc_receiver.endpoint, "grpc"))
+    body = {"model": "m", "messages": [{"role": "user", "content": CANARY}], "stream": False}
+    resp = httpx.post(
+        f"{stack.url}/api/chat", json=body, headers={"traceparent": traceparent()}, timeout=10
+    )
+    assert resp.status_code == 200
+    spans = spans_of(grpc_receiver, CLIENT_TRACE, 4)
+    (client,) = [s for s in spans.values() if s.kind == CLIENT]
+    assert attributes(client.attributes)["fleetgate.wire"] == "ollama.chat→chat.completions"
+    assert attributes(client.attributes)["gen_ai.operation.name"] == "chat"
+    (translate,) = [s for s in spans.values() if s.name == "fleetgate.translate"]
+    assert translate.parent_span_id == client.span_id
+    assert client.start_time_unix_nano <= translate.start_time_unix_nano
+    assert translate.end_time_unix_nano <= client.end_time_unix_nano
+    (server,) = [s for s in spans.values() if s.kind == SERVER]
+    assert server.name == "POST /api/chat"
