@@ -84,9 +84,9 @@ def key_value(key: str, value: object) -> bytes:
     return _key(key) + field(0x12, _any_value(value))
 
 
-@lru_cache(maxsize=4096)
-def cached_attribute(tag: int, key: str, value: str | int | bool) -> bytes:
-    """An attribute field whose value repeats (an id of the fleet), encoded once."""
+@lru_cache(maxsize=8192, typed=True)  # typed: True and 1 are two values here
+def cached_attribute(tag: int, key: str, value: str | float | bool | tuple[str, ...]) -> bytes:
+    """An attribute field whose value repeats (an id of the fleet, a count), encoded once."""
     return field(tag, key_value(key, value))
 
 
@@ -103,6 +103,16 @@ def scope(name: str, version: str) -> bytes:
     return field(0x0A, name.encode()) + field(0x12, version.encode())
 
 
+_TIMES = struct.Struct("<BQBQ")  # Span.start_time_unix_nano, end_time_unix_nano
+_KINDS = {kind: bytes((0x30, kind)) for kind in (SPAN_INTERNAL, SPAN_SERVER, SPAN_CLIENT)}
+_STATUS = {code: field(0x7A, bytes((0x18, code))) for code in (STATUS_OK, STATUS_ERROR)}
+
+
+@lru_cache(maxsize=1024)
+def _name(name: str) -> bytes:
+    return field(0x2A, name.encode())
+
+
 def span(
     trace_id: bytes,
     span_id: bytes,
@@ -115,20 +125,35 @@ def span(
     attrs: bytes,
     status: int = 0,
 ) -> bytes:
-    """A Span message; `attrs` are its attribute fields (tag 0x4A), already encoded."""
-    out = [field(0x0A, trace_id), field(0x12, span_id)]
-    if state:
-        out.append(field(0x1A, state.encode()))
-    if parent_id is not None:
-        out.append(field(0x22, parent_id))
-    out.append(field(0x2A, name.encode()))
-    out.append(b"\x30" + varint(kind))
-    out.append(fixed64(0x39, start_ns))
-    out.append(fixed64(0x41, max(end_ns, start_ns)))
-    out.append(attrs)
-    if status:
-        out.append(field(0x7A, b"\x18" + varint(status)))
-    return b"".join(out)
+    """A Span message; `attrs` are its attribute fields (tag 0x4A), already encoded. The
+    ids are 16 and 8 bytes, so their heads are constant."""
+    return b"".join(
+        (
+            b"\x0a\x10",
+            trace_id,
+            b"\x12\x08",
+            span_id,
+            field(0x1A, state.encode()) if state else b"",
+            b"\x22\x08" + parent_id if parent_id is not None else b"",
+            _name(name),
+            _KINDS[kind],
+            _TIMES.pack(0x39, start_ns, 0x41, max(end_ns, start_ns)),
+            attrs,
+            _STATUS[status] if status else b"",
+        )
+    )
+
+
+@lru_cache(maxsize=512)
+def _double_head(tag: int, key: str) -> bytes:
+    """All of a double attribute's field but its 8 value bytes (their length is fixed)."""
+    kv_head = _key(key) + b"\x12\x09\x21"
+    return bytes((tag, len(kv_head) + 8)) + kv_head
+
+
+def double_attribute(tag: int, key: str, value: float) -> bytes:
+    """An attribute whose value seldom repeats (a duration): only its head is cached."""
+    return _double_head(tag, key) + _DOUBLE.pack(value)
 
 
 SPAN_ATTR = 0x4A  # Span.attributes

@@ -44,9 +44,18 @@ def _server_of(base_url: str) -> tuple[str | None, int | None]:
     return url.hostname, port
 
 
-def _attr(key: str, value: str | int | bool | None) -> bytes:
-    """An attribute of the fleet's own ids or small numbers: encoded once, then reused."""
+def _attr(key: str, value: str | float | bool | tuple[str, ...] | None) -> bytes:
+    """An attribute whose values repeat (the fleet's ids, counts, settings): encoded once."""
     return b"" if value is None else cached_attribute(SPAN_ATTR, key, value)
+
+
+def _unique(key: str, value: str | list[str] | None) -> bytes:
+    """An attribute whose values seldom repeat (an answer's id): encoded each time."""
+    return b"" if value is None else otlp.field(SPAN_ATTR, otlp.key_value(key, value))
+
+
+def _seconds(key: str, value: float | None) -> bytes:
+    return b"" if value is None else otlp.double_attribute(SPAN_ATTR, key, value)
 
 
 class SpanBuilder:
@@ -109,15 +118,10 @@ class SpanBuilder:
             _attr("fleetgate.provider", record.provider_id),
             _attr("fleetgate.attempts", len(record.attempts)),
             _attr("error.type", record.error_code),
-            otlp.attributes(
-                SPAN_ATTR,
-                (
-                    ("fleetgate.request.id", record.request_id),
-                    ("fleetgate.requested_model", record.requested_model),
-                    ("fleetgate.client_key", record.client_key_id),
-                    ("fleetgate.virtual_model", record.virtual_model),
-                ),
-            ),
+            _unique("fleetgate.request.id", record.request_id),
+            _attr("fleetgate.requested_model", record.requested_model),
+            _attr("fleetgate.client_key", record.client_key_id),
+            _attr("fleetgate.virtual_model", record.virtual_model),
         ]
         status = otlp.STATUS_ERROR if record.status >= 500 else 0
         return otlp.span(
@@ -157,13 +161,8 @@ class SpanBuilder:
                 "fleetgate.affinity",
                 _text(affinity.get("result")) if isinstance(affinity, dict) else None,
             ),
-            otlp.attributes(
-                SPAN_ATTR,
-                (
-                    ("fleetgate.candidates.kept", list(trace.kept) or None),
-                    ("fleetgate.candidates.dropped", dropped or None),
-                ),
-            ),
+            _attr("fleetgate.candidates.kept", trace.kept or None),
+            _unique("fleetgate.candidates.dropped", dropped or None),
         ]
         route_id = _new_span_id()
         planned = trace.wall(marks["planned"]) if "planned" in marks else end
@@ -216,8 +215,9 @@ class SpanBuilder:
         assert a.span_id is not None
         operation = operation_name(a, record.endpoint)
         address, port = _server_of(base_url) if base_url else (None, None)
-        params = dict(trace.params)
+        params = trace.params
         if a.params:  # the route's own overrides are what the upstream got
+            params = dict(params)
             for name in ("temperature", "top_p", "max_tokens"):
                 value = a.params.get(name)
                 if isinstance(value, int | float) and not isinstance(value, bool):
@@ -241,34 +241,24 @@ class SpanBuilder:
             _attr("fleetgate.cut_short", cut),
             _attr("error.type", a.error_class),
             _attr("http.response.status_code", a.status),
-            otlp.attributes(
-                SPAN_ATTR,
-                (
-                    ("gen_ai.request.max_tokens", _count(params.get("max_tokens"))),
-                    ("gen_ai.request.temperature", _real(params.get("temperature"))),
-                    ("gen_ai.request.top_p", _real(params.get("top_p"))),
-                    ("gen_ai.response.model", a.response_model),
-                    ("gen_ai.response.id", a.response_id),
-                    ("gen_ai.response.finish_reasons", [a.finish] if a.finish else None),
-                    ("gen_ai.usage.input_tokens", a.prompt_tokens),
-                    ("gen_ai.usage.output_tokens", a.completion_tokens),
-                    ("gen_ai.usage.cache_read.input_tokens", a.cache_read_tokens),
-                    (
-                        "gen_ai.response.time_to_first_chunk",
-                        a.ttft if record.stream and a.ttft is not None else None,
-                    ),
-                    (
-                        "fleetgate.fallback.reason",
-                        previous.error_class if previous is not None else None,
-                    ),
-                    (
-                        "fleetgate.affinity",
-                        affinity.get("result")
-                        if isinstance(affinity, dict)
-                        and affinity.get("deployment") == a.deployment_id
-                        else None,
-                    ),
-                ),
+            _attr("gen_ai.request.max_tokens", _count(params.get("max_tokens"))),
+            _attr("gen_ai.request.temperature", _real(params.get("temperature"))),
+            _attr("gen_ai.request.top_p", _real(params.get("top_p"))),
+            _attr("gen_ai.response.model", a.response_model),
+            _unique("gen_ai.response.id", a.response_id),
+            _attr("gen_ai.response.finish_reasons", (a.finish,) if a.finish else None),
+            _attr("gen_ai.usage.input_tokens", a.prompt_tokens),
+            _attr("gen_ai.usage.output_tokens", a.completion_tokens),
+            _attr("gen_ai.usage.cache_read.input_tokens", a.cache_read_tokens),
+            _seconds("gen_ai.response.time_to_first_chunk", a.ttft if record.stream else None),
+            _attr(
+                "fleetgate.fallback.reason", previous.error_class if previous is not None else None
+            ),
+            _attr(
+                "fleetgate.affinity",
+                affinity.get("result")
+                if isinstance(affinity, dict) and affinity.get("deployment") == a.deployment_id
+                else None,
             ),
         ]
         start = trace.wall(a.began)
