@@ -57,8 +57,11 @@ class TraceContext:
         """The `traceparent` of a span of this trace (an attempt's, for its upstream)."""
         return f"00-{self.trace_id}-{span_id}-{'01' if self.sampled else '00'}"
 
-    def upstream_headers(self, span_id: str) -> dict[str, str]:
-        headers = {"traceparent": self.traceparent(span_id)}
+    def upstream_headers(self, headers: dict[str, str], span_id: str) -> dict[str, str]:
+        """`headers` (left as they are: they may be the provider's own) with this trace's
+        `traceparent` for the span `span_id`, and the client's `tracestate`."""
+        headers = dict(headers)
+        headers["traceparent"] = self.traceparent(span_id)
         if self.state:
             headers["tracestate"] = self.state
         return headers

@@ -286,7 +286,7 @@ class Executor:
                     payload = wire.payload(profile, candidate)
                 else:
                     assert attempt.span_id is not None
-                    headers = {**headers, **trace.upstream_headers(attempt.span_id)}
+                    headers = trace.upstream_headers(headers, attempt.span_id)
                     payload = _traced_payload(wire, profile, candidate, attempt, trace.sampled)
                 resp = await client.http.request(
                     "POST",
@@ -322,7 +322,13 @@ class Executor:
             framing = framing_for(content_type) if profile.stream else None
             if framing is not None:
                 first = await self._first_events(
-                    resp, rewriter, framing, attempt, started, client.redactor
+                    resp,
+                    rewriter,
+                    framing,
+                    attempt,
+                    started,
+                    client.redactor,
+                    trace is not None and trace.sampled,
                 )
                 if first is None:
                     return None
@@ -395,11 +401,13 @@ class Executor:
         attempt: Attempt,
         started: float,
         redactor: Redactor,
+        sampled: bool = False,
     ) -> tuple[bytes, bytes, int] | None:
         """Read until the first whole data event: the whole events read so far (the
         client's model set), the start of the next one, and how many data events the
         first hold. None when the first event is an error, when an event is not JSON, or
-        when the stream ends before any event."""
+        when the stream ends before any event. A `sampled` attempt notes what the answer
+        says of itself (its span shows it)."""
         buffer = b""
         sep = framing.separator
         while chunk := await resp.read_some():
@@ -416,14 +424,14 @@ class Executor:
             if not events:
                 return None
             attempt.ttft = time.perf_counter() - started
-            if attempt.span_id is not None:
+            if sampled:
                 stream_facts(attempt, whole)
             return framing.rewrite(rewriter, whole), buffer[len(whole) :], events
         # the stream ended: what it sent is all there is
         events = self._check_head(buffer, framing, attempt, started, redactor)
         if events:
             attempt.ttft = time.perf_counter() - started
-            if attempt.span_id is not None:
+            if sampled:
                 stream_facts(attempt, buffer)
             return framing.rewrite(rewriter, buffer), b"", events
         if events is None:
