@@ -43,6 +43,7 @@ from fleetgate.context.placement import (
     effective_window,
     fits_nowhere,
     known_windows,
+    FIT_BY_PRIORITY,
     order_by_fit,
     record_estimate,
     uncertain,
@@ -156,7 +157,8 @@ class ContextRefiner:
         plan.notes["context_estimated"] = estimate.total
         plan.notes[COUNTED_BY] = counter.id
         record_estimate(exact, plan.headers, plan.notes)
-        plan.candidates = order_by_fit(plan.candidates, exact, plan.window_of)
+        by_priority = plan.cache.get(FIT_BY_PRIORITY, True)
+        plan.candidates = order_by_fit(plan.candidates, exact, plan.window_of, None, by_priority)
         return counted
 
 
