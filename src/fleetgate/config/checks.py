@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fleetgate.config.loader import Loc, semantic_check
 from fleetgate.config.schema import DeploymentConfig, FleetConfig
+from fleetgate.config.suggest import did_you_mean
 
 ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
@@ -50,9 +51,10 @@ def deployment_references(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
     for i, dep in enumerate(config.deployments):
         if dep.provider not in providers:
             known = ", ".join(sorted(providers)) or "none"
+            hint = did_you_mean(dep.provider, providers)
             yield (
                 ("deployments", i, "provider"),
-                f"unknown provider {dep.provider!r} (known: {known})",
+                f"unknown provider {dep.provider!r}{hint} (known: {known})",
             )
         dep_id = deployment_id(dep)
         if dep_id in seen:
