@@ -38,12 +38,12 @@ from fleetgate.context.counts import (
 __all__ = ["TOKENIZING_KINDS", "ContextRefiner", "TokenizeError"]
 from fleetgate.context.estimate import ContextEstimate
 from fleetgate.context.placement import (
+    FIT_BY_PRIORITY,
     WindowOf,
     context_too_large,
     effective_window,
     fits_nowhere,
     known_windows,
-    FIT_BY_PRIORITY,
     order_by_fit,
     record_estimate,
     uncertain,

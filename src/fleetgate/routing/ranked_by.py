@@ -11,6 +11,7 @@ window and the preferences. Computed only when a plan is described, never on the
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from itertools import pairwise
 from typing import Any
 
 from fleetgate.context.placement import FIT_BY_PRIORITY, fit_group
@@ -27,7 +28,7 @@ def ranked_by(ctx: PlanContext, declared: bool, candidates: list[Candidate]) -> 
         return ["declared_order"] * (len(candidates) - 1) + [None] if candidates else []
     keys = _keys(ctx, candidates)
     out: list[str | None] = []
-    for a, b in zip(candidates, candidates[1:], strict=False):
+    for a, b in pairwise(candidates):
         out.append(_deciding(ctx, keys, a, b))
     return [*out, None] if candidates else []
 
