@@ -40,10 +40,23 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if errors:
         print(f"{path}: {len(errors)} error(s)", file=sys.stderr)
         return 1
+    from fleetgate.commands.keys import auth_key_warning
     from fleetgate.diagnose import describe_fleet
 
-    print(describe_fleet(load_config_file(path)))
+    config = load_config_file(path)
+    warning = auth_key_warning(config)
+    if warning is not None:
+        print(f"{path}:{_line_of(text, 'auth') or '?'}: warning: auth.enabled: {warning}")
+    print(describe_fleet(config))
     return 0
+
+
+def _line_of(text: str, section: str) -> int | None:
+    """The line a top-level section starts on."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith(f"{section}:"):
+            return number
+    return None
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
