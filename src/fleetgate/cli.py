@@ -1,4 +1,4 @@
-"""The `fleetgate` command: serve, demo, explain, check, diff, keys."""
+"""The `fleetgate` command: serve, demo, explain, check, diff, keys, version."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fleetgate import __version__
 from fleetgate.config import ConfigError, check_config_text, load_config_file
 from fleetgate.store.errors import StoreUnavailable
 
@@ -97,6 +98,11 @@ def _cmd_keys(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_version(args: argparse.Namespace) -> int:
+    print(f"fleetgate {__version__}")
+    return 0
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -135,7 +141,9 @@ def _keys_parser(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetgate", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"fleetgate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("version", help="print the version").set_defaults(func=_cmd_version)
 
     p = sub.add_parser("serve", help="run the gateway")
     p.add_argument("--config", required=True, help="fleet config file (YAML)")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from fleetgate import __version__
 from fleetgate.auth.guard import Guard, record_usage
 from fleetgate.auth.keys import KeyRing
 from fleetgate.config.schema import FleetConfig
@@ -395,6 +396,7 @@ class ControlPlane:
     def status(self) -> dict[str, Any]:
         recorder = self.gateway.recorder
         return {
+            "version": __version__,
             "warnings": secret_warnings(self.fleet.config, self.admin_key),
             "config_version": self.fleet.version,
             "database": self.db.dialect.name,

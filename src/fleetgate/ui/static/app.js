@@ -599,6 +599,13 @@ async function pageCharts(root) {
 // ---- routing ---------------------------------------------------------------------------
 const PAGES = { fleet: pageFleet, requests: pageRequests, explain: pageExplain, keys: pageKeys, charts: pageCharts };
 
+// the gateway's version in the header, once signed in (`/admin/status`)
+async function showVersion() {
+  const span = document.getElementById("version");
+  if (span.textContent) return;
+  try { span.textContent = (await api("/admin/status", { login: true })).version || ""; } catch (err) { /* the page says why */ }
+}
+
 // with no admin key set on the gateway, the sign-in form says so instead of asking for one
 async function adminOff() {
   try {
@@ -618,6 +625,7 @@ async function route() {
     }
     return;
   }
+  showVersion();
   clearTimers();
   const name = (location.hash.replace(/^#\/?/, "") || "fleet").split("?")[0];
   const page = PAGES[name] || pageFleet;
