@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fleetgate.server.control import ControlOptions
+from fleetgate.control.plane import ControlOptions
 from tests.harness import Stack, deployment, provider
 from tests.test_config import run_cli
 

@@ -41,7 +41,7 @@ def _start(stack: Stack) -> None:
             **QUIET_POLLER,
         }
     )
-    gw = stack.gateway
+    gw = stack.gateway.pipeline
     # after the first poll round nothing polls while the test runs: the samples put in by
     # hand below stay as they are
     wait_until(lambda: gw.load_poller.rounds >= 1, 10, "the first engine-load poll round")
@@ -49,7 +49,7 @@ def _start(stack: Stack) -> None:
 
 def _setup(stack: Stack, body: dict[str, Any], a: EngineLoad, b: EngineLoad) -> None:
     """`pa` served this prompt last; the engines report `a` and `b`."""
-    gw = stack.gateway
+    gw = stack.gateway.pipeline
     now = time.time()
     gw.loads.record("pa", EngineLoad(**{**_fields(a), "fetched_at": now}))
     gw.loads.record("pb", EngineLoad(**{**_fields(b), "fetched_at": now}))
@@ -107,7 +107,7 @@ def test_a_256_sequence_engine_with_two_waiting_keeps_its_prefix(stack: Stack) -
 def test_affinity_yields_when_the_wait_outweighs_what_the_prefix_saves(stack: Stack) -> None:
     _start(stack)
     body = _body("waits")
-    state = stack.gateway.state
+    state = stack.gateway.pipeline.state
     for dep in ("pa", "pb"):
         state.health(dep).latency_ema = 2.0  # seconds an answer takes there
         state.health(dep).ttft_ema = 0.1  # a short prompt: little to read again

@@ -6,7 +6,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from fleetgate import __version__
-from fleetgate.server.control import ControlOptions
+from fleetgate.control.plane import ControlOptions
 from tests.admin.helpers import ADMIN_KEY, options
 from tests.harness import Stack, deployment, provider
 

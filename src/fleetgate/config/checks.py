@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from fleetgate.config.loader import Loc, semantic_check
+from fleetgate.config.registry import Loc, semantic_check
 from fleetgate.config.schema import DeploymentConfig, FleetConfig
 from fleetgate.config.secrets import (
     ADMIN_KEY_ENV,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -12,10 +12,9 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from fleetgate.config.registry import SEMANTIC_CHECKS, Loc, SemanticCheck
 from fleetgate.config.schema import FleetConfig
 from fleetgate.config.suggest import did_you_mean
-
-Loc = tuple[str | int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,22 +38,10 @@ class ConfigError(Exception):
         super().__init__(f"{source} is invalid ({len(problems)} problem(s)):\n{lines}")
 
 
-# Semantic checks run after the tree parses; each yields (loc, message). Later features add
-# their checks here, so `fleetgate check`, start-up and the admin API all apply the same set.
-SemanticCheck = Callable[[FleetConfig], Iterable[tuple[Loc, str]]]
-SEMANTIC_CHECKS: list[SemanticCheck] = []
-
-
-def semantic_check(fn: SemanticCheck) -> SemanticCheck:
-    SEMANTIC_CHECKS.append(fn)
-    return fn
-
-
 @cache
 def registered_checks() -> tuple[SemanticCheck, ...]:
-    """Every whole-tree check. The modules are imported here, on first validation, not
-    when the config package is: they use modules (capabilities, routing preferences) that
-    themselves import the config schema."""
+    """Every whole-tree check. The check modules register themselves (`registry.py`) when
+    imported; they are imported here, on first validation, not when the config package is."""
     from fleetgate.config import (  # noqa: F401
         chain_checks,
         checks,

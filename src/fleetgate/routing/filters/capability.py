@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from fleetgate.capabilities import (
+from fleetgate.config.capabilities import (
     CONTRACT_NEEDS,
     describe_needs,
     ignored_needs,
