@@ -5,6 +5,7 @@ owner's wait outweighs what its cached prefix saves. Explain says which signal d
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -14,8 +15,11 @@ import orjson
 from fleetgate.discovery.engine_metrics import EngineLoad
 from fleetgate.ingress.openai import parse_openai
 from fleetgate.ingress.prefix import prefix_keys
+from fleetgate.testing.llama import ALIAS
+from tests.engines import llama_fleet
 from tests.harness import Stack, deployment, provider, wait_until
 
+HELLO = [{"role": "user", "content": "hello"}]
 QUIET_POLLER = {"routing": {"balancing": {"engine_load": {"interval_seconds": 3600}}}}
 
 
@@ -127,3 +131,47 @@ def test_affinity_yields_when_the_wait_outweighs_what_the_prefix_saves(stack: St
     plan = _explain(stack, body)
     assert _order(plan) == ["pa", "pb"]
     assert plan["notes"]["affinity"]["decided_by"] == "prefix"
+
+
+def test_two_one_slot_llama_cpp_replicas(stack: Stack, llama_replicas) -> None:
+    """The issue's setup on the real engine: r1 holds the prompt's prefix but runs one answer
+    with two waiting; r2 is idle. The request goes to r2, and explain says why."""
+    r1, r2 = llama_replicas(2)
+    stack.start_gateway(
+        llama_fleet([r1, r2], routing={"balancing": {"engine_load": {"interval_seconds": 0.1}}})
+    )
+    gw = stack.gateway.pipeline
+    body = {**_body("engines"), "max_tokens": 2}
+    keys = prefix_keys(parse_openai("chat.completions", orjson.dumps(body)))
+    long_answer = {"model": ALIAS, "messages": HELLO, "max_tokens": 400, "ignore_eos": True}
+    workers = [
+        threading.Thread(
+            target=httpx.post,
+            args=(r1.base_url + "/chat/completions",),
+            kwargs={"json": long_answer, "timeout": 120},
+        )
+        for _ in range(3)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        seen: list[Any] = []
+
+        def queued() -> bool:  # one answer running on r1's slot, two deferred behind it
+            sample = gw.loads.get("r1")
+            seen[:] = [sample]
+            return sample is not None and sample.busy_slots == 1 and sample.waiting == 2
+
+        wait_until(queued, 30, "r1 seen with one running and two waiting")
+        gw.affinity.record(keys[-1], "r1", time.time())  # r1 served this prompt last
+        plan = _explain(stack, body)
+        assert _order(plan) == ["r2", "r1"]
+        moved = plan["notes"]["engine_load"]["r1"]["moved_back"]
+        assert moved.startswith("expected wait 3")  # three whole answers ahead on one slot
+        assert plan["candidates"][0]["ranked_by"] == "engine_load"
+        resp = httpx.post(stack.url + "/v1/chat/completions", json=body, timeout=60)
+        assert resp.status_code == 200
+        assert resp.headers["x-fleetgate-route"] == "r2"
+    finally:
+        for worker in workers:
+            worker.join(120)
