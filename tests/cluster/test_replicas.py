@@ -140,7 +140,9 @@ def _pa_opened_by_a(
     stack.engines["a"].fail_next(Fault("status", status=503))
     assert _chat(stack).headers["x-fleetgate-route"] == "pb"  # A fell back and opened pa
     wait_until(
-        lambda: b.pipeline.state.unavailable_reason("pa", time.time()) is not None, 5, "B sees pa open"
+        lambda: b.pipeline.state.unavailable_reason("pa", time.time()) is not None,
+        5,
+        "B sees pa open",
     )
     return a, b
 
@@ -165,7 +167,11 @@ def test_one_half_open_probe_for_the_whole_cluster(
     engine = stack.engines["a"]
     engine.hold()  # the probe stays out until every other request has been answered
     wait_until(
-        lambda: a.pipeline.state.health("pa").circuit == b.pipeline.state.health("pa").circuit == "half-open",
+        lambda: (
+            a.pipeline.state.health("pa").circuit
+            == b.pipeline.state.health("pa").circuit
+            == "half-open"
+        ),
         5,
         "both see pa half-open",
     )

@@ -157,7 +157,9 @@ def test_a_replica_applying_a_changed_file_tells_the_running_ones(
     a.control.options.poll_interval = 3600.0  # type: ignore[union-attr]  # Redis only
     replica_b.engines = {}
     replica_b.start_gateway(_edited(config), opts)
-    wait_until(lambda: a.pipeline.holder.fleet.deployments["pb"].context_window == 50_000, 5, "A sees it")
+    wait_until(
+        lambda: a.pipeline.holder.fleet.deployments["pb"].context_window == 50_000, 5, "A sees it"
+    )
 
 
 # ---- fleetgate diff ---------------------------------------------------------------------
