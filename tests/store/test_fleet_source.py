@@ -76,7 +76,10 @@ def test_a_changed_file_is_applied_and_summarised(
         {"kind": "models", "id": "m", "action": "changed"},
     ]
     # the next start with the same (now applied) file changes nothing more
-    assert _restart(stack, _edited(config), db_url, caplog).holder.fleet.version == version + 1
+    assert (
+        _restart(stack, _edited(config), db_url, caplog).pipeline.holder.fleet.version
+        == version + 1
+    )
 
 
 def test_a_changed_file_replaces_admin_edits_and_says_which(
