@@ -303,6 +303,9 @@ function requestDetail(r) {
       el("span", {}, "resolution: ", el("b", {}, r.resolution)),
       el("span", {}, "endpoint: ", el("b", {}, r.endpoint)),
       el("span", {}, "key: ", el("b", {}, r.client_key_id || "–")),
+      r.trace_id ? el("span", {}, "trace: ", r.trace_url
+        ? el("a", { class: "trace-id", href: r.trace_url, target: "_blank", rel: "noopener" }, r.trace_id)
+        : el("code", { class: "trace-id" }, r.trace_id)) : null,
       r.error_code ? el("span", { class: "bad" }, `error: ${r.error_code}`) : null),
     el("h3", {}, `Attempts (${r.attempts.length})`),
     table(["#", "deployment", "status", "error class", "latency", "TTFT", "tokens in / out", "parameters sent", "scope"],
