@@ -15,6 +15,7 @@ import orjson
 from fleetgate.discovery.engine_metrics import EngineLoad
 from fleetgate.ingress.openai import parse_openai
 from fleetgate.ingress.prefix import prefix_keys
+from fleetgate.routing.expected_wait import ahead_per_slot
 from fleetgate.testing.llama import ALIAS
 from tests.engines import llama_fleet
 from tests.harness import Stack, deployment, provider, wait_until
@@ -175,3 +176,16 @@ def test_two_one_slot_llama_cpp_replicas(stack: Stack, llama_replicas) -> None:
     finally:
         for worker in workers:
             worker.join(120)
+
+
+def test_answers_that_ended_since_the_poll_free_their_slots() -> None:
+    """The poll saw this gateway's one answer on a one-slot engine; once it has ended, a new
+    request waits for nothing (tests/routing/test_affinity.py's conversation, whose next
+    turn came before the next poll, lost its affinity without this)."""
+    ran = EngineLoad(waiting=0, running=1, slots=1, busy_slots=1, inflight=1)
+    assert ahead_per_slot(ran, 1) == 1.0  # still running: one whole answer ahead
+    assert ahead_per_slot(ran, 0) == 0.0  # ended since: the slot is free
+    queued = EngineLoad(waiting=2, running=1, slots=1, busy_slots=1, inflight=1)
+    assert ahead_per_slot(queued, 0) == 2.0  # one of the two waiting took the slot
+    idle = EngineLoad(waiting=0, running=0, slots=2, busy_slots=0, inflight=0)
+    assert ahead_per_slot(idle, 3) == 1.0  # three sent since: two run, one waits, two slots

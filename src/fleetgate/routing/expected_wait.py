@@ -33,11 +33,12 @@ class Wait:
         return self.ahead * (self.per_request if self.per_request is not None else 1.0)
 
 
-def ahead_per_slot(sample: EngineLoad, queue: float | None) -> float | None:
-    """Requests ahead of a new one, per slot (None: the engine reports too little)."""
-    waiting = sample.waiting if queue is None else queue
+def ahead_per_slot(sample: EngineLoad, inflight: int) -> float | None:
+    """Requests ahead of a new one, per slot (None: the engine reports too little), as they
+    stand now: `inflight` is the gateway's own count to it now (see `EngineLoad.queue_now`)."""
+    waiting = sample.queue_now(inflight)
     if sample.slots:  # llama.cpp: its slots and how many are busy
-        busy = sample.busy_slots if sample.busy_slots is not None else sample.running
+        busy = sample.busy_now(inflight)
         if waiting is None or busy is None:
             return None
         return max(0.0, waiting + busy + 1 - sample.slots) / sample.slots
@@ -49,17 +50,15 @@ def ahead_per_slot(sample: EngineLoad, queue: float | None) -> float | None:
     return (waiting + 1) / max(running, 1.0)  # a queue: the batch is what runs
 
 
-def expected_waits(
-    ctx: PlanContext, samples: dict[str, EngineLoad], queues: dict[str, float | None]
-) -> dict[str, Wait]:
-    """The wait on each sampled deployment of one run of tied candidates."""
+def expected_waits(ctx: PlanContext, samples: dict[str, EngineLoad]) -> dict[str, Wait]:
+    """The wait on each sampled deployment of one run of tied candidates, now."""
     health = ctx.state.health
     measured = {d: health(d).latency_ema for d in samples}
     known = sorted(v for v in measured.values() if v is not None)
     prior = known[len(known) // 2] if known else None
     out: dict[str, Wait] = {}
     for dep_id, sample in samples.items():
-        ahead = ahead_per_slot(sample, queues.get(dep_id))
+        ahead = ahead_per_slot(sample, max(0, health(dep_id).inflight))
         if ahead is not None:
             per_request = measured[dep_id] if measured[dep_id] is not None else prior
             out[dep_id] = Wait(ahead, per_request)

@@ -91,7 +91,7 @@ class EngineLoadOrderer:
             }
             queues = [q for q in now_queue.values() if q is not None]
             shortest = min(queues) if len(queues) > 1 else 0.0
-            waits = expected_waits(ctx, samples, now_queue)
+            waits = expected_waits(ctx, samples)
             all_waits.update(waits)
             # the peers' wait and time per request; a lone sampled engine is against none
             shortest_wait = min(w.seconds for w in waits.values()) if len(waits) > 1 else 0.0
