@@ -42,12 +42,22 @@ def model_label(fleet: Fleet | None, name: str) -> str:
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
+_WAIT_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.5, 1, 5, 30, 120)
 
 
 class _Tally:
     """What the records taken since the last flush add to the metrics."""
 
-    __slots__ = ("attempts", "fallbacks", "latency", "models", "overhead", "requests", "ttft")
+    __slots__ = (
+        "attempts",
+        "fallbacks",
+        "latency",
+        "models",
+        "overhead",
+        "pool_wait",
+        "requests",
+        "ttft",
+    )
 
     def __init__(self) -> None:
         self.models: dict[str, str] = {}  # requested name -> its label
@@ -57,6 +67,7 @@ class _Tally:
         self.latency: defaultdict[str, list[float]] = defaultdict(list)
         self.ttft: defaultdict[str, list[float]] = defaultdict(list)
         self.overhead: list[float] = []
+        self.pool_wait: defaultdict[str, list[float]] = defaultdict(list)
 
 
 class Metrics(BatchSink):
@@ -104,6 +115,14 @@ class Metrics(BatchSink):
             "Time to first byte of successful attempts.",
             ["deployment"],
             _LATENCY_BUCKETS,
+            r,
+        )
+        self.pool_wait = BatchHistogram(
+            "fleetgate_pool_wait_seconds",
+            "Time an upstream attempt waited in the gateway for its provider's worker slot "
+            "(concurrency_limit) and pooled connection (max_concurrency); 0 when it did not.",
+            ["provider"],
+            _WAIT_BUCKETS,
             r,
         )
         self.truncations = Counter(
@@ -157,6 +176,7 @@ class Metrics(BatchSink):
                 self.cut_short.labels(a.deployment_id).inc()
             if a.ok and a.ttft is not None:
                 tally.ttft[a.deployment_id].append(a.ttft)
+            tally.pool_wait[a.provider_id].append(a.pool_wait)
 
     async def flush(self) -> None:
         tally, self._tally = self._tally, _Tally()
@@ -172,6 +192,8 @@ class Metrics(BatchSink):
             self.ttft.observe((dep,), values)
         if tally.overhead:
             self.overhead.observe((), tally.overhead)
+        for provider, values in tally.pool_wait.items():
+            self.pool_wait.observe((provider,), values)
 
     def render(self, recorder: Recorder) -> bytes:
         self.records_dropped.set(recorder.dropped)

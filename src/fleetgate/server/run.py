@@ -67,9 +67,28 @@ def _exit_cleanly_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 
+def open_files_for_streams() -> int:
+    """Raise this process's soft limit of open files to its hard limit; the new soft limit.
+
+    Each proxied stream holds two sockets (the client's and the upstream's), and a
+    provider's pool grows to thousands of connections: the soft limit many systems start
+    a process with (1,024) would refuse connections at about 500 streams."""
+    import resource  # POSIX only, and needed at start-up only
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # a container may refuse it: keep what was given
+            pass
+    return soft
+
+
 def serve(config_path: str, host: str | None, port: int | None, workers: int) -> None:
     config = load_config_file(config_path)
     _exit_cleanly_on_sigterm()
+    open_files_for_streams()  # before the workers fork: they inherit it
     host = host or config.server.host
     port = config.server.port if port is None else port
     if workers > 1:

@@ -48,6 +48,7 @@ def _attempt(a: Attempt) -> dict[str, Any]:
         "error_class": a.error_class,
         "latency": a.latency,
         "ttft": a.ttft,
+        "pool_wait": a.pool_wait,
         "retry_after": a.retry_after,
         "prompt_tokens": a.prompt_tokens,
         "completion_tokens": a.completion_tokens,
