@@ -105,7 +105,8 @@ def test_a_configured_cap_still_caps_and_its_wait_is_told(
         }
     )
     engine.hold()
-    pool = stack.gateway.executor.pool.client(stack.gateway.holder.fleet.providers["pa"]).http
+    pipeline = stack.gateway.pipeline
+    pool = pipeline.pool.client(pipeline.holder.fleet.providers["pa"]).http
 
     def ready() -> bool:  # 4 at the engine, 8 waiting in the gateway
         return engine.active == 4 and pool.waiting == 8
