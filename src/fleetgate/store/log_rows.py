@@ -54,6 +54,7 @@ COLUMNS = (
     "fallback_count",
     "dropped",
     "attempts",
+    "trace_id",
 )
 # the Boolean ones, by position
 BOOLEAN = frozenset(COLUMNS.index(name) for name in ("stream", "tokens_estimated", "context_exact"))
@@ -130,6 +131,7 @@ def row_of(r: RequestRecord) -> tuple[Any, ...]:
         max(len(r.attempts) - 1, 0),
         orjson.dumps(r.dropped).decode() if r.dropped else None,
         orjson.dumps([_attempt(a) for a in r.attempts]).decode(),
+        r.trace_id,
     )
 
 
