@@ -56,6 +56,10 @@ ENGINE_MODEL = "bench-model-llama"
 STREAM_CHUNKS = 20
 GATEWAY = "fleetgate"
 BASELINE = "baseline"
+RAW_FLOOR = "raw"  # raw_floor.py: no framework at all (issue 42's floor)
+# issue 42: against the raw floor of the same run, and the whole process tree's memory
+TARGET_RAW_CPU_RATIO = 2.0
+TARGET_TREE_RSS_MB = 80.0
 
 
 class BenchError(Exception):
@@ -80,6 +84,7 @@ class Settings:
     gw_cpu: int = 1
     load_cpu: int = 0
     baseline: bool = True
+    raw_floor: bool = True  # the raw floor too (`raw_floor.py`)
     profile: bool = False
     # fleetgate variants, each its own target: storage.log_writer values, `--workers` counts
     log_writers: list[str] = field(default_factory=lambda: ["process"])
@@ -107,6 +112,7 @@ class Settings:
         s.gw_cpu = int(env.get("GW_CPU", s.gw_cpu))
         s.load_cpu = int(env.get("LOAD_CPU", s.load_cpu))
         s.baseline = env.get("BASELINE", "1") not in ("0", "", "no", "false")
+        s.raw_floor = env.get("RAW", "1") not in ("0", "", "no", "false")
         s.profile = env.get("PROFILE", "0") not in ("0", "", "no", "false")
         if env.get("LOG_WRITERS"):
             s.log_writers = env["LOG_WRITERS"].replace(",", " ").split()
@@ -601,6 +607,7 @@ def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     the targets were set with whole-at-once streams, and even the floor misses them paced."""
     checks = []
     floor = {r["scenario"]: r for r in result["rows"] if r["target"] == "baseline"}
+    raw = {r["scenario"]: r for r in result["rows"] if r["target"] == RAW_FLOOR}
 
     def add(what: str, limit: str, value: str, ok: bool, info: bool = False) -> None:
         checks.append({"what": what, "limit": limit, "value": value, "ok": ok, "info": info})
@@ -633,6 +640,16 @@ def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{ratio:.2f}",
                 ratio <= TARGET_FLOOR_CPU_RATIO,
                 info=r["kind"] in ("paced", "engine"),
+            )
+        raw_row = raw.get(r["scenario"])
+        raw_ratio = paired_cpu_ratio(r, raw_row) if raw_row is not None else None
+        if raw_ratio is not None:  # issue 42's: shown, not yet held to
+            add(
+                f"CPU ÷ raw floor ({r['scenario']}), median of the runs' pairs",
+                f"≤ {TARGET_RAW_CPU_RATIO:g}",
+                f"{raw_ratio:.2f}",
+                raw_ratio <= TARGET_RAW_CPU_RATIO,
+                info=True,
             )
         if base is not None and r["kind"] == "plain" and r["conc"] in (1, 64):
             p99 = r["p99_ms_median"] / base["p99_ms_median"]
@@ -681,6 +698,14 @@ def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
         f"≤ {TARGET_RSS_MB:g} MB",
         f"{gw['peak_rss_mb']:.1f} MB",
         gw["peak_rss_mb"] <= TARGET_RSS_MB,
+    )
+    tree = gw["peak_rss_mb"] + gw["children_peak_rss_mb"]
+    add(
+        "peak RSS of the process tree (VmHWM, summed)",
+        f"≤ {TARGET_TREE_RSS_MB:g} MB",
+        f"{tree:.1f} MB",
+        tree <= TARGET_TREE_RSS_MB,
+        info=True,  # issue 42's: shown, not yet held to
     )
     add(
         "ready after start (/readyz 200)",
@@ -946,6 +971,14 @@ def run(s: Settings) -> dict[str, Any]:
                 baseline = start_server(name, cmd, bl_port, "/readyz", cpus, env, ROOT, log)
                 started.append(baseline)
                 targets.insert(i, baseline)
+        if s.raw_floor:
+            raw_port = _free_port()
+            cmd = [py, "-m", "benchmarks.raw_floor", "--port", str(raw_port)]
+            cmd += ["--upstream", upstream.url("")]
+            log = work / f"{RAW_FLOOR}.log"
+            raw = start_server(RAW_FLOOR, cmd, raw_port, "/readyz", s.gw_cpu, env, ROOT, log)
+            started.append(raw)
+            targets.insert(0, raw)
         for t in targets:
             t.idle_rss_mb = ProcSample.of(t.pid).rss_kb / 1024
 
@@ -967,6 +1000,8 @@ def run(s: Settings) -> dict[str, Any]:
                 row["target"] = "direct"
                 runs.setdefault("direct", []).append(row)
                 for t in targets:
+                    if t.name == RAW_FLOOR and sc.kind == "engine":
+                        continue  # it knows the fake upstream only
                     prof = None
                     if s.profile and t.name == GATEWAY:
                         prof = s.out / f"{stamp}-profile-{sc.name}-{rep}.txt"

@@ -82,8 +82,10 @@ class ProviderConfig(_Strict):
     """A literal key or an env reference such as `${OPENROUTER_API_KEY}`."""
     headers: dict[str, str] = Field(default_factory=dict)
     timeouts: Timeouts = Field(default_factory=Timeouts)
-    max_concurrency: PositiveInt = 256
-    """Pooled connections (and so concurrent requests) to this provider."""
+    max_concurrency: PositiveInt | None = None
+    """Most pooled connections (and so concurrent requests) to this provider; more wait in
+    the gateway for one. None: the pool grows with demand up to its kind's bound
+    (`execute/upstream.py`, `POOL_BOUND`), so the upstream's own queue and 429s decide."""
     concurrency_limit: PositiveInt | None = None
     """Requests the gateway sends this worker at once; more wait in its queue (None: no limit)."""
     queue_size: NonNegativeInt = 32

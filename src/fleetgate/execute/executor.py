@@ -189,6 +189,7 @@ class Executor:
                 outcome.upstream_seconds = upstream_seconds
                 return outcome
             slot = self.slots.for_provider(dep.provider)
+            queued = 0.0  # seconds waited for a worker slot
             if slot is not None and not slot.try_take():
                 if slot.queue_full():
                     queue_full.append(dep.id)
@@ -196,7 +197,8 @@ class Executor:
                     continue
                 waited = time.perf_counter()
                 got = await slot.wait(dep.provider.queue_timeout)
-                upstream_seconds += time.perf_counter() - waited
+                queued = time.perf_counter() - waited
+                upstream_seconds += queued
                 if not got:
                     queue_full.append(dep.id)
                     plan.dropped.append(Dropped(dep.id, "execute", "timed out in worker queue"))
@@ -217,6 +219,7 @@ class Executor:
                 )
                 continue
             attempt = _attempt_row(candidate, plan, len(attempts))
+            attempt.pool_wait = queued
             attempts.append(attempt)
             started = attempt.began = time.perf_counter()
             outcome = await self._attempt(
@@ -295,6 +298,7 @@ class Executor:
                     payload,
                     client.timeouts,
                 )
+                attempt.pool_wait += resp.pool_wait
                 if resp.status < 300:
                     break
                 body = client.redactor.bytes(await resp.read())  # it may quote the key

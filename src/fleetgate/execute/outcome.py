@@ -46,6 +46,8 @@ class Attempt:
     error_class: str | None = None
     latency: float = 0.0  # seconds until the response (or the stream) ended
     ttft: float | None = None  # seconds until the first byte of the answer
+    # seconds waited in the gateway for the provider's worker slot and pooled connection
+    pool_wait: float = 0.0
     retry_after: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None

@@ -22,7 +22,7 @@ class Provider:
     api_key_env: str | None  # the env var named by the config, when it used one
     headers: tuple[tuple[str, str], ...]
     timeouts: Timeouts
-    max_concurrency: int
+    max_concurrency: int | None  # a configured cap on pooled connections; None: the kind's bound
     concurrency_limit: int | None = None  # gateway-side slots; None: no limit
     queue_size: int = 32
     queue_timeout: float = 30.0

@@ -59,6 +59,7 @@ GENAI_LABELS = (
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
+_WAIT_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.5, 1, 5, 30, 120)
 
 
 class _Tally:
@@ -73,6 +74,7 @@ class _Tally:
         "latency",
         "models",
         "overhead",
+        "pool_wait",
         "requests",
         "ttft",
     )
@@ -85,6 +87,7 @@ class _Tally:
         self.latency: defaultdict[str, list[float]] = defaultdict(list)
         self.ttft: defaultdict[str, list[float]] = defaultdict(list)
         self.overhead: list[float] = []
+        self.pool_wait: defaultdict[str, list[float]] = defaultdict(list)
         self.genai_duration: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
         self.genai_tokens: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
         self.genai_first_chunk: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
@@ -135,6 +138,14 @@ class Metrics(BatchSink):
             "Time to first byte of successful attempts.",
             ["deployment"],
             _LATENCY_BUCKETS,
+            r,
+        )
+        self.pool_wait = BatchHistogram(
+            "fleetgate_pool_wait_seconds",
+            "Time an upstream attempt waited in the gateway for its provider's worker slot "
+            "(concurrency_limit) and pooled connection (max_concurrency); 0 when it did not.",
+            ["provider"],
+            _WAIT_BUCKETS,
             r,
         )
         self.truncations = Counter(
@@ -214,6 +225,7 @@ class Metrics(BatchSink):
                 self.cut_short.labels(a.deployment_id).inc()
             if a.ok and a.ttft is not None:
                 tally.ttft[a.deployment_id].append(a.ttft)
+            tally.pool_wait[a.provider_id].append(a.pool_wait)
 
     def _tally_genai(self, tally: _Tally, record: RequestRecord) -> None:
         fleet = self.fleet() if self.fleet is not None else None
@@ -257,6 +269,8 @@ class Metrics(BatchSink):
             self.ttft.observe((dep,), values)
         if tally.overhead:
             self.overhead.observe((), tally.overhead)
+        for provider, values in tally.pool_wait.items():
+            self.pool_wait.observe((provider,), values)
 
     def render(self, recorder: Recorder) -> bytes:
         self.records_dropped.set(recorder.dropped)

@@ -36,8 +36,9 @@ each call's id and name, then its arguments in two pieces.
 Timing: ``latency`` is awaited before every JSON answer of the inference endpoints
 (success or error); ``ttft`` after the stream's headers and before its first event;
 ``1 / tokens_per_second`` between stream events. ``tokenize_delay`` delays ``/tokenize``.
-:meth:`FakeEngine.hold` keeps those JSON answers waiting until :meth:`FakeEngine.release`
-(from any thread), so a test can keep a request in flight for exactly as long as it needs.
+:meth:`FakeEngine.hold` keeps those JSON answers, and streams after their headers, waiting
+until :meth:`FakeEngine.release` (from any thread), so a test can keep a request in flight
+for exactly as long as it needs.
 
 Load: ``GET /metrics`` answers vLLM's load gauges (``vllm:num_requests_waiting``,
 ``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``) from :attr:`FakeEngine.load`
@@ -441,8 +442,8 @@ class FakeEngine:
         self._inference_count = 0
 
     def hold(self) -> None:
-        """Keep every JSON answer of the inference endpoints waiting from now on, until
-        :meth:`release`."""
+        """Keep every JSON answer of the inference endpoints, and every stream after its
+        headers, waiting from now on, until :meth:`release`."""
         if self._held is None:
             self._held = asyncio.Event()
 
@@ -721,6 +722,8 @@ class FakeEngine:
         fault: Fault | None = None,
     ) -> web.StreamResponse:
         resp = await self._open_stream(request)
+        if self._held is not None:
+            await self._held.wait()
         await asyncio.sleep(fault.delay if fault is not None else self.ttft)
         gap = 1.0 / self.tokens_per_second if self.tokens_per_second else 0.0
         cut = fault is not None and fault.kind in ("break_stream", "stall_stream")
