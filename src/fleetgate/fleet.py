@@ -18,6 +18,7 @@ from fleetgate.config.schema import (
     FleetConfig,
     ProviderKind,
     ProviderPreferences,
+    ResumeConfig,
     Timeouts,
 )
 from fleetgate.context.families import infer_family
@@ -103,6 +104,7 @@ class Model:
     created: int = 0
     context_guard: str | None = None  # "allow" | "reject"; None: the global setting
     preferences: ProviderPreferences | None = None
+    resume: ResumeConfig = field(default_factory=ResumeConfig)
 
     @property
     def context_length(self) -> int | None:
@@ -196,6 +198,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
     owners = {m.id: m.owned_by for m in config.models}
     guards = {m.id: m.context_guard for m in config.models}
     prefs = {m.id: m.provider for m in config.models}
+    resumes = {m.id: m.resume for m in config.models}
     models = {
         model_id: Model(
             id=model_id,
@@ -203,6 +206,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             deployments=tuple(deps),
             context_guard=guards.get(model_id),
             preferences=prefs.get(model_id),
+            resume=resumes.get(model_id) or ResumeConfig(),
         )
         for model_id, deps in by_model.items()
     }

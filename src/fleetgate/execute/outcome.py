@@ -58,6 +58,10 @@ class Attempt:
     dropped_params: list[str] | None = None  # unsupported knobs removed from the body sent
     preferences: dict[str, Any] | None = None  # the provider preferences in force
     wire: str | None = None  # "native", or the translation: "messages→chat.completions"
+    # a continuation of an answer cut mid-way (`execute/resume.py`): why it was cut
+    # ("interrupted" | "window"), and the output tokens it took over from the attempts before
+    continuation: str | None = None
+    inherited_tokens: int | None = None
     # kept for the client's error message only; never logged
     message: str = field(default="", repr=False)
     upstream_body: bytes | None = field(default=None, repr=False)

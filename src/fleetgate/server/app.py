@@ -391,9 +391,10 @@ class Gateway:
         attempt = outcome.attempts[-1]
         if not attempt.ok:  # a stream that broke: its end never came
             return
-        dep = outcome.candidate.deployment
-        window = (plan.window_of or effective_window)(dep)
-        outcome.cut = self._judge_cut(profile, dep, attempt, window)
+        if not outcome.judged:  # a continued stream's end is judged by its continuation
+            dep = outcome.candidate.deployment
+            window = (plan.window_of or effective_window)(dep)
+            outcome.cut = self._judge_cut(profile, dep, attempt, window)
         _flag_cut(plan, outcome)
 
     def _windows_on_swap(self, _old: Fleet, new: Fleet) -> None:
