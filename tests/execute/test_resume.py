@@ -158,3 +158,66 @@ def test_the_continuations_end_at_max_continuations(stack: Stack, client_for: An
         raw = b"".join(resp.iter_bytes())
     assert raw.count(b"fleetgate continued") == 1
     assert b'"code":"stream_interrupted"' in raw
+
+
+def two_models(stack: Stack, resume: dict[str, Any] | None, price: bool = False) -> Stack:
+    """Virtual model `v`: model `m1` on a, then model `m2` on b (priced with `price`)."""
+    a = stack.engine("a", reply_words=50)
+    b = stack.engine("b", reply_words=50)
+    priced = {"price": {"input": 1.0, "output": 2.0}} if price else {}
+    virtual: dict[str, Any] = {
+        "name": "v",
+        "routes": [{"deployment": "pa"}, {"deployment": "pb"}],
+    }
+    if resume is not None:
+        virtual["resume"] = resume
+    stack.start_gateway(
+        {
+            "providers": [provider("pa", a), provider("pb", b)],
+            "deployments": [
+                deployment("m1", "pa", upstream_model="up"),
+                deployment("m2", "pb", upstream_model="up", **priced),
+            ],
+            "virtual_models": [virtual],
+        }
+    )
+    return stack
+
+
+def _start_over(stack: Stack) -> None:
+    stack.stop_gateway()
+    for engine in stack.engines.values():
+        stack.lt.run(engine.stop())
+    stack.engines.clear()
+
+
+def _streamed(stack: Stack, client_for: Any, model: str) -> bytes:
+    with client_for(stack).chat.completions.with_streaming_response.create(
+        model=model, messages=MSG, stream=True
+    ) as resp:
+        return b"".join(resp.iter_bytes())
+
+
+def test_another_model_continues_only_on_opt_in(stack: Stack, client_for: Any) -> None:
+    two_models(stack, None)
+    stack.engines["a"].fail_next(Fault("break_stream", after_chunks=3))
+    assert b'"code":"stream_interrupted"' in _streamed(stack, client_for, "v")
+    assert stack.engines["b"].requests == []
+    _start_over(stack)
+    two_models(stack, {"across_models": True})
+    stack.engines["a"].fail_next(Fault("break_stream", after_chunks=3))
+    raw = _streamed(stack, client_for, "v")
+    assert b"fleetgate continued on pb" in raw and raw.endswith(b"data: [DONE]\n\n")
+
+
+def test_a_priced_deployment_continues_an_unpriced_answer_only_on_opt_in(
+    stack: Stack, client_for: Any
+) -> None:
+    two_models(stack, {"across_models": True}, price=True)
+    stack.engines["a"].fail_next(Fault("break_stream", after_chunks=3))
+    assert b'"code":"stream_interrupted"' in _streamed(stack, client_for, "v")
+    assert stack.engines["b"].requests == []
+    _start_over(stack)
+    two_models(stack, {"across_models": True, "onto_priced": True}, price=True)
+    stack.engines["a"].fail_next(Fault("break_stream", after_chunks=3))
+    assert b"fleetgate continued on pb" in _streamed(stack, client_for, "v")
