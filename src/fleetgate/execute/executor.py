@@ -320,7 +320,11 @@ class Executor:
     ) -> Continuation | None:
         """What may continue this attempt's stream if it ends early (`execute/resume.py`);
         None when nothing can (its stream is then relayed as it always was)."""
-        if not profile.stream or profile.endpoint not in RESUMED_ENDPOINTS:
+        if (
+            not profile.stream
+            or position + 1 == len(plan.candidates)  # nothing after it
+            or profile.endpoint not in RESUMED_ENDPOINTS
+        ):
             return None
         settings = settings_for(fleet, candidate)
         if settings.max_continuations == 0 or not (

@@ -530,16 +530,19 @@ class Splice:
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self._usage(usage, "prompt_tokens", "completion_tokens")
-        said = not isinstance(usage, dict) or not obj.get("choices")
-        for choice in obj.get("choices") or ():
+        choices = obj.get("choices")
+        says = isinstance(usage, dict) or not isinstance(choices, list) or not choices
+        for choice in choices or ():
+            if not isinstance(choice, dict):
+                return obj
             if choice.get("finish_reason") or choice.get("text") or choice.get("logprobs"):
-                said = True
+                says = True
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 delta.pop("role", None)  # the role came with the answer's first chunk
-                if any(v for v in delta.values()):
-                    said = True
-        return obj if said or isinstance(usage, dict) else None
+                if any(delta.values()):
+                    says = True
+        return obj if says else None  # a chunk that said only the role: dropped
 
     def _message(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         kind = obj.get("type")
@@ -627,14 +630,15 @@ async def relay(
     stream_usage(attempt, first, framing)
     tail = (first + carry)[-USAGE_TAIL:]
     more = False
-    markers = _END_MARKERS.get(endpoint, (b'"error"',))
+    markers = _END_MARKERS.get(endpoint, _END_MARKERS["chat.completions"])
+    m1, m2, m3 = markers  # tested inline: no generator per block
     held: list[bytes] = []
     errored = False
-
     blocks = endpoint == "messages"
 
     def take(whole: bytes) -> bytes:
-        """What of a block of whole events may go to the client now; the rest is held."""
+        """What of a block of whole events that may end the answer goes to the client now;
+        the rest is held."""
         nonlocal errored
         if held:
             if not (blocks and _RESUMES in whole):
@@ -643,8 +647,6 @@ async def relay(
                 return b""
             whole = b"".join(held) + whole  # a block starts after the held end: not the end
             held.clear()
-        elif not any(m in whole for m in markers):
-            return whole
         at = _end_at(whole, framing, markers, blocks)
         if at < len(whole):
             held.append(whole[at:])
@@ -670,9 +672,11 @@ async def relay(
             if (n := framing.json_events(whole)) is None:
                 raise NotJson
             events += n
-            out = take(whole)
-            if out:
-                yield framing.rewrite(rewriter, out)
+            if held or m1 in whole or m2 in whole or m3 in whole:
+                whole = take(whole)
+                if not whole:
+                    continue
+            yield framing.rewrite(rewriter, whole)
         if carry and not errored:
             if (n := framing.json_events(carry)) is None:
                 raise NotJson
