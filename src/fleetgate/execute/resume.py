@@ -70,14 +70,16 @@ SWITCHES: dict[str, dict[str, Any]] = {
 CHAT_KINDS = frozenset({"vllm", "sglang", "llamacpp"})
 
 # bytes an upstream event has when it may end the answer, by the upstream endpoint: a stop
-# reason that is not null, a Messages block or message end, Ollama's last line, an error.
-# Looked for in each block relayed while a continuation is possible (a few memchr-led
-# searches); the events that have one are held back until the stream's end.
-_END_MARKERS: dict[str, tuple[bytes, ...]] = {
-    "chat.completions": (b'_reason":"', b'_reason": "', b'"error"'),
-    "completions": (b'_reason":"', b'_reason": "', b'"error"'),
-    "messages": (b"content_block_stop", b"message_delta", b'"error"'),
-    "ollama.chat": (b'"done":true', b'"done": true', b'"error"'),
+# reason that is not null, a Messages block or message end (`"content_block_stop"`,
+# `"message_stop"`; the `message_delta` between them comes after the first), Ollama's last
+# line, an error. Engines write their events' JSON without spaces (vLLM and SGLang through
+# pydantic, llama.cpp, Ollama). Looked for in each block relayed while a continuation is
+# possible (two searches); the events that have one are held back until the stream's end.
+_END_MARKERS: dict[str, tuple[bytes, bytes]] = {
+    "chat.completions": (b'_reason":"', b'"error"'),
+    "completions": (b'_reason":"', b'"error"'),
+    "messages": (b'_stop"', b'"error"'),
+    "ollama.chat": (b'"done":true', b'"error"'),
 }
 _RESUMES = b"content_block_start"  # a Messages block after a held block end: not the end
 
@@ -578,7 +580,7 @@ class Splice:
 # ---- the relay of an upstream stream that may be continued ------------------------------
 
 
-def _end_at(block: bytes, framing: Framing, markers: tuple[bytes, ...], blocks: bool) -> int:
+def _end_at(block: bytes, framing: Framing, markers: tuple[bytes, bytes], blocks: bool) -> int:
     """Where the first event that may end the answer starts, in a block of whole events
     (`blocks`: Messages, where a block's end is the answer's only if no block starts after
     it); the block's length when none may."""
@@ -607,6 +609,24 @@ def _has_error(block: bytes, framing: Framing) -> bool:
     return False
 
 
+def _take(
+    held: list[bytes], whole: bytes, framing: Framing, markers: tuple[bytes, bytes], blocks: bool
+) -> tuple[bytes, bool]:
+    """What of a block of whole events that may end the answer goes to the client now (the
+    rest joins `held`), and whether what is held has an error event."""
+    if held:
+        if not (blocks and _RESUMES in whole):
+            held.append(whole)
+            return b"", _has_error(b"".join(held), framing)
+        whole = b"".join(held) + whole  # a block starts after the held end: not the end
+        held.clear()
+    at = _end_at(whole, framing, markers, blocks)
+    if at == len(whole):
+        return whole, False
+    held.append(whole[at:])
+    return whole[:at], _has_error(whole[at:], framing)
+
+
 async def relay(
     resp: UpstreamResponse,
     rewriter: ModelRewriter,
@@ -631,30 +651,13 @@ async def relay(
     tail = (first + carry)[-USAGE_TAIL:]
     more = False
     markers = _END_MARKERS.get(endpoint, _END_MARKERS["chat.completions"])
-    m1, m2, m3 = markers  # tested inline: no generator per block
+    m1, m2 = markers  # tested inline: no call per block
     held: list[bytes] = []
     errored = False
     blocks = endpoint == "messages"
 
-    def take(whole: bytes) -> bytes:
-        """What of a block of whole events that may end the answer goes to the client now;
-        the rest is held."""
-        nonlocal errored
-        if held:
-            if not (blocks and _RESUMES in whole):
-                held.append(whole)
-                errored = errored or _has_error(whole, framing)
-                return b""
-            whole = b"".join(held) + whole  # a block starts after the held end: not the end
-            held.clear()
-        at = _end_at(whole, framing, markers, blocks)
-        if at < len(whole):
-            held.append(whole[at:])
-            errored = _has_error(whole[at:], framing)
-        return whole[:at]
-
     try:
-        out = take(first)
+        out, errored = _take(held, first, framing, markers, blocks)
         if out:
             yield framing.rewrite(rewriter, out)
         while not errored and (chunk := await resp.read_some()):
@@ -672,8 +675,8 @@ async def relay(
             if (n := framing.json_events(whole)) is None:
                 raise NotJson
             events += n
-            if held or m1 in whole or m2 in whole or m3 in whole:
-                whole = take(whole)
+            if held or m1 in whole or m2 in whole:
+                whole, errored = _take(held, whole, framing, markers, blocks)
                 if not whole:
                     continue
             yield framing.rewrite(rewriter, whole)
@@ -681,7 +684,7 @@ async def relay(
             if (n := framing.json_events(carry)) is None:
                 raise NotJson
             events += n
-            out = take(carry)
+            out, errored = _take(held, carry, framing, markers, blocks)
             if out:
                 yield framing.rewrite(rewriter, out)
         if errored and cont.wanted(INTERRUPTED, attempt):
