@@ -876,6 +876,8 @@ class Continuation:
         profile.body = body
         prompt = prefix.prompt_tokens if prefix.prompt_tokens is not None else self.prompt
         for position, candidate in self.pending:
+            if candidate.deployment.provider.kind == "anthropic" and prefix.text[-1:].isspace():
+                continue  # Anthropic refuses a final assistant turn that ends in whitespace
             try:
                 took = await self.attempt_at(candidate, profile, self, reason, self.produced)
             except GatewayError:
