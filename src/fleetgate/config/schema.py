@@ -208,6 +208,21 @@ class RouteConfig(_Strict):
 MAX_ROUTES = 12
 
 
+class ResumeConfig(_Strict):
+    """When a streamed answer cut mid-way continues on a sibling (docs/config.md#resume)."""
+
+    after_interruption: bool = True
+    """Continue after a reset, a stall or an error event once output has started."""
+    after_window: bool = True
+    """Continue an answer a window cut on a sibling with a strictly larger window."""
+    max_continuations: NonNegativeInt = 2
+    """Continuations one answer may take (0: none)."""
+    across_models: bool = False
+    """Continue on a deployment of another model (a virtual model's other routes)."""
+    onto_priced: bool = False
+    """Continue an answer of an unpriced deployment on one with a price."""
+
+
 class VirtualModelConfig(_Strict):
     name: Identifier
     """The stable name clients send as `model`; matched case-insensitively."""
@@ -219,6 +234,8 @@ class VirtualModelConfig(_Strict):
     allow_shadowing: bool = False
     """Allow the name to equal a real model or deployment id (the virtual then wins)."""
     description: str | None = None
+    resume: ResumeConfig | None = None
+    """Continuation of cut answers on its routes; replaces each route's model's setting."""
 
 
 class TierConfig(_Strict):
@@ -335,6 +352,8 @@ class ModelConfig(_Strict):
     """Overrides `routing.context.guard` for this model."""
     provider: ProviderPreferences | None = None
     """Routing preferences for every request to this model (a request's own may narrow)."""
+    resume: ResumeConfig = Field(default_factory=ResumeConfig)
+    """Continuation of an answer cut mid-way on a sibling (docs/config.md#resume)."""
 
 
 class CircuitConfig(_Strict):

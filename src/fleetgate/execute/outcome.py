@@ -68,6 +68,10 @@ class Attempt:
     response_model: str | None = None
     cache_read_tokens: int | None = None
     translated: float | None = None  # seconds spent translating the request body
+    # a continuation of an answer cut mid-way (`execute/resume.py`): why it was cut
+    # ("interrupted" | "window"), and the output tokens it took over from the attempts before
+    continuation: str | None = None
+    inherited_tokens: int | None = None
     # kept for the client's error message only; never logged
     message: str = field(default="", repr=False)
     upstream_body: bytes | None = field(default=None, repr=False)

@@ -19,6 +19,7 @@ from fleetgate.execute.framing import Framing
 from fleetgate.execute.outcome import Attempt
 from fleetgate.execute.sse import CR
 
+USAGE_TAIL = 4096  # bytes of a stream's end kept to read its usage and stop reason
 LENGTH = "length"  # the normalised stop reason of every protocol's length stop
 _LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
 # chat `finish_reason`, Anthropic `stop_reason`, Ollama `done_reason`, Responses

@@ -282,9 +282,10 @@ class Pipeline:
         attempt = outcome.attempts[-1]
         if not attempt.ok:  # a stream that broke: its end never came
             return
-        dep = outcome.candidate.deployment
-        window = (plan.window_of or effective_window)(dep)
-        outcome.cut = self.judge_cut(profile, dep, attempt, window)
+        if not outcome.judged:  # a continued stream's end is judged by its continuation
+            dep = outcome.candidate.deployment
+            window = (plan.window_of or effective_window)(dep)
+            outcome.cut = self.judge_cut(profile, dep, attempt, window)
         flag_cut(plan, outcome)
 
     def context_limit_stated(

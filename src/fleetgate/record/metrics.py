@@ -184,6 +184,12 @@ class Metrics(BatchSink):
             GENAI_DURATION_BUCKETS,
             r,
         )
+        self.continuations = Counter(
+            "fleetgate_continuations",
+            "Answers cut mid-way that a sibling continued (reason: interrupted | window).",
+            ["reason"],
+            registry=r,
+        )
         self.records_dropped = Gauge(
             "fleetgate_records_dropped",
             "Request records a sink failed to take (a bug, logged).",
@@ -223,6 +229,8 @@ class Metrics(BatchSink):
             tally.attempts[(a.deployment_id, a.provider_id, status, error, str(window))] += 1
             if error == CUT_SHORT:  # a cut answer set aside for a larger window
                 self.cut_short.labels(a.deployment_id).inc()
+            if a.continuation is not None:  # rare: counted directly
+                self.continuations.labels(a.continuation).inc()
             if a.ok and a.ttft is not None:
                 tally.ttft[a.deployment_id].append(a.ttft)
             tally.pool_wait[a.provider_id].append(a.pool_wait)

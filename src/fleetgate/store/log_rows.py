@@ -87,6 +87,8 @@ def _attempt(a: Attempt) -> dict[str, Any]:
         "dropped_params": a.dropped_params,
         "preferences": a.preferences,
         "wire": a.wire,
+        "continuation": a.continuation,
+        "inherited_tokens": a.inherited_tokens,
     }
 
 
