@@ -75,7 +75,7 @@ def _wait_buckets(stack: Stack, provider_id: str, count: int) -> tuple[float, fl
 def _sockets() -> None:
     # each stream holds four sockets in this one process: client, gateway (two), engine
     if open_files_for_streams() < 4 * STREAMS + 256:
-        pytest.skip("too few open files allowed for this many streams")
+        pytest.fail("too few open files allowed for this many streams: raise `ulimit -n`")
 
 
 def test_streams_past_the_old_pool_size_all_start_at_once(stack: Stack) -> None:

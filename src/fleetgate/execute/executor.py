@@ -219,9 +219,7 @@ class Executor:
                 outcome = Outcome(attempts, candidate, 200, "application/json", local)
                 outcome.upstream_seconds = upstream_seconds
                 return outcome
-            waited = time.perf_counter()
-            release, full = await self._admit(candidate, plan)
-            queued = time.perf_counter() - waited  # a worker slot's wait, if any
+            release, full, queued = await self._admit(candidate, plan)
             upstream_seconds += queued
             if release is None:
                 if full:
@@ -286,24 +284,28 @@ class Executor:
 
     async def _admit(
         self, candidate: Candidate, plan: RoutePlan
-    ) -> tuple[Callable[[], None] | None, bool]:
+    ) -> tuple[Callable[[], None] | None, bool, float]:
         """A worker slot and the deployment's health let this attempt go: its slot's
-        release; None (the reason noted in the plan) when not, and whether its queue was
-        full."""
+        release; None (the reason noted in the plan) when not, whether its queue was
+        full, and the seconds it waited for a slot."""
         dep = candidate.deployment
         slot = self.slots.for_provider(dep.provider)
+        queued = 0.0
         if slot is not None and not slot.try_take():
             if slot.queue_full():
                 plan.dropped.append(Dropped(dep.id, "execute", "worker queue full"))
-                return None, True
-            if not await slot.wait(dep.provider.queue_timeout):
+                return None, True, queued
+            waited = time.perf_counter()
+            got = await slot.wait(dep.provider.queue_timeout)
+            queued = time.perf_counter() - waited
+            if not got:
                 plan.dropped.append(Dropped(dep.id, "execute", "timed out in worker queue"))
-                return None, True
+                return None, True, queued
         release = slot.release if slot is not None else _no_slot
         if not self.state.try_begin(dep.id, time.time()):
             release()
             plan.dropped.append(Dropped(dep.id, "execute", "half-open probe in flight"))
-            return None, False
+            return None, False, queued
         if self.state.health(dep.id).probing and not await self.state.claim_probe(
             dep.id, dep.provider.timeouts.total
         ):
@@ -312,8 +314,8 @@ class Executor:
             plan.dropped.append(
                 Dropped(dep.id, "execute", "half-open probe in flight on another replica")
             )
-            return None, False
-        return release, False
+            return None, False, queued
+        return release, False, queued
 
     def _continuation(
         self,
@@ -363,12 +365,13 @@ class Executor:
         wire = self.protocols.continuation_wire(profile, dep, dep.provider.kind in CHAT_KINDS)
         if wire is None:
             return None
-        release, _full = await self._admit(candidate, cont.plan)
+        release, _full, queued = await self._admit(candidate, cont.plan)
         if release is None:
             return None
         assert cont.outcome is not None
         attempts = cont.outcome.attempts
         attempt = _attempt_row(candidate, cont.plan, len(attempts))
+        attempt.pool_wait = queued
         attempt.continuation, attempt.inherited_tokens = reason, inherited
         attempts.append(attempt)
         candidate = switched(candidate, wire.endpoint)
