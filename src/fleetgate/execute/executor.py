@@ -126,7 +126,7 @@ class ChainExhausted(GatewayError):
         self.attempts = attempts
 
 
-def _attempt_row(candidate: Candidate, plan: RoutePlan, index: int) -> Attempt:
+def attempt_row(candidate: Candidate, plan: RoutePlan, index: int) -> Attempt:
     """The request log's row for trying `candidate`, before anything happened."""
     dep = candidate.deployment
     return Attempt(
@@ -174,7 +174,7 @@ class Executor:
             wire = self.protocols.wire(profile, dep)
             local = wire.local_answer(profile)
             if local is not None:  # the translation answers it (Ollama's load request)
-                attempt = _attempt_row(candidate, plan, len(attempts))
+                attempt = attempt_row(candidate, plan, len(attempts))
                 attempt.status, attempt.wire = 200, "gateway"  # no upstream call
                 attempts.append(attempt)
                 outcome = Outcome(attempts, candidate, 200, "application/json", local)
@@ -208,7 +208,7 @@ class Executor:
                     Dropped(dep.id, "execute", "half-open probe in flight on another replica")
                 )
                 continue
-            attempt = _attempt_row(candidate, plan, len(attempts))
+            attempt = attempt_row(candidate, plan, len(attempts))
             attempts.append(attempt)
             started = time.perf_counter()
             outcome = await self._attempt(
