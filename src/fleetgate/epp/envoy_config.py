@@ -259,6 +259,8 @@ def envoy_bootstrap(
         "@type": HCM,
         "stat_prefix": "fleetgate",
         "codec_type": "AUTO",
+        # the client gets the request id the picker set, as the proxy's clients do
+        "always_set_request_id_in_response": True,
         "route_config": {
             "name": "fleetgate",
             "virtual_hosts": [{"name": "fleet", "domains": ["*"], "routes": _routes(config, most)}],

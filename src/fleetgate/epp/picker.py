@@ -35,6 +35,9 @@ log = logging.getLogger("fleetgate.epp")
 Headers = list[tuple[bytes, bytes]]
 DATA_PLANE = "data_plane"  # the name dropped candidates carry in explain and the log
 UNOBSERVED_GRACE = 60.0  # seconds past its provider's timeout a pick waits for its answer
+# the client's credentials to the gateway: never passed on to an engine (as the proxy never
+# sends them either)
+CLIENT_CREDENTIALS = ("authorization", "x-api-key", "proxy-authorization")
 
 
 class Refusal(Exception):

@@ -23,7 +23,7 @@ from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
 from fleetgate.epp.evidence import ResponseWatch
-from fleetgate.epp.picker import Pick, Picker, Refusal
+from fleetgate.epp.picker import CLIENT_CREDENTIALS, Pick, Picker, Refusal
 from fleetgate.epp.protocol import (
     DESTINATION,
     LB_NAMESPACE,
@@ -56,15 +56,16 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
     return None
 
 
-def _mutation(headers: list[tuple[str, str]]) -> pb.HeaderMutation:
+def _mutation(headers: list[tuple[str, str]], remove: tuple[str, ...] = ()) -> pb.HeaderMutation:
     return pb.HeaderMutation(
+        remove_headers=remove,
         set_headers=[
             base_pb2.HeaderValueOption(
                 header=base_pb2.HeaderValue(key=k, raw_value=v.encode("latin-1")),
                 append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
             )
             for k, v in headers
-        ]
+        ],
     )
 
 
@@ -163,7 +164,8 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):
         except Refusal as refusal:
             yield _refused(refusal)
             return
-        common = pb.CommonResponse(header_mutation=_mutation(pick.header_mutations()))
+        mutation = _mutation(pick.header_mutations(), CLIENT_CREDENTIALS)
+        common = pb.CommonResponse(header_mutation=mutation)
         meta = _metadata(pick)
         if step == "headers":
             yield pb.ProcessingResponse(
