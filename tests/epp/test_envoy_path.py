@@ -204,8 +204,10 @@ def test_a_stream_arrives_chunk_by_chunk_with_its_cadence(stack: Stack, epp: Epp
             arrivals.append(time.monotonic())
     assert len(arrivals) >= 10
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
-    # paced at 20 tokens a second: every chunk came on its own, none held back and bunched
-    assert min(gaps) > 0.02, gaps
+    # paced at 20 tokens a second: the chunks came on their own, not held back and bunched
+    # (a busy machine may bunch a pair now and then)
+    assert sorted(gaps)[len(gaps) // 2] > 0.03, gaps
+    assert sum(gap > 0.02 for gap in gaps) >= 0.8 * len(gaps), gaps
     assert arrivals[-1] - arrivals[0] > 0.4
     gateway = stack.gateway
     assert gateway is not None

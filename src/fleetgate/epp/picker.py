@@ -81,6 +81,10 @@ class Pick:
         return headers
 
 
+def _endpoints_of(pick: Pick, candidate: Candidate) -> tuple[str, ...]:
+    return next((ends for c, ends in pick.handed if c is candidate), ())
+
+
 def _same_body(a: Candidate, b: Candidate) -> bool:
     """Whether `b` takes exactly the body sent to `a` (Envoy resends it as it is)."""
     return (
@@ -234,6 +238,8 @@ class Picker:
             self._record_failed(pick, watch, attempts)
             return
         dep = served.deployment
+        # the request log says where the data plane sent it
+        plan.notes["endpoint"] = served_at or next(iter(_endpoints_of(pick, served)), None)
         attempt = attempt_row(served, plan, len(attempts))
         attempts.append(attempt)
         watch.fill(attempt, pick.picked_at)
