@@ -10,10 +10,11 @@ picker never injects credentials.
 
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
+from fleetgate.addresses import host_port
 from fleetgate.fleet import Deployment, Provider
+from fleetgate.routing.plan import RoutePlan
 
 # the path every OpenAI-compatible base URL must end in for the client's path to fit as is
 _CLIENT_ROOT = "/v1"
@@ -37,36 +38,16 @@ def provider_blocker(provider: Provider) -> str | None:
     return None
 
 
-def host_port(base_url: str) -> tuple[str, int] | None:
-    """The host and port a base URL names (None when it states no port and no http scheme)."""
-    url = urlsplit(base_url)
-    try:
-        port = url.port
-    except ValueError:
-        return None
-    if port is None:
-        port = 80 if url.scheme == "http" else None
-    if url.hostname is None or port is None:
-        return None
-    return url.hostname, port
-
-
-def endpoint_text(host: str, port: int) -> str:
-    """`ip:port` as the picker protocol spells it (an IPv6 address in brackets)."""
-    try:
-        is_v6 = ipaddress.ip_address(host).version == 6
-    except ValueError:
-        is_v6 = False
-    return f"[{host}]:{port}" if is_v6 else f"{host}:{port}"
-
-
-def is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
 def deployment_blocker(dep: Deployment) -> str | None:
     return provider_blocker(dep.provider)
+
+
+def proxy_only(plan: RoutePlan) -> dict[str, str]:
+    """The plan's candidates a picker cannot hand to the data plane, with the reason (explain
+    shows it: in picker mode they are skipped, in proxy mode they serve as usual)."""
+    out = {}
+    for candidate in plan.candidates:
+        reason = deployment_blocker(candidate.deployment)
+        if reason is not None:
+            out[candidate.deployment.id] = reason
+    return out

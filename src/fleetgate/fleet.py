@@ -30,6 +30,7 @@ from fleetgate.fleet_routes import (
     params_dict,
 )
 from fleetgate.redact import Redactor, redactor_for
+from fleetgate.replicas import expand_replicas
 from fleetgate.routing.preferences import env_preferences
 
 
@@ -144,6 +145,7 @@ def _resolve_key(raw: str | None) -> tuple[str | None, str | None]:
 
 def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
     tiered = expand_tiers(config)  # long_context blocks become plain deployments
+    tiered = expand_replicas(tiered)  # a provider's `endpoints` become one provider each
     providers: dict[str, Provider] = {}
     for p in tiered.providers:
         key, env = _resolve_key(p.api_key)

@@ -12,7 +12,8 @@ import contextlib
 import logging
 import socket
 
-from fleetgate.data_plane import endpoint_text, host_port, is_ip, provider_blocker
+from fleetgate.addresses import endpoint_text, host_port, is_ip
+from fleetgate.data_plane import provider_blocker
 from fleetgate.fleet import Fleet, FleetHolder, Provider
 
 log = logging.getLogger("fleetgate.epp")

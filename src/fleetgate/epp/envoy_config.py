@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
+from fleetgate.addresses import endpoint_text, host_port
 from fleetgate.config.schema import FleetConfig
-from fleetgate.data_plane import endpoint_text, host_port, provider_blocker
+from fleetgate.data_plane import provider_blocker
 from fleetgate.epp.protocol import (
     DESTINATION,
     LB_NAMESPACE,

@@ -19,6 +19,7 @@ from fleetgate.context.counts import load_tokenizers
 from fleetgate.context.placement import TIER_HEADER, effective_window
 from fleetgate.context.refine import ContextRefiner
 from fleetgate.context.truncation import Cut, judge
+from fleetgate.data_plane import proxy_only
 from fleetgate.discovery.engine_load import EngineLoadPoller, EngineLoads
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
@@ -26,7 +27,7 @@ from fleetgate.errors import GatewayError, invalid
 from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
 from fleetgate.execute.upstream import UpstreamPool
-from fleetgate.fleet import Deployment, Fleet, FleetHolder, resolve_secret
+from fleetgate.fleet import Deployment, Fleet, FleetHolder, build_fleet, resolve_secret
 from fleetgate.ingress.anthropic import parse_messages
 from fleetgate.ingress.openai import parse_json_object
 from fleetgate.ingress.profile import RequestProfile
@@ -34,6 +35,7 @@ from fleetgate.ingress.routes import INGRESS_ROUTES, Parser, error_protocol
 from fleetgate.record.calibration_sink import CalibrationSink
 from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
+from fleetgate.replicas import ReplicaNames
 from fleetgate.routing.orderers.affinity import record_served
 from fleetgate.routing.plan import RoutePlan
 from fleetgate.routing.planner import build_plan, require_route
@@ -188,6 +190,11 @@ class Gateway:
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
         self.discovery = DiscoveryService(holder, self.windows)
+        # a provider's `endpoints` named by DNS: resolved again, the fleet rebuilt on change
+        self.replicas = ReplicaNames(
+            lambda: holder.fleet.config,
+            lambda: holder.swap(build_fleet(holder.fleet.config, holder.fleet.version)),
+        )
         holder.on_swap(self._windows_on_swap)
         holder.on_swap(lambda _old, new: self._load_tokenizers(new))
         self.executor.on_context_limit = self._context_limit_stated
@@ -303,6 +310,7 @@ class Gateway:
         if self.control is not None:
             await self.control.start()
         self.recorder.start()
+        await self.replicas.start()
         await self.discovery.start()
         await self.load_poller.start()
         self._load_tokenizers(self.holder.fleet)
@@ -321,6 +329,7 @@ class Gateway:
 
     async def shutdown(self) -> None:
         self.ready = False
+        await self.replicas.stop()
         await self.discovery.stop()
         await self.load_poller.stop()
         await self.recorder.stop()  # flushes the last records into the store
@@ -828,6 +837,7 @@ def explain_request(
     )
     result = plan.describe()
     result["endpoint"] = endpoint
+    result["proxy_only"] = proxy_only(plan)  # what a picker cannot hand to Envoy, and why
     try:
         require_route(plan)
     except GatewayError as exc:
