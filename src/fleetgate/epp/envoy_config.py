@@ -23,6 +23,7 @@ from fleetgate.data_plane import provider_blocker
 from fleetgate.epp.protocol import (
     DESTINATION,
     LB_NAMESPACE,
+    REQUEST_ID,
     ROLE_HEADER,
     ROLE_OBSERVE,
     ROLE_PICK,
@@ -121,14 +122,16 @@ def _observe_filter() -> dict[str, Any]:
             "observability_mode": True,
             "failure_mode_allow": True,  # evidence lost never stops an answer
             "processing_mode": {
-                "request_header_mode": "SEND",  # the request id: which pick this is
+                # which pick an answer belongs to comes as an attribute with the response
+                # headers (the request id the pick set): no message for the request
+                "request_header_mode": "SKIP",
                 "request_body_mode": "NONE",
                 "request_trailer_mode": "SKIP",
                 "response_header_mode": "SEND",
                 "response_body_mode": "STREAMED",
                 "response_trailer_mode": "SKIP",
             },
-            "response_attributes": [UPSTREAM_ADDRESS],
+            "response_attributes": [UPSTREAM_ADDRESS, REQUEST_ID],
         }
     )
     return {"name": OBSERVE_FILTER, "typed_config": processor}

@@ -17,3 +17,4 @@ ROLE_OBSERVE = "observe"  # the response path, in Envoy's observability mode: no
 EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 # the Envoy attribute that says which upstream host served (sent with the response headers)
 UPSTREAM_ADDRESS = "upstream.address"
+REQUEST_ID = "request.id"  # the attribute that carries the request's `x-request-id`

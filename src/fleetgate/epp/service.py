@@ -27,6 +27,7 @@ from fleetgate.epp.picker import CLIENT_CREDENTIALS, Pick, Picker, Refusal
 from fleetgate.epp.protocol import (
     DESTINATION,
     LB_NAMESPACE,
+    REQUEST_ID,
     ROLE_HEADER,
     ROLE_OBSERVE,
     SERVED,
@@ -198,16 +199,15 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):
         try:
             async for request in requests:
                 kind = request.WhichOneof("request")
-                if kind == "request_headers":
-                    headers = _headers(request.request_headers)
-                    request_id = _header(headers, b"x-request-id")
+                if kind == "response_headers":
+                    request_id = _attribute(request, REQUEST_ID)
                     pick = self.picker.claim(request_id) if request_id else None
                     if pick is None:
                         return  # not a picked request (or its pick already given up on)
-                elif kind == "response_headers" and pick is not None:
                     headers = _headers(request.response_headers)
                     status = _header(headers, b":status") or "0"
-                    watch.served = _header(headers, SERVED.encode()) or _upstream(request)
+                    served = _header(headers, SERVED.encode())
+                    watch.served = served or _attribute(request, UPSTREAM_ADDRESS)
                     watch.headers(
                         int(status) if status.isdigit() else 0,
                         _header(headers, b"content-type") or "",
@@ -224,15 +224,14 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):
                 try:
                     self.picker.finish(pick, watch)
                 except Exception:
-                    log.exception(
-                        "request %s: its answer could not be recorded", pick.ex.request_id
-                    )
+                    request_id = pick.ex.request_id
+                    log.exception("request %s: its answer could not be recorded", request_id)
 
 
-def _upstream(request: pb.ProcessingRequest) -> str | None:
-    """The upstream host that answered, from the attributes Envoy sends with the response."""
+def _attribute(request: pb.ProcessingRequest, name: str) -> str | None:
+    """An attribute Envoy sent with the message (the upstream that answered, the request id)."""
     for attributes in request.attributes.values():
-        value = attributes.fields.get(UPSTREAM_ADDRESS)
+        value = attributes.fields.get(name)
         if value is not None and value.string_value:
             return value.string_value
     return None
