@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,9 @@ class EppStack:
         config: dict[str, Any],
         body_mode: str = "FULL_DUPLEX_STREAMED",
         options: ControlOptions | None = None,
+        edit: Callable[[dict[str, Any]], None] | None = None,
     ) -> Envoy:
+        """`edit` changes the printed bootstrap before Envoy reads it (a test's own filter)."""
         gateway = self.stack.start_gateway(config, options)
         self.picker = PickerServer(gateway, "127.0.0.1", 0)
         epp_port = self.stack.lt.run(self.picker.start())
@@ -58,6 +61,10 @@ class EppStack:
             )
         assert code == 0
         self.bootstrap = out.getvalue()
+        if edit is not None:
+            doc = yaml.safe_load(self.bootstrap)
+            edit(doc)
+            self.bootstrap = yaml.safe_dump(doc, sort_keys=False)
         self.envoy = Envoy(self.bootstrap, admin, listen, self.workdir).start()
         return self.envoy
 

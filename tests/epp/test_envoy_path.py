@@ -229,3 +229,50 @@ def test_killing_the_picker_fails_requests_closed_with_503(stack: Stack, epp: Ep
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     assert caught.value.status_code == 503
     assert len(stack.engines["small"].requests) + len(stack.engines["long"].requests) == 1
+
+
+def _subset_from_header(doc: dict[str, Any]) -> None:
+    """A filter before the picker that turns `x-test-subset` into the subset hint, as a
+    GIE data plane that narrows the candidates would set it."""
+    hcm = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    hint = {
+        "name": "envoy.filters.http.header_to_metadata",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata"
+            ".v3.Config",
+            "request_rules": [
+                {
+                    "header": "x-test-subset",
+                    "on_header_present": {
+                        "metadata_namespace": "envoy.lb.subset_hint",
+                        "key": "x-gateway-destination-endpoint-subset",
+                        "type": "STRING",
+                    },
+                }
+            ],
+        },
+    }
+    hcm["typed_config"]["http_filters"].insert(0, hint)
+
+
+def test_the_subset_hint_narrows_the_pick(stack: Stack, epp: EppStack):
+    engines = [stack.engine(n) for n in ("r1", "r2", "r3")]
+    config = {
+        "providers": [provider(e.name, e) for e in engines],
+        "deployments": [deployment("m", e.name) for e in engines],
+    }
+    envoy = epp.start(config, edit=_subset_from_header)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    only = f"127.0.0.1:{engines[2].port}"
+    for _ in range(3):
+        resp = httpx.post(
+            envoy.url + "/v1/chat/completions", json=body, headers={"x-test-subset": only}
+        )
+        assert resp.status_code == 200
+        assert resp.json()["system_fingerprint"] == "fake-r3"
+    outside = httpx.post(
+        envoy.url + "/v1/chat/completions", json=body, headers={"x-test-subset": "10.9.9.9:80"}
+    )
+    assert outside.status_code == 503
+    assert outside.json()["error"]["code"] == "no_route"
+    assert len(engines[0].requests) + len(engines[1].requests) == 0

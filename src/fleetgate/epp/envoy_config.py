@@ -27,6 +27,7 @@ from fleetgate.epp.protocol import (
     ROLE_HEADER,
     ROLE_OBSERVE,
     ROLE_PICK,
+    SUBSET_NAMESPACE,
     UPSTREAM_ADDRESS,
 )
 from fleetgate.fleet import build_fleet
@@ -107,7 +108,11 @@ def _pick_filter(config: FleetConfig, body_mode: str) -> dict[str, Any]:
             },
             # the pick sets `x-envoy-max-retries` and `x-envoy-upstream-rq-timeout-ms`
             "mutation_rules": {"allow_all_routing": True, "allow_envoy": True},
-            "metadata_options": {"receiving_namespaces": {"untyped": [LB_NAMESPACE]}},
+            "metadata_options": {
+                "receiving_namespaces": {"untyped": [LB_NAMESPACE]},
+                # a data plane's subset hint, when an earlier filter sets one
+                "forwarding_namespaces": {"untyped": [SUBSET_NAMESPACE]},
+            },
         }
     )
     return {"name": PICK_FILTER, "typed_config": processor}
