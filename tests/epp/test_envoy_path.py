@@ -5,6 +5,7 @@ carries every byte."""
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from typing import Any
 
@@ -276,3 +277,28 @@ def test_the_subset_hint_narrows_the_pick(stack: Stack, epp: EppStack):
     assert outside.status_code == 503
     assert outside.json()["error"]["code"] == "no_route"
     assert len(engines[0].requests) + len(engines[1].requests) == 0
+
+
+def test_a_worker_at_its_limit_is_a_429_with_retry_after(stack: Stack, epp: EppStack):
+    """The picker holds no queue: a worker at its `concurrency_limit` takes nothing more,
+    and with every candidate so, the client gets the proxy's `gateway_queue_full`."""
+    slow = stack.engine("slow", latency=3.0)
+    config = {
+        "providers": [provider("slow", slow, concurrency_limit=1)],
+        "deployments": [deployment("m", "slow")],
+    }
+    envoy = epp.start(config)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    first = threading.Thread(
+        target=lambda: httpx.post(envoy.url + "/v1/chat/completions", json=body, timeout=10)
+    )
+    first.start()
+    gateway = stack.gateway
+    assert gateway is not None
+    wait_until(lambda: gateway.state.health("slow").inflight == 1, 5, "the first in flight")
+    second = httpx.post(envoy.url + "/v1/chat/completions", json=body, timeout=10)
+    assert second.status_code == 429
+    assert second.json()["error"]["code"] == "gateway_queue_full"
+    assert int(second.headers["retry-after"]) >= 1
+    first.join(10)
+    assert len(slow.requests) == 1

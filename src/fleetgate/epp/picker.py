@@ -20,8 +20,14 @@ from fleetgate.epp.interim import GatewayStages, exchange, refusal
 from fleetgate.errors import GatewayError
 from fleetgate.execute.context_errors import parse_context_error
 from fleetgate.execute.executor import Outcome, attempt_row
-from fleetgate.execute.failures import client_error, exhausted_error, record_failure
+from fleetgate.execute.failures import (
+    client_error,
+    exhausted_error,
+    queue_full_error,
+    record_failure,
+)
 from fleetgate.execute.outcome import CLIENT_ERROR, CONNECT, CONTEXT_EXCEEDED, SERVER_ERROR
+from fleetgate.fleet import Provider
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.ingress.routes import INGRESS_ROUTES
 from fleetgate.routing.orderers.affinity import record_served
@@ -163,9 +169,13 @@ class Picker:
         handed: list[tuple[Candidate, tuple[str, ...]]] = []
         state = self.stages.state
         began = ""
+        full: list[str] = []  # at their worker's concurrency limit: the picker holds no queue
         for candidate in plan.candidates:
             dep = candidate.deployment
             reason = provider_blocker(dep.provider)
+            if reason is None and self._at_limit(dep.provider):
+                full.append(dep.id)
+                reason = "worker at its concurrency limit"
             ends = self.book.of(dep.provider) if reason is None else ()
             if reason is None and subset is not None:
                 ends = tuple(e for e in ends if e in subset)
@@ -188,6 +198,8 @@ class Picker:
                 plan.dropped.append(Dropped(dep.id, DATA_PLANE, reason))
                 continue
             handed.append((candidate, ends))
+        if not handed and full:
+            raise queue_full_error(plan, full, state)
         if not handed:
             reasons = "; ".join(
                 f"{d.deployment_id}: {d.reason}" for d in plan.dropped if d.filter == DATA_PLANE
@@ -198,6 +210,16 @@ class Picker:
                 f"({reasons}); such deployments are served by `fleetgate serve`.",
             )
         return handed, began
+
+    def _at_limit(self, provider: Provider) -> bool:
+        """Whether the provider's worker has `concurrency_limit` requests in flight (the
+        proxy would queue the next one; the picker does not hold requests)."""
+        limit = provider.concurrency_limit
+        if limit is None:
+            return False
+        health = self.stages.state.health
+        deps = self.stages.holder.fleet.deployments.values()
+        return sum(health(d.id).inflight for d in deps if d.provider is provider) >= limit
 
     # ---- the response -----------------------------------------------------------------
     def claim(self, request_id: str) -> Pick | None:
