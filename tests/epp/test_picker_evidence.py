@@ -133,3 +133,24 @@ def test_serve_never_imports_grpc():
         check=True,
     )
     assert "grpc" in [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()]
+
+
+def test_client_keys_are_checked_by_the_picker(stack: Stack, epp: EppStack, sqlite_url: str):
+    """The same keys as the proxy: none is a 401 in the client's shape, a key for another
+    model a 403; a good key passes, and the engine never sees it."""
+    config = _replicas(stack, 1)
+    config["auth"] = {"enabled": True}
+    envoy = epp.start(config, options=ControlOptions(database_url=sqlite_url, admin_key=ADMIN))
+    api = httpx.Client(base_url=envoy.url, headers={"Authorization": f"Bearer {ADMIN}"})
+    secret = api.post("/admin/keys", json={"name": "app", "allowed_models": ["m"]}).json()["key"]
+    other = api.post("/admin/keys", json={"name": "x", "allowed_models": ["z"]}).json()["key"]
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    url = envoy.url + "/v1/chat/completions"
+    missing = httpx.post(url, json=body)
+    assert missing.status_code == 401 and missing.json()["error"]["code"] == "invalid_api_key"
+    wrong = httpx.post(url, json=body, headers={"Authorization": f"Bearer {other}"})
+    assert wrong.status_code == 403
+    good = httpx.post(url, json=body, headers={"Authorization": f"Bearer {secret}"}, timeout=10)
+    assert good.status_code == 200
+    engine = stack.engines["r1"]
+    assert len(engine.requests) == 1 and "Authorization" not in engine.requests[0].headers
