@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from fleetgate.config import FleetConfig
-from fleetgate.data_plane import deployment_blocker
 from fleetgate.fleet import Fleet, Model, build_fleet
+from fleetgate.fleet.data_plane import deployment_blocker
 from fleetgate.ingress.needs import derive_needs
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.filters.capability import CapabilityFilter

@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 
 from fleetgate.cli import main as fleetgate
+from fleetgate.control.plane import ControlOptions
 from fleetgate.epp.run import PickerServer
-from fleetgate.server.control import ControlOptions
 from tests.epp.envoy import Envoy, free_port
 from tests.harness import Stack
 
@@ -35,7 +35,7 @@ class EppStack:
     ) -> Envoy:
         """`edit` changes the printed bootstrap before Envoy reads it (a test's own filter)."""
         gateway = self.stack.start_gateway(config, options)
-        self.picker = PickerServer(gateway, "127.0.0.1", 0)
+        self.picker = PickerServer(gateway.pipeline, "127.0.0.1", 0)
         epp_port = self.stack.lt.run(self.picker.start())
         listen, admin = free_port(), free_port()
         path = self.workdir / "fleet.yaml"

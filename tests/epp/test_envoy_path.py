@@ -41,7 +41,7 @@ def _client(url: str) -> openai.OpenAI:
 
 def _records(stack: Stack) -> list[Any]:
     assert stack.gateway is not None
-    return list(stack.gateway.recent._records.values())
+    return list(stack.gateway.pipeline.recent._records.values())
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -77,8 +77,8 @@ def test_the_next_endpoint_serves_when_the_first_answers_503(stack: Stack, epp: 
     assert len(a.requests) == 1 and len(b.requests) == 1  # Envoy went to b after a's 503
     gateway = stack.gateway
     assert gateway is not None
-    wait_until(lambda: gateway.state.health("a").failures == 1, 5, "a's failure charged")
-    assert gateway.state.health("b").successes == 1
+    wait_until(lambda: gateway.pipeline.state.health("a").failures == 1, 5, "a's failure charged")
+    assert gateway.pipeline.state.health("b").successes == 1
     wait_until(lambda: len(_records(stack)) == 1, 5, "the request recorded")
     record = _records(stack)[0]
     assert record.deployment_id == "b"
@@ -100,7 +100,7 @@ def test_the_next_endpoint_serves_when_the_first_refuses_connections(stack: Stac
     assert answer.system_fingerprint == "fake-b"
     gateway = stack.gateway
     assert gateway is not None
-    wait_until(lambda: gateway.state.health("a").failures == 1, 5, "a's failure charged")
+    wait_until(lambda: gateway.pipeline.state.health("a").failures == 1, 5, "a's failure charged")
 
 
 def test_unknown_model_is_a_404_in_the_openai_shape(stack: Stack, epp: EppStack):
@@ -212,7 +212,7 @@ def test_a_stream_arrives_chunk_by_chunk_with_its_cadence(stack: Stack, epp: Epp
     assert arrivals[-1] - arrivals[0] > 0.4
     gateway = stack.gateway
     assert gateway is not None
-    wait_until(lambda: gateway.state.health("a").ttft_ema is not None, 5, "TTFT learned")
+    wait_until(lambda: gateway.pipeline.state.health("a").ttft_ema is not None, 5, "TTFT learned")
     wait_until(lambda: len(_records(stack)) == 1, 5, "the stream recorded")
     record = _records(stack)[0]
     assert record.stream and record.status == 200 and record.deployment_id == "a"
@@ -295,7 +295,9 @@ def test_a_worker_at_its_limit_is_a_429_with_retry_after(stack: Stack, epp: EppS
     first.start()
     gateway = stack.gateway
     assert gateway is not None
-    wait_until(lambda: gateway.state.health("slow").inflight == 1, 5, "the first in flight")
+    wait_until(
+        lambda: gateway.pipeline.state.health("slow").inflight == 1, 5, "the first in flight"
+    )
     second = httpx.post(envoy.url + "/v1/chat/completions", json=body, timeout=10)
     assert second.status_code == 429
     assert second.json()["error"]["code"] == "gateway_queue_full"

@@ -14,8 +14,8 @@ import httpx
 import openai
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from fleetgate.control.plane import ControlOptions
 from fleetgate.epp.protocol import EXT_PROC_SERVICE
-from fleetgate.server.control import ControlOptions
 from tests.epp.stack import EppStack
 from tests.harness import Stack, deployment, provider, wait_until
 from tests.tiers import chat_calls, tiered_config, words
@@ -112,8 +112,8 @@ def test_grpc_health_says_serving_for_each_name(stack: Stack, epp: EppStack):
 def test_serve_never_imports_grpc():
     """The proxy's start-up path loads no gRPC and no Envoy protos (`-X importtime`)."""
     code = (
-        "import fleetgate.launch, fleetgate.server.run, fleetgate.server.control, "
-        "fleetgate.server.app"
+        "import fleetgate.launch, fleetgate.assemble, fleetgate.server.run, "
+        "fleetgate.control.build, fleetgate.server.app"
     )
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", code],

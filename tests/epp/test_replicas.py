@@ -73,7 +73,7 @@ def test_a_replica_name_is_resolved_to_its_addresses(stack: Stack, epp: EppStack
     assert served == {"fake-r1": 2}
     assert stack.gateway is not None
     port = stack.engines["r1"].port
-    assert list(stack.gateway.holder.fleet.deployments) == [f"m-pool@127.0.0.1:{port}"]
+    assert list(stack.gateway.pipeline.holder.fleet.deployments) == [f"m-pool@127.0.0.1:{port}"]
 
 
 def _mixed(stack: Stack) -> dict[str, Any]:

@@ -12,9 +12,9 @@ import contextlib
 import logging
 import socket
 
-from fleetgate.addresses import endpoint_text, host_port, is_ip
-from fleetgate.data_plane import provider_blocker
+from fleetgate.config.addresses import endpoint_text, host_port, is_ip
 from fleetgate.fleet import Fleet, FleetHolder, Provider
+from fleetgate.fleet.data_plane import provider_blocker
 
 log = logging.getLogger("fleetgate.epp")
 

@@ -17,9 +17,8 @@ from typing import Any
 
 import yaml
 
-from fleetgate.addresses import endpoint_text, host_port
+from fleetgate.config.addresses import endpoint_text, host_port
 from fleetgate.config.schema import FleetConfig
-from fleetgate.data_plane import provider_blocker
 from fleetgate.epp.protocol import (
     DESTINATION,
     LB_NAMESPACE,
@@ -31,6 +30,7 @@ from fleetgate.epp.protocol import (
     UPSTREAM_ADDRESS,
 )
 from fleetgate.fleet import build_fleet
+from fleetgate.fleet.data_plane import provider_blocker
 from fleetgate.ingress.routes import INGRESS_ROUTES
 
 EXT_PROC = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor"

@@ -14,9 +14,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from fleetgate.data_plane import provider_blocker
+from fleetgate.epp.endpoints import EndpointBook
 from fleetgate.epp.evidence import ResponseWatch
-from fleetgate.epp.interim import GatewayStages, exchange, refusal
 from fleetgate.errors import GatewayError
 from fleetgate.execute.context_errors import parse_context_error
 from fleetgate.execute.executor import Outcome, attempt_row
@@ -28,13 +27,14 @@ from fleetgate.execute.failures import (
 )
 from fleetgate.execute.outcome import CLIENT_ERROR, CONNECT, CONTEXT_EXCEEDED, SERVER_ERROR
 from fleetgate.fleet import Provider
+from fleetgate.fleet.data_plane import provider_blocker
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.ingress.routes import INGRESS_ROUTES
+from fleetgate.pipeline.core import Pipeline
+from fleetgate.pipeline.exchange import Exchange
+from fleetgate.pipeline.respond import refusal
 from fleetgate.routing.orderers.affinity import record_served
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
-from fleetgate.server.app import Exchange
-
-from .endpoints import EndpointBook
 
 log = logging.getLogger("fleetgate.epp")
 
@@ -101,7 +101,7 @@ def _same_body(a: Candidate, b: Candidate) -> bool:
 
 
 class Picker:
-    def __init__(self, stages: GatewayStages, book: EndpointBook) -> None:
+    def __init__(self, stages: Pipeline, book: EndpointBook) -> None:
         self.stages = stages
         self.book = book
         self._pending: dict[str, deque[Pick]] = {}
@@ -117,7 +117,7 @@ class Picker:
         """The pick for one request; raises `Refusal` with the answer the client gets."""
         headers = list(headers)
         path = path.partition("?")[0]
-        ex = exchange(path, headers)
+        ex = Exchange(path, headers)
         try:
             return await self._pick(ex, path, headers, body, subset)
         except GatewayError as exc:

@@ -1,25 +1,21 @@
-"""`fleetgate epp`: the picker's gRPC server and, in the same process and loop, the HTTP side
-(admin API, /metrics, dashboard, /readyz, request log), served as `fleetgate serve` serves
-them: an operator manages a picker exactly like a proxy."""
+"""The picker's gRPC server: the ext_proc service and gRPC health, over a pipeline.
+
+`fleetgate epp` (commands/epp.py) runs it beside the HTTP side of the same pipeline."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from fleetgate.epp.endpoints import EndpointBook
-from fleetgate.epp.interim import GatewayStages
 from fleetgate.epp.picker import Picker
 from fleetgate.epp.protocol import EXT_PROC_SERVICE
 from fleetgate.epp.service import add_to_server
-
-if TYPE_CHECKING:
-    from fleetgate.server.app import Gateway
+from fleetgate.pipeline.core import Pipeline
 
 log = logging.getLogger("fleetgate.epp")
 
@@ -29,13 +25,13 @@ HEALTH_NAMES = ("", "liveness", "readiness", EXT_PROC_SERVICE)
 
 
 class PickerServer:
-    """The gRPC side of one picker, over a gateway whose HTTP side serves the rest."""
+    """The gRPC side of one picker, over the process's pipeline."""
 
-    def __init__(self, gateway: Gateway, host: str = "0.0.0.0", port: int = 9002) -> None:
-        self.gateway = gateway
+    def __init__(self, pipeline: Pipeline, host: str = "0.0.0.0", port: int = 9002) -> None:
+        self.pipeline = pipeline
         self.host, self.port = host, port
-        self.book = EndpointBook(gateway.holder)
-        self.picker = Picker(GatewayStages(gateway), self.book)
+        self.book = EndpointBook(pipeline.holder)
+        self.picker = Picker(pipeline, self.book)
         self.health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -51,7 +47,7 @@ class PickerServer:
         self._server = server
         serving = health_pb2.HealthCheckResponse.SERVING
         await self.health.set("liveness", serving)
-        await self.mark_ready(self.gateway.ready)
+        await self.mark_ready(self.pipeline.ready)
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         return self.port
 
@@ -81,39 +77,3 @@ class PickerServer:
             await self.health.enter_graceful_shutdown()
             await self._server.stop(grace)
             self._server = None
-
-
-async def serve_picker(
-    config_path: str, host: str, port: int, http_host: str | None, http_port: int
-) -> None:
-    from fleetgate.config import load_config_file
-    from fleetgate.server.run import gateway_for, server_for
-
-    config = load_config_file(config_path)
-    gateway = gateway_for(config)
-    http = server_for(gateway, http_host or config.server.host, http_port)
-    picker = PickerServer(gateway, host, port)
-    http_task = asyncio.get_running_loop().create_task(http.serve())
-    while not http.started:  # the HTTP side's start-up runs the gateway's (store, state)
-        if http_task.done():
-            await http_task
-            return
-        await asyncio.sleep(0.01)
-    await picker.start()
-    log.warning("fleetgate epp: gRPC on %s:%d, HTTP on port %d", host, picker.port, http_port)
-    try:
-        await http_task
-    finally:
-        await picker.stop(grace=5)
-
-
-def run(config_path: str, host: str, port: int, http_host: str | None, http_port: int) -> None:
-    from fleetgate.gc_tuning import tune_gc
-    from fleetgate.server.accept import new_event_loop
-
-    loop = new_event_loop()
-    tune_gc()
-    try:
-        loop.run_until_complete(serve_picker(config_path, host, port, http_host, http_port))
-    finally:
-        loop.close()

@@ -6,27 +6,19 @@ whose A/AAAA records are the replicas) turns provider `p` into one provider per 
 balances between replicas, polls each one's engine load and keeps a conversation on the
 replica that caches it, in the proxy and the picker alike.
 
-Names are resolved off the request path (`ReplicaNames`, every `REFRESH_SECONDS`); the fleet
-is rebuilt when what they resolve to changes. A name not resolved yet stays one replica,
+Names are resolved off the request path (`discovery/replicas.py`, every few seconds); the
+fleet is rebuilt when what they resolve to changes. A name not resolved yet stays one replica,
 reached by name.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-from fleetgate.addresses import endpoint_text, is_ip
+from fleetgate.config.addresses import endpoint_text, is_ip
 from fleetgate.config.checks import deployment_id
 from fleetgate.config.schema import FleetConfig
-
-log = logging.getLogger("fleetgate.replicas")
-
-REFRESH_SECONDS = 5.0
 
 # name -> the `ip` addresses it resolved to last; shared by every fleet this process builds
 # (a fleet swap from the admin API keeps what the names resolved to)
@@ -93,58 +85,3 @@ def replica_names(config: FleetConfig) -> set[str]:
             if not is_ip(host):
                 names.add(host)
     return names
-
-
-async def resolve_names(names: set[str]) -> dict[str, tuple[str, ...]]:
-    loop = asyncio.get_running_loop()
-    out: dict[str, tuple[str, ...]] = {}
-    for name in sorted(names):
-        try:
-            infos = await loop.getaddrinfo(name, None, type=socket.SOCK_STREAM)
-        except OSError as exc:
-            log.warning("replicas: cannot resolve %s: %s", name, exc)
-            continue
-        out[name] = tuple(sorted({str(info[4][0]) for info in infos}))
-    return out
-
-
-class ReplicaNames:
-    """Resolves the fleet's replica names now and then; rebuilds the fleet when they move.
-
-    `rebuild(config)` swaps in the fleet built from `config` again (the holder's own)."""
-
-    def __init__(self, config: Callable[[], FleetConfig], rebuild: Callable[[], None]) -> None:
-        self._config = config
-        self._rebuild = rebuild
-        self._task: asyncio.Task[None] | None = None
-
-    async def refresh(self) -> bool:
-        """Resolve once; True when the replicas changed (and the fleet was rebuilt)."""
-        names = replica_names(self._config())
-        if not names:
-            return False
-        found = await resolve_names(names)
-        changed = any(RESOLVED.get(name) != addresses for name, addresses in found.items())
-        if changed:
-            RESOLVED.update(found)
-            self._rebuild()
-        return changed
-
-    async def start(self) -> None:
-        await self.refresh()
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(REFRESH_SECONDS)
-            try:
-                await self.refresh()
-            except Exception:  # a bad answer must not end the loop
-                log.exception("replicas: refresh failed")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None

@@ -10,11 +10,11 @@ picker never injects credentials.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from fleetgate.addresses import host_port
-from fleetgate.fleet import Deployment, Provider
-from fleetgate.routing.plan import RoutePlan
+from fleetgate.config.addresses import host_port
+from fleetgate.fleet.model import Deployment, Provider
 
 # the path every OpenAI-compatible base URL must end in for the client's path to fit as is
 _CLIENT_ROOT = "/v1"
@@ -42,12 +42,12 @@ def deployment_blocker(dep: Deployment) -> str | None:
     return provider_blocker(dep.provider)
 
 
-def proxy_only(plan: RoutePlan) -> dict[str, str]:
-    """The plan's candidates a picker cannot hand to the data plane, with the reason (explain
-    shows it: in picker mode they are skipped, in proxy mode they serve as usual)."""
+def proxy_only(deployments: Iterable[Deployment]) -> dict[str, str]:
+    """Those of `deployments` a picker cannot hand to the data plane, with the reason
+    (explain shows them: in picker mode they are skipped, in proxy mode they serve)."""
     out = {}
-    for candidate in plan.candidates:
-        reason = deployment_blocker(candidate.deployment)
+    for dep in deployments:
+        reason = deployment_blocker(dep)
         if reason is not None:
-            out[candidate.deployment.id] = reason
+            out[dep.id] = reason
     return out
