@@ -101,8 +101,8 @@ def _same_body(a: Candidate, b: Candidate) -> bool:
 
 
 class Picker:
-    def __init__(self, stages: Pipeline, book: EndpointBook) -> None:
-        self.stages = stages
+    def __init__(self, pipeline: Pipeline, book: EndpointBook) -> None:
+        self.pipeline = pipeline
         self.book = book
         self._pending: dict[str, deque[Pick]] = {}
 
@@ -121,7 +121,7 @@ class Picker:
         try:
             return await self._pick(ex, path, headers, body, subset)
         except GatewayError as exc:
-            status, body_out, extra = refusal(ex.protocol, exc, self.stages.holder.fleet.redactor)
+            status, body_out, extra = refusal(ex.protocol, exc, self.pipeline.holder.fleet.redactor)
             raise Refusal(status, body_out, [*ex.base_headers(), *extra]) from None
 
     async def _pick(
@@ -142,17 +142,17 @@ class Picker:
         profile.request_id = ex.request_id
         profile.headers = ex.headers
         profile.passed_headers = ex.passed
-        plan = await self.stages.plan(ex, profile, headers)
+        plan = await self.pipeline.plan(ex, profile, headers)
         try:
             handed, began = self._handover(plan, profile, subset)
         except GatewayError as exc:
-            self.stages.record(ex, profile, plan, exc.status, exc.code, [], None, 0.0)
-            self.stages.settle_unfinished(ex)
+            self.pipeline.record(ex, profile, plan, exc.status, exc.code, [], None, 0.0)
+            self.pipeline.settle_unfinished(ex)
             raise
         head = handed[0][0]
         rewritten = None
         if head.deployment.upstream_model != profile.model or head.params or head.drop_params:
-            wire = self.stages.executor.protocols.wire(profile, head.deployment)
+            wire = self.pipeline.executor.protocols.wire(profile, head.deployment)
             rewritten = wire.payload(profile, head)
         pick = Pick(ex, profile, plan, handed, rewritten, began)
         pick.deadline = time.monotonic() + head.deployment.provider.timeouts.total
@@ -165,9 +165,9 @@ class Picker:
     ) -> tuple[list[tuple[Candidate, tuple[str, ...]]], str]:
         """The plan's candidates the data plane can be sent to, in order, with their
         endpoints; the others join the plan's dropped list with the reason."""
-        protocols = self.stages.executor.protocols
+        protocols = self.pipeline.executor.protocols
         handed: list[tuple[Candidate, tuple[str, ...]]] = []
-        state = self.stages.state
+        state = self.pipeline.state
         began = ""
         full: list[str] = []  # at their worker's concurrency limit: the picker holds no queue
         for candidate in plan.candidates:
@@ -217,8 +217,8 @@ class Picker:
         limit = provider.concurrency_limit
         if limit is None:
             return False
-        health = self.stages.state.health
-        deps = self.stages.holder.fleet.deployments.values()
+        health = self.pipeline.state.health
+        deps = self.pipeline.holder.fleet.deployments.values()
         return sum(health(d.id).inflight for d in deps if d.provider is provider) >= limit
 
     # ---- the response -----------------------------------------------------------------
@@ -234,8 +234,8 @@ class Picker:
 
     def finish(self, pick: Pick, watch: ResponseWatch) -> None:
         """Feed the answer's evidence: state, affinity, calibration, the request log."""
-        stages = self.stages
-        fleet = stages.holder.fleet
+        pipeline = self.pipeline
+        fleet = pipeline.holder.fleet
         plan, profile = pick.plan, pick.profile
         served_at = watch.served
         attempts = []
@@ -252,10 +252,10 @@ class Picker:
             attempt.error_class = CONNECT if served_at is None else SERVER_ERROR
             attempt.message = "failed before the data plane's next endpoint answered"
             attempts.append(attempt)
-            record_failure(stages.state, attempt, fleet.circuit)
+            record_failure(pipeline.state, attempt, fleet.circuit)
             if served_at is None and watch.status:
                 break  # the data plane's own answer: charged to the first only
-        stages.state.end(pick.began)
+        pipeline.state.end(pick.began)
         if served is None:
             self._record_failed(pick, watch, attempts)
             return
@@ -269,33 +269,33 @@ class Picker:
         outcome = Outcome(attempts, served, watch.status, "")
         if attempt.ok:
             tokens = attempt.completion_tokens or (watch.events or None)
-            stages.state.record_success(dep.id, attempt.ttft, attempt.latency, tokens)
-            stages.check_stream_end(profile, plan, outcome)
-            record_served(stages.affinity, plan, profile, dep.id)
-            stages.record(pick.ex, profile, plan, watch.status, None, attempts, outcome, overhead)
+            pipeline.state.record_success(dep.id, attempt.ttft, attempt.latency, tokens)
+            pipeline.check_stream_end(profile, plan, outcome)
+            record_served(pipeline.affinity, plan, profile, dep.id)
+            pipeline.record(pick.ex, profile, plan, watch.status, None, attempts, outcome, overhead)
             return
-        record_failure(stages.state, attempt, fleet.circuit)
+        record_failure(pipeline.state, attempt, fleet.circuit)
         if attempt.error_class == CLIENT_ERROR:
             exceeded = parse_context_error(attempt.upstream_body)
             if exceeded is not None:
                 attempt.error_class = CONTEXT_EXCEEDED
                 if exceeded.limit is not None:
-                    stages.context_limit_stated(dep.id, exceeded.limit)
+                    pipeline.context_limit_stated(dep.id, exceeded.limit)
         self._record_failed(pick, watch, attempts)
 
     def _record_failed(self, pick: Pick, watch: ResponseWatch, attempts: list) -> None:
-        stages = self.stages
-        fleet = stages.holder.fleet
+        pipeline = self.pipeline
+        fleet = pipeline.holder.fleet
         last = attempts[-1] if attempts else None
         if last is not None and last.error_class in (CLIENT_ERROR, CONTEXT_EXCEEDED):
             error = client_error(last)
         else:
             try:
-                error = exhausted_error(pick.plan, attempts, stages.state, fleet.circuit)
+                error = exhausted_error(pick.plan, attempts, pipeline.state, fleet.circuit)
             except GatewayError as exc:
                 error = exc
         status = watch.status or error.status
-        stages.record(pick.ex, pick.profile, pick.plan, status, error.code, attempts, None, 0.0)
+        pipeline.record(pick.ex, pick.profile, pick.plan, status, error.code, attempts, None, 0.0)
 
     def sweep(self) -> int:
         """Give up on picks whose answer never came (Envoy never reached the response):
@@ -306,7 +306,7 @@ class Picker:
             picks = self._pending[request_id]
             while picks and picks[0].deadline < now:
                 pick = picks.popleft()
-                self.stages.state.end(pick.began)
+                self.pipeline.state.end(pick.began)
                 gone += 1
             if not picks:
                 del self._pending[request_id]
