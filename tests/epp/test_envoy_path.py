@@ -61,7 +61,8 @@ def test_long_prompt_lands_on_the_long_window_and_short_on_the_small(
     assert stack.engines["long"].requests[0].body["messages"][0]["content"] == LONG
 
 
-def test_the_next_endpoint_serves_when_the_first_answers_503(stack: Stack, epp: EppStack):
+@pytest.mark.parametrize("status", [503, 429])
+def test_the_next_endpoint_serves_when_the_first_fails(stack: Stack, epp: EppStack, status: int):
     a, b = stack.engine("a"), stack.engine("b")
     config = {
         "providers": [provider("a", a), provider("b", b)],
@@ -69,12 +70,12 @@ def test_the_next_endpoint_serves_when_the_first_answers_503(stack: Stack, epp: 
         "models": [{"id": "m", "provider": {"order": ["a", "b"]}}],
     }
     envoy = epp.start(config)
-    a.fail_next(Fault("status", status=503))
+    a.fail_next(Fault("status", status=status))
     answer = _client(envoy.url).chat.completions.create(
         model="m", messages=[{"role": "user", "content": "hello"}]
     )
     assert answer.system_fingerprint == "fake-b"
-    assert len(a.requests) == 1 and len(b.requests) == 1  # Envoy went to b after a's 503
+    assert len(a.requests) == 1 and len(b.requests) == 1  # Envoy went on to b
     gateway = stack.gateway
     assert gateway is not None
     wait_until(lambda: gateway.pipeline.state.health("a").failures == 1, 5, "a's failure charged")
