@@ -40,13 +40,13 @@ FLOORS: list[tuple[str, set[str]]] = [
     ),
     ("pipeline", {"pipeline"}),
     ("control plane", {"control"}),
-    ("fronts", {"server", "admin", "ui"}),
+    ("fronts", {"server", "admin", "ui", "epp"}),
     (
         "entry",
         {"assemble", "cli", "commands", "launch", "__main__", "demo", "diagnose", "testing"},
     ),
 ]
-FRONTS = {"server", "admin", "ui"}
+FRONTS = {"server", "admin", "ui", "epp"}
 
 
 def _modules() -> dict[str, Path]:

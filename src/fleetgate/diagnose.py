@@ -6,6 +6,7 @@ from typing import Any
 
 from fleetgate.config import FleetConfig
 from fleetgate.fleet import Fleet, Model, build_fleet
+from fleetgate.fleet.data_plane import deployment_blocker
 from fleetgate.ingress.needs import derive_needs
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.filters.capability import CapabilityFilter
@@ -96,10 +97,12 @@ def describe_fleet(config: FleetConfig) -> str:
         for dep in model.deployments:
             creds = "" if dep.provider.has_credentials else "  [no credentials]"
             quant = f", {dep.quantization}" if dep.quantization else ""
+            blocker = deployment_blocker(dep)
+            proxy_only = f"\n        proxy only (a picker cannot hand it to Envoy): {blocker}"
             lines.append(
                 f"    - {dep.id} via {dep.provider.id} ({dep.provider.kind}) "
                 f"as {dep.upstream_model!r}, window {dep.context_window or 'unknown'}, "
-                f"priority {dep.priority}{quant}{creds}"
+                f"priority {dep.priority}{quant}{creds}{proxy_only if blocker else ''}"
             )
         pools = effective_pools(fleet, model)
         lines.append(

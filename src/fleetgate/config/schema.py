@@ -60,6 +60,13 @@ Url = Annotated[
 ]
 
 
+def _check_endpoint(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"an endpoint is `host:port`, got {value!r}")
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -110,6 +117,11 @@ class ProviderConfig(_Strict):
     protocols: list[Literal["openai", "responses", "anthropic", "ollama"]] | None = None
     """The client protocols the provider serves natively; replaces its kind's list (the
     others are translated; see docs/protocols.md)."""
+    endpoints: list[Annotated[str, AfterValidator(_check_endpoint)]] | None = None
+    """The provider's replicas, each `host:port` in place of the base URL's: an IP, or a
+    name whose A/AAAA records are replicas (a Kubernetes headless Service), resolved again
+    every few seconds. Each replica is a deployment of its own for balancing, engine load
+    and affinity (`<deployment>@<ip:port>`); see docs/kubernetes.md."""
 
 
 class Price(_Strict):

@@ -154,7 +154,7 @@ class ChainExhausted(GatewayError):
         self.attempts = attempts
 
 
-def _attempt_row(candidate: Candidate, plan: RoutePlan, index: int) -> Attempt:
+def attempt_row(candidate: Candidate, plan: RoutePlan, index: int) -> Attempt:
     """The request log's row for trying `candidate`, before anything happened."""
     dep = candidate.deployment
     return Attempt(
@@ -213,7 +213,7 @@ class Executor:
                 wire = self.protocols.wire(profile, dep)
             local = wire.local_answer(profile)
             if local is not None:  # the translation answers it (Ollama's load request)
-                attempt = _attempt_row(candidate, plan, len(attempts))
+                attempt = attempt_row(candidate, plan, len(attempts))
                 attempt.status, attempt.wire = 200, "gateway"  # no upstream call
                 attempts.append(attempt)
                 outcome = Outcome(attempts, candidate, 200, "application/json", local)
@@ -225,7 +225,7 @@ class Executor:
                 if full:
                     queue_full.append(dep.id)
                 continue
-            attempt = _attempt_row(plan.candidates[position], plan, len(attempts))
+            attempt = attempt_row(plan.candidates[position], plan, len(attempts))
             attempt.pool_wait = queued
             attempts.append(attempt)
             cont = self._continuation(plan, profile, fleet, position, candidate)
@@ -370,7 +370,7 @@ class Executor:
             return None
         assert cont.outcome is not None
         attempts = cont.outcome.attempts
-        attempt = _attempt_row(candidate, cont.plan, len(attempts))
+        attempt = attempt_row(candidate, cont.plan, len(attempts))
         attempt.pool_wait = queued
         attempt.continuation, attempt.inherited_tokens = reason, inherited
         attempts.append(attempt)

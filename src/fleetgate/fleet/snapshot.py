@@ -14,6 +14,7 @@ from typing import Any
 from fleetgate.config.capabilities import deployment_capabilities
 from fleetgate.config.checks import deployment_id
 from fleetgate.config.preferences import env_preferences
+from fleetgate.config.replicas import expand_replicas
 from fleetgate.config.schema import (
     CircuitConfig,
     FleetConfig,
@@ -53,6 +54,7 @@ class Fleet:
 
 def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
     tiered = expand_tiers(config)  # long_context blocks become plain deployments
+    tiered = expand_replicas(tiered)  # a provider's `endpoints` become one provider each
     providers: dict[str, Provider] = {}
     for p in tiered.providers:
         key, env = resolve_key(p.api_key)

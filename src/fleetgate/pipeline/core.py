@@ -21,13 +21,14 @@ from fleetgate.context.placement import effective_window
 from fleetgate.context.refine import ContextRefiner
 from fleetgate.context.truncation import Cut, judge
 from fleetgate.discovery.engine_load import EngineLoadPoller, EngineLoads
+from fleetgate.discovery.replicas import ReplicaNames
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError
 from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
 from fleetgate.execute.upstream import UpstreamPool
-from fleetgate.fleet import Deployment, Fleet, FleetHolder
+from fleetgate.fleet import Deployment, Fleet, FleetHolder, build_fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.pipeline.exchange import Exchange
 from fleetgate.pipeline.explain import explain_request
@@ -95,6 +96,11 @@ class Pipeline:
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
         self.discovery = DiscoveryService(holder, self.windows)
+        # a provider's `endpoints` named by DNS: resolved again, the fleet rebuilt on change
+        self.replicas = ReplicaNames(
+            lambda: holder.fleet.config,
+            lambda: holder.swap(build_fleet(holder.fleet.config, holder.fleet.version)),
+        )
         holder.on_swap(self._windows_on_swap)
         holder.on_swap(lambda _old, new: self._load_tokenizers(new))
         self.executor.on_context_limit = self.context_limit_stated
@@ -110,6 +116,7 @@ class Pipeline:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.recorder.start()
+        await self.replicas.start()
         if self.telemetry is not None:
             self.telemetry.start()
         await self.discovery.start()
@@ -120,6 +127,7 @@ class Pipeline:
     async def stop(self) -> None:
         """Background work ends and the last records are flushed into their sinks."""
         self.ready = False
+        await self.replicas.stop()
         await self.discovery.stop()
         await self.load_poller.stop()
         await self.recorder.stop()
