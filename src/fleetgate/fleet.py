@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetgate.capabilities import deployment_capabilities
+from fleetgate.capabilities import deployment_capabilities, health_check_defaults
 from fleetgate.config.checks import ENV_REF, deployment_id
 from fleetgate.config.schema import (
     CircuitConfig,
@@ -55,6 +55,9 @@ class Provider:
     keys: tuple[tuple[str, str | None, str | None], ...] = ()
     # client protocols served natively (`protocols: [...]`); None: the kind's own list
     protocols: frozenset[str] | None = None
+    # the active health check while a circuit is open: GET this path (None: off), this often
+    health_path: str | None = None
+    health_interval: float = 2.0
 
     @property
     def has_credentials(self) -> bool:
@@ -93,6 +96,7 @@ class Deployment:
     params: dict[str, Any] | None = None  # overrides of scope `deployment`
     tokenizer_family: str = "generic"  # how the context estimate costs text here
     tokenizer: str | None = None  # a local tokenizer.json for exact counts
+    enabled: bool = True  # False: kept in the fleet, sent nothing (reason `disabled`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +151,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
     providers: dict[str, Provider] = {}
     for p in tiered.providers:
         key, env = _resolve_key(p.api_key)
+        check_path, check_interval = health_check_defaults(p.kind)
         providers[p.id] = Provider(
             id=p.id,
             kind=p.kind,
@@ -166,6 +171,8 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             truncates=p.truncates or ("silently" if p.kind == "ollama" else "refuses"),
             keys=tuple((label, *_resolve_key(raw)) for label, raw in p.keys.items()),
             protocols=frozenset(p.protocols) if p.protocols is not None else None,
+            health_path=(p.health_check.path or check_path) if p.health_check.enabled else None,
+            health_interval=p.health_check.interval_seconds or check_interval,
         )
     deployments: dict[str, Deployment] = {}
     by_model: dict[str, list[Deployment]] = {}
@@ -190,6 +197,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             tier=d.tier,
             tokenizer_family=d.tokenizer_family or infer_family(d.upstream_model or d.model),
             tokenizer=d.tokenizer,
+            enabled=d.enabled,
         )
         deployments[dep.id] = dep
         by_model.setdefault(dep.model, []).append(dep)

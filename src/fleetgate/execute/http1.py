@@ -40,7 +40,7 @@ import re
 import ssl
 import zlib
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -558,6 +558,8 @@ class Http1Pool:
             ssl.create_default_context() if self.origin.scheme == "https" else None
         )
         self._closed = False
+        # called when a request first has to wait for a connection (every one is out)
+        self.on_saturated: Callable[[], None] | None = None
         # requests of this loop turn, not yet written: they leave together at its end
         self._unsent: list[tuple[asyncio.Transport, tuple[bytes, ...]]] = []
 
@@ -676,6 +678,8 @@ class Http1Pool:
                 conn._close()
             if self._busy < self.limit:
                 break
+            if not self._waiters and self.on_saturated is not None:
+                self.on_saturated()
             waiter = self.loop.create_future()
             self._waiters.append(waiter)
             try:

@@ -20,12 +20,15 @@ way is taken up by `http1`, which sends that request once more on a new connecti
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fleetgate.execute.http1 import Http1Pool, Timeouts
 from fleetgate.fleet import Provider
+from fleetgate.logs import fields
 from fleetgate.redact import Redactor, redactor_for
 
 if TYPE_CHECKING:  # aiohttp is imported when a session opens: serving needs none
@@ -68,6 +71,46 @@ class UpstreamSession:
 
     async def close(self) -> None:
         await self._session.close()
+
+
+log = logging.getLogger("fleetgate.upstream")
+
+SATURATION_LOG_SECONDS = 60.0  # at most one "saturated" line per provider this often
+
+
+class SaturationLog:
+    """Says in the log when every pooled connection to a provider is busy and a request
+    has to wait for one: once when it begins, then at most once a minute, with the
+    count of saturations between two lines."""
+
+    __slots__ = ("limit", "logged_at", "provider_id", "since")
+
+    def __init__(self, provider_id: str, limit: int) -> None:
+        self.provider_id = provider_id
+        self.limit = limit
+        self.logged_at = -SATURATION_LOG_SECONDS
+        self.since = 0  # saturations since the last line
+
+    def __call__(self) -> None:
+        self.since += 1
+        now = time.monotonic()
+        if now - self.logged_at < SATURATION_LOG_SECONDS:
+            return
+        log.warning(
+            "provider pool saturated: %s: all %d connections busy, requests wait for one "
+            "(%d time(s) since the last line; raise its max_concurrency?)",
+            self.provider_id,
+            self.limit,
+            self.since,
+            extra=fields(
+                event="pool_saturated",
+                provider=self.provider_id,
+                max_concurrency=self.limit,
+                count=self.since,
+            ),
+        )
+        self.logged_at = now
+        self.since = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +223,7 @@ class UpstreamPool:
         http = Http1Pool(
             provider.base_url, limit=provider.max_concurrency, idle_seconds=idle_seconds
         )
+        http.on_saturated = SaturationLog(provider.id, provider.max_concurrency)
         client = _client(http, provider)
         self._clients[provider.id] = (provider, client)
         return client

@@ -20,6 +20,7 @@ from fleetgate.context.placement import TIER_HEADER, effective_window
 from fleetgate.context.refine import ContextRefiner
 from fleetgate.context.truncation import Cut, judge
 from fleetgate.discovery.engine_load import EngineLoadPoller, EngineLoads
+from fleetgate.discovery.health_check import HealthChecker
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError, invalid
@@ -31,6 +32,7 @@ from fleetgate.ingress.anthropic import parse_messages
 from fleetgate.ingress.openai import parse_json_object
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.ingress.routes import INGRESS_ROUTES, Parser, error_protocol
+from fleetgate.record.access_log import AccessLog
 from fleetgate.record.calibration_sink import CalibrationSink
 from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
@@ -178,16 +180,19 @@ class Gateway:
         self.executor = Executor(self.pool, self.state)
         self.refiner = ContextRefiner(self.pool)
         self.recent = RecentRequests()
-        self.metrics = Metrics(lambda: self.holder.fleet)
+        self.metrics = Metrics(lambda: self.holder.fleet, self.state)
         calibration = CalibrationSink(
             self.state.calibration, lambda: self.holder.fleet, self.refiner.counter.template
         )
         # `recent` is filled in `_record` itself
         self.recorder = Recorder([self.metrics, calibration])
+        if holder.fleet.config.server.access_log:
+            self.recorder.sinks.append(AccessLog())
         self.sticky = sticky_tiers_for(holder.fleet)
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
         self.discovery = DiscoveryService(holder, self.windows)
+        self.health_checks = HealthChecker(holder, self.state)
         holder.on_swap(self._windows_on_swap)
         holder.on_swap(lambda _old, new: self._load_tokenizers(new))
         self.executor.on_context_limit = self._context_limit_stated
@@ -215,6 +220,7 @@ class Gateway:
             ("POST", "/v1/messages/count_tokens"): self.count_tokens,
             ("GET", "/v1/fleet/windows"): self.fleet_windows,
             ("POST", "/v1/fleet/windows/refresh"): self.refresh_windows,
+            ("GET", "/favicon.ico"): self._dashboard,
         }
 
     # ---- ASGI entry -----------------------------------------------------------------
@@ -305,6 +311,7 @@ class Gateway:
         self.recorder.start()
         await self.discovery.start()
         await self.load_poller.start()
+        await self.health_checks.start()
         self._load_tokenizers(self.holder.fleet)
         self.ready = True
         if self.control is not None:
@@ -323,6 +330,7 @@ class Gateway:
         self.ready = False
         await self.discovery.stop()
         await self.load_poller.stop()
+        await self.health_checks.stop()
         await self.recorder.stop()  # flushes the last records into the store
         if self.control is not None:
             await self.control.stop()

@@ -14,6 +14,7 @@ import uvicorn
 
 from fleetgate.config import FleetConfig, load_config_file
 from fleetgate.gc_tuning import tune_gc
+from fleetgate.logs import DEFAULT_LEVEL, configure
 from fleetgate.server.connections import GuardedHttpProtocol
 from fleetgate.store.database import database_url, prepare
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from fleetgate.server.app import Gateway
 
 CONFIG_ENV = "FLEETGATE_CONFIG"
+LOG_LEVEL_ENV = "FLEETGATE_LOG_LEVEL"
 
 
 def _uvicorn_kwargs() -> dict[str, object]:
@@ -29,8 +31,8 @@ def _uvicorn_kwargs() -> dict[str, object]:
         "http": GuardedHttpProtocol,  # httptools, with header/body deadlines and caps
         "lifespan": "on",
         "ws": "none",  # no WebSocket endpoints: nothing to import for them
-        "access_log": False,
-        "log_level": os.environ.get("FLEETGATE_LOG_LEVEL", "warning"),
+        "access_log": False,  # fleetgate's own (`server.access_log`) says more
+        "log_level": "warning",  # `fleetgate.logs.configure` sets the levels it serves with
         "timeout_graceful_shutdown": 10,
         "proxy_headers": False,  # no X-Forwarded-* rewriting layer on every request
     }
@@ -44,9 +46,16 @@ def gateway_for(config: FleetConfig) -> Gateway:
     return build_gateway(config)
 
 
+def log_level() -> str:
+    """`--log-level`, else FLEETGATE_LOG_LEVEL, else info."""
+    return os.environ.get(LOG_LEVEL_ENV, DEFAULT_LEVEL).lower()
+
+
 def app_from_env() -> Gateway:
     """Factory for multi-worker mode: each worker loads the config named by FLEETGATE_CONFIG."""
-    app = gateway_for(load_config_file(os.environ[CONFIG_ENV]))
+    config = load_config_file(os.environ[CONFIG_ENV])
+    configure(log_level(), config.server.log_format)
+    app = gateway_for(config)
     tune_gc()
     return app
 
@@ -57,8 +66,8 @@ def uvicorn_config(app: Gateway, **overrides: Any) -> uvicorn.Config:
     return uvicorn.Config(app, **{**_uvicorn_kwargs(), **overrides})
 
 
-def server_for(app: Gateway, host: str, port: int) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn_config(app, host=host, port=port))
+def server_for(app: Gateway, host: str, port: int, **overrides: Any) -> uvicorn.Server:
+    return uvicorn.Server(uvicorn_config(app, host=host, port=port, **overrides))
 
 
 def _exit_cleanly_on_sigterm() -> None:
@@ -67,8 +76,17 @@ def _exit_cleanly_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 
-def serve(config_path: str, host: str | None, port: int | None, workers: int) -> None:
+def serve(
+    config_path: str,
+    host: str | None,
+    port: int | None,
+    workers: int,
+    level: str | None = None,
+) -> None:
+    if level is not None:
+        os.environ[LOG_LEVEL_ENV] = level  # the workers of `--workers N` read it too
     config = load_config_file(config_path)
+    configure(log_level(), config.server.log_format)
     _exit_cleanly_on_sigterm()
     host = host or config.server.host
     port = config.server.port if port is None else port
@@ -84,9 +102,9 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int) ->
             host=host,
             port=port,
             workers=workers,
-            **_uvicorn_kwargs(),
+            **{**_uvicorn_kwargs(), "log_config": None},  # the lines go through `configure`
         )
         return
-    server = server_for(gateway_for(config), host, port)
+    server = server_for(gateway_for(config), host, port, log_config=None)
     tune_gc()
     server.run()
