@@ -59,6 +59,8 @@ def _attempt(a: Attempt) -> dict[str, Any]:
         "dropped_params": a.dropped_params,
         "preferences": a.preferences,
         "wire": a.wire,
+        "finish": a.finish,
+        "failure": a.failure,
     }
 
 
@@ -110,6 +112,7 @@ def row_of(r: RequestRecord) -> tuple[Any, ...]:
         max(len(r.attempts) - 1, 0),
         orjson.dumps(r.dropped).decode() if r.dropped else None,
         orjson.dumps([_attempt(a) for a in r.attempts]).decode(),
+        orjson.dumps(notes, default=str).decode() if notes else None,
     )
 
 
@@ -276,12 +279,17 @@ class RequestLog(BatchSink):
         key: str | None = None,
         deployment: str | None = None,
         status: str | None = None,
+        fallback: bool | None = None,
         since: float | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page:
-        """Newest first; `cursor` continues after the last row of the previous page."""
+        """Newest first; `cursor` continues after the last row of the previous page.
+        `fallback`: only requests that fell back (true), or that did not (false)."""
         query = select(*_LISTED)
+        if fallback is not None:
+            count = requests.c.fallback_count
+            query = query.where(count > 0 if fallback else count == 0)
         if model is not None:
             query = query.where(requests.c.requested_model == model)
         if key is not None:
@@ -415,13 +423,12 @@ def _rows(conn: Connection, query: Select[Any]) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(query)]
 
 
-# what a listing shows: everything but the attempts (one request's view has them)
-_LISTED = tuple(c for c in requests.columns if c.name != "attempts")
+# what a listing shows: everything but the attempts and notes (one request's view has them)
+_LISTED = tuple(c for c in requests.columns if c.name not in ("attempts", "notes"))
 
 
 def _public(row: dict[str, Any]) -> dict[str, Any]:
     row.pop("seq", None)
-    row["id"] = row.pop("request_id")
     return row
 
 

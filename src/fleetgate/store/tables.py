@@ -86,6 +86,8 @@ requests = Table(
     Column("fallback_count", Integer, nullable=False),
     Column("dropped", JSON),
     Column("attempts", JSON, nullable=False),  # [{idx, deployment_id, status, ...}, ...]
+    # the stages' notes: estimate, exact count, tier, preferences (numbers and ids)
+    Column("notes", JSON),
 )
 Index("ix_requests_time", requests.c.time)
 Index("ix_requests_request_id", requests.c.request_id)
