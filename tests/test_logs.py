@@ -128,7 +128,7 @@ def test_circuit_open_half_open_and_closed(stack: Stack, caplog: pytest.LogCaptu
     stack.lt.run(a.stop())
     client.chat.completions.create(model="m", messages=MSG)
     stack.lt.run(a.start())
-    wait_until(lambda: stack.gateway.state.health("pa").circuit == "half-open", 5)
+    wait_until(lambda: stack.gateway.pipeline.state.health("pa").circuit == "half-open", 5)
     client.chat.completions.create(model="m", messages=MSG)  # the probe, which works
     lines = _lines(caplog, "fleetgate.state")
     assert lines[0].startswith("circuit open: pa (connect refused; 1 failure(s) in a row)")
@@ -155,7 +155,7 @@ def test_a_health_check_closes_the_circuit_in_the_log(
     stack.lt.run(a.stop())
     client.chat.completions.create(model="m", messages=MSG)
     stack.lt.run(a.start())
-    wait_until(lambda: stack.gateway.state.health("pa").circuit == "closed", 5)
+    wait_until(lambda: stack.gateway.pipeline.state.health("pa").circuit == "closed", 5)
     assert _lines(caplog, "fleetgate.state")[-1] == (
         "circuit closed: pa answered its health check (GET /health)"
     )
@@ -189,10 +189,10 @@ def test_a_discovered_window_change_is_logged(
             "deployments": [deployment("m", "pa", upstream_model="fake-model")],
         }
     )
-    wait_until(lambda: stack.gateway.discovery.refreshes >= 1, 5, "discovered")
+    wait_until(lambda: stack.gateway.pipeline.discovery.refreshes >= 1, 5, "discovered")
     a.context_window = 2048  # the engine restarted with a smaller window
-    stack.lt.run(stack.gateway.discovery.refresh())
-    stack.lt.run(stack.gateway.discovery.refresh())  # unchanged: no second line
+    stack.lt.run(stack.gateway.pipeline.discovery.refresh())
+    stack.lt.run(stack.gateway.pipeline.discovery.refresh())  # unchanged: no second line
     lines = _lines(caplog, "fleetgate.discovery")
     assert lines == [
         "discovered window changed: pa: unknown -> 4096 (api_models)",

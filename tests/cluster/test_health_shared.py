@@ -7,7 +7,7 @@ import time
 
 import httpx
 
-from fleetgate.server.control import ControlOptions
+from fleetgate.control.plane import ControlOptions
 from fleetgate.testing import Fault
 from tests.admin.helpers import ADMIN_KEY
 from tests.harness import Stack, deployment, provider, wait_until
@@ -46,7 +46,7 @@ def test_one_replica_checks_and_every_replica_brings_it_back(
 
     stack.lt.run(engine_a.stop())
     assert _chat(stack).headers["x-fleetgate-route"] == "pb"  # A sees pa refuse: open
-    wait_until(lambda: b.state.health("pa").circuit == "open", 5, "B sees pa open")
+    wait_until(lambda: b.pipeline.state.health("pa").circuit == "open", 5, "B sees pa open")
     # the engine is back but not ready: its /health says 503, so both keep it out, and
     # the two replicas' checkers share one check per interval between them
     engine_a.set_fault(Fault("status", status=503))
@@ -61,7 +61,11 @@ def test_one_replica_checks_and_every_replica_brings_it_back(
     # ready: the next check, whichever replica makes it, brings pa back on both
     engine_a.set_fault(None)
     wait_until(
-        lambda: a.state.health("pa").circuit == b.state.health("pa").circuit == "closed",
+        lambda: (
+            a.pipeline.state.health("pa").circuit
+            == b.pipeline.state.health("pa").circuit
+            == "closed"
+        ),
         5,
         "both see pa closed",
     )

@@ -39,12 +39,12 @@ def test_a_restarted_engine_is_back_long_before_its_cooldown(stack: Stack) -> No
     a = stack.engines["a"]
     stack.lt.run(a.stop())
     assert _route(client) == ("pb", "2")  # refused: the circuit opens at once
-    health = stack.gateway.state.health("pa")
+    health = stack.gateway.pipeline.state.health("pa")
     assert health.circuit == "open" and health.open_cause == "connect refused"
     assert _route(client) == ("pb", "1")  # kept out
     stack.lt.run(a.start())  # the same port again
     restarted = time.monotonic()
-    wait_until(lambda: stack.gateway.state.health("pa").circuit == "closed", 5, "checked")
+    wait_until(lambda: stack.gateway.pipeline.state.health("pa").circuit == "closed", 5, "checked")
     assert time.monotonic() - restarted < 2  # not the 30 s cooldown
     assert a.requests[0].path == "/health"  # the gateway's own check came first
     assert _route(client) == ("pa", "1")  # and the first client request just works
@@ -63,7 +63,7 @@ def test_no_client_request_probes_a_host_its_check_finds_down(stack: Stack) -> N
     while time.monotonic() < deadline:
         assert _route(client) == ("pb", "1")
     assert len([r for r in a.requests if r.path != "/health"]) == inference
-    assert stack.gateway.state.health("pa").last_error == "503"
+    assert stack.gateway.pipeline.state.health("pa").last_error == "503"
     checks = len([r for r in a.requests if r.path == "/health"])
     assert checks >= 3  # asked on its interval meanwhile
 
@@ -75,9 +75,9 @@ def test_a_circuit_that_5xx_opened_keeps_its_cooldown(stack: Stack) -> None:
     a.fail_next(Fault("status", status=503), 2)  # inference only
     _route(client), _route(client)
     wait_until(lambda: any(r.path == "/health" for r in a.requests), 5, "a check")
-    checker = stack.gateway.health_checks
+    checker = stack.gateway.pipeline.health_checks
     wait_until(lambda: checker.checks >= 3, 5, "more checks")
-    assert stack.gateway.state.health("pa").circuit == "open"
+    assert stack.gateway.pipeline.state.health("pa").circuit == "open"
 
 
 def test_checks_can_be_turned_off(stack: Stack) -> None:
@@ -86,8 +86,8 @@ def test_checks_can_be_turned_off(stack: Stack) -> None:
     stack.lt.run(a.stop())
     _route(client)
     stack.lt.run(a.start())
-    checker = stack.gateway.health_checks
+    checker = stack.gateway.pipeline.health_checks
     rounds = checker.rounds
     wait_until(lambda: checker.rounds >= rounds + 5, 5, "rounds of the checker")
     assert a.requests == [] and checker.checks == 0
-    assert stack.gateway.state.health("pa").circuit == "open"
+    assert stack.gateway.pipeline.state.health("pa").circuit == "open"

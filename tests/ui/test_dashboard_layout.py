@@ -118,7 +118,8 @@ def test_circuit_cause_throughput_hint_and_disabled(
         pass
     wait_until(
         lambda: (
-            stack.gateway.state.health("gpu-node-b.rack-12.example.internal").tps_ema is not None
+            stack.gateway.pipeline.state.health("gpu-node-b.rack-12.example.internal").tps_ema
+            is not None
         ),
         5,
         "measured",
@@ -165,7 +166,7 @@ def test_disable_enable_and_reset_from_the_fleet_page(
     a.locator("button.reset").click()
     expect(a.locator("td.health")).to_contain_text("closed")
     expect(a.locator("button.reset")).to_have_count(0)
-    assert stack.gateway.state.health(a_id).circuit == "closed"
+    assert stack.gateway.pipeline.state.health(a_id).circuit == "closed"
 
 
 def api_deployment(stack: Stack, deployment_id: str) -> dict[str, Any]:

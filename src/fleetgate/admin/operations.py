@@ -13,7 +13,7 @@ from fleetgate.admin.openapi import responses
 from fleetgate.errors import GatewayError
 
 if TYPE_CHECKING:
-    from fleetgate.server.control import ControlPlane
+    from fleetgate.control.plane import ControlPlane
 
 
 def router(control: ControlPlane) -> APIRouter:
@@ -31,7 +31,7 @@ def router(control: ControlPlane) -> APIRouter:
                 "not_found",
                 f"There is no deployment {deployment_id!r}; GET /admin/fleet lists them.",
             )
-        state = control.gateway.state
+        state = control.pipeline.state
         was = state.health(deployment_id).circuit
         state.recover(deployment_id, "reset through the admin API")
         view = live_fleet(fleet, state, now=time.time())

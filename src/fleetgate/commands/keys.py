@@ -22,7 +22,7 @@ from fleetgate.commands.store import (
     with_store,
 )
 from fleetgate.config import FleetConfig
-from fleetgate.server.control import KEYS_VERSION, REDIS_URL_ENV
+from fleetgate.control.plane import KEYS_VERSION, REDIS_URL_ENV
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore
 from fleetgate.store.database import migrate
