@@ -203,10 +203,10 @@ class RedisState(MemoryState):
         # a change this replica did not make itself (its own are logged as it makes them)
         if not was_open and h.open_until > now and h.open_reason == CIRCUIT_OPEN:
             log.warning(
-                "circuit open: %s (%s; counted across replicas); out for %.0fs",
+                "circuit open: %s (%s; counted across replicas); out for %gs",
                 dep_id,
                 h.open_cause or "failures",
-                h.open_until - now,
+                round(h.open_until - now, 1),
                 extra=log_fields(
                     event="circuit_open",
                     deployment=dep_id,

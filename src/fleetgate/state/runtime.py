@@ -276,11 +276,11 @@ def threshold(circuit: CircuitConfig, severe: bool) -> int:
 def _log_opened(deployment_id: str, h: DeploymentHealth, now: float) -> None:
     cause = h.open_cause or "failures"
     log.warning(
-        "circuit open: %s (%s; %d failure(s) in a row); out for %.0fs",
+        "circuit open: %s (%s; %d failure(s) in a row); out for %gs",
         deployment_id,
         cause,
         h.consecutive_failures,
-        h.open_until - now,
+        round(h.open_until - now, 1),
         extra=fields(
             event="circuit_open",
             deployment=deployment_id,
