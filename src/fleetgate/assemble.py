@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import signal
 import sys
@@ -13,15 +14,18 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from fleetgate import __version__
 from fleetgate.config import FleetConfig, load_config_file
 from fleetgate.gc_tuning import tune_gc
-from fleetgate.logs import DEFAULT_LEVEL, configure
+from fleetgate.logs import DEFAULT_LEVEL, configure, fields
 from fleetgate.server.run import server_for, uvicorn_kwargs
 from fleetgate.store.database import database_url, prepare
 
 if TYPE_CHECKING:
     from fleetgate.control.plane import ControlOptions
     from fleetgate.server.app import App, Gateway
+
+log = logging.getLogger("fleetgate")
 
 CONFIG_ENV = "FLEETGATE_CONFIG"
 LOG_LEVEL_ENV = "FLEETGATE_LOG_LEVEL"
@@ -48,9 +52,34 @@ def build_gateway(config: FleetConfig, options: ControlOptions | None = None) ->
     return Gateway(pipeline, control, admin, dashboard)
 
 
-def gateway_for(config: FleetConfig) -> Gateway:
-    """The gateway with its control plane (store, admin API, keys, Redis when set)."""
-    return build_gateway(config)
+def gateway_for(config: FleetConfig, path: str | None = None) -> Gateway:
+    """The gateway with its control plane (store, admin API, keys, Redis when set);
+    `path`: its fleet file, which SIGHUP and `POST /admin/reload` read again."""
+    from fleetgate.control.plane import ControlOptions
+
+    return build_gateway(config, ControlOptions(config_path=path))
+
+
+def announce(gateway: Gateway, host: str, port: int, workers: int = 1) -> None:
+    """Log the start line once the gateway is ready (`server/start_line.py`)."""
+    from fleetgate.server.start_line import start_line
+
+    def ready() -> None:
+        control = gateway.control
+        log.info(
+            start_line(
+                gateway.pipeline.holder.fleet,
+                f"http://{host}:{port}",
+                admin=bool(control is not None and control.admin_key),
+                auth=bool(control is not None and control.guard.enabled),
+                store=control.db.url.render_as_string(hide_password=True) if control else None,
+                redis=bool(control is not None and control.redis_url),
+                workers=workers,
+            ),
+            extra=fields(event="start", version=__version__, address=f"{host}:{port}"),
+        )
+
+    gateway.on_ready = ready
 
 
 def log_level() -> str:
@@ -60,9 +89,10 @@ def log_level() -> str:
 
 def app_from_env() -> Gateway:
     """Factory for multi-worker mode: each worker loads the config named by FLEETGATE_CONFIG."""
-    config = load_config_file(os.environ[CONFIG_ENV])
+    path = os.environ[CONFIG_ENV]
+    config = load_config_file(path)
     configure(log_level(), config.server.log_format)
-    app = gateway_for(config)
+    app = gateway_for(config, path)
     tune_gc()
     return app
 
@@ -102,6 +132,8 @@ def serve(
             **{**uvicorn_kwargs(), "log_config": None},  # the lines go through `configure`
         )
         return
-    server = server_for(gateway_for(config), host, port, log_config=None)
+    gateway = gateway_for(config, os.path.abspath(config_path))
+    announce(gateway, host, port)
+    server = server_for(gateway, host, port, log_config=None)
     tune_gc()
     server.run()

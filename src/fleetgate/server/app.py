@@ -70,6 +70,8 @@ class Gateway:
         self._dashboard_factory = dashboard if control is not None else None
         self._admin_app: App | None = None
         self._dashboard_app: App | None = None
+        # called once the gateway is ready (`fleetgate serve` logs its start line there)
+        self.on_ready: Callable[[], None] | None = None
         self.routes: dict[tuple[str, str], Handler] = {
             key: partial(endpoint, self.ctx) for key, endpoint in ENDPOINTS.items()
         }
@@ -146,6 +148,8 @@ class Gateway:
 
     async def startup(self) -> None:
         await lifecycle.start(self.pipeline, self.control)
+        if self.on_ready is not None:
+            self.on_ready()
 
     async def shutdown(self) -> None:
         await lifecycle.stop(self.pipeline, self.control)
