@@ -8,9 +8,8 @@ import httpx
 import openai
 import pytest
 
-from fleetgate.testing import FakeEngine, Fault
-from fleetgate.testing.fake_engine import ReceivedRequest
-from tests.harness import Stack, deployment, provider, wait_until
+from fleetgate.testing import Fault
+from tests.harness import Stack, client_requests, deployment, provider, wait_until
 
 MSG = [{"role": "user", "content": "hello"}]
 
@@ -37,11 +36,6 @@ def two_hosts(
         config["routing"] = {"circuit": circuit}
     stack.start_gateway(config)
     return stack
-
-
-def client_requests(engine: FakeEngine) -> list[ReceivedRequest]:
-    """What the engine received from clients: the gateway's own health checks left out."""
-    return [r for r in engine.requests if r.path != "/health"]
 
 
 @pytest.mark.parametrize(

@@ -171,3 +171,24 @@ def test_disable_enable_and_reset_from_the_fleet_page(
 
 def api_deployment(stack: Stack, deployment_id: str) -> dict[str, Any]:
     return dict(admin(stack).get(f"/admin/deployments/{deployment_id}").json())
+
+
+def test_an_attempt_says_what_failed_and_how_an_answer_ended(
+    stack: Stack, sqlite_url: str, page: Page
+) -> None:
+    stack.start_gateway(_fleet(stack), options(sqlite_url))
+    stack.lt.run(stack.engines["a"].stop())
+    client = openai.OpenAI(base_url=stack.url + "/v1", api_key="x", max_retries=0, timeout=10)
+    client.chat.completions.create(
+        model="qwen3-coder-30b-a3b-instruct", messages=MSG, extra_headers={"x-request-id": "r-1"}
+    )
+    page.goto(f"{stack.url}/ui#/requests")
+    page.fill("#login-key", ADMIN_KEY)
+    page.click("#login button[type=submit]")
+    row = page.locator("tr.request[data-id=r-1]")
+    row.wait_for()
+    row.click()
+    attempts = page.locator("tr.detail-row[data-for=r-1] table.attempts tbody tr")
+    expect(attempts).to_have_count(2)
+    expect(attempts.nth(0).locator(".failure")).to_have_text("connect refused")
+    expect(attempts.nth(1).locator(".finish")).to_have_text("finish: stop")
