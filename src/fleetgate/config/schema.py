@@ -391,9 +391,13 @@ class EngineLoadConfig(_Strict):
     enabled: bool = True
     interval_seconds: Annotated[float, Field(ge=0.1)] = 1.0
     """Seconds between two polls of an engine's own metrics (off the hot path)."""
-    max_queue: NonNegativeInt = 4
+    max_wait: NonNegativeFloat | None = 0.5
+    """Expected wait (requests ahead per slot x time per request) beyond its peers'
+    shortest, in their times per request, above which an engine ranks after them (None:
+    not judged by the wait)."""
+    max_queue: NonNegativeInt | None = None
     """Requests waiting in the engine, beyond its peers' shortest queue, above which it ranks
-    after them."""
+    after them, whatever its size (None: judged by the expected wait alone)."""
     max_kv_cache: Annotated[float, Field(gt=0, le=1)] = 0.95
     """KV-cache use (0-1) at or above which the engine ranks after its peers."""
 
