@@ -17,7 +17,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "fleetgate"
 
 # docs/architecture.md, from the ground up: a module may import its own floor and below
 FLOORS: list[tuple[str, set[str]]] = [
-    ("foundation", {"errors", "redact", "outage", "gc_tuning", "logs", "web", "__init__"}),
+    (
+        "foundation",
+        {"errors", "redact", "outage", "gc_tuning", "logs", "web", "trace_context", "__init__"},
+    ),
     ("fleet model", {"config", "fleet"}),
     (
         "stages",
@@ -32,6 +35,7 @@ FLOORS: list[tuple[str, set[str]]] = [
             "record",
             "auth",
             "store",
+            "telemetry",
         },
     ),
     ("pipeline", {"pipeline"}),

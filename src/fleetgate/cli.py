@@ -1,4 +1,4 @@
-"""The `fleetgate` command: serve, demo, explain, check, diff, status, keys."""
+"""The `fleetgate` command: serve, demo, explain, check, diff, status, keys, version."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fleetgate import __version__
 from fleetgate.config import ConfigError, check_config_text, load_config_file
 from fleetgate.logs import LEVELS
 from fleetgate.store.errors import StoreUnavailable
@@ -41,10 +42,23 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if errors:
         print(f"{path}: {len(errors)} error(s)", file=sys.stderr)
         return 1
+    from fleetgate.commands.keys import auth_key_warning
     from fleetgate.diagnose import describe_fleet
 
-    print(describe_fleet(load_config_file(path)))
+    config = load_config_file(path)
+    warning = auth_key_warning(config)
+    if warning is not None:
+        print(f"{path}:{_line_of(text, 'auth') or '?'}: warning: auth.enabled: {warning}")
+    print(describe_fleet(config))
     return 0
+
+
+def _line_of(text: str, section: str) -> int | None:
+    """The line a top-level section starts on."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith(f"{section}:"):
+            return number
+    return None
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -83,6 +97,11 @@ def _cmd_keys(args: argparse.Namespace) -> int:
     from fleetgate.commands.keys import run
 
     return run(args)
+
+
+def _cmd_version(args: argparse.Namespace) -> int:
+    print(f"fleetgate {__version__}")
+    return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -129,7 +148,9 @@ def _keys_parser(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetgate", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"fleetgate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("version", help="print the version").set_defaults(func=_cmd_version)
 
     p = sub.add_parser("serve", help="run the gateway")
     p.add_argument("--config", required=True, help="fleet config file (YAML)")

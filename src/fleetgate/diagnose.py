@@ -106,7 +106,7 @@ def describe_fleet(config: FleetConfig) -> str:
     ]
     for model in fleet.models.values():
         window = model.context_length or "unknown"
-        lines.append(f"  model {model.id} (context {window})")
+        lines.append(f"  model {model.id} (context {window}; tiers {tier_labels(model)})")
         for dep in model.deployments:
             creds = "" if dep.provider.has_credentials else "  [no credentials]"
             quant = f", {dep.quantization}" if dep.quantization else ""
@@ -123,6 +123,17 @@ def describe_fleet(config: FleetConfig) -> str:
     lines.extend(pool_warnings(fleet))
     lines.extend(describe_chains(fleet))
     return "\n".join(lines)
+
+
+def tier_labels(model: Model) -> str:
+    """`default 1024, long 4096`: each context tier label and its largest declared window."""
+    largest: dict[str, int | None] = {}
+    for dep in model.deployments:
+        window = dep.context_window
+        known = largest.get(dep.tier)
+        if dep.tier not in largest or (window is not None and (known is None or window > known)):
+            largest[dep.tier] = window
+    return ", ".join(f"{tier} {largest[tier] or 'unknown'}" for tier in sorted(largest))
 
 
 def describe_chains(fleet: Fleet) -> list[str]:

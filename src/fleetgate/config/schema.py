@@ -410,9 +410,13 @@ class EngineLoadConfig(_Strict):
     enabled: bool = True
     interval_seconds: Annotated[float, Field(ge=0.1)] = 1.0
     """Seconds between two polls of an engine's own metrics (off the hot path)."""
-    max_queue: NonNegativeInt = 4
+    max_wait: NonNegativeFloat | None = 0.5
+    """Expected wait (requests ahead per slot x time per request) beyond its peers'
+    shortest, in their times per request, above which an engine ranks after them (None:
+    not judged by the wait)."""
+    max_queue: NonNegativeInt | None = None
     """Requests waiting in the engine, beyond its peers' shortest queue, above which it ranks
-    after them."""
+    after them, whatever its size (None: judged by the expected wait alone)."""
     max_kv_cache: Annotated[float, Field(gt=0, le=1)] = 0.95
     """KV-cache use (0-1) at or above which the engine ranks after its peers."""
 
@@ -517,12 +521,60 @@ class AuthConfig(_Strict):
     """When true, every proxied request needs a client key made through the admin API."""
 
 
+class OtlpConfig(_Strict):
+    endpoint: str | None = None
+    """The collector: `http://host:4317` for gRPC, `http://host:4318` for HTTP/protobuf (the
+    signal paths `/v1/traces` and `/v1/metrics` are added); `https://` for TLS. Unset:
+    `OTEL_EXPORTER_OTLP_ENDPOINT`; neither: telemetry is off."""
+    protocol: Literal["grpc", "http/protobuf"] | None = None
+    """Unset: `OTEL_EXPORTER_OTLP_PROTOCOL`, else `http/protobuf` (OpenTelemetry's default)."""
+    headers: dict[str, str] | None = None
+    """Sent with every export (a backend's API key); each value a literal or `${ENV}`.
+    Unset: `OTEL_EXPORTER_OTLP_HEADERS`."""
+    timeout_seconds: PositiveFloat | None = None
+    """One export's deadline. Unset: `OTEL_EXPORTER_OTLP_TIMEOUT` (ms), else 10."""
+
+    @model_validator(mode="after")
+    def _endpoint_is_url(self) -> OtlpConfig:
+        if self.endpoint is not None and not re.match(_URL_PATTERN, self.endpoint):
+            raise ValueError("`endpoint` must be an http:// or https:// URL")
+        return self
+
+
+class TelemetryConfig(_Strict):
+    otlp: OtlpConfig = Field(default_factory=OtlpConfig)
+    service_name: str | None = None
+    """`service.name` of every span and metric. Unset: `OTEL_SERVICE_NAME`, else fleetgate."""
+    sample_ratio: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    """Share of new traces kept; a client's trace is kept or not as its `traceparent` says.
+    Unset: `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`, else 1.0."""
+    max_queue_spans: PositiveInt | None = None
+    """Spans waiting for export before new ones are dropped (and counted). Unset:
+    `OTEL_BSP_MAX_QUEUE_SIZE`, else 2048."""
+    export_interval_seconds: PositiveFloat | None = None
+    """How often the spans gathered are sent. Unset: `OTEL_BSP_SCHEDULE_DELAY` (ms), else 1."""
+    metrics_interval_seconds: PositiveFloat | None = None
+    """How often the GenAI metrics are sent. Unset: `OTEL_METRIC_EXPORT_INTERVAL` (ms), else
+    60."""
+    trace_url: str | None = None
+    """Where the dashboard links a request's trace: a URL with `{trace_id}` in it (say
+    `https://jaeger.internal/trace/{trace_id}`). Unset: the trace id is shown, unlinked."""
+
+    @model_validator(mode="after")
+    def _trace_url_names_the_id(self) -> TelemetryConfig:
+        url = self.trace_url
+        if url is not None and ("{trace_id}" not in url or not re.match(_URL_PATTERN, url)):
+            raise ValueError("`trace_url` must be an http(s) URL with `{trace_id}` in it")
+        return self
+
+
 class FleetConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     providers: list[ProviderConfig] = Field(default_factory=list)
     deployments: list[DeploymentConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)

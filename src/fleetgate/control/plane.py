@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from fleetgate import __version__
 from fleetgate.auth.guard import Guard, record_usage
 from fleetgate.auth.keys import KeyRing
 from fleetgate.config.loader import ConfigError, load_config_file
 from fleetgate.config.schema import FleetConfig
+from fleetgate.config.secrets import ADMIN_KEY_ENV, secret_warnings
 from fleetgate.fleet import Fleet, build_fleet, resolve_secret
 from fleetgate.logs import fields
 from fleetgate.outage import Outage
@@ -52,7 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fleetgate.control")
 
-ADMIN_KEY_ENV = "FLEETGATE_ADMIN_KEY"
 KEYS_VERSION = "keys_version"
 REDIS_URL_ENV = "FLEETGATE_REDIS_URL"
 REDIS_NAMESPACE_ENV = "FLEETGATE_REDIS_NAMESPACE"
@@ -210,8 +211,13 @@ class ControlPlane:
     async def _start(self) -> None:
         await migrate(self.db)
         applied = await self._fleet_from_file()
+        resealed = await self.config_store.reseal()
+        if resealed:
+            log.info("encrypted the literal credentials of %d stored provider(s)", resealed)
         await self.reload_fleet(force=True)
         await self.reload_keys()
+        for warning in secret_warnings(self.fleet.config, self.admin_key):
+            log.warning(warning)
         if self.options.config_path is not None:
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 # only the main thread may take a signal (a test's gateway runs in another)
@@ -493,6 +499,8 @@ class ControlPlane:
     def status(self) -> dict[str, Any]:
         recorder = self.pipeline.recorder
         return {
+            "version": __version__,
+            "warnings": secret_warnings(self.fleet.config, self.admin_key),
             "config_version": self.fleet.version,
             "database": self.db.dialect.name,
             "records_dropped": recorder.dropped,

@@ -51,13 +51,21 @@ from fleetgate.execute.outcome import (
 from fleetgate.execute.rewrite import ModelRewriter
 from fleetgate.execute.sse import CR, DONE
 from fleetgate.execute.upstream import UpstreamPool, request_headers
-from fleetgate.execute.usage import stop_in_stream, stop_reason, stream_usage, take_usage
+from fleetgate.execute.usage import (
+    answer_facts,
+    stop_in_stream,
+    stop_reason,
+    stream_facts,
+    stream_usage,
+    take_usage,
+)
 from fleetgate.execute.worker_slots import WorkerSlots
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.redact import Redactor
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
 from fleetgate.state.runtime import RuntimeState
+from fleetgate.trace_context import new_span_id
 from fleetgate.translate.registry import Protocols, UnreadableAnswer, Wire
 
 
@@ -210,7 +218,7 @@ class Executor:
                 continue
             attempt = _attempt_row(candidate, plan, len(attempts))
             attempts.append(attempt)
-            started = time.perf_counter()
+            started = attempt.began = time.perf_counter()
             outcome = await self._attempt(
                 profile, candidate, wire, attempt, started, fleet.circuit, release
             )
@@ -265,16 +273,26 @@ class Executor:
         started_ns = int(started * 1e9)  # the same clock: Ollama's durations count from it
         resp: UpstreamResponse | None = None
         handed_over = False
+        trace = profile.trace
+        if trace is not None:  # tracing on: the upstream joins the trace as this attempt's child
+            attempt.span_id = new_span_id()
         try:
             while True:
+                headers = wire.headers(
+                    request_headers(client, dep.provider, candidate.key_label, profile.stream),
+                    profile,
+                )
+                if trace is None:
+                    payload = wire.payload(profile, candidate)
+                else:
+                    assert attempt.span_id is not None
+                    headers = trace.upstream_headers(headers, attempt.span_id)
+                    payload = _traced_payload(wire, profile, candidate, attempt, trace.sampled)
                 resp = await client.http.request(
                     "POST",
                     upstream_url(client.base_url, dep.provider.kind, UPSTREAM_PATHS[wire.endpoint]),
-                    wire.headers(
-                        request_headers(client, dep.provider, candidate.key_label, profile.stream),
-                        profile,
-                    ),
-                    wire.payload(profile, candidate),
+                    headers,
+                    payload,
                     client.timeouts,
                 )
                 if resp.status < 300:
@@ -304,7 +322,13 @@ class Executor:
             framing = framing_for(content_type) if profile.stream else None
             if framing is not None:
                 first = await self._first_events(
-                    resp, rewriter, framing, attempt, started, client.redactor
+                    resp,
+                    rewriter,
+                    framing,
+                    attempt,
+                    started,
+                    client.redactor,
+                    trace is not None and trace.sampled,
                 )
                 if first is None:
                     return None
@@ -358,6 +382,8 @@ class Executor:
             attempt.ttft = attempt.latency
             take_usage(attempt, data)
             attempt.finish = stop_reason(data)
+            if trace is not None and trace.sampled:
+                answer_facts(attempt, data)
             self.state.record_success(
                 dep.id, attempt.ttft, attempt.latency, attempt.completion_tokens
             )
@@ -386,11 +412,13 @@ class Executor:
         attempt: Attempt,
         started: float,
         redactor: Redactor,
+        sampled: bool = False,
     ) -> tuple[bytes, bytes, int] | None:
         """Read until the first whole data event: the whole events read so far (the
         client's model set), the start of the next one, and how many data events the
         first hold. None when the first event is an error, when an event is not JSON, or
-        when the stream ends before any event."""
+        when the stream ends before any event. A `sampled` attempt notes what the answer
+        says of itself (its span shows it)."""
         buffer = b""
         sep = framing.separator
         while chunk := await resp.read_some():
@@ -407,11 +435,15 @@ class Executor:
             if not events:
                 return None
             attempt.ttft = time.perf_counter() - started
+            if sampled:
+                stream_facts(attempt, whole)
             return framing.rewrite(rewriter, whole), buffer[len(whole) :], events
         # the stream ended: what it sent is all there is
         events = self._check_head(buffer, framing, attempt, started, redactor)
         if events:
             attempt.ttft = time.perf_counter() - started
+            if sampled:
+                stream_facts(attempt, buffer)
             return framing.rewrite(rewriter, buffer), b"", events
         if events is None:
             self._fail(
@@ -623,6 +655,19 @@ def _larger(dep: Deployment, window: int, of: Callable[[Deployment], int | None]
 
 def _declared_window(dep: Deployment) -> int | None:
     return dep.context_window
+
+
+def _traced_payload(
+    wire: Wire, profile: RequestProfile, candidate: Candidate, attempt: Attempt, sampled: bool
+) -> bytes:
+    """The body sent upstream; a sampled attempt whose body is translated notes how long
+    the translation took (its span)."""
+    if not sampled or wire.translation is None:
+        return wire.payload(profile, candidate)
+    began = time.perf_counter()
+    payload = wire.payload(profile, candidate)
+    attempt.translated = time.perf_counter() - began
+    return payload
 
 
 def _no_slot() -> None:

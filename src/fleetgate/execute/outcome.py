@@ -58,6 +58,14 @@ class Attempt:
     dropped_params: list[str] | None = None  # unsupported knobs removed from the body sent
     preferences: dict[str, Any] | None = None  # the provider preferences in force
     wire: str | None = None  # "native", or the translation: "messages→chat.completions"
+    began: float = 0.0  # perf_counter when it started
+    # with tracing on: its CLIENT span's id (the upstream's `traceparent` names it); while
+    # sampled, what the answer said of itself and how long its translation took
+    span_id: str | None = None
+    response_id: str | None = None
+    response_model: str | None = None
+    cache_read_tokens: int | None = None
+    translated: float | None = None  # seconds spent translating the request body
     # what failed, in a few words: `connect refused`, `connect timeout`, `timeout`, `reset`,
     # or the status (`503`); None when the attempt worked
     failure: str | None = None

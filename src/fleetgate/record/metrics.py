@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from fleetgate.context.truncation import CUT_SHORT_NOTE, TRUNCATION_NOTE
 from fleetgate.execute.outcome import CUT_SHORT
 from fleetgate.fleet import Fleet
+from fleetgate.record.genai import called_upstream, operation_name, provider_name
 from fleetgate.record.histograms import BatchHistogram
 from fleetgate.record.recorder import BatchSink, Recorder, RequestRecord
 from fleetgate.routing.auto import AUTO_MODEL
@@ -42,6 +43,22 @@ def model_label(fleet: Fleet | None, name: str) -> str:
     return UNKNOWN
 
 
+# the GenAI semantic conventions' advised buckets (docs/telemetry.md names the version)
+GENAI_DURATION_BUCKETS = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+GENAI_TOKEN_BUCKETS = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)  # fmt: skip
+# the attributes of every GenAI metric, as Prometheus labels (dots become underscores)
+GENAI_LABELS = (
+    "gen_ai_operation_name",
+    "gen_ai_provider_name",
+    "gen_ai_request_model",
+    "fleetgate_deployment",
+    "error_type",
+)
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
 
@@ -52,6 +69,9 @@ class _Tally:
     __slots__ = (
         "attempts",
         "fallbacks",
+        "genai_duration",
+        "genai_first_chunk",
+        "genai_tokens",
         "latency",
         "models",
         "overhead",
@@ -68,6 +88,9 @@ class _Tally:
         self.latency: defaultdict[str, list[float]] = defaultdict(list)
         self.ttft: defaultdict[str, list[float]] = defaultdict(list)
         self.overhead: list[float] = []
+        self.genai_duration: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
+        self.genai_tokens: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
+        self.genai_first_chunk: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
         self.tokens: Counter_[tuple[str, str]] = Counter_()  # (deployment, direction)
 
 
@@ -133,6 +156,30 @@ class Metrics(BatchSink):
             ["deployment"],
             registry=r,
         )
+        # the GenAI metrics, under the names an OpenTelemetry Prometheus exporter gives them
+        # (the OTLP exporter sends these same series: telemetry/metrics.py)
+        self.genai_duration = BatchHistogram(
+            "gen_ai_client_operation_duration_seconds",
+            "GenAI operation duration: each upstream attempt (gen_ai.client.operation.duration).",
+            GENAI_LABELS,
+            GENAI_DURATION_BUCKETS,
+            r,
+        )
+        self.genai_tokens = BatchHistogram(
+            "gen_ai_client_token_usage",
+            "Input and output tokens of each upstream attempt (gen_ai.client.token.usage).",
+            (*GENAI_LABELS, "gen_ai_token_type"),
+            GENAI_TOKEN_BUCKETS,
+            r,
+        )
+        self.genai_first_chunk = BatchHistogram(
+            "gen_ai_client_operation_time_to_first_chunk_seconds",
+            "Time to the first chunk of each streamed attempt "
+            "(gen_ai.client.operation.time_to_first_chunk).",
+            GENAI_LABELS,
+            GENAI_DURATION_BUCKETS,
+            r,
+        )
         self.tokens = Counter(
             "fleetgate_tokens",
             "Tokens the upstreams reported, by deployment and direction (input, output).",
@@ -183,6 +230,8 @@ class Metrics(BatchSink):
         if CUT_SHORT_NOTE in notes and record.deployment_id:  # rare too
             self.cut_short.labels(record.deployment_id).inc()
         ctx = notes.get("provider_ctx") or {}
+        if record.attempts:
+            self._tally_genai(tally, record)
         for a in record.attempts:
             window = ctx.get(a.deployment_id, "unbounded") if isinstance(ctx, dict) else ""
             status = str(a.status or "")
@@ -197,8 +246,36 @@ class Metrics(BatchSink):
             if a.completion_tokens:
                 tally.tokens[(a.deployment_id, "output")] += a.completion_tokens
 
+    def _tally_genai(self, tally: _Tally, record: RequestRecord) -> None:
+        fleet = self.fleet() if self.fleet is not None else None
+        deployments = fleet.deployments if fleet is not None else {}
+        for a in record.attempts:
+            if not called_upstream(a):
+                continue
+            dep = deployments.get(a.deployment_id)
+            labels = (
+                operation_name(a, record.endpoint),
+                provider_name(dep.provider.kind if dep is not None else None),
+                a.upstream_model,
+                a.deployment_id,
+                a.error_class or "",
+            )
+            tally.genai_duration[labels].append(a.latency)
+            if a.prompt_tokens is not None:
+                tally.genai_tokens[(*labels, "input")].append(a.prompt_tokens)
+            if a.completion_tokens is not None:
+                tally.genai_tokens[(*labels, "output")].append(a.completion_tokens)
+            if record.stream and a.ok and a.ttft is not None:
+                tally.genai_first_chunk[labels].append(a.ttft)
+
     async def flush(self) -> None:
         tally, self._tally = self._tally, _Tally()
+        for labels, values in tally.genai_duration.items():
+            self.genai_duration.observe(labels, values)
+        for labels, values in tally.genai_tokens.items():
+            self.genai_tokens.observe(labels, values)
+        for labels, values in tally.genai_first_chunk.items():
+            self.genai_first_chunk.observe(labels, values)
         for labels, n in tally.requests.items():
             self.requests.labels(*labels).inc(n)
         for labels, n in tally.attempts.items():

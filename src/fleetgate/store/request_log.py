@@ -112,6 +112,7 @@ def row_of(r: RequestRecord) -> tuple[Any, ...]:
         max(len(r.attempts) - 1, 0),
         orjson.dumps(r.dropped).decode() if r.dropped else None,
         orjson.dumps([_attempt(a) for a in r.attempts]).decode(),
+        r.trace_id,
         orjson.dumps(notes, default=str).decode() if notes else None,
     )
 

@@ -86,6 +86,7 @@ requests = Table(
     Column("fallback_count", Integer, nullable=False),
     Column("dropped", JSON),
     Column("attempts", JSON, nullable=False),  # [{idx, deployment_id, status, ...}, ...]
+    Column("trace_id", String(32)),  # with telemetry on: its trace (trace_context.py)
     # the stages' notes: estimate, exact count, tier, preferences (numbers and ids)
     Column("notes", JSON),
 )
