@@ -14,13 +14,17 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fleet.yaml"
 
 
 def test_fleetgate_check_accepts_the_example_fleet(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     monkeypatch.setenv("FLEETGATE_ADMIN_KEY", "an-admin-key-of-enough-length-0123456789")
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-example")
+    monkeypatch.setenv("FLEETGATE_DATA_DIR", str(tmp_path))  # a store with no key yet
     assert main(["check", "--config", str(EXAMPLE)]) == 0
     captured = capsys.readouterr()
-    assert "warning" not in captured.out and captured.err == ""
+    warnings = [line for line in captured.out.splitlines() if "warning" in line]
+    # the one warning a fresh copy gets: no client key yet (the first `keys create` ends it)
+    assert len(warnings) == 1 and "the store holds no active client key" in warnings[0]
+    assert captured.err == ""
     assert "ok: 4 provider(s), 4 deployment(s), 1 model(s)" in captured.out
     assert "virtual model support-bot" in captured.out and "tier careful" in captured.out
 
