@@ -45,6 +45,12 @@ async def until(predicate: Callable[[], bool], within: float = 5.0, what: str = 
         await asyncio.sleep(0.005)
 
 
+def client_requests(engine: FakeEngine) -> list[Any]:
+    """What an engine received from clients, through the gateway: its own health checks
+    (`GET /health`) left out."""
+    return [r for r in engine.requests if r.path != "/health"]
+
+
 class LoopThread:
     def __init__(self) -> None:
         self.loop = serving_loop()  # the loop `fleetgate serve` runs on (uvloop)

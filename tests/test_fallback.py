@@ -9,15 +9,22 @@ import openai
 import pytest
 
 from fleetgate.testing import Fault
-from tests.harness import Stack, deployment, provider, wait_until
+from tests.harness import Stack, client_requests, deployment, provider, wait_until
 
 MSG = [{"role": "user", "content": "hello"}]
 
 
-def two_hosts(stack: Stack, circuit: dict | None = None, timeouts: dict | None = None) -> Stack:
+def two_hosts(
+    stack: Stack,
+    circuit: dict | None = None,
+    timeouts: dict | None = None,
+    health_check: dict | None = None,
+) -> Stack:
     a = stack.engine("a")
     b = stack.engine("b")
-    extra = {"timeouts": timeouts} if timeouts else {}
+    extra: dict = {"timeouts": timeouts} if timeouts else {}
+    if health_check is not None:
+        extra["health_check"] = health_check
     config = {
         "providers": [provider("pa", a, **extra), provider("pb", b, **extra)],
         "deployments": [
@@ -95,11 +102,11 @@ def test_circuit_opens_then_half_open_probe_recovers(stack: Stack, client_for):
     client = client_for(stack)
     for _ in range(2):
         client.chat.completions.create(model="m", messages=MSG)
-    assert len(a.requests) == 2
+    assert len(client_requests(a)) == 2
     assert stack.gateway.pipeline.state.health("pa").circuit == "open"
     raw = client.chat.completions.with_raw_response.create(model="m", messages=MSG)
     assert raw.headers["x-fleetgate-attempts"] == "1"  # open circuit: 'pa' filtered out
-    assert len(a.requests) == 2
+    assert len(client_requests(a)) == 2
     a.set_fault(None)
     wait_until(lambda: stack.gateway.pipeline.state.health("pa").circuit == "half-open", 5)
     raw = client.chat.completions.with_raw_response.create(model="m", messages=MSG)
@@ -108,7 +115,13 @@ def test_circuit_opens_then_half_open_probe_recovers(stack: Stack, client_for):
 
 
 def test_failed_probe_reopens_the_circuit(stack: Stack, client_for):
-    two_hosts(stack, circuit={"failure_threshold": 1, "cooldown_seconds": 0.3})
+    # without health checks, which would keep a host whose /health fails out (no client
+    # request probes it then: tests/execute/test_health_checks.py)
+    two_hosts(
+        stack,
+        circuit={"failure_threshold": 1, "cooldown_seconds": 0.3},
+        health_check={"enabled": False},
+    )
     a = stack.engines["a"]
     a.set_fault(Fault("status", status=500))
     client = client_for(stack)

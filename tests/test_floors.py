@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "fleetgate"
 FLOORS: list[tuple[str, set[str]]] = [
     (
         "foundation",
-        {"errors", "redact", "outage", "gc_tuning", "web", "trace_context", "__init__"},
+        {"errors", "redact", "outage", "gc_tuning", "logs", "web", "trace_context", "__init__"},
     ),
     ("fleet model", {"config", "fleet"}),
     (

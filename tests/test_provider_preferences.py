@@ -286,7 +286,8 @@ def test_check_reports_the_single_point_of_failure(tmp_path: Path, capsys):
         "warning: model qwen: strict json_schema requests have a single point of failure: "
         "only big-gpu/qwen is eligible (1/4)"
     ) in out
-    assert "warning: model qwen: no deployment can serve image requests (0/4 eligible)" in out
+    # no deployment declares image input: a text fleet is not warned about images
+    assert "image requests" not in out
     assert "deployments[3].supported_parameters[1]" in out  # the typo `tols`
     assert "models[0].provider.ignore[0]: 'nobody' names no provider or deployment" in out
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import signal
 import sys
@@ -13,8 +14,10 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from fleetgate import __version__
 from fleetgate.config import FleetConfig, load_config_file
 from fleetgate.gc_tuning import tune_gc
+from fleetgate.logs import DEFAULT_LEVEL, configure, fields
 from fleetgate.server.run import open_files_for_streams, server_for, uvicorn_kwargs
 from fleetgate.store.database import database_url, prepare
 
@@ -22,7 +25,10 @@ if TYPE_CHECKING:
     from fleetgate.control.plane import ControlOptions
     from fleetgate.server.app import App, Gateway
 
+log = logging.getLogger("fleetgate")
+
 CONFIG_ENV = "FLEETGATE_CONFIG"
+LOG_LEVEL_ENV = "FLEETGATE_LOG_LEVEL"
 
 
 def build_gateway(config: FleetConfig, options: ControlOptions | None = None) -> Gateway:
@@ -46,14 +52,47 @@ def build_gateway(config: FleetConfig, options: ControlOptions | None = None) ->
     return Gateway(pipeline, control, admin, dashboard)
 
 
-def gateway_for(config: FleetConfig) -> Gateway:
-    """The gateway with its control plane (store, admin API, keys, Redis when set)."""
-    return build_gateway(config)
+def gateway_for(config: FleetConfig, path: str | None = None) -> Gateway:
+    """The gateway with its control plane (store, admin API, keys, Redis when set);
+    `path`: its fleet file, which SIGHUP and `POST /admin/reload` read again."""
+    from fleetgate.control.plane import ControlOptions
+
+    return build_gateway(config, ControlOptions(config_path=path))
+
+
+def announce(gateway: Gateway, host: str, port: int, workers: int = 1) -> None:
+    """Log the start line once the gateway is ready (`server/start_line.py`)."""
+    from fleetgate.server.start_line import start_line
+
+    def ready() -> None:
+        control = gateway.control
+        log.info(
+            start_line(
+                gateway.pipeline.holder.fleet,
+                f"http://{host}:{port}",
+                admin=bool(control is not None and control.admin_key),
+                auth=bool(control is not None and control.guard.enabled),
+                store=control.db.url.render_as_string(hide_password=True) if control else None,
+                redis=bool(control is not None and control.redis_url),
+                workers=workers,
+            ),
+            extra=fields(event="start", version=__version__, address=f"{host}:{port}"),
+        )
+
+    gateway.on_ready = ready
+
+
+def log_level() -> str:
+    """`--log-level`, else FLEETGATE_LOG_LEVEL, else info."""
+    return os.environ.get(LOG_LEVEL_ENV, DEFAULT_LEVEL).lower()
 
 
 def app_from_env() -> Gateway:
     """Factory for multi-worker mode: each worker loads the config named by FLEETGATE_CONFIG."""
-    app = gateway_for(load_config_file(os.environ[CONFIG_ENV]))
+    path = os.environ[CONFIG_ENV]
+    config = load_config_file(path)
+    configure(log_level(), config.server.log_format)
+    app = gateway_for(config, path)
     tune_gc()
     return app
 
@@ -64,8 +103,17 @@ def _exit_cleanly_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 
-def serve(config_path: str, host: str | None, port: int | None, workers: int) -> None:
+def serve(
+    config_path: str,
+    host: str | None,
+    port: int | None,
+    workers: int,
+    level: str | None = None,
+) -> None:
+    if level is not None:
+        os.environ[LOG_LEVEL_ENV] = level  # the workers of `--workers N` read it too
     config = load_config_file(config_path)
+    configure(log_level(), config.server.log_format)
     _exit_cleanly_on_sigterm()
     open_files_for_streams()  # before the workers fork: they inherit it
     host = host or config.server.host
@@ -82,9 +130,11 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int) ->
             host=host,
             port=port,
             workers=workers,
-            **uvicorn_kwargs(),
+            **{**uvicorn_kwargs(), "log_config": None},  # the lines go through `configure`
         )
         return
-    server = server_for(gateway_for(config), host, port)
+    gateway = gateway_for(config, os.path.abspath(config_path))
+    announce(gateway, host, port)
+    server = server_for(gateway, host, port, log_config=None)
     tune_gc()
     server.run()

@@ -1,4 +1,4 @@
-"""The `fleetgate` command: serve, epp, envoy-config, demo, explain, check, diff, keys,
+"""The `fleetgate` command: serve, epp, envoy-config, demo, explain, check, diff, status, keys,
 version."""
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from typing import Any
 
 from fleetgate import __version__
 from fleetgate.config import ConfigError, check_config_text, load_config_file
+from fleetgate.logs import LEVELS
 from fleetgate.store.errors import StoreUnavailable
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from fleetgate.assemble import serve
 
-    serve(args.config, args.host, args.port, args.workers)
+    serve(args.config, args.host, args.port, args.workers, args.log_level)
     return 0
 
 
@@ -130,6 +131,12 @@ def _cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from fleetgate.commands.status import run
+
+    return run(args.url)
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -177,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default=None,
+        help="the lowest level logged (default: FLEETGATE_LOG_LEVEL, else info)",
+    )
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("epp", help="run as the endpoint picker of an Envoy gateway")
@@ -219,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("diff", help="show the fleet file against the store, applying nothing")
     p.add_argument("--config", required=True)
     p.set_defaults(func=_cmd_diff)
+
+    p = sub.add_parser("status", help="the live fleet of a running gateway")
+    p.add_argument("--url", required=True, help="the gateway, e.g. http://127.0.0.1:8080")
+    p.set_defaults(func=_cmd_status)
 
     _keys_parser(sub)
     return parser

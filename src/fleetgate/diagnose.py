@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleetgate.config import FleetConfig
+from fleetgate.config.checks import deployment_id
 from fleetgate.fleet import Fleet, Model, build_fleet
 from fleetgate.fleet.data_plane import deployment_blocker
 from fleetgate.ingress.needs import derive_needs
@@ -67,11 +68,24 @@ def effective_pools(fleet: Fleet, model: Model) -> dict[str, tuple[list[str], in
     return out
 
 
+def serves_images(fleet: Fleet, model: Model) -> bool:
+    """Whether the operator declared image input for a deployment of the model (its
+    `modalities`): a kind's default alone (a hosted API's) says nothing of an intent to
+    serve images, so a text fleet is never warned about image requests."""
+    ids = {d.id for d in model.deployments}
+    return any(
+        d.modalities is not None and "image" in d.modalities and deployment_id(d) in ids
+        for d in fleet.config.deployments
+    )
+
+
 def pool_warnings(fleet: Fleet) -> list[str]:
     """Where a request shape has a single point of failure (1 of ≥2) or no deployment."""
     warnings = []
     for model in fleet.models.values():
         for shape, (eligible, pool) in effective_pools(fleet, model).items():
+            if shape == "image" and not serves_images(fleet, model):
+                continue
             if not eligible:
                 warnings.append(
                     f"warning: model {model.id}: no deployment can serve {shape} requests "

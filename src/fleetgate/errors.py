@@ -218,6 +218,13 @@ ERROR_KINDS: dict[str, ErrorKind] = _kinds(
         "`problems` lists and send it again.",
     ),
     ErrorKind(
+        "no_config_file",
+        409,
+        "invalid_request_error",
+        "The gateway was started without a fleet file, so there is none to reload; change "
+        "the fleet through the admin API instead.",
+    ),
+    ErrorKind(
         "already_exists",
         409,
         "invalid_request_error",

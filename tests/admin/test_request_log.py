@@ -78,12 +78,15 @@ def test_rows_for_success_fallback_exhausted_and_stream(
 
     # filters and cursor pagination, newest first
     page = api.get("/admin/requests", params={"limit": 3}).json()
-    assert [r["id"] for r in page["data"]] == ["st-1", "ex-1", "fb-1"]
+    assert [r["request_id"] for r in page["data"]] == ["st-1", "ex-1", "fb-1"]
     rest = api.get("/admin/requests", params={"limit": 3, "cursor": page["next_cursor"]}).json()
-    assert [r["id"] for r in rest["data"]] == ["ok-1"] and rest["next_cursor"] is None
+    assert [r["request_id"] for r in rest["data"]] == ["ok-1"] and rest["next_cursor"] is None
     errors = api.get("/admin/requests", params={"status": "error"}).json()["data"]
-    assert [r["id"] for r in errors] == ["ex-1"]
-    assert api.get("/admin/requests", params={"status": "502"}).json()["data"][0]["id"] == "ex-1"
+    assert [r["request_id"] for r in errors] == ["ex-1"]
+    assert (
+        api.get("/admin/requests", params={"status": "502"}).json()["data"][0]["request_id"]
+        == "ex-1"
+    )
     assert api.get("/admin/requests", params={"model": "other"}).json()["data"] == []
     later = api.get("/admin/requests", params={"since": time.time() + 60}).json()
     assert later["data"] == []
@@ -146,7 +149,7 @@ async def test_retention_purge_in_chunks(db_url: str) -> None:
         old = [_record(i, now - 40 * 86400 - i) for i in range(7)]
         await log.write([*old, _record(100, now - 3600), _record(101, now)])
         assert await log.purge(now - 30 * 86400, chunk=3) == 7
-        left = [r["id"] for r in (await log.page(limit=50)).rows]
+        left = [r["request_id"] for r in (await log.page(limit=50)).rows]
         assert left == ["r101", "r100"]
         assert await log.purge(now - 30 * 86400, chunk=3) == 0
     finally:
@@ -174,7 +177,7 @@ async def test_rows_wait_while_the_database_fails(sqlite_url: str) -> None:
         )
         await log.write([])
         assert log.written == 3
-        assert [r["id"] for r in (await log.page(limit=10)).rows] == ["r4", "r3", "r2"]
+        assert [r["request_id"] for r in (await log.page(limit=10)).rows] == ["r4", "r3", "r2"]
     finally:
         await db.dispose()
 
@@ -224,7 +227,7 @@ async def test_a_batch_binds_only_the_columns_its_rows_fill(db_url: str) -> None
         await log.write(plain)
         await log.write(filled)
         assert log.written == 6
-        rows = {r["id"]: r for r in (await log.page(limit=10)).rows}
+        rows = {r["request_id"]: r for r in (await log.page(limit=10)).rows}
         for record in plain + filled:
             row = rows[record.request_id]
             assert row["client_key_id"] == record.client_key_id
@@ -259,6 +262,6 @@ async def test_flushes_that_overlap_write_each_row_once(db_url: str) -> None:
         await asyncio.gather(first, log.flush())
         assert (log.written, log.pending) == (50, 0)
         rows = (await log.page(limit=100)).rows
-        assert sorted(r["id"] for r in rows) == sorted(f"r{i}" for i in range(50))
+        assert sorted(r["request_id"] for r in rows) == sorted(f"r{i}" for i in range(50))
     finally:
         await db.dispose()

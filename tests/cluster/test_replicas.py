@@ -17,7 +17,7 @@ from fleetgate.control.plane import ControlOptions
 from fleetgate.server.app import Gateway
 from fleetgate.testing import Fault
 from tests.admin.helpers import ADMIN_KEY, admin, early_in_a_minute, two_tier_fleet
-from tests.harness import Stack, wait_until
+from tests.harness import Stack, client_requests, wait_until
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -152,9 +152,9 @@ def test_circuit_state_is_shared(
 ) -> None:
     _pa_opened_by_a(stack, replica_b, _options(pg_url, redis_url, redis_namespace), 60)
     # B routes around pa without ever trying it
-    before = len(stack.engines["a"].requests)
+    before = len(client_requests(stack.engines["a"]))
     assert _chat(replica_b).headers["x-fleetgate-route"] == "pb"
-    assert len(stack.engines["a"].requests) == before
+    assert len(client_requests(stack.engines["a"])) == before
     live = admin(replica_b).get("/admin/fleet").json()
     pa = next(d for d in live["deployments"] if d["id"] == "pa")
     assert pa["health"]["circuit"] == "open" and pa["health"]["cooldown_until"] > time.time()
@@ -175,17 +175,17 @@ def test_one_half_open_probe_for_the_whole_cluster(
         5,
         "both see pa half-open",
     )
-    before = len(engine.requests)
+    before = len(client_requests(engine))
     with ThreadPoolExecutor(12) as pool:
         pending = [pool.submit(_chat, s) for s in [stack, replica_b] * 6]
         try:
             wait_until(lambda: sum(f.done() for f in pending) == 11, 10, "11 answered around pa")
-            assert len(engine.requests) - before == 1  # one probe, not one per replica
+            assert len(client_requests(engine)) - before == 1  # one probe, not one a replica
         finally:
             engine.release()
         answers = [f.result(10) for f in pending]
     assert {r.status_code for r in answers} == {200}
-    assert len(engine.requests) - before == 1
+    assert len(client_requests(engine)) - before == 1
     routes = [r.headers["x-fleetgate-route"] for r in answers]
     assert routes.count("pa") == 1 and routes.count("pb") == 11
     # its success is shared: both close the circuit, and the claim is freed

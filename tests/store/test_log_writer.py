@@ -69,7 +69,7 @@ async def store(db_url: str) -> AsyncIterator[tuple[str, Database]]:
 
 async def _ids(db: Database) -> list[str]:
     rows = (await RequestLog(db).page(limit=100_000)).rows
-    return sorted(r["id"] for r in rows)
+    return sorted(r["request_id"] for r in rows)
 
 
 def _started(url: str, capacity: int = 10_000) -> LogWriterProcess:

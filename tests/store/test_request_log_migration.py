@@ -106,7 +106,7 @@ async def test_upgrade_inlines_attempts_and_downgrade_splits_them(db_url: str) -
         refused = await log.get("refused")
         assert refused is not None and refused["attempts"] == []
         assert refused["stream"] is True and refused["tokens_estimated"] is True
-        assert [r["id"] for r in (await log.page()).rows] == ["refused", "fb-1"]
+        assert [r["request_id"] for r in (await log.page()).rows] == ["refused", "fb-1"]
 
         await db.transaction(lambda c: command.downgrade(alembic_config(c), "0001"))
         rows, requests = await db.read(_split_rows)

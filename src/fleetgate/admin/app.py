@@ -15,7 +15,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope
 
-from fleetgate.admin import entities, explain, fleet_view, history, keys, log, stats
+from fleetgate.admin import (
+    entities,
+    explain,
+    fleet_view,
+    history,
+    keys,
+    log,
+    operations,
+    stats,
+)
 from fleetgate.admin.docs import add_docs
 from fleetgate.admin.errors import AdminError
 from fleetgate.admin.openapi import entity_model, install_openapi
@@ -98,6 +107,7 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
     app.include_router(explain.router(control))
     app.include_router(history.router(control))
     app.include_router(keys.router(control))
+    app.include_router(operations.router(control))  # before the entities' /{id} routes
     app.include_router(entities.router(control))
     install_openapi(app, {entity_model(kind): kind.key_field for kind in ENTITY_KINDS.values()})
     return app

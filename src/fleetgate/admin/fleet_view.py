@@ -63,6 +63,7 @@ def live_fleet(
     deployments = []
     for dep in fleet.deployments.values():
         h = state.health(dep.id)
+        reason = "disabled" if not dep.enabled else state.unavailable_reason(dep.id, now)
         deployments.append(
             {
                 "id": dep.id,
@@ -71,12 +72,16 @@ def live_fleet(
                 "kind": dep.provider.kind,
                 "upstream_model": dep.upstream_model,
                 "tier": dep.tier,
+                "enabled": dep.enabled,
                 "context_window": _window(fleet, dep, windows),
                 "health": {
                     "circuit": h.circuit,
-                    "available": state.unavailable_reason(dep.id, now) is None,
-                    "unavailable_reason": state.unavailable_reason(dep.id, now),
+                    "available": reason is None,
+                    "unavailable_reason": reason,
                     "cooldown_until": h.open_until if h.open_until > now else None,
+                    "open_cause": h.open_cause or None,
+                    "last_error": h.last_error or None,
+                    "last_error_at": h.last_error_at or None,
                     "consecutive_failures": h.consecutive_failures,
                     "successes": h.successes,
                     "failures": h.failures,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from fleetgate.admin.openapi import responses
 from fleetgate.errors import GatewayError, invalid
@@ -14,12 +14,16 @@ if TYPE_CHECKING:
     from fleetgate.control.plane import ControlPlane
 
 
+FILTERS = ("model", "key", "deployment", "status", "fallback", "since", "limit", "cursor")
+
+
 def router(control: ControlPlane) -> APIRouter:
     r = APIRouter(tags=["request log"])
 
     @r.get("/admin/requests", summary="Logged requests, newest first")
     async def list_requests(
-        model: str | None = None,
+        request: Request,
+        model: str | None = Query(None, description="the model name the request asked for"),
         key: str | None = Query(None, description="a client key's id"),
         deployment: str | None = Query(None, description="the deployment that answered"),
         status: str | None = Query(
@@ -27,10 +31,20 @@ def router(control: ControlPlane) -> APIRouter:
             pattern=r"^(ok|error|[1-5][0-9][0-9])$",
             description="an HTTP status, `ok` or `error`",
         ),
+        fallback: bool | None = Query(
+            None, description="`true`: requests that fell back; `false`: those that did not"
+        ),
         since: str | None = Query(None, description="epoch seconds or ISO-8601"),
         limit: int = Query(50, ge=1, le=1000),
         cursor: str | None = None,
     ) -> dict[str, Any]:
+        unknown = sorted(set(request.query_params) - set(FILTERS))
+        if unknown:  # a misspelt filter would otherwise list everything, silently
+            raise invalid(
+                f"Unknown filter {', '.join(map(repr, unknown))}; the filters are "
+                f"{', '.join(FILTERS)}.",
+                unknown[0],
+            )
         if status is not None and status not in ("ok", "error") and not status.isdigit():
             raise invalid("`status` must be an HTTP status, `ok` or `error`.", "status")
         try:
@@ -43,6 +57,7 @@ def router(control: ControlPlane) -> APIRouter:
                 key=key,
                 deployment=deployment,
                 status=status,
+                fallback=fallback,
                 since=since_ts,
                 limit=limit,
                 cursor=cursor,

@@ -9,10 +9,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 import time
 from typing import Any
 
-from fleetgate.commands.store import is_empty, load_optional, storage_of, store_url, with_store
+from fleetgate.commands.store import (
+    existing_store_url,
+    is_empty,
+    load_optional,
+    shown_url,
+    storage_of,
+    store_url,
+    with_store,
+)
 from fleetgate.config import FleetConfig
 from fleetgate.control.plane import KEYS_VERSION, REDIS_URL_ENV
 from fleetgate.store.client_keys import KeyStore
@@ -39,12 +48,23 @@ async def _changed(db: Database, config: FleetConfig | None) -> None:
     await _announce(config)
 
 
+SPEND_UNIT = "spend and budgets are in the unit of the deployments' `price` (per million tokens)"
+
+
+def amount(value: float) -> str:
+    """A sum of money as people write it: 0.0000042, never 4.2e-06."""
+    if value == 0:
+        return "0"
+    digits = max(2, 3 - int(f"{abs(value):e}".split("e")[1]))  # 3 or 4 significant digits
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".")
+
+
 def _limits(row: dict[str, Any]) -> str:
     parts = [f"{name}={row[name]}" for name in ("rpm", "tpm") if row.get(name) is not None]
     if row.get("budget") is not None:
-        parts.append(f"spent {row['spent']:.4g} of budget {row['budget']:.4g}")
+        parts.append(f"spent {amount(row['spent'])} of budget {amount(row['budget'])}")
     elif row.get("spent"):
-        parts.append(f"spent {row['spent']:.4g}")
+        parts.append(f"spent {amount(row['spent'])}")
     return ", ".join(parts) or "-"
 
 
@@ -88,6 +108,8 @@ async def _create(db: Database, args: argparse.Namespace, config: FleetConfig | 
 async def _list(db: Database, args: argparse.Namespace, config: FleetConfig | None) -> int:
     rows = await KeyStore(db).list()
     print(_table(rows) if rows else "no client keys.")
+    if any(r.get("spent") or r.get("budget") is not None for r in rows):
+        print(f"({SPEND_UNIT})")
     return 0
 
 
@@ -116,12 +138,14 @@ ACTIONS = {"create": _create, "list": _list, "disable": _disable, "delete": _del
 def run(args: argparse.Namespace) -> int:
     config = load_optional(args.config)
     action = ACTIONS[args.action]
+    url = store_url(config) if config is not None else existing_store_url()
+    print(f"store: {shown_url(url)}", file=sys.stderr)  # which one: never a surprise
 
     async def work(db: Database) -> int:
         await migrate(db)
         return await action(db, args, config)
 
-    return asyncio.run(with_store(store_url(config), work))
+    return asyncio.run(with_store(url, work))
 
 
 def auth_key_warning(config: FleetConfig) -> str | None:

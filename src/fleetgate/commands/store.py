@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import inspect
+from sqlalchemy import inspect, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetgate.config import FleetConfig, load_config_file
 from fleetgate.config.schema import StorageConfig
-from fleetgate.store.database import database_url, open_database, store_unavailable
+from fleetgate.store.database import (
+    DATA_DIR_ENV,
+    DATABASE_URL_ENV,
+    SQLITE_FILE,
+    data_dir,
+    database_url,
+    open_database,
+    store_unavailable,
+)
 from fleetgate.store.db import Database
+from fleetgate.store.errors import StoreUnavailable
 
 T = TypeVar("T")
 
@@ -29,6 +39,27 @@ def store_url(config: FleetConfig | None) -> str:
     """The config's store (env FLEETGATE_DATABASE_URL / FLEETGATE_DATA_DIR override it)."""
     storage = storage_of(config)
     return database_url(storage.database_url, storage.data_dir)
+
+
+def existing_store_url() -> str:
+    """The store a command without `--config` works on: the one FLEETGATE_DATABASE_URL
+    names, else the SQLite store under the data directory when it exists. Never a new
+    one: keys made in a store no gateway reads would be refused by every gateway."""
+    if os.environ.get(DATABASE_URL_ENV):
+        return database_url()
+    path = (data_dir() / SQLITE_FILE).resolve()
+    if not path.is_file():
+        raise StoreUnavailable(
+            f"no store to use: no --config was given, {DATABASE_URL_ENV} is not set and "
+            f"there is no store at {path}. Pass the gateway's fleet file with --config, or "
+            f"set {DATABASE_URL_ENV} (or {DATA_DIR_ENV}) to the store the gateway uses."
+        )
+    return database_url()
+
+
+def shown_url(url: str) -> str:
+    """A store's URL as a command says it: without its password."""
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def shown(db: Database) -> str:

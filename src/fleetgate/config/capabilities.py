@@ -179,3 +179,19 @@ def describe_needs(needs: Iterable[str]) -> str:
     if len(words) <= 1:
         return "".join(words)
     return ", ".join(words[:-1]) + " and " + words[-1]
+
+
+# the active health check by provider kind: (path under the provider's root, seconds apart)
+_ENGINE_CHECK = ("/health", 2.0)
+HEALTH_CHECKS: dict[str, tuple[str, float]] = {
+    "vllm": _ENGINE_CHECK,
+    "sglang": _ENGINE_CHECK,
+    "llamacpp": _ENGINE_CHECK,
+    "ollama": ("/api/version", 2.0),
+}
+_HOSTED_CHECK = ("/v1/models", 10.0)  # openai, openrouter, anthropic: the cheapest GET
+
+
+def health_check_defaults(kind: ProviderKind) -> tuple[str, float]:
+    """The default health check of a provider kind: its path and interval in seconds."""
+    return HEALTH_CHECKS.get(kind, _HOSTED_CHECK)

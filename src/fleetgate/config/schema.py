@@ -81,6 +81,19 @@ class Timeouts(_Strict):
     wait for a free pooled connection and the connect count too."""
 
 
+class HealthCheckConfig(_Strict):
+    """The gateway's own check of a provider whose circuit is open (docs/routing.md)."""
+
+    enabled: bool = True
+    path: Annotated[str, Field(pattern=r"^/[^\s]*$")] | None = None
+    """Asked with GET, under the provider's root (its base_url without a trailing `/v1`).
+    Default by kind: `/health` for vllm, sglang and llamacpp, `/api/version` for ollama,
+    `/v1/models` for hosted APIs."""
+    interval_seconds: Annotated[float, Field(ge=0.1)] | None = None
+    """Seconds between two checks while the circuit is open. Default: 2 for engines, 10
+    for hosted APIs."""
+
+
 class ProviderConfig(_Strict):
     id: Identifier
     kind: ProviderKind = "openai"
@@ -122,6 +135,9 @@ class ProviderConfig(_Strict):
     name whose A/AAAA records are replicas (a Kubernetes headless Service), resolved again
     every few seconds. Each replica is a deployment of its own for balancing, engine load
     and affinity (`<deployment>@<ip:port>`); see docs/kubernetes.md."""
+    health_check: HealthCheckConfig = Field(default_factory=HealthCheckConfig)
+    """While a deployment's circuit is open, the gateway checks the provider itself and
+    brings it back as soon as it answers; no client request is the probe."""
 
 
 class Price(_Strict):
@@ -338,6 +354,9 @@ class DeploymentConfig(_Strict):
     """How the context estimate costs text here; default: inferred from the upstream name."""
     tokenizer: str | None = None
     """Path to the model's `tokenizer.json`: exact counts locally, with no engine call."""
+    enabled: bool = True
+    """`false`: the deployment stays in the fleet, shown as disabled, and is sent nothing
+    (requests already on it finish). To drain a host, or keep it out while it is repaired."""
 
 
 class LongContextConfig(_Strict):
@@ -493,6 +512,11 @@ class ServerConfig(_Strict):
     above the balancer's own idle timeout."""
     metrics_key: str | None = None
     """When set (a literal or `${ENV}`), `GET /metrics` needs it (or the admin key)."""
+    log_format: Literal["text", "json"] = "text"
+    """The gateway's log lines: `text`, or one JSON object a line with named fields."""
+    access_log: bool = False
+    """One log line per request (id, model, deployment, status, attempts, timings; never
+    content), written off the request's path."""
 
 
 class StorageConfig(_Strict):

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,9 +23,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from fleetgate import __version__
 from fleetgate.auth.guard import Guard, record_usage
 from fleetgate.auth.keys import KeyRing
+from fleetgate.config.loader import ConfigError, load_config_file
 from fleetgate.config.schema import FleetConfig
 from fleetgate.config.secrets import ADMIN_KEY_ENV, secret_warnings
 from fleetgate.fleet import Fleet, build_fleet, resolve_secret
+from fleetgate.logs import fields
 from fleetgate.outage import Outage
 from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.store.calibration import CalibrationKeeper, CalibrationStore
@@ -34,6 +37,7 @@ from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.fleet_file import (
     apply_summary,
     changes,
+    describe,
     fleet_source,
     kept_summary,
     replaced_edits,
@@ -69,10 +73,32 @@ class ControlOptions:
     admin_key: str | None = None
     purge_interval: float = 600.0
     poll_interval: float = 1.0  # store polling when there is no working Redis
+    config_path: str | None = None  # the fleet file, re-read by SIGHUP and /admin/reload
 
 
 def _has_entities(config: FleetConfig) -> bool:
     return any(entities_of(config).values())
+
+
+# sections a reload reads but cannot apply to a running process
+_RESTART_SECTIONS = ("server", "storage", "admin", "auth")
+
+
+class NoConfigFile(Exception):
+    """A reload was asked of a gateway started without a fleet file."""
+
+
+def _log_fleet_change(old: Fleet, new: Fleet, by: str) -> None:
+    """One line per fleet swap: who changed it, to which version, and what changed."""
+    what = describe(changes(entities_of(old.config), entities_of(new.config)))
+    log.info(
+        "fleet changed by %s (config version %d -> %d): %s",
+        by,
+        old.version,
+        new.version,
+        what,
+        extra=fields(event="fleet_changed", by=by, version=new.version),
+    )
 
 
 class SpendSink(BatchSink):
@@ -192,6 +218,10 @@ class ControlPlane:
         await self.reload_keys()
         for warning in secret_warnings(self.fleet.config, self.admin_key):
             log.warning(warning)
+        if self.options.config_path is not None:
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                # only the main thread may take a signal (a test's gateway runs in another)
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._reload_on_sighup)
         self.pipeline.recorder.sinks.append(self.log_writer)
         self.pipeline.recorder.sinks.append(self.spend)
         self._export_store_metrics()
@@ -298,8 +328,9 @@ class ControlPlane:
             log.info(kept_summary(edits))
         return None
 
-    async def reload_fleet(self, force: bool = False) -> bool:
+    async def reload_fleet(self, force: bool = False, by: str | None = None) -> bool:
         """Rebuild the fleet from the store when its version moved; True when swapped.
+        `by`: who changed it, for the log line the swap gets (None: no line).
 
         Serialised with the swaps of local edits, and never swapping to an older version:
         a reload that read version N must not replace the N+1 a local edit installed while
@@ -312,21 +343,92 @@ class ControlPlane:
             config = compose_or_raise(self.base, entities)
             if not force and version <= self.fleet.version:
                 return False
-            self.pipeline.holder.swap(build_fleet(config, version))
+            old = self.pipeline.holder.swap(build_fleet(config, version))
+            if by is not None:
+                _log_fleet_change(old, self.fleet, by)
             return True
+
+    async def reload_file(self, how: str) -> dict[str, Any]:
+        """Re-read the fleet file (`how`: `SIGHUP`, `POST /admin/reload`) and apply it as a
+        start does: its fleet sections when the file owns the fleet, its other sections
+        here. The whole file is validated first; an invalid one raises `ConfigError` with
+        every problem and changes nothing. The new fleet is swapped in at once, and the
+        other replicas follow its version."""
+        path = self.options.config_path
+        if path is None:
+            raise NoConfigFile(
+                "This gateway was started without a fleet file, so there is none to reload."
+            )
+        config = load_config_file(path)  # every problem, with its line, or nothing
+        source = fleet_source(config, _has_entities(config))
+        applied: int | None = None
+        fixed = [
+            name for name in _RESTART_SECTIONS if getattr(config, name) != getattr(self.base, name)
+        ]
+        async with self._fleet_lock:  # no poll or event swaps in between
+            if source == "file":
+                result = await self.config_store.apply_file(
+                    entities_of(config), lambda entities: compose_or_raise(config, entities)
+                )
+                applied = result.version if result.outcome == "applied" else None
+            entities = await self.config_store.entities()
+            composed = compose_or_raise(config, entities)  # the store's fleet must fit it
+            self.base = config
+            version = await self.config_store.version()
+            before = self.pipeline.holder.swap(build_fleet(composed, version))
+        _log_fleet_change(before, self.fleet, f"the fleet file ({how})")
+        if fixed:
+            log.warning(
+                "reload: %s changed in the fleet file; they take effect at the next start",
+                ", ".join(f"`{name}`" for name in fixed),
+            )
+        if applied is not None and self.link is not None:
+            self.link.announce({"type": "config", "version": applied})
+        return {
+            "version": self.fleet.version,
+            "fleet_source": source,
+            "changes": [
+                {"kind": c.kind, "id": c.id, "change": c.change}
+                for c in changes(entities_of(before.config), entities_of(self.fleet.config))
+            ],
+            "restart_needed": fixed,
+        }
+
+    def _reload_on_sighup(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._sighup())
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
+
+    async def _sighup(self) -> None:
+        try:
+            await self.reload_file("SIGHUP")
+        except ConfigError as exc:
+            log.error(
+                "reload refused, the fleet is unchanged: %d problem(s): %s",
+                len(exc.problems),
+                "; ".join(map(str, exc.problems)),
+            )
+        except NoConfigFile as exc:
+            log.error("reload refused: %s", exc)
+        except (SQLAlchemyError, OSError) as exc:
+            self.store_outage.failed(exc)
+            log.error("reload failed: the store cannot be reached (%s)", type(exc).__name__)
 
     async def change(
         self, edit: Callable[[Entities], Entities], events: list[dict[str, Any]] | None = None
     ) -> Fleet:
         """Edit the stored entities; the whole result is validated before anything is kept.
         `events` (filled by `edit`): what else it did, for the config history."""
-        version, config = await self.config_store.change(
-            edit, lambda entities: compose_or_raise(self.base, entities), events
-        )
-        fleet = build_fleet(config, version)
+        # under the fleet lock: a poll or an event of this process must not swap the new
+        # version in first (it would be logged as another replica's)
         async with self._fleet_lock:
+            version, config = await self.config_store.change(
+                edit, lambda entities: compose_or_raise(self.base, entities), events
+            )
+            fleet = build_fleet(config, version)
             if version > self.fleet.version:
-                self.pipeline.holder.swap(fleet)
+                old = self.pipeline.holder.swap(fleet)
+                _log_fleet_change(old, fleet, "the admin API")
         if self.link is not None:
             self.link.announce({"type": "config", "version": version})
         return fleet
@@ -348,11 +450,11 @@ class ControlPlane:
         try:
             if kind == "config":
                 if int(event.get("version", 0)) > self.fleet.version:
-                    await self.reload_fleet()
+                    await self.reload_fleet(by="another replica")
             elif kind == "keys":
                 await self.reload_keys()
             elif kind == "resync":  # back from a Redis outage: changes may have been missed
-                await self.reload_fleet()
+                await self.reload_fleet(by="another replica")
                 await self.reload_keys()
         except (SQLAlchemyError, OSError) as exc:  # the poll loop catches up once it is back
             self.store_outage.failed(exc)
@@ -366,7 +468,7 @@ class ControlPlane:
             if self.link is not None and self.link.healthy:
                 continue
             try:
-                await self.reload_fleet()
+                await self.reload_fleet(by="another replica")
                 if await self.config_store.counter(KEYS_VERSION) != self._keys_version:
                     await self.reload_keys()
             except (SQLAlchemyError, OSError) as exc:

@@ -13,6 +13,7 @@ from fleetgate.discovery.background import BackgroundPoller
 from fleetgate.discovery.probes import DISCOVERABLE, ProbeCache, probe
 from fleetgate.discovery.store import WindowStore
 from fleetgate.fleet import Deployment, FleetHolder
+from fleetgate.logs import fields
 
 log = logging.getLogger("fleetgate.discovery")
 
@@ -21,6 +22,29 @@ PROBE_TIMEOUT = (5.0, 2.0)  # seconds: a probe in all, and its connect
 
 def discoverable(dep: Deployment) -> bool:
     return dep.provider.discovery and dep.provider.kind in DISCOVERABLE
+
+
+def _log_window_change(
+    dep: Deployment, before: tuple[int | None, str], after: tuple[int | None, str]
+) -> None:
+    """One line when a deployment's effective window changes (not at every refresh)."""
+    if before[0] == after[0]:
+        return
+    old = f"{before[0]} ({before[1]})" if before[0] is not None else "unknown"
+    log.info(
+        "discovered window changed: %s: %s -> %s (%s)",
+        dep.id,
+        old,
+        after[0] if after[0] is not None else "unknown",
+        after[1],
+        extra=fields(
+            event="window_changed",
+            deployment=dep.id,
+            before=before[0],
+            after=after[0],
+            source=after[1],
+        ),
+    )
 
 
 class DiscoveryService(BackgroundPoller):
@@ -73,7 +97,9 @@ class DiscoveryService(BackgroundPoller):
                 if evidence.error:  # shown by /v1/fleet/windows and logged: no secrets
                     evidence = replace(evidence, error=fleet.redactor.text(evidence.error))
                     log.info("discovery: %s: %s", dep.id, evidence.error)
+                before = self.store.effective_window(dep)
                 self.store.record(dep.id, evidence)
+                _log_window_change(dep, before, self.store.effective_window(dep))
             self.refreshes += 1
         return len(deps)
 

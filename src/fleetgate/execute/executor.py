@@ -493,19 +493,30 @@ class Executor:
             try:
                 data = orjson.loads(body)  # the one parse: validity, usage, and `model`
             except orjson.JSONDecodeError:
-                self._fail(attempt, INVALID_RESPONSE, "with a body that is not JSON", started)
+                self._fail(
+                    attempt,
+                    INVALID_RESPONSE,
+                    "with a body that is not JSON",
+                    "invalid response",
+                    started,
+                )
                 return None
             if not isinstance(data, dict):  # every protocol's answer is a JSON object
-                self._fail(attempt, INVALID_RESPONSE, "with a body that is no object", started)
+                self._fail(
+                    attempt,
+                    INVALID_RESPONSE,
+                    "with a body that is no object",
+                    "invalid response",
+                    started,
+                )
                 return None
             try:
                 answer = wire.answer(
                     rewriter.json(body, data), profile.model, started_ns, profile.body, data
                 )
             except UnreadableAnswer as exc:  # JSON, but not an answer of the wire's protocol
-                self._fail(
-                    attempt, INVALID_RESPONSE, f"with a body that is no answer ({exc})", started
-                )
+                what = f"with a body that is no answer ({exc})"
+                self._fail(attempt, INVALID_RESPONSE, what, "invalid response", started)
                 return None
             attempt.latency = time.perf_counter() - started
             attempt.ttft = attempt.latency
@@ -575,7 +586,13 @@ class Executor:
                 stream_facts(attempt, buffer)
             return framing.rewrite(rewriter, buffer), b"", events
         if events is None:
-            self._fail(attempt, INVALID_RESPONSE, "with a stream that has no event", started)
+            self._fail(
+                attempt,
+                INVALID_RESPONSE,
+                "with a stream that has no event",
+                "invalid response",
+                started,
+            )
         return None
 
     def _check_head(
@@ -608,7 +625,13 @@ class Executor:
                 return 0
             events = framing.json_events(block)
             if events is None:
-                self._fail(attempt, INVALID_RESPONSE, "with an event that is not JSON", started)
+                self._fail(
+                    attempt,
+                    INVALID_RESPONSE,
+                    "with an event that is not JSON",
+                    "invalid response",
+                    started,
+                )
                 return 0
             return events
         return None
@@ -692,6 +715,7 @@ class Executor:
             what = "sent an event that is not JSON" if isinstance(exc, NotJson) else "broke"
             severe = isinstance(exc, TimeoutError)
             attempt.error_class = STREAM_BROKEN
+            attempt.failure = "timeout" if severe else "stream broken"
             attempt.message = f"upstream stream {what}: {type(exc).__name__}"
             yield stream_error_event(
                 endpoint,
@@ -703,9 +727,12 @@ class Executor:
         finally:
             finish(completed, severe, events)
 
-    def _fail(self, attempt: Attempt, error_class: str, message: str, started: float) -> None:
+    def _fail(
+        self, attempt: Attempt, error_class: str, message: str, failure: str, started: float
+    ) -> None:
         attempt.error_class = error_class
         attempt.message = message
+        attempt.failure = failure
         attempt.latency = time.perf_counter() - started
 
 

@@ -28,6 +28,7 @@ from fleetgate.execute.outcome import (
     STREAM_BROKEN,
     TIMEOUT,
     Attempt,
+    failure_of,
 )
 from fleetgate.routing.filters.capability import explain_narrowing
 from fleetgate.routing.plan import RoutePlan
@@ -49,15 +50,21 @@ _TYPE_STATUS = {
 }
 
 
-def classify_exception(exc: BaseException) -> tuple[str, str]:
-    """The error class and log message of an exception raised by an upstream exchange."""
+def classify_exception(exc: BaseException) -> tuple[str, str, str]:
+    """The error class, log message and failure (in a few words: `connect refused`,
+    `connect timeout`, `timeout`, `reset`) of an exception raised by an upstream exchange."""
     if isinstance(exc, ConnectTimedOut):
-        return CONNECT, f"connect timeout: {exc}"
+        return CONNECT, f"connect timeout: {exc}", "connect timeout"
     if isinstance(exc, TimeoutError):
-        return TIMEOUT, "timed out waiting for the upstream"
+        return TIMEOUT, "timed out waiting for the upstream", "timeout"
     if isinstance(exc, ConnectFailed):
-        return CONNECT, f"{type(exc).__name__}: {exc}"
-    return RESET, f"{type(exc).__name__}: {exc}"
+        refused = isinstance(exc.__cause__, ConnectionRefusedError)
+        return (
+            CONNECT,
+            f"{type(exc).__name__}: {exc}",
+            ("connect refused" if refused else "connect failed"),
+        )
+    return RESET, f"{type(exc).__name__}: {exc}", "reset"
 
 
 def status_in_event(data: bytes) -> int:
@@ -101,7 +108,8 @@ def record_failure(
         return  # the request's fault (a 4xx, a context-length 400), not the host's
     if attempt.retry_after is not None:
         state.record_rate_limit(dep_id, now, attempt.retry_after, circuit, RETRY_LATER)
-    state.record_failure(dep_id, now, circuit, error_class in SEVERE if severe is None else severe)
+    severe = error_class in SEVERE if severe is None else severe
+    state.record_failure(dep_id, now, circuit, severe, failure_of(attempt) or "")
 
 
 def client_error(attempt: Attempt) -> GatewayError:

@@ -72,6 +72,9 @@ class Attempt:
     # ("interrupted" | "window"), and the output tokens it took over from the attempts before
     continuation: str | None = None
     inherited_tokens: int | None = None
+    # what failed, in a few words: `connect refused`, `connect timeout`, `timeout`, `reset`,
+    # or the status (`503`); None when the attempt worked
+    failure: str | None = None
     # kept for the client's error message only; never logged
     message: str = field(default="", repr=False)
     upstream_body: bytes | None = field(default=None, repr=False)
@@ -101,6 +104,17 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def failure_of(attempt: Attempt) -> str | None:
+    """What failed in `attempt`, in a few words (its `failure`, else its status or class)."""
+    if attempt.error_class is None:
+        return None
+    if attempt.failure:
+        return attempt.failure
+    if attempt.status is not None and attempt.status >= 300:
+        return str(attempt.status)
+    return attempt.error_class.replace("_", " ")
 
 
 def classify_status(status: int) -> str | None:

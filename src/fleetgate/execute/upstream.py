@@ -20,6 +20,7 @@ way is taken up by `http1`, which sends that request once more on a new connecti
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,11 @@ class UpstreamSession:
 
     async def close(self) -> None:
         await self._session.close()
+
+
+log = logging.getLogger("fleetgate.upstream")
+
+SATURATION_LOG_SECONDS = 60.0  # at most one "saturated" line per provider this often
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,9 @@ class Provider:
     keys: tuple[tuple[str, str | None, str | None], ...] = ()
     # client protocols served natively (`protocols: [...]`); None: the kind's own list
     protocols: frozenset[str] | None = None
+    # the active health check while a circuit is open: GET this path (None: off), this often
+    health_path: str | None = None
+    health_interval: float = 2.0
 
     @property
     def has_credentials(self) -> bool:
@@ -73,6 +76,7 @@ class Deployment:
     params: dict[str, Any] | None = None  # overrides of scope `deployment`
     tokenizer_family: str = "generic"  # how the context estimate costs text here
     tokenizer: str | None = None  # a local tokenizer.json for exact counts
+    enabled: bool = True  # False: kept in the fleet, sent nothing (reason `disabled`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetgate.config.capabilities import deployment_capabilities
+from fleetgate.config.capabilities import deployment_capabilities, health_check_defaults
 from fleetgate.config.checks import deployment_id
 from fleetgate.config.preferences import env_preferences
 from fleetgate.config.replicas import expand_replicas
@@ -58,6 +58,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
     providers: dict[str, Provider] = {}
     for p in tiered.providers:
         key, env = resolve_key(p.api_key)
+        check_path, check_interval = health_check_defaults(p.kind)
         providers[p.id] = Provider(
             id=p.id,
             kind=p.kind,
@@ -77,6 +78,8 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             truncates=p.truncates or ("silently" if p.kind == "ollama" else "refuses"),
             keys=tuple((label, *resolve_key(raw)) for label, raw in p.keys.items()),
             protocols=frozenset(p.protocols) if p.protocols is not None else None,
+            health_path=(p.health_check.path or check_path) if p.health_check.enabled else None,
+            health_interval=p.health_check.interval_seconds or check_interval,
         )
     deployments: dict[str, Deployment] = {}
     by_model: dict[str, list[Deployment]] = {}
@@ -101,6 +104,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             tier=d.tier,
             tokenizer_family=d.tokenizer_family or infer_family(d.upstream_model or d.model),
             tokenizer=d.tokenizer,
+            enabled=d.enabled,
         )
         deployments[dep.id] = dep
         by_model.setdefault(dep.model, []).append(dep)

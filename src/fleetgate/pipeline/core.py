@@ -21,6 +21,7 @@ from fleetgate.context.placement import effective_window
 from fleetgate.context.refine import ContextRefiner
 from fleetgate.context.truncation import Cut, judge
 from fleetgate.discovery.engine_load import EngineLoadPoller, EngineLoads
+from fleetgate.discovery.health_check import HealthChecker
 from fleetgate.discovery.replicas import ReplicaNames
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
@@ -33,6 +34,7 @@ from fleetgate.ingress.profile import RequestProfile
 from fleetgate.pipeline.exchange import Exchange
 from fleetgate.pipeline.explain import explain_request
 from fleetgate.pipeline.respond import flag_cut, note_context_tier
+from fleetgate.record.access_log import AccessLog
 from fleetgate.record.calibration_sink import CalibrationSink
 from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import RecentRequests, Recorder, RequestRecord
@@ -75,12 +77,14 @@ class Pipeline:
         self.executor = Executor(self.pool, self.state)
         self.refiner = ContextRefiner(self.pool)
         self.recent = RecentRequests()
-        self.metrics = Metrics(lambda: self.holder.fleet)
+        self.metrics = Metrics(lambda: self.holder.fleet, self.state)
         calibration = CalibrationSink(
             self.state.calibration, lambda: self.holder.fleet, self.refiner.counter.template
         )
         # `recent` is filled in `record` itself
         self.recorder = Recorder([self.metrics, calibration])
+        if holder.fleet.config.server.access_log:
+            self.recorder.sinks.append(AccessLog())
         # OpenTelemetry, when an endpoint is set: the request path only makes ids, the
         # spans are built from the records (telemetry/)
         self.tracing: Tracing | None = None
@@ -101,6 +105,7 @@ class Pipeline:
             lambda: holder.fleet.config,
             lambda: holder.swap(build_fleet(holder.fleet.config, holder.fleet.version)),
         )
+        self.health_checks = HealthChecker(holder, self.state)
         holder.on_swap(self._windows_on_swap)
         holder.on_swap(lambda _old, new: self._load_tokenizers(new))
         self.executor.on_context_limit = self.context_limit_stated
@@ -121,6 +126,7 @@ class Pipeline:
             self.telemetry.start()
         await self.discovery.start()
         await self.load_poller.start()
+        await self.health_checks.start()
         self._load_tokenizers(self.holder.fleet)
         self.ready = True
 
@@ -130,6 +136,7 @@ class Pipeline:
         await self.replicas.stop()
         await self.discovery.stop()
         await self.load_poller.stop()
+        await self.health_checks.stop()
         await self.recorder.stop()
         if self.telemetry is not None:
             await self.telemetry.stop()  # the last spans and figures, briefly

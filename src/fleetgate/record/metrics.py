@@ -8,6 +8,7 @@ not know is `_unknown`, so no client can grow the label sets (and a scrape) with
 
 from __future__ import annotations
 
+import time
 from collections import Counter as Counter_
 from collections import defaultdict
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from fleetgate.record.genai import called_upstream, operation_name, provider_nam
 from fleetgate.record.histograms import BatchHistogram
 from fleetgate.record.recorder import BatchSink, Recorder, RequestRecord
 from fleetgate.routing.auto import AUTO_MODEL
+from fleetgate.state.runtime import RuntimeState
 
 UNKNOWN = "_unknown"
 
@@ -76,6 +78,7 @@ class _Tally:
         "overhead",
         "pool_wait",
         "requests",
+        "tokens",
         "ttft",
     )
 
@@ -91,13 +94,17 @@ class _Tally:
         self.genai_duration: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
         self.genai_tokens: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
         self.genai_first_chunk: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
+        self.tokens: Counter_[tuple[str, str]] = Counter_()  # (deployment, direction)
 
 
 class Metrics(BatchSink):
     """Every metric fleetgate exports, in one registry."""
 
-    def __init__(self, fleet: Callable[[], Fleet] | None = None) -> None:
+    def __init__(
+        self, fleet: Callable[[], Fleet] | None = None, state: RuntimeState | None = None
+    ) -> None:
         self.fleet = fleet  # the live fleet, whose names are the only label values
+        self.state = state  # the deployments' health, read at each scrape
         self._tally = _Tally()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -190,6 +197,26 @@ class Metrics(BatchSink):
             ["reason"],
             registry=r,
         )
+        self.tokens = Counter(
+            "fleetgate_tokens",
+            "Tokens the upstreams reported, by deployment and direction (input, output).",
+            ["deployment", "direction"],
+            registry=r,
+        )
+        self.spend = Counter(
+            "fleetgate_spend",
+            "What the reported tokens cost at the deployment's configured prices (the "
+            "prices' unit), for deployments with a price.",
+            ["deployment"],
+            registry=r,
+        )
+        self.up = Gauge(
+            "fleetgate_deployment_up",
+            "1 when the deployment takes requests; 0 while it is disabled, cooling down, its "
+            "circuit is open or its credentials are missing.",
+            ["deployment"],
+            registry=r,
+        )
         self.records_dropped = Gauge(
             "fleetgate_records_dropped",
             "Request records a sink failed to take (a bug, logged).",
@@ -234,6 +261,10 @@ class Metrics(BatchSink):
             if a.ok and a.ttft is not None:
                 tally.ttft[a.deployment_id].append(a.ttft)
             tally.pool_wait[a.provider_id].append(a.pool_wait)
+            if a.prompt_tokens:
+                tally.tokens[(a.deployment_id, "input")] += a.prompt_tokens
+            if a.completion_tokens:
+                tally.tokens[(a.deployment_id, "output")] += a.completion_tokens
 
     def _tally_genai(self, tally: _Tally, record: RequestRecord) -> None:
         fleet = self.fleet() if self.fleet is not None else None
@@ -279,7 +310,36 @@ class Metrics(BatchSink):
             self.overhead.observe((), tally.overhead)
         for provider, values in tally.pool_wait.items():
             self.pool_wait.observe((provider,), values)
+        if tally.tokens:
+            self._count_tokens(tally.tokens)
+
+    def _count_tokens(self, tokens: Counter_[tuple[str, str]]) -> None:
+        fleet = self.fleet() if self.fleet is not None else None
+        for (dep_id, direction), n in tokens.items():
+            self.tokens.labels(dep_id, direction).inc(n)
+            dep = fleet.deployments.get(dep_id) if fleet is not None else None
+            if dep is None:
+                continue
+            price = dep.price_input if direction == "input" else dep.price_output
+            if dep.price_input or dep.price_output:
+                self.spend.labels(dep_id).inc(n * price / 1e6)
+
+    def _set_up(self) -> None:
+        """Each configured deployment's `up`, as routing sees it now (a removed one goes)."""
+        fleet = self.fleet() if self.fleet is not None else None
+        if fleet is None or self.state is None:
+            return
+        now = time.time()
+        self.up.clear()
+        for dep in fleet.deployments.values():
+            available = (
+                dep.enabled
+                and dep.provider.has_credentials
+                and self.state.unavailable_reason(dep.id, now) is None
+            )
+            self.up.labels(dep.id).set(1 if available else 0)
 
     def render(self, recorder: Recorder) -> bytes:
         self.records_dropped.set(recorder.dropped)
+        self._set_up()
         return generate_latest(self.registry)

@@ -15,7 +15,11 @@ from dataclasses import replace
 from fleetgate.errors import GatewayError
 from fleetgate.fleet.routes import VirtualModel
 from fleetgate.routing.chains import dedup, route_candidates
-from fleetgate.routing.filters.availability import credentials_problem, unavailable_reason
+from fleetgate.routing.filters.availability import (
+    DISABLED,
+    credentials_problem,
+    unavailable_reason,
+)
 from fleetgate.routing.filters.capability import explain_narrowing
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext, RoutePlan
 from fleetgate.routing.resolution import Resolution
@@ -45,7 +49,7 @@ def _default_part(ctx: PlanContext, vm: VirtualModel, dropped: list[Dropped]) ->
         tier.routes, f"tier:{DEFAULT_TIER}", virtual_model=vm.name, tier=DEFAULT_TIER
     )
     for i, c in enumerate(candidates):
-        reason = credentials_problem(c)
+        reason = credentials_problem(c) if c.deployment.enabled else DISABLED
         if reason is None:
             head = replace(c, last_resort=True)
             return [head, *_available(ctx, candidates[i + 1 :], dropped)]

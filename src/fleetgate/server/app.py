@@ -70,6 +70,8 @@ class Gateway:
         self._dashboard_factory = dashboard if control is not None else None
         self._admin_app: App | None = None
         self._dashboard_app: App | None = None
+        # called once the gateway is ready (`fleetgate serve` logs its start line there)
+        self.on_ready: Callable[[], None] | None = None
         self.routes: dict[tuple[str, str], Handler] = {
             key: partial(endpoint, self.ctx) for key, endpoint in ENDPOINTS.items()
         }
@@ -114,7 +116,9 @@ class Gateway:
             return partial(catalog.model_entry, self.ctx)
         if self._admin_factory is not None and (path == "/admin" or path.startswith("/admin/")):
             return self._admin
-        if self._dashboard_factory is not None and (path == "/ui" or path.startswith("/ui/")):
+        if self._dashboard_factory is not None and (
+            path == "/ui" or path.startswith("/ui/") or path == "/favicon.ico"
+        ):  # (every browser asks for /favicon.ico, whatever the page says)
             return self._dashboard
         allowed = sorted({m for m, p in self.routes if p == path})
         if path in INGRESS_ROUTES:
@@ -144,6 +148,8 @@ class Gateway:
 
     async def startup(self) -> None:
         await lifecycle.start(self.pipeline, self.control)
+        if self.on_ready is not None:
+            self.on_ready()
 
     async def shutdown(self) -> None:
         await lifecycle.stop(self.pipeline, self.control)

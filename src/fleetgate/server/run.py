@@ -3,7 +3,6 @@ httptools."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -20,8 +19,8 @@ def uvicorn_kwargs() -> dict[str, object]:
         "http": GuardedHttpProtocol,  # httptools, with header/body deadlines and caps
         "lifespan": "on",
         "ws": "none",  # no WebSocket endpoints: nothing to import for them
-        "access_log": False,
-        "log_level": os.environ.get("FLEETGATE_LOG_LEVEL", "warning"),
+        "access_log": False,  # fleetgate's own (`server.access_log`) says more
+        "log_level": "warning",  # `fleetgate.logs.configure` sets the levels it serves with
         "timeout_graceful_shutdown": 10,
         "proxy_headers": False,  # no X-Forwarded-* rewriting layer on every request
     }
@@ -31,10 +30,6 @@ def uvicorn_config(app: Gateway, **overrides: Any) -> uvicorn.Config:
     """The uvicorn settings every fleetgate server runs with: `fleetgate serve` and the
     test harness alike."""
     return uvicorn.Config(app, **{**uvicorn_kwargs(), **overrides})
-
-
-def server_for(app: Gateway, host: str, port: int) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn_config(app, host=host, port=port))
 
 
 def open_files_for_streams() -> int:
@@ -53,3 +48,7 @@ def open_files_for_streams() -> int:
         except (ValueError, OSError):  # a container may refuse it: keep what was given
             pass
     return soft
+
+
+def server_for(app: Gateway, host: str, port: int, **overrides: Any) -> uvicorn.Server:
+    return uvicorn.Server(uvicorn_config(app, host=host, port=port, **overrides))

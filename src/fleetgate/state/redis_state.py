@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from fleetgate.config.schema import CircuitConfig
+from fleetgate.logs import fields as log_fields
 from fleetgate.state.redis_link import RedisLink
 from fleetgate.state.runtime import (
     CIRCUIT_OPEN,
@@ -40,6 +42,7 @@ _SHARED = (
     "consecutive_failures",
     "open_until",
     "open_reason",
+    "open_cause",
     "ttft_ema",
     "tps_ema",
     "latency_ema",
@@ -47,7 +50,7 @@ _SHARED = (
 
 
 # KEYS[1] the health hash; ARGV: channel, deployment, op, now, then per op:
-# failure: threshold, cooldown, probing (1/0), reason; cooldown: until, reason;
+# failure: threshold, cooldown, probing (1/0), reason, cause; cooldown: until, reason;
 # success: the fields to set (JSON)
 _HEALTH = """
 local raw = redis.call('HGET', KEYS[1], ARGV[2])
@@ -59,7 +62,9 @@ if ARGV[3] == 'failure' then
   h.consecutive_failures = count
   if ARGV[7] == '1' or count >= tonumber(ARGV[5]) then
     local untl = now + tonumber(ARGV[6])
-    if untl > open_until then h.open_until = untl; h.open_reason = ARGV[8] end
+    if untl > open_until then
+      h.open_until = untl; h.open_reason = ARGV[8]; h.open_cause = ARGV[9]
+    end
   end
 elseif ARGV[3] == 'cooldown' then
   local untl = tonumber(ARGV[5])
@@ -82,6 +87,8 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+log = logging.getLogger("fleetgate.state")
 
 INFLIGHT_INTERVAL = 0.5  # seconds between in-flight publications
 CALIBRATION_INTERVAL = 2.0  # seconds between publications of calibration samples
@@ -183,12 +190,36 @@ class RedisState(MemoryState):
             self.share_calibration()
 
     def _apply(self, event: dict[str, Any]) -> None:
-        h = self.health(str(event["deployment"]))
+        dep_id = str(event["deployment"])
+        h = self.health(dep_id)
+        now = time.time()
+        was_open = h.open_until > now and h.open_reason == CIRCUIT_OPEN
+        was_failing = bool(h.consecutive_failures or h.open_until)
         for name, value in event["fields"].items():
             if name in _SHARED:
                 setattr(h, name, value)
-        if h.open_until and h.open_until > time.time():
+        if h.open_until and h.open_until > now:
             h.probing = False
+        # a change this replica did not make itself (its own are logged as it makes them)
+        if not was_open and h.open_until > now and h.open_reason == CIRCUIT_OPEN:
+            log.warning(
+                "circuit open: %s (%s; counted across replicas); out for %gs",
+                dep_id,
+                h.open_cause or "failures",
+                round(h.open_until - now, 1),
+                extra=log_fields(
+                    event="circuit_open",
+                    deployment=dep_id,
+                    reason=h.open_cause or "failures",
+                    origin="replica",
+                ),
+            )
+        elif was_failing and not (h.consecutive_failures or h.open_until):
+            log.info(
+                "circuit closed: %s (by another replica)",
+                dep_id,
+                extra=log_fields(event="circuit_closed", deployment=dep_id, origin="replica"),
+            )
 
     def _share(self, deployment_id: str, op: str, now: float, *args: Any) -> None:
         """Merge a change into the cluster's entry for the deployment (see `_HEALTH`)."""
@@ -236,16 +267,54 @@ class RedisState(MemoryState):
         self._share(deployment_id, "success", time.time(), fields)
 
     def record_failure(
-        self, deployment_id: str, now: float, circuit: CircuitConfig, severe: bool = False
+        self,
+        deployment_id: str,
+        now: float,
+        circuit: CircuitConfig,
+        severe: bool = False,
+        cause: str = "",
     ) -> None:
         probing = self.health(deployment_id).probing
         self._end_probe(deployment_id)
-        super().record_failure(deployment_id, now, circuit, severe)
+        super().record_failure(deployment_id, now, circuit, severe, cause)
         limit = threshold(circuit, severe)
         flag = "1" if probing else "0"
+        cooldown = circuit.cooldown_seconds
         self._share(
-            deployment_id, "failure", now, limit, circuit.cooldown_seconds, flag, CIRCUIT_OPEN
+            deployment_id, "failure", now, limit, cooldown, flag, CIRCUIT_OPEN, cause or "failures"
         )
+
+    def keep_out(self, deployment_id: str, until: float, cause: str) -> None:
+        before = self.health(deployment_id).open_until
+        super().keep_out(deployment_id, until, cause)
+        if self.health(deployment_id).open_until != before:
+            self._share(deployment_id, "cooldown", time.time(), until, CIRCUIT_OPEN)
+
+    async def claim_check(self, provider_id: str, hold_seconds: float) -> bool:
+        """One replica checks a provider per interval: whichever sets the claim first
+        (while Redis is down, each replica checks on its own)."""
+        link = self.link
+        if link is None or not link.healthy:
+            return True
+        hold = max(1, int(hold_seconds * 1000))
+        try:
+            claimed = await link.client.set(
+                link.key("check", provider_id), link.replica, nx=True, px=hold
+            )
+        except (RedisError, OSError) as exc:
+            link.fail(exc)
+            return True
+        return bool(claimed)
+
+    def recover(self, deployment_id: str, how: str) -> bool:
+        """Close the circuit here and for every replica (see `MemoryState.recover`)."""
+        self._end_probe(deployment_id)
+        if not super().recover(deployment_id, how):
+            return False
+        h = self.health(deployment_id)
+        fields_ = orjson.dumps({name: getattr(h, name) for name in _SHARED})
+        self._share(deployment_id, "success", time.time(), fields_)
+        return True
 
     def record_rate_limit(
         self,

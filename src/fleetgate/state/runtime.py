@@ -7,12 +7,16 @@ synchronous so the routing filters never await.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Protocol
 
 from fleetgate.config.schema import CircuitConfig
 from fleetgate.context.calibration import CalibrationBook
+from fleetgate.logs import fields
+
+log = logging.getLogger("fleetgate.state")
 
 EMA_ALPHA = 0.2
 
@@ -28,6 +32,7 @@ class DeploymentHealth:
     consecutive_failures: int = 0
     open_until: float = 0.0  # wall-clock seconds; the deployment is out until then
     open_reason: str = ""  # CIRCUIT_OPEN | RATE_LIMITED | RETRY_LATER
+    open_cause: str = ""  # what opened it: `connect refused`, `503`, `timeout`, ...
     probing: bool = False  # a half-open probe is in flight
     probe_since: float = 0.0  # wall-clock time it began
     inflight: int = 0
@@ -38,6 +43,8 @@ class DeploymentHealth:
     tried_at: float = 0.0  # wall-clock time this replica last began an attempt on it
     successes: int = 0
     failures: int = 0
+    last_error: str = ""  # this replica's last failed attempt on it, in a few words
+    last_error_at: float = 0.0  # wall-clock time of it
 
     @property
     def circuit(self) -> str:
@@ -70,8 +77,19 @@ class RuntimeState(Protocol):
     ) -> None: ...
 
     def record_failure(
-        self, deployment_id: str, now: float, circuit: CircuitConfig, severe: bool = False
+        self,
+        deployment_id: str,
+        now: float,
+        circuit: CircuitConfig,
+        severe: bool = False,
+        cause: str = "",
     ) -> None: ...
+
+    def recover(self, deployment_id: str, how: str) -> bool: ...
+
+    def keep_out(self, deployment_id: str, until: float, cause: str) -> None: ...
+
+    async def claim_check(self, provider_id: str, hold_seconds: float) -> bool: ...
 
     def record_rate_limit(
         self,
@@ -113,6 +131,11 @@ class MemoryState:
             # a probe whose end went unheard (its client left) no longer holds the host
             if h.probing and now - h.probe_since < MAX_PROBE_HOLD:
                 return False
+            log.info(
+                "circuit half-open: %s: a request probes it",
+                deployment_id,
+                extra=fields(event="circuit_half_open", deployment=deployment_id),
+            )
             h.probing = True
             h.probe_since = now
         h.inflight += 1
@@ -143,6 +166,8 @@ class MemoryState:
         self, deployment_id: str, ttft: float | None, latency: float, tokens: int | None
     ) -> None:
         h = self.health(deployment_id)
+        if h.consecutive_failures and h.open_until:
+            _log_closed(deployment_id, h, "answered a request")
         h.successes += 1
         h.consecutive_failures = 0
         h.open_until = 0.0
@@ -156,16 +181,56 @@ class MemoryState:
                 h.tps_ema = _ema(h.tps_ema, tokens / (latency - ttft))
 
     def record_failure(
-        self, deployment_id: str, now: float, circuit: CircuitConfig, severe: bool = False
+        self,
+        deployment_id: str,
+        now: float,
+        circuit: CircuitConfig,
+        severe: bool = False,
+        cause: str = "",
     ) -> None:
-        """Count a failure seen at `now`; `severe`: a timeout or a refused connection."""
+        """Count a failure seen at `now`; `severe`: a timeout or a refused connection;
+        `cause`: what failed, in a few words (`connect refused`, `503`, ...)."""
         h = self.health(deployment_id)
         h.failures += 1
         h.consecutive_failures += 1
+        if cause:
+            h.last_error, h.last_error_at = cause, now
         if h.probing or h.consecutive_failures >= threshold(circuit, severe):
+            was_out = h.open_until > now and h.open_reason == CIRCUIT_OPEN
             h.open_until = max(h.open_until, now + circuit.cooldown_seconds)
             h.open_reason = CIRCUIT_OPEN
+            h.open_cause = cause or h.open_cause
+            if not was_out:
+                _log_opened(deployment_id, h, now)
         h.probing = False
+
+    def keep_out(self, deployment_id: str, until: float, cause: str) -> None:
+        """A health check found the deployment still down: its open circuit stays open until
+        `until` (the next check), so no client request probes a host known to be down."""
+        h = self.health(deployment_id)
+        if h.open_reason != CIRCUIT_OPEN or until <= h.open_until:
+            return
+        h.open_until = until
+        h.last_error, h.last_error_at = cause, time.time()
+
+    async def claim_check(self, provider_id: str, hold_seconds: float) -> bool:
+        """Whether this replica runs the provider's next health check (one process:
+        always; `RedisState`: one replica of the cluster per interval)."""
+        return True
+
+    def recover(self, deployment_id: str, how: str) -> bool:
+        """Close the deployment's circuit and end its cooldown (a health check it answered,
+        or an operator's reset); `how` says which, for the log. False when it was in."""
+        h = self.health(deployment_id)
+        if not (h.consecutive_failures or h.open_until):
+            return False
+        _log_closed(deployment_id, h, how)
+        h.consecutive_failures = 0
+        h.open_until = 0.0
+        h.open_reason = ""
+        h.open_cause = ""
+        h.probing = False
+        return True
 
     def record_rate_limit(
         self,
@@ -178,9 +243,21 @@ class MemoryState:
         """Put the deployment in a cooldown; returns when it ends."""
         h = self.health(deployment_id)
         h.failures += 1
+        if reason == RATE_LIMITED:
+            h.last_error, h.last_error_at = "429", now
         wait = retry_after if retry_after is not None else circuit.rate_limit_cooldown_seconds
         wait = min(max(wait, 0.0), circuit.max_cooldown_seconds)
         if now + wait > h.open_until:
+            if h.open_until <= now:
+                log.info(
+                    "cooling down: %s (%s) for %.1fs",
+                    deployment_id,
+                    reason,
+                    wait,
+                    extra=fields(
+                        event="cooldown", deployment=deployment_id, reason=reason, seconds=wait
+                    ),
+                )
             h.open_until = now + wait
             h.open_reason = reason
         h.probing = False
@@ -193,4 +270,31 @@ def threshold(circuit: CircuitConfig, severe: bool) -> int:
         min(circuit.failure_threshold, circuit.timeout_threshold)
         if severe
         else (circuit.failure_threshold)
+    )
+
+
+def _log_opened(deployment_id: str, h: DeploymentHealth, now: float) -> None:
+    cause = h.open_cause or "failures"
+    log.warning(
+        "circuit open: %s (%s; %d failure(s) in a row); out for %gs",
+        deployment_id,
+        cause,
+        h.consecutive_failures,
+        round(h.open_until - now, 1),
+        extra=fields(
+            event="circuit_open",
+            deployment=deployment_id,
+            reason=cause,
+            failures=h.consecutive_failures,
+            seconds=round(h.open_until - now, 3),
+        ),
+    )
+
+
+def _log_closed(deployment_id: str, h: DeploymentHealth, how: str) -> None:
+    log.info(
+        "circuit closed: %s %s",
+        deployment_id,
+        how,
+        extra=fields(event="circuit_closed", deployment=deployment_id, reason=how),
     )

@@ -87,6 +87,11 @@ def _list(items: list[EntityChange]) -> str:
     return "; ".join(f"{change} {', '.join(labels)}" for change, labels in groups.items())
 
 
+def describe(items: list[EntityChange]) -> str:
+    """`changed deployments/a; added providers/b`, or that nothing in the fleet changed."""
+    return _list(items) or "no fleet entity changed"
+
+
 def apply_summary(
     applied: list[EntityChange], replaced: list[EntityChange] | None, version: int
 ) -> str:

@@ -87,6 +87,8 @@ def _attempt(a: Attempt) -> dict[str, Any]:
         "dropped_params": a.dropped_params,
         "preferences": a.preferences,
         "wire": a.wire,
+        "finish": a.finish,
+        "failure": a.failure,
         "continuation": a.continuation,
         "inherited_tokens": a.inherited_tokens,
     }
@@ -134,6 +136,7 @@ def row_of(r: RequestRecord) -> tuple[Any, ...]:
         orjson.dumps(r.dropped).decode() if r.dropped else None,
         orjson.dumps([_attempt(a) for a in r.attempts]).decode(),
         r.trace_id,
+        orjson.dumps(notes, default=str).decode() if notes else None,
     )
 
 

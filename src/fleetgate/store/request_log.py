@@ -113,12 +113,17 @@ class RequestLog(RowBatches):
         key: str | None = None,
         deployment: str | None = None,
         status: str | None = None,
+        fallback: bool | None = None,
         since: float | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page:
-        """Newest first; `cursor` continues after the last row of the previous page."""
+        """Newest first; `cursor` continues after the last row of the previous page.
+        `fallback`: only requests that fell back (true), or that did not (false)."""
         query = select(*_LISTED)
+        if fallback is not None:
+            count = requests.c.fallback_count
+            query = query.where(count > 0 if fallback else count == 0)
         if model is not None:
             query = query.where(requests.c.requested_model == model)
         if key is not None:
@@ -188,13 +193,12 @@ def _rows(conn: Connection, query: Select[Any]) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(query)]
 
 
-# what a listing shows: everything but the attempts (one request's view has them)
-_LISTED = tuple(c for c in requests.columns if c.name != "attempts")
+# what a listing shows: everything but the attempts and notes (one request's view has them)
+_LISTED = tuple(c for c in requests.columns if c.name not in ("attempts", "notes"))
 
 
 def _public(row: dict[str, Any]) -> dict[str, Any]:
     row.pop("seq", None)
-    row["id"] = row.pop("request_id")
     return row
 
 

@@ -87,6 +87,8 @@ requests = Table(
     Column("dropped", JSON),
     Column("attempts", JSON, nullable=False),  # [{idx, deployment_id, status, ...}, ...]
     Column("trace_id", String(32)),  # with telemetry on: its trace (trace_context.py)
+    # the stages' notes: estimate, exact count, tier, preferences (numbers and ids)
+    Column("notes", JSON),
 )
 Index("ix_requests_time", requests.c.time)
 Index("ix_requests_request_id", requests.c.request_id)

@@ -520,7 +520,7 @@ class FakeEngine:
             fault = self._take_fault(inference=True)
             return await self._inference(request, kind, body, malformed, fault, call)
         route = (request.method, request.path)
-        if route not in (("GET", "/v1/models"), ("POST", "/tokenize")):
+        if route not in (("GET", "/v1/models"), ("POST", "/tokenize"), ("GET", "/health")):
             message = f"Not Found: {request.method} {request.path}"
             return web.json_response(_error(message, "NotFoundError", 404), status=404)
         fault = self._take_fault(inference=False)
@@ -528,6 +528,8 @@ class FakeEngine:
             return await self._apply_fault(request, fault, "", {}, call)
         if request.path == "/v1/models":
             return self._models()
+        if request.path == "/health":  # as vLLM and llama.cpp answer it
+            return web.json_response({"status": "ok"})
         return await self._tokenize(body, malformed)
 
     # -- endpoints ---------------------------------------------------------------------

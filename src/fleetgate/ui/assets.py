@@ -11,6 +11,7 @@ from fleetgate.web.assets import Asset, load_assets
 
 STATIC = Path(__file__).with_name("static")
 PREFIX = "/ui/static/"
+FAVICON = "/favicon.ico"
 # The dashboard's own scripts only; styles may be set inline by the chart library.
 DASHBOARD_HEADERS = (
     (
@@ -41,6 +42,8 @@ class Dashboard:
     def find(self, path: str) -> Asset | None:
         if path in ("/ui", "/ui/"):
             return self.assets.get("index.html")
+        if path == FAVICON:  # asked for by every browser, whatever the page says
+            return self.assets.get("favicon.svg")
         if path.startswith(PREFIX):
             return self.assets.get(path.removeprefix(PREFIX))
         return None

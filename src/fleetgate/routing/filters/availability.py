@@ -1,4 +1,5 @@
-"""Drops deployments that are cooling down, have an open circuit, or lack credentials."""
+"""Drops deployments that are disabled, cooling down, have an open circuit, or lack
+credentials."""
 
 from __future__ import annotations
 
@@ -24,7 +25,12 @@ def credentials_problem(candidate: Candidate) -> str | None:
     return f"no credentials ({env} for key label {label!r} is not set)"
 
 
+DISABLED = "disabled"
+
+
 def unavailable_reason(ctx: PlanContext, candidate: Candidate) -> str | None:
+    if not candidate.deployment.enabled:  # the operator's word: even for a last resort
+        return DISABLED
     reason = credentials_problem(candidate)
     if reason is None and not candidate.last_resort:
         reason = ctx.state.unavailable_reason(candidate.deployment.id, ctx.now)
@@ -45,7 +51,11 @@ class AvailabilityFilter:
                 kept.append(c)
             else:
                 health = ctx.state.health(c.deployment.id)
-                out = health.open_until > ctx.now and not credentials_problem(c)
+                out = (
+                    reason != DISABLED
+                    and health.open_until > ctx.now
+                    and not credentials_problem(c)
+                )
                 dropped.append(
                     Dropped(
                         c.deployment.id,

@@ -23,6 +23,13 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// a long id (`gpu-node-a.rack-12.example.internal`, `Qwen/Qwen3-Coder-30B`) may wrap after
+// its dots and slashes, as it may after its hyphens; <wbr> adds nothing to a copied id
+function breakable(text) {
+  const parts = String(text).split(/(?<=[./_:@])/);
+  return parts.flatMap((part, i) => (i ? [el("wbr", {}), part] : [part]));
+}
+
 function table(headers, rows, attrs) {
   return el("table", attrs, el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
     el("tbody", {}, rows));
@@ -146,14 +153,21 @@ function windowCell(w) {
   return el("td", { title, class: "window" }, parts);
 }
 
-function healthCell(h, now) {
+function healthCell(h, now, enabled) {
   const circuit = h.circuit || "closed";
   const cls = !h.available ? "bad" : circuit === "closed" ? "ok" : "warn";
   const parts = [el("span", { class: `tag ${cls}` }, circuit)];
+  if (enabled === false) parts.push(el("span", { class: "tag bad" }, "disabled"));
   if (h.cooldown_until) {
     parts.push(el("span", { class: "muted" }, ` cooldown ${Math.max(0, h.cooldown_until - now).toFixed(0)} s`));
   }
-  if (h.unavailable_reason) parts.push(el("div", { class: "muted small" }, h.unavailable_reason));
+  // why the circuit opened (`connect refused`, `503`, `timeout`), as the log says it
+  if (h.open_cause && circuit !== "closed") parts.push(el("div", { class: "cause small" }, `opened by ${h.open_cause}`));
+  else if (h.unavailable_reason && enabled !== false) parts.push(el("div", { class: "muted small" }, h.unavailable_reason));
+  if (h.last_error) {
+    parts.push(el("div", { class: "muted small last-error" },
+      `last error ${h.last_error}, ${fmt.secs(Math.max(0, now - h.last_error_at))} ago`));
+  }
   return el("td", { class: "health", title: `successes ${h.successes}, failures ${h.failures}, consecutive failures ${h.consecutive_failures}` }, parts);
 }
 
@@ -164,14 +178,19 @@ function emaAge(ema, name) {
   return "";
 }
 
+const TPS_HINT = "Throughput is measured on streamed answers (tokens after the first, per " +
+  "second); this deployment has served none yet.";
+
 function emaCell(ema) {
   ema = ema || {};
   const tps = ema.tokens_per_second;
+  const unmeasured = tps === null || tps === undefined;
   return el("td", { class: "ema" },
-    el("span", {}, `TTFT ${fmt.secs(ema.ttft_seconds)}`, el("span", { class: "muted" }, emaAge(ema, "ttft"))), " · ",
-    el("span", {}, `lat ${fmt.secs(ema.latency_seconds)}`, el("span", { class: "muted" }, emaAge(ema, "latency"))), " · ",
-    el("span", {}, `${tps === null || tps === undefined ? "–" : tps.toFixed(1)} tok/s`,
-      el("span", { class: "muted" }, emaAge(ema, "tokens_per_second"))));
+    el("div", {}, `TTFT ${fmt.secs(ema.ttft_seconds)}`, el("span", { class: "muted" }, emaAge(ema, "ttft"))),
+    el("div", {}, `lat ${fmt.secs(ema.latency_seconds)}`, el("span", { class: "muted" }, emaAge(ema, "latency"))),
+    unmeasured
+      ? el("div", { class: "tps muted", title: TPS_HINT }, "– tok/s ", el("span", { class: "small" }, "(needs streamed traffic)"))
+      : el("div", { class: "tps" }, `${tps.toFixed(1)} tok/s`, el("span", { class: "muted" }, emaAge(ema, "tokens_per_second"))));
 }
 
 function routeChain(routes) {
@@ -182,7 +201,17 @@ function routeChain(routes) {
     r.params ? el("span", { class: "muted" }, ` ${fmt.json(r.params)}`) : null)));
 }
 
-function renderFleet(data, filter) {
+function actionsCell(d, act) {
+  const toggle = el("button", { type: "button", class: `toggle${d.enabled === false ? "" : " danger"}`,
+    title: d.enabled === false ? "Send it requests again" : "Send it nothing more (requests on it finish)",
+    onclick: () => act.setEnabled(d, d.enabled === false) }, d.enabled === false ? "Enable" : "Disable");
+  const out = d.health.circuit !== "closed" || d.health.cooldown_until;
+  const reset = out ? el("button", { type: "button", class: "reset", title: "Close its circuit and end its cooldown now",
+    onclick: () => act.reset(d) }, "Reset") : null;
+  return el("td", { class: "actions" }, toggle, reset);
+}
+
+function renderFleet(data, filter, act) {
   const now = Date.now() / 1000;
   const providers = Object.fromEntries(data.providers.map((p) => [p.id, p]));
   const byModel = new Map();
@@ -201,22 +230,26 @@ function renderFleet(data, filter) {
     const rows = deps.map((d) => {
       const p = providers[d.provider] || {};
       const caps = d.capabilities || [];
-      return el("tr", { dataset: { deployment: d.id } },
-        el("td", {}, el("b", {}, d.id), el("div", { class: "muted small" }, d.upstream_model)),
-        el("td", {}, d.provider, el("div", { class: "muted small" }, d.kind || p.kind || "")),
-        el("td", {}, d.tier),
+      const row = el("tr", { dataset: { deployment: d.id } },
+        el("td", {}, el("b", {}, breakable(d.id)), el("div", { class: "muted small" }, breakable(d.upstream_model))),
+        el("td", {}, breakable(d.provider), el("div", { class: "muted small" }, d.kind || p.kind || "")),
+        el("td", { class: "tier" }, d.tier),
         windowCell(d.context_window),
-        healthCell(d.health, now),
+        healthCell(d.health, now, d.enabled),
         el("td", { class: "num" }, fmt.int(d.inflight)),
         emaCell(d.ema),
         el("td", { class: "num" }, d.price ? `${fmt.money(d.price.input)} / ${fmt.money(d.price.output)}` : "–"),
-        el("td", { class: "caps", title: caps.join(", ") }, caps.length ? `${caps.length}: ${caps.join(", ")}` : "–"));
+        el("td", { class: "caps", title: caps.join(", ") },
+          el("div", { class: "clamp" }, caps.length ? `${caps.length}: ${caps.join(", ")}` : "–")),
+        actionsCell(d, act));
+      if (d.enabled === false) row.classList.add("disabled");
+      return row;
     });
     sections.push(el("details", { open: true, class: "model", dataset: { model: model.id } },
       el("summary", {}, el("b", {}, model.id), el("span", { class: "muted" },
         ` ${deps.length} deployment${deps.length === 1 ? "" : "s"}, context ${fmt.int(model.context_length)}`)),
       table(["deployment", "provider", "tier", "window (source)", "health", "in flight",
-        "EMAs", "price in / out", "capabilities"], rows, { class: "fleet" })));
+        "EMAs", "price in / out", "capabilities", ""], rows, { class: "fleet" })));
   }
   const routesOf = (items, kind) => items.length ? el("section", { class: "card" },
     el("h2", {}, kind),
@@ -245,11 +278,25 @@ async function pageFleet(root) {
   const draw = () => {
     if (!last) return;
     const closed = new Set([...body.querySelectorAll("details.model:not([open])")].map((d) => d.dataset.model));
-    body.replaceChildren(...renderFleet(last, { text: filter.value, down: down.checked }).filter(Boolean));
+    body.replaceChildren(...renderFleet(last, { text: filter.value, down: down.checked }, act).filter(Boolean));
     body.querySelectorAll("details.model").forEach((d) => { if (closed.has(d.dataset.model)) d.open = false; });
   };
   const load = async () => {
     try { last = await api("/admin/fleet"); draw(); } catch (err) { showError(body, err); }
+  };
+  const act = {
+    async setEnabled(d, enabled) {
+      try {
+        await api(`/admin/deployments/${encodeURIComponent(d.id)}`, { method: "PATCH", body: { enabled } });
+      } catch (err) { showError(body, err); return; }
+      await load();
+    },
+    async reset(d) {
+      try {
+        await api(`/admin/deployments/${encodeURIComponent(d.id)}/reset`, { method: "POST" });
+      } catch (err) { showError(body, err); return; }
+      await load();
+    },
   };
   filter.addEventListener("input", draw);
   down.addEventListener("change", draw);
@@ -279,7 +326,9 @@ function attemptRows(attempts) {
     el("td", {}, a.deployment_id, el("div", { class: "muted small" }, `${a.provider_id} · ${a.upstream_model}`),
       a.wire ? el("div", { class: "muted small wire" }, a.wire === "native" ? "native" : `translated ${a.wire}`) : null),
     el("td", {}, el("span", { class: `tag ${statusClass(a.status)}` }, a.status === null ? "no answer" : a.status)),
-    el("td", {}, a.error_class || "–"),
+    el("td", { class: "error-class" }, a.error_class || "–",
+      a.failure ? el("div", { class: "muted small failure" }, a.failure) : null,
+      a.finish ? el("div", { class: "muted small finish" }, `finish: ${a.finish}`) : null),
     el("td", { class: "num" }, fmt.secs(a.latency)),
     el("td", { class: "num" }, fmt.secs(a.ttft)),
     el("td", { class: "num" }, `${fmt.int(a.prompt_tokens)} / ${fmt.int(a.completion_tokens)}`),
@@ -343,9 +392,9 @@ async function pageRequests(root) {
     return params;
   };
   const rowFor = (r) => {
-    const tr = el("tr", { class: `request ${statusClass(r.status)}`, dataset: { id: r.id }, tabindex: 0 },
+    const tr = el("tr", { class: `request ${statusClass(r.status)}`, dataset: { id: r.request_id }, tabindex: 0 },
       el("td", { title: fmt.date(r.time) }, fmt.time(r.time)),
-      el("td", { class: "rid" }, r.id),
+      el("td", { class: "rid" }, r.request_id),
       el("td", {}, r.requested_model, r.virtual_model ? el("span", { class: "tag" }, "virtual") : null),
       el("td", {}, r.deployment_id || "–"),
       el("td", {}, el("span", { class: `tag ${statusClass(r.status)}` }, r.status)),
@@ -355,8 +404,8 @@ async function pageRequests(root) {
       el("td", { class: "num" }, r.fallback_count ? el("span", { class: "tag warn" }, r.fallback_count) : "0"),
       el("td", {}, r.context_tier || "–"));
     const toggle = () => {
-      if (open.has(r.id)) open.delete(r.id);
-      else { open.set(r.id, null); fetchDetail(r.id); }
+      if (open.has(r.request_id)) open.delete(r.request_id);
+      else { open.set(r.request_id, null); fetchDetail(r.request_id); }
       draw();
     };
     tr.addEventListener("click", toggle);
@@ -367,9 +416,9 @@ async function pageRequests(root) {
     const out = [];
     for (const r of rows) {
       out.push(rowFor(r));
-      if (open.has(r.id)) {
-        const detail = open.get(r.id);
-        out.push(el("tr", { class: "detail-row", dataset: { for: r.id } }, el("td", { colspan: 10 },
+      if (open.has(r.request_id)) {
+        const detail = open.get(r.request_id);
+        out.push(el("tr", { class: "detail-row", dataset: { for: r.request_id } }, el("td", { colspan: 10 },
           detail ? requestDetail(detail) : el("p", { class: "muted" }, "loading…"))));
       }
     }
@@ -386,8 +435,8 @@ async function pageRequests(root) {
       const page = await api(`/admin/requests?${query()}`);
       const older = rows.slice(page.data.length);
       // the newest page replaces the top; rows already paged in below it stay
-      const seen = new Set(page.data.map((r) => r.id));
-      rows = page.data.concat(older.filter((r) => !seen.has(r.id)));
+      const seen = new Set(page.data.map((r) => r.request_id));
+      rows = page.data.concat(older.filter((r) => !seen.has(r.request_id)));
       if (rows.length <= page.data.length) cursor = page.next_cursor;
       draw();
     } catch (err) { status.textContent = String(err.message); }
