@@ -20,6 +20,7 @@ from fleetgate.context.placement import TIER_HEADER, effective_window
 from fleetgate.context.refine import ContextRefiner
 from fleetgate.context.truncation import Cut, judge
 from fleetgate.discovery.engine_load import EngineLoadPoller, EngineLoads
+from fleetgate.discovery.fingerprint import FingerprintCache, FingerprintService
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError, invalid
@@ -188,6 +189,10 @@ class Gateway:
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
         self.discovery = DiscoveryService(holder, self.windows)
+        self.fingerprints = FingerprintService(
+            holder, self.state.calibration, FingerprintCache()
+        )
+        holder.on_swap(lambda _old, _new: self.fingerprints.wake())
         holder.on_swap(self._windows_on_swap)
         holder.on_swap(lambda _old, new: self._load_tokenizers(new))
         self.executor.on_context_limit = self._context_limit_stated
@@ -305,6 +310,7 @@ class Gateway:
         self.recorder.start()
         await self.discovery.start()
         await self.load_poller.start()
+        await self.fingerprints.start()
         self._load_tokenizers(self.holder.fleet)
         self.ready = True
         if self.control is not None:
@@ -323,6 +329,7 @@ class Gateway:
         self.ready = False
         await self.discovery.stop()
         await self.load_poller.stop()
+        await self.fingerprints.stop()
         await self.recorder.stop()  # flushes the last records into the store
         if self.control is not None:
             await self.control.stop()

@@ -25,6 +25,7 @@ from fleetgate.fleet import Fleet, build_fleet, resolve_secret
 from fleetgate.outage import Outage
 from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.store.calibration import CalibrationKeeper, CalibrationStore
+from fleetgate.store.fingerprints import FingerprintKeeper
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
 from fleetgate.store.database import database_url, migrate, open_database
@@ -150,6 +151,7 @@ class ControlPlane:
         self.log_writer: RequestLog | LogWriterProcess = self.request_log
         self.keys = KeyStore(self.db)
         self.calibration = CalibrationKeeper(CalibrationStore(self.db), gateway.state.calibration)
+        self.fingerprints = FingerprintKeeper(self.db, gateway.fingerprints.cache)
         self.ring = KeyRing()
         self.guard = Guard(self.ring, base.auth.enabled)
         self.spend = SpendSink(self.keys, lambda: self.fleet, self.ring, self.store_outage)
@@ -189,6 +191,7 @@ class ControlPlane:
         self.gateway.recorder.sinks.append(self.spend)
         self._export_store_metrics()
         await self.calibration.load()
+        await self.fingerprints.load()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._purge_loop()))
         self._tasks.append(loop.create_task(self._poll_loop()))
@@ -252,6 +255,7 @@ class ControlPlane:
             if close_shared is not None:
                 await close_shared()
         await self.calibration.save()
+        await self.fingerprints.stop()
         if self.link is not None:
             await self.link.stop()
         if isinstance(self.log_writer, LogWriterProcess):
