@@ -29,8 +29,9 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_request_log import _record  # noqa: E402
+from fleetgate.assemble import build_gateway  # noqa: E402
 from fleetgate.config import validate_config  # noqa: E402
-from fleetgate.server.control import ControlOptions, build_gateway  # noqa: E402
+from fleetgate.control.plane import ControlOptions  # noqa: E402
 from fleetgate.store.database import database_url, migrate, open_database  # noqa: E402
 from fleetgate.store.request_log import RequestLog  # noqa: E402
 from fleetgate.testing.chromium import ARGS, CHROMIUM  # noqa: E402

@@ -14,11 +14,13 @@ from typing import Any, Protocol, TypeVar
 
 import uvicorn
 
+from fleetgate.assemble import build_gateway
 from fleetgate.config import validate_config
+from fleetgate.control.plane import ControlOptions
 from fleetgate.fleet import FleetHolder, build_fleet
+from fleetgate.pipeline.core import Pipeline
 from fleetgate.server.accept import new_event_loop as serving_loop
 from fleetgate.server.app import Gateway
-from fleetgate.server.control import ControlOptions, build_gateway
 from fleetgate.server.run import uvicorn_config
 from fleetgate.testing import FakeAnthropic, FakeEngine, FakeOllama
 
@@ -99,7 +101,7 @@ class Stack:
     ) -> Gateway:
         """Serve a gateway; with `options` it runs with its control plane (store, admin)."""
         if options is None:
-            gateway = Gateway(FleetHolder(build_fleet(fleet_config(config))))
+            gateway = Gateway(Pipeline(FleetHolder(build_fleet(fleet_config(config)))))
         else:
             gateway = build_gateway(fleet_config(config), options)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -138,7 +138,7 @@ def test_fleet_swap_changes_routing_for_the_next_request(stack: Stack):
         httpx.post(stack.url + "/v1/chat/completions", json=body).headers["x-fleetgate-route"]
         == "pa"
     )
-    gateway.holder.swap(
+    gateway.pipeline.holder.swap(
         build_fleet(
             fleet_config(
                 {

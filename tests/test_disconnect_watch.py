@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fleetgate.server.asgi import DISCONNECT_HOOK, DisconnectWatch
+from fleetgate.web.asgi import DISCONNECT_HOOK, DisconnectWatch
 
 
 async def _handled(scope: dict[str, Any], receive: Any, lose: Any) -> bool:

@@ -84,7 +84,7 @@ def test_429_retry_after_cools_the_deployment_down(stack: Stack, client_for):
         assert raw.headers["x-fleetgate-route"] == "pb"
         assert raw.headers["x-fleetgate-attempts"] == "1"
     assert len(stack.engines["a"].requests) == before  # not even tried while cooling down
-    health = stack.gateway.state.health("pa")
+    health = stack.gateway.pipeline.state.health("pa")
     assert 55 < health.open_until - time.time() <= 60
 
 
@@ -96,15 +96,15 @@ def test_circuit_opens_then_half_open_probe_recovers(stack: Stack, client_for):
     for _ in range(2):
         client.chat.completions.create(model="m", messages=MSG)
     assert len(a.requests) == 2
-    assert stack.gateway.state.health("pa").circuit == "open"
+    assert stack.gateway.pipeline.state.health("pa").circuit == "open"
     raw = client.chat.completions.with_raw_response.create(model="m", messages=MSG)
     assert raw.headers["x-fleetgate-attempts"] == "1"  # open circuit: 'pa' filtered out
     assert len(a.requests) == 2
     a.set_fault(None)
-    wait_until(lambda: stack.gateway.state.health("pa").circuit == "half-open", 5)
+    wait_until(lambda: stack.gateway.pipeline.state.health("pa").circuit == "half-open", 5)
     raw = client.chat.completions.with_raw_response.create(model="m", messages=MSG)
     assert raw.headers["x-fleetgate-route"] == "pa"  # the probe succeeded
-    assert stack.gateway.state.health("pa").circuit == "closed"
+    assert stack.gateway.pipeline.state.health("pa").circuit == "closed"
 
 
 def test_failed_probe_reopens_the_circuit(stack: Stack, client_for):
@@ -113,10 +113,10 @@ def test_failed_probe_reopens_the_circuit(stack: Stack, client_for):
     a.set_fault(Fault("status", status=500))
     client = client_for(stack)
     client.chat.completions.create(model="m", messages=MSG)
-    wait_until(lambda: stack.gateway.state.health("pa").circuit == "half-open", 5)
+    wait_until(lambda: stack.gateway.pipeline.state.health("pa").circuit == "half-open", 5)
     client.chat.completions.create(model="m", messages=MSG)  # the probe fails
     assert len(a.requests) == 2
-    assert stack.gateway.state.health("pa").circuit == "open"
+    assert stack.gateway.pipeline.state.health("pa").circuit == "open"
 
 
 def test_stream_falls_back_before_first_byte(stack: Stack, client_for):
@@ -210,7 +210,9 @@ def test_client_disconnect_cancels_upstream(stack: Stack):
             stack.url + "/v1/chat/completions", json={"model": "m", "messages": MSG}, timeout=0.5
         )
     wait_until(lambda: a.cancelled == 1, 5, "upstream request cancelled")
-    wait_until(lambda: stack.gateway.state.health("pa").inflight == 0, 5, "in-flight released")
+    wait_until(
+        lambda: stack.gateway.pipeline.state.health("pa").inflight == 0, 5, "in-flight released"
+    )
 
 
 def test_client_disconnect_mid_stream_cancels_upstream(stack: Stack):
@@ -228,4 +230,6 @@ def test_client_disconnect_mid_stream_cancels_upstream(stack: Stack):
             if line.startswith("data:"):
                 break
     wait_until(lambda: a.cancelled == 1, 5, "upstream stream cancelled")
-    wait_until(lambda: stack.gateway.state.health("pa").inflight == 0, 5, "in-flight released")
+    wait_until(
+        lambda: stack.gateway.pipeline.state.health("pa").inflight == 0, 5, "in-flight released"
+    )

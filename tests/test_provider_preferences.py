@@ -10,12 +10,13 @@ import openai
 import pytest
 
 from fleetgate.cli import main as cli_main
+from fleetgate.config.preferences import parse_env_list
 from fleetgate.config.schema import ProviderPreferences
 from fleetgate.fleet import build_fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.orderers.preference import MEASUREMENT_HALF_LIFE
 from fleetgate.routing.planner import build_plan
-from fleetgate.routing.preferences import merge, parse_env_list
+from fleetgate.routing.preferences import merge
 from fleetgate.state.runtime import MemoryState
 from fleetgate.testing import Fault
 from tests.harness import Stack, deployment, fleet_config, provider, wait_until
@@ -160,7 +161,7 @@ def test_max_price_and_quantizations(stack: Stack):
 def test_sort_price_throughput_latency(stack: Stack):
     three_hosts(stack)
     assert route_of(chat(stack, {"sort": "price"})) == "pc"
-    state = stack.gateway.state
+    state = stack.gateway.pipeline.state
     # nothing measured yet: no preference, priority order stands
     assert route_of(chat(stack, {"sort": "throughput"})) == "pa"
     state.health("pa").tps_ema, state.health("pb").tps_ema = 20.0, 90.0
@@ -378,7 +379,7 @@ def test_sort_throughput_uses_the_gateways_own_stream_measurements(stack: Stack,
             model="m", messages=MSG, stream=True, extra_body={"provider": {"only": [name]}}
         )
         assert len(list(stream)) > 8
-    state = stack.gateway.state
+    state = stack.gateway.pipeline.state
     wait_until(lambda: state.health("p-fast").tps_ema is not None, 5, "fast measured")
     assert state.health("p-fast").tps_ema > state.health("p-slow").tps_ema
     raw = client.chat.completions.with_raw_response.create(

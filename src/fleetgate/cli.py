@@ -14,7 +14,7 @@ from fleetgate.store.errors import StoreUnavailable
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from fleetgate.server.run import serve
+    from fleetgate.assemble import serve
 
     serve(args.config, args.host, args.port, args.workers)
     return 0
@@ -50,7 +50,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from fleetgate.errors import GatewayError
     from fleetgate.fleet import build_fleet
     from fleetgate.ingress.openai import parse_json_object
-    from fleetgate.server.app import explain_request
+    from fleetgate.pipeline.explain import explain_request
     from fleetgate.state.runtime import MemoryState
 
     fleet = build_fleet(load_config_file(args.config))

@@ -13,8 +13,9 @@ from typing import Any
 import aiohttp
 import orjson
 
+from fleetgate.assemble import build_gateway
 from fleetgate.config import validate_config
-from fleetgate.server.control import ControlOptions, build_gateway
+from fleetgate.control.plane import ControlOptions
 from fleetgate.server.run import server_for
 from fleetgate.store.database import data_dir
 from fleetgate.testing import FakeEngine, Fault

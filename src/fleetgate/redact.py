@@ -9,28 +9,13 @@ client (error messages, relayed error bodies) or a log line.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 import orjson
-
-if TYPE_CHECKING:
-    from fleetgate.fleet import Provider
 
 REDACTED = "***"
 # shorter values are not worth the name (`1`, `on`) and would blank out ordinary words
 MIN_SECRET_LENGTH = 4
-
-
-def provider_secrets(provider: Provider) -> Iterator[str]:
-    """Every credential value a provider's requests may carry."""
-    if provider.api_key:
-        yield provider.api_key
-    for _label, key, _env in provider.keys:
-        if key:
-            yield key
-    for _name, value in provider.headers:
-        yield value
 
 
 class Redactor:
@@ -57,7 +42,3 @@ class Redactor:
         if self._bytes is None:
             return value
         return self._bytes.sub(REDACTED.encode(), value)
-
-
-def redactor_for(providers: Iterable[Provider]) -> Redactor:
-    return Redactor(secret for p in providers for secret in provider_secrets(p))

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from fleetgate.server.control import ControlOptions
+from fleetgate.control.plane import ControlOptions
 from tests.harness import Stack, deployment, provider, wait_until
 
 ADMIN_KEY = "admin-secret-for-tests"

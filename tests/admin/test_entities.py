@@ -27,7 +27,7 @@ def test_crud_patch_merge_and_atomic_rejection(stack: Stack, db_url: str, client
     api = admin(stack)
     deps = api.get("/admin/deployments").json()["data"]
     assert [d["id"] for d in deps] == ["pa", "pb"]
-    version = gw.holder.fleet.version
+    version = gw.pipeline.holder.fleet.version
 
     # a PATCH of one field keeps every other field of the row
     resp = api.patch("/admin/deployments/pb", json={"priority": -5})
@@ -40,7 +40,7 @@ def test_crud_patch_merge_and_atomic_rejection(stack: Stack, db_url: str, client
         "context_window": 100_000,
         "priority": -5,
     }
-    fleet = gw.holder.fleet
+    fleet = gw.pipeline.holder.fleet
     assert fleet.version == version + 1
     assert fleet.deployments["pb"].context_window == 100_000  # the long tier survives
     assert fleet.deployments["pb"].priority == -5
@@ -51,16 +51,16 @@ def test_crud_patch_merge_and_atomic_rejection(stack: Stack, db_url: str, client
     pa = api.get("/admin/deployments/pa").json()
     assert pa["price"] == {"input": 2.0, "output": 3.0}
     assert "upstream_model" not in pa
-    assert gw.holder.fleet.deployments["pa"].upstream_model == "m"
+    assert gw.pipeline.holder.fleet.deployments["pa"].upstream_model == "m"
 
     # an invalid PATCH is refused with the reason, and nothing changes
-    before = gw.holder.fleet
+    before = gw.pipeline.holder.fleet
     resp = api.patch("/admin/deployments/pa", json={"provider": "nowhere"})
     assert resp.status_code == 422
     err = resp.json()["error"]
     assert err["code"] == "invalid_config"
     assert "unknown provider 'nowhere'" in err["message"]
-    assert gw.holder.fleet is before
+    assert gw.pipeline.holder.fleet is before
     assert api.get("/admin/deployments/pa").json()["provider"] == "pa"
     resp = api.patch("/admin/deployments/pa", json={"context_window": -1})
     assert resp.status_code == 422
@@ -97,7 +97,7 @@ def test_crud_patch_merge_and_atomic_rejection(stack: Stack, db_url: str, client
     assert resp.json()["error"]["users"] == [{"kind": "deployments", "id": "pc/n"}]
     assert api.delete("/admin/deployments/pc/n").status_code == 204
     assert api.delete("/admin/providers/pc").status_code == 204
-    assert "pc" not in gw.holder.fleet.providers
+    assert "pc" not in gw.pipeline.holder.fleet.providers
     assert api.get("/admin/providers/pc").status_code == 404
 
 
@@ -117,8 +117,8 @@ def test_changes_persist_across_restart_and_yaml_only_seeds(
         gw = stack.start_gateway(config, options(db_url))
     assert "the fleet file is unchanged since it was last applied" in caplog.text
     assert "changed deployments/pb; removed models/m" in caplog.text
-    wait_until(lambda: gw.ready, 10, "ready")
-    assert gw.holder.fleet.deployments["pb"].context_window == 200_000
+    wait_until(lambda: gw.pipeline.ready, 10, "ready")
+    assert gw.pipeline.holder.fleet.deployments["pb"].context_window == 200_000
     api = admin(stack)
     assert api.get("/admin/models").json()["data"] == []
     live = api.get("/admin/fleet").json()

@@ -61,7 +61,7 @@ def test_a_rename_moves_the_pins_in_the_same_change(
     gw = stack.start_gateway(pinned_fleet(stack), options(db_url))
     a, b = stack.engines["a"], stack.engines["b"]
     api = admin(stack)
-    version = gw.holder.fleet.version
+    version = gw.pipeline.holder.fleet.version
 
     # GET, rename the label, PUT it back: the literal credential shows as *** and stays
     shown = api.get("/admin/providers/pa").json()
@@ -72,7 +72,7 @@ def test_a_rename_moves_the_pins_in_the_same_change(
     assert resp.json()["keys"] == {"team-c": "***", "spare": "***"}
     # only the routes that reach pa follow; pb's own team-b is another credential
     assert _labels(api) == {"support-bot": ["team-c", "team-b"], "simple": [None, "team-c"]}
-    assert gw.holder.fleet.version == version + 1  # one atomic change
+    assert gw.pipeline.holder.fleet.version == version + 1  # one atomic change
     _chat(stack, "support-bot")
     assert a.requests[-1].headers["Authorization"] == "Bearer sk-team-b"  # not "***"
 
@@ -117,7 +117,7 @@ def test_a_rename_moves_the_pins_in_the_same_change(
 def test_a_pinned_label_cannot_be_deleted(stack: Stack, db_url: str) -> None:
     gw = stack.start_gateway(pinned_fleet(stack), options(db_url))
     api = admin(stack)
-    version = gw.holder.fleet.version
+    version = gw.pipeline.holder.fleet.version
     for edit in (
         {"keys": {"team-b": None}},  # removed
         {"keys": {"team-b": None, "team-c": "sk-other"}},  # another credential: not a rename
@@ -138,7 +138,7 @@ def test_a_pinned_label_cannot_be_deleted(stack: Stack, db_url: str) -> None:
     # a PUT without the label is the same deletion
     body = {k: v for k, v in api.get("/admin/providers/pa").json().items() if k != "keys"}
     assert api.put("/admin/providers/pa", json=body).status_code == 409
-    assert gw.holder.fleet.version == version  # nothing changed, nothing in the history
+    assert gw.pipeline.holder.fleet.version == version  # nothing changed, nothing in the history
     history = api.get("/admin/config/history").json()["data"]
     assert [h["version"] for h in history] == [1]
     assert history[0]["events"] == [{"type": "seeded", "message": "seeded from the config file"}]
@@ -155,8 +155,8 @@ def test_a_pinned_label_cannot_be_deleted(stack: Stack, db_url: str) -> None:
 def test_keys_that_are_not_a_map_are_refused_whole(stack: Stack, db_url: str) -> None:
     gw = stack.start_gateway(pinned_fleet(stack), options(db_url))
     api = admin(stack)
-    version = gw.holder.fleet.version
+    version = gw.pipeline.holder.fleet.version
     for keys in ("team-b", ["team-b"], 7):
         resp = api.patch("/admin/providers/pa", json={"keys": keys})
         assert resp.status_code in (400, 422), resp.text
-    assert gw.holder.fleet.version == version
+    assert gw.pipeline.holder.fleet.version == version

@@ -95,7 +95,7 @@ def test_buffer_full_is_counted_and_shutdown_flushes(stack: Stack, db_url: str, 
     gw = stack.start_gateway(two_tier_fleet(stack), options(db_url))
     client = client_for(stack)
     # after its next flush the recorder sleeps for an hour: only shutdown can flush again
-    gw.recorder.interval = 3600
+    gw.pipeline.recorder.interval = 3600
     stack.gateway.control.log_writer.capacity = 3  # type: ignore[union-attr]
     client.chat.completions.create(model="m", messages=MSG)
     wait_until(lambda: _written(stack) == 1, 10, "first row written")

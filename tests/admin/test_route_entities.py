@@ -38,19 +38,19 @@ def test_patch_keeps_a_models_long_tier(stack: Stack, db_url: str) -> None:
         },
         options(db_url),
     )
-    assert gw.holder.fleet.deployments["m@long"].context_window == 100_000
+    assert gw.pipeline.holder.fleet.deployments["m@long"].context_window == 100_000
     api = admin(stack)
     resp = api.patch("/admin/models/m", json={"description": "coder"})
     assert resp.status_code == 200, resp.text
     assert resp.json()["long_context"]["max_context_tokens"] == 100_000
-    fleet = gw.holder.fleet
+    fleet = gw.pipeline.holder.fleet
     assert fleet.config.models[0].description == "coder"
     assert fleet.deployments["m@long"].context_window == 100_000  # the long tier survives
     assert fleet.deployments["m@long"].tier == "long"
     # a nested PATCH changes one field of the block and keeps the rest
     api.patch("/admin/models/m", json={"long_context": {"max_context_tokens": 200_000}})
-    assert gw.holder.fleet.deployments["m@long"].context_window == 200_000
-    assert gw.holder.fleet.deployments["pa"].context_window == 4096
+    assert gw.pipeline.holder.fleet.deployments["m@long"].context_window == 200_000
+    assert gw.pipeline.holder.fleet.deployments["pa"].context_window == 4096
     live = {d["id"]: d for d in api.get("/admin/fleet").json()["deployments"]}
     long_window = live["m@long"]["context_window"]
     assert long_window["effective"] == 200_000 and long_window["source"] == "config"
@@ -59,10 +59,10 @@ def test_patch_keeps_a_models_long_tier(stack: Stack, db_url: str) -> None:
     # an invalid block is refused whole; the long tier keeps serving
     resp = api.patch("/admin/models/m", json={"long_context": {"max_context_tokens": 10}})
     assert resp.status_code == 422
-    assert gw.holder.fleet.deployments["m@long"].context_window == 200_000
+    assert gw.pipeline.holder.fleet.deployments["m@long"].context_window == 200_000
     # removing the block (null) removes the long tier
     assert api.patch("/admin/models/m", json={"long_context": None}).is_success
-    assert "m@long" not in gw.holder.fleet.deployments
+    assert "m@long" not in gw.pipeline.holder.fleet.deployments
 
 
 def test_virtual_models_and_tiers(stack: Stack, db_url: str) -> None:
@@ -84,13 +84,13 @@ def test_virtual_models_and_tiers(stack: Stack, db_url: str) -> None:
         "name": "simple",
         "routes": [{"deployment": "pa"}],
     }
-    assert "simple" in gw.holder.fleet.config.tiers
+    assert "simple" in gw.pipeline.holder.fleet.config.tiers
     # PUT replaces the whole entry; the path names it
     resp = api.put(
         "/admin/tiers/simple", json={"routes": [{"deployment": "pa"}], "description": "d"}
     )
     assert resp.status_code == 200, resp.text
-    assert gw.holder.fleet.config.tiers["simple"].description == "d"
+    assert gw.pipeline.holder.fleet.config.tiers["simple"].description == "d"
     # a virtual model naming a deployment that does not exist is refused whole
     resp = api.patch("/admin/virtual_models/Chat", json={"routes": [{"deployment": "zz"}]})
     assert resp.status_code == 422

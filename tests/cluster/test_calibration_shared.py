@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from fleetgate.control.plane import ControlOptions
 from fleetgate.server.app import Gateway
-from fleetgate.server.control import ControlOptions
 from tests.admin.helpers import ADMIN_KEY, two_tier_fleet
 from tests.harness import LoopThread, Stack, wait_until
 
@@ -38,12 +38,12 @@ def _chat(stack: Stack, n: int) -> None:
 
 
 def _samples(gw: Gateway, dep: str = "pa") -> int:
-    cal = gw.state.calibration.get(dep)
+    cal = gw.pipeline.state.calibration.get(dep)
     return cal.samples if cal is not None else 0
 
 
 def _bounds(gw: Gateway, dep: str = "pa") -> Any:
-    cal = gw.state.calibration.get(dep)
+    cal = gw.pipeline.state.calibration.get(dep)
     return cal.bounds() if cal is not None else None
 
 

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from fleetgate.config.schema import CircuitConfig
+from fleetgate.control.plane import ControlOptions
 from fleetgate.server.app import Gateway
-from fleetgate.server.control import ControlOptions
 from fleetgate.state.redis_link import RedisLink
 from fleetgate.state.redis_state import RedisState
 from fleetgate.testing import Fault
@@ -137,8 +137,10 @@ def test_failures_on_several_replicas_add_up_to_the_threshold(
 
     wave()
     for gw in gateways:
-        wait_until(lambda gw=gw: gw.state.health("pa").circuit == "open", 5, "open everywhere")
-        assert gw.state.health("pa").consecutive_failures == 3
+        wait_until(
+            lambda gw=gw: gw.pipeline.state.health("pa").circuit == "open", 5, "open everywhere"
+        )
+        assert gw.pipeline.state.health("pa").consecutive_failures == 3
     wave()
     wave()
     assert len(bad.requests) == 3  # the cluster paid the threshold once, not once a replica

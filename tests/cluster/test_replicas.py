@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from fleetgate.control.plane import ControlOptions
 from fleetgate.server.app import Gateway
-from fleetgate.server.control import ControlOptions
 from fleetgate.testing import Fault
 from tests.admin.helpers import ADMIN_KEY, admin, early_in_a_minute, two_tier_fleet
 from tests.harness import Stack, wait_until
@@ -121,8 +121,10 @@ def test_concurrent_edits_on_two_replicas_lose_nothing(
     ids = {d["id"] for d in admin(stack).get("/admin/deployments").json()["data"]}
     assert {f"d{i}" for i in range(8)} <= ids
     for gw in (a, b):  # both replicas end on the last version, with every edit in it
-        wait_until(lambda gw=gw: gw.holder.fleet.version == 9, 5, "last version everywhere")
-        assert {f"x{i}" for i in range(8)} <= set(gw.holder.fleet.models)
+        wait_until(
+            lambda gw=gw: gw.pipeline.holder.fleet.version == 9, 5, "last version everywhere"
+        )
+        assert {f"x{i}" for i in range(8)} <= set(gw.pipeline.holder.fleet.models)
 
 
 def _pa_opened_by_a(

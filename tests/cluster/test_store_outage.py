@@ -11,8 +11,8 @@ import httpx
 import psycopg
 import pytest
 
+from fleetgate.control.plane import ControlOptions
 from fleetgate.server.app import Gateway
-from fleetgate.server.control import ControlOptions
 from tests.admin.helpers import ADMIN_KEY, admin
 from tests.cluster.conftest import TcpProxy
 from tests.harness import Stack, deployment, provider, wait_until

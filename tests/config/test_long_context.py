@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleetgate.config import check_config_text, validate_config
-from fleetgate.context.tiers import expand_tiers, split_window_suffix
+from fleetgate.config.tiers import expand_tiers, split_window_suffix
 from fleetgate.fleet import build_fleet
 
 PROVIDERS = [{"id": "base", "kind": "vllm", "base_url": "http://10.0.0.1:8000/v1"}]

@@ -70,7 +70,7 @@ def test_usage_from_the_real_engine_calibrates_its_deployment(
             messages=[{"role": "user", "content": f"Count the apples, case {i}: one two."}],
             max_tokens=4,
         )
-    book = gateway.state.calibration
+    book = gateway.pipeline.state.calibration
     wait_until(lambda: (book.get("s") or book.get("b")) is not None, 5, "samples recorded")
     cal = book.get("s")
     wait_until(lambda: cal is not None and cal.samples >= MIN_SAMPLES, 5, "enough samples")

@@ -10,8 +10,9 @@ from tokenizers import Tokenizer
 
 from fleetgate.config.schema import ContextConfig
 from fleetgate.context.estimate import estimate_context_tokens
-from fleetgate.context.families import FAMILIES, infer_family
+from fleetgate.context.families import FAMILIES
 from fleetgate.context.tally import FIELDS, tally_body
+from fleetgate.fleet.families import infer_family
 from fleetgate.testing.corpus import CLASSES, corpus, text_of
 from fleetgate.testing.llama import find_llama
 from tests.engines import LlamaFactory

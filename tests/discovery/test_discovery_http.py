@@ -17,7 +17,7 @@ def windows(stack: Stack) -> dict[str, dict]:
 def refresh(stack: Stack) -> dict[str, dict]:
     """Probe every worker now (what the admin-only `POST /v1/fleet/windows/refresh` does)."""
     assert stack.gateway is not None
-    stack.lt.run(stack.gateway.discovery.refresh())
+    stack.lt.run(stack.gateway.pipeline.discovery.refresh())
     return windows(stack)
 
 
@@ -204,5 +204,5 @@ def test_a_config_swap_re_probes_at_once(stack: Stack) -> None:
     stack.start_gateway(config)
     assert refresh(stack)["w"]["tokens"] == 2048
     config["deployments"][0]["upstream_model"] = "big"
-    stack.gateway.holder.swap(build_fleet(fleet_config(config)))  # from this (test) thread
+    stack.gateway.pipeline.holder.swap(build_fleet(fleet_config(config)))  # from this (test) thread
     wait_until(lambda: windows(stack)["w"]["tokens"] == 8192, 10, "re-probe after the swap")

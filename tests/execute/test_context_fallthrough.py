@@ -25,7 +25,7 @@ def test_context_400_falls_through_to_the_larger_sibling(stack: Stack, client_fo
     assert chat_calls(base) == 1 and chat_calls(long) == 1
     # a context error is the request's fault, not the deployment's: no cooldown
     assert stack.gateway is not None
-    health = stack.gateway.state.health("base")
+    health = stack.gateway.pipeline.state.health("base")
     assert health.consecutive_failures == 0 and health.open_until == 0
     again = client_for(stack).chat.completions.with_raw_response.create(
         model="m", messages=SMALL, max_tokens=16
@@ -68,7 +68,7 @@ def test_without_a_larger_sibling_the_400_returns_at_once(stack: Stack, client_f
     assert chat_calls(a) + chat_calls(b) == 1  # the equal-window sibling was not tried
     assert stack.gateway is not None
     for dep in ("pa", "pb"):
-        assert stack.gateway.state.health(dep).consecutive_failures == 0
+        assert stack.gateway.pipeline.state.health(dep).consecutive_failures == 0
 
 
 def test_larger_tier_503_then_base_400_gives_the_retryable_error(stack: Stack, client_for) -> None:

@@ -59,7 +59,7 @@ def test_a_200_that_is_not_json_falls_back_and_counts(stack: Stack, stream: bool
         )
     else:
         assert raw.parse().model == "m"  # the client's name, not the upstream's
-    health = stack.gateway.state.health("pa")
+    health = stack.gateway.pipeline.state.health("pa")
     assert health.consecutive_failures == 1 and health.failures == 1
 
 
@@ -76,7 +76,9 @@ def test_an_event_that_is_not_json_after_output_ends_the_stream(stack: Stack) ->
     assert info.value.body["code"] == "stream_interrupted"
     assert "not JSON" in info.value.message
     assert stack.engines["b"].requests == []  # output had started: no fallback
-    wait_until(lambda: stack.gateway.state.health("pa").consecutive_failures == 1, 5, "counted")
+    wait_until(
+        lambda: stack.gateway.pipeline.state.health("pa").consecutive_failures == 1, 5, "counted"
+    )
 
 
 # ---- 2. the cooldown starts when the failure is seen ----------------------------------------
@@ -100,7 +102,7 @@ def test_the_cooldown_runs_from_when_the_failure_is_seen(stack: Stack) -> None:
         assert raw.headers["x-fleetgate-attempts"] == "1"  # 'pa' kept out
         assert time.monotonic() - started < 0.4
     assert len(stack.engines["a"].requests) == 1
-    assert stack.gateway.state.health("pa").open_until >= seen + 0.5 + 0.4 - 0.05
+    assert stack.gateway.pipeline.state.health("pa").open_until >= seen + 0.5 + 0.4 - 0.05
 
 
 # ---- 3. a bad host costs at most 2 of 5 requests ---------------------------------------
@@ -127,7 +129,7 @@ def test_a_bad_host_costs_at_most_two_of_five(stack: Stack, fault: Fault | None,
     ]
     assert attempts.count("2") == cost  # each fell back from 'pa' to 'pb'
     assert attempts.count("1") == 5 - cost
-    assert stack.gateway.state.health("pa").circuit == "open"
+    assert stack.gateway.pipeline.state.health("pa").circuit == "open"
 
 
 def _open_the_circuit_of_a(stack: Stack) -> tuple[Any, openai.OpenAI]:
@@ -138,7 +140,7 @@ def _open_the_circuit_of_a(stack: Stack) -> tuple[Any, openai.OpenAI]:
     client = _openai(stack)
     for _ in range(2):
         client.chat.completions.create(model="m", messages=MSG)
-    assert stack.gateway.state.health("pa").circuit == "open"
+    assert stack.gateway.pipeline.state.health("pa").circuit == "open"
     a.set_fault(None)
     return a, client
 
@@ -146,7 +148,7 @@ def _open_the_circuit_of_a(stack: Stack) -> tuple[Any, openai.OpenAI]:
 def test_one_half_open_probe_among_concurrent_requests(stack: Stack) -> None:
     a, client = _open_the_circuit_of_a(stack)
     a.latency = 0.3  # the probe is slow: the others arrive while it is out
-    wait_until(lambda: stack.gateway.state.health("pa").circuit == "half-open", 5)
+    wait_until(lambda: stack.gateway.pipeline.state.health("pa").circuit == "half-open", 5)
     before = len(a.requests)
     with ThreadPoolExecutor(16) as pool:
         routes = list(
@@ -165,7 +167,7 @@ def test_a_probe_answered_with_the_requests_own_fault_does_not_hold_the_host(
     stack: Stack,
 ) -> None:
     a, client = _open_the_circuit_of_a(stack)
-    wait_until(lambda: stack.gateway.state.health("pa").circuit == "half-open", 5)
+    wait_until(lambda: stack.gateway.pipeline.state.health("pa").circuit == "half-open", 5)
     # the probe is a request the host refuses as the client's fault: the host is up
     a.fail_next(Fault("status", status=400))
     with pytest.raises(openai.BadRequestError):
@@ -173,7 +175,7 @@ def test_a_probe_answered_with_the_requests_own_fault_does_not_hold_the_host(
     # so the next request probes it again, and its success closes the circuit
     raw = client.chat.completions.with_raw_response.create(model="m", messages=MSG)
     assert raw.headers["x-fleetgate-route"] == "pa"
-    assert stack.gateway.state.health("pa").circuit == "closed"
+    assert stack.gateway.pipeline.state.health("pa").circuit == "closed"
 
 
 # ---- 4. a 503 is not a rate limit --------------------------------------------------------
@@ -212,7 +214,7 @@ def test_a_retry_after_that_is_no_number_of_seconds_is_ignored(stack: Stack, val
     assert info.value.body["code"] == "upstream_error"
     assert "retry-after" not in info.value.response.headers
     assert [len(stack.engines[n].requests) for n in "ab"] == [1, 1]
-    assert [stack.gateway.state.health(d).failures for d in ("pa", "pb")] == [1, 1]
+    assert [stack.gateway.pipeline.state.health(d).failures for d in ("pa", "pb")] == [1, 1]
 
 
 def test_a_relayed_retry_after_is_no_later_than_the_gateway_tries_again(stack: Stack) -> None:

@@ -37,4 +37,4 @@ def test_back_to_back_streams_to_llama_cpp_all_succeed(stack: Stack, llama) -> N
     with ThreadPoolExecutor(8) as pool:  # streams end while others wait for the connection
         statuses = [s for conv in pool.map(conversation, range(8)) for s in conv]
     assert statuses == [(200, "1")] * 48
-    assert stack.gateway.state.health("solo").failures == 0
+    assert stack.gateway.pipeline.state.health("solo").failures == 0

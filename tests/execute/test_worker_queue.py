@@ -34,7 +34,9 @@ def test_full_queue_answers_429_at_once_and_queued_requests_finish(stack: Stack)
             ],
         }
     )
-    slots = stack.gateway.executor.slots.for_provider(stack.gateway.holder.fleet.providers["w"])
+    slots = stack.gateway.pipeline.executor.slots.for_provider(
+        stack.gateway.pipeline.holder.fleet.providers["w"]
+    )
     worker.hold()
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(chat, stack)

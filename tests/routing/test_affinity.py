@@ -14,12 +14,12 @@ import orjson
 import pytest
 
 from fleetgate.config.schema import AffinityConfig
+from fleetgate.control.plane import ControlOptions
 from fleetgate.fleet import build_fleet
 from fleetgate.ingress.openai import parse_openai
 from fleetgate.ingress.prefix import prefix_keys
 from fleetgate.routing.planner import build_plan
 from fleetgate.server.app import Gateway
-from fleetgate.server.control import ControlOptions
 from fleetgate.state.affinity import MemoryAffinity
 from fleetgate.state.runtime import MemoryState
 from tests.engines import llama_fleet
@@ -179,7 +179,7 @@ def test_affinity_survives_a_fleet_swap(stack: Stack):
             deployment("m", n, weight=1.0 if n == owner else 50.0) for n in ("a", "b", "c")
         ],
     }
-    gateway.holder.swap(build_fleet(fleet_config(swapped), version=2))
+    gateway.pipeline.holder.swap(build_fleet(fleet_config(swapped), version=2))
     resp = _chat(stack.url, _next_turn(turn, first, "still there?"))
     assert resp.headers[HEADER] == "hit"
     assert resp.headers["x-fleetgate-route"] == owner
@@ -212,3 +212,33 @@ def test_affinity_is_shared_across_replicas_on_redis(
     second = _chat(replica_b.url, _next_turn(turn, first, "and on B?"))
     assert second.headers[HEADER] == "hit"
     assert second.headers["x-fleetgate-route"] == owner
+
+
+def test_the_admin_explain_shows_the_same_balanced_plan(stack: Stack, sqlite_url: str):
+    """`POST /admin/explain` is the pipeline's explain: after an affinity hit it orders the
+    owner first with the affinity note, exactly as `POST /v1/routing/explain` does."""
+    from tests.admin.helpers import admin, options
+
+    engines = [stack.engine(n) for n in ("a", "b")]
+    stack.start_gateway(
+        {
+            "providers": [provider(n, e) for n, e in zip(("a", "b"), engines, strict=True)],
+            "deployments": [deployment("m", "a"), deployment("m", "b")],
+        },
+        options(sqlite_url),
+    )
+    turn = [SYSTEM, {"role": "user", "content": "hello"}]
+    resp = _chat(stack.url, turn)
+    owner = resp.headers["x-fleetgate-route"]
+    next_turn = [*turn, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "x"}]
+    body = {"model": "m", "messages": next_turn}
+    client_plan = httpx.post(stack.url + "/v1/routing/explain", json=body, timeout=10).json()
+    with admin(stack) as api:
+        admin_plan = api.post("/admin/explain", json={"request": body}).json()
+    for plan in (client_plan, admin_plan):
+        assert plan["candidates"][0]["deployment"] == owner
+        assert plan["headers"]["X-Fleetgate-Affinity"] == "hit"
+        assert plan["notes"]["affinity"]["owner"] == owner
+    assert [c["deployment"] for c in admin_plan["candidates"]] == [
+        c["deployment"] for c in client_plan["candidates"]
+    ]

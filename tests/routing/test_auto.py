@@ -173,10 +173,10 @@ def test_read_only_view_never_writes() -> None:
 
 def test_a_new_fleet_reconfigures_the_gateway_sticky_store() -> None:
     from fleetgate.fleet import FleetHolder
-    from fleetgate.server.app import Gateway
+    from fleetgate.pipeline.core import Pipeline
 
     holder = FleetHolder(fleet())
-    gateway = Gateway(holder)
-    assert gateway.sticky.ttl == 1800.0
+    pipeline = Pipeline(holder)
+    assert pipeline.sticky.ttl == 1800.0
     holder.swap(fleet(config(auto={"stickiness": {"ttl_seconds": 60, "max_entries": 7}})))
-    assert (gateway.sticky.ttl, gateway.sticky.max_entries) == (60.0, 7)
+    assert (pipeline.sticky.ttl, pipeline.sticky.max_entries) == (60.0, 7)

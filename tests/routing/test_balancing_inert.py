@@ -68,13 +68,13 @@ def _busy_and_remembered(stack: Stack, owner: str) -> None:
     """
     gw = stack.gateway
     assert gw is not None
-    wait_until(lambda: gw.load_poller.rounds >= 1, 10, "the first engine-load poll round")
+    wait_until(lambda: gw.pipeline.load_poller.rounds >= 1, 10, "the first engine-load poll round")
     now = time.time()
     for i in range(len(stack.engines)):  # what each engine's /metrics says
         load = BUSY_LOAD if i == 0 else IDLE_LOAD
-        gw.loads.record(f"p{i}", EngineLoad(**load, fetched_at=now))
+        gw.pipeline.loads.record(f"p{i}", EngineLoad(**load, fetched_at=now))
     keys = prefix_keys(parse_openai("chat.completions", orjson.dumps(BODY)))
-    gw.affinity.record(keys[-2], owner, now)
+    gw.pipeline.affinity.record(keys[-2], owner, now)
 
 
 def _explain(stack: Stack, body: dict[str, Any]) -> bytes:
@@ -110,7 +110,9 @@ def test_explain_is_byte_for_byte_the_same_without_a_tie(
     _fleet(stack, priorities, prices)
     _busy_and_remembered(stack, owner=f"p{len(priorities) - 1}")
     with_them, without = _with_and_without(stack, monkeypatch, body)
-    assert stack.gateway.loads.fresh("p0", time.time()) is not None  # the signals were there
+    assert (
+        stack.gateway.pipeline.loads.fresh("p0", time.time()) is not None
+    )  # the signals were there
     assert with_them == without
     assert b"affinity" not in with_them and b"engine_load" not in with_them
 

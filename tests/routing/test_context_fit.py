@@ -113,7 +113,7 @@ def test_guard_reject_refuses_before_any_upstream_call(
         return
     # none may count: the lower bound is, and the message states the upper bound on the
     # largest deployment
-    fleet = stack.gateway.holder.fleet
+    fleet = stack.gateway.pipeline.holder.fleet
     body = {"messages": huge, "max_tokens": 16}
     deps = list(fleet.models["m"].deployments)
     estimate, _ = estimate_need(

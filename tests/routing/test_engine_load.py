@@ -48,7 +48,7 @@ def _polled(stack: Stack, dep: str, **values: float) -> None:
     call: the round under way may have read some engines before their load changed, and
     records each engine's sample as its answer comes, so one sample seen new does not
     mean its peers' are."""
-    loads, poller = stack.gateway.loads, stack.gateway.load_poller
+    loads, poller = stack.gateway.pipeline.loads, stack.gateway.pipeline.load_poller
     after = poller.rounds + 2
 
     def seen() -> bool:
@@ -119,8 +119,10 @@ def test_a_lone_deployment_is_not_polled(stack: Stack):
             **FAST,
         }
     )
-    rounds = stack.gateway.load_poller.rounds
-    wait_until(lambda: stack.gateway.load_poller.rounds >= rounds + 3, 5, "three poll rounds")
+    rounds = stack.gateway.pipeline.load_poller.rounds
+    wait_until(
+        lambda: stack.gateway.pipeline.load_poller.rounds >= rounds + 3, 5, "three poll rounds"
+    )
     assert lone.metrics_calls == a.metrics_calls == b.metrics_calls == 0
 
 
@@ -128,7 +130,7 @@ def test_polls_do_not_follow_redirects(stack: Stack):
     engines = _three(stack)
     elsewhere = stack.engine("elsewhere")
     engines["a"].metrics_redirect = elsewhere.url + "/metrics"
-    loads, poller = stack.gateway.loads, stack.gateway.load_poller
+    loads, poller = stack.gateway.pipeline.loads, stack.gateway.pipeline.load_poller
     after = poller.rounds + 2  # a whole round since: b's and c's samples are in too
     wait_until(
         lambda: poller.rounds >= after and (s := loads.get("a")) is not None and s.error,
@@ -178,7 +180,7 @@ def test_llama_cpp_slots_and_metrics(stack: Stack, llama_replicas):
     worker = threading.Thread(target=generate)
     worker.start()
     try:
-        loads = stack.gateway.loads
+        loads = stack.gateway.pipeline.loads
 
         seen: list[Any] = []
 
@@ -258,10 +260,12 @@ def test_a_polled_sample_carries_the_gateways_in_flight_count(stack: Stack):
     )
     worker.start()
     try:
-        wait_until(lambda: gateway.state.health("a").inflight == 1 or done.is_set(), 5, "sent")
+        wait_until(
+            lambda: gateway.pipeline.state.health("a").inflight == 1 or done.is_set(), 5, "sent"
+        )
         _polled(stack, "a")
-        sample = gateway.loads.get("a")
+        sample = gateway.pipeline.loads.get("a")
         assert done.is_set() or sample.inflight == 1
-        assert gateway.loads.get("b").inflight == 0
+        assert gateway.pipeline.loads.get("b").inflight == 0
     finally:
         worker.join(10)

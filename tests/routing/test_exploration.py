@@ -55,7 +55,7 @@ def test_a_stale_measurement_is_explored_once_per_period(stack: Stack) -> None:
     _slow_first(stack, latency=0.15)
     for _ in range(3):
         _send(stack, "latency", False)
-    state = stack.gateway.state
+    state = stack.gateway.pipeline.state
     long_ago = time.time() - 120  # past `stale_after_seconds` (60)
     state.health("slow").measured_at = state.health("slow").tried_at = long_ago
     plan = httpx.post(

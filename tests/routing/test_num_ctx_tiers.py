@@ -63,7 +63,7 @@ def start_tiers(stack: Stack, llama: LlamaFactory, limits: bool = False) -> Stac
             ],
         }
     )
-    stack.lt.run(gw.discovery.refresh())
+    stack.lt.run(gw.pipeline.discovery.refresh())
     rows = httpx.get(stack.url + "/v1/fleet/windows", timeout=10).json()["data"]
     assert {r["deployment"]: r["tokens"] for r in rows} == {"small": 512, "big": 4096}
     return stack
@@ -161,7 +161,7 @@ def test_an_ollama_worker_beside_the_engines_keeps_num_ctx_as_its_window(
             ],
         }
     )
-    stack.lt.run(gw.discovery.refresh())
+    stack.lt.run(gw.pipeline.discovery.refresh())
 
     def plan(**options: int) -> list[tuple[str, int]]:
         body = {"endpoint": "ollama.chat", "model": "tiny", "messages": SHORT, "options": options}

@@ -39,7 +39,7 @@ def start(
     if caps is not None:
         config["model_capabilities"] = caps
     gw = stack.start_gateway(config)
-    stack.lt.run(gw.discovery.refresh())  # what the admin-only refresh endpoint does
+    stack.lt.run(gw.pipeline.discovery.refresh())  # what the admin-only refresh endpoint does
     body = httpx.get(stack.url + "/v1/fleet/windows", timeout=10).json()
     return {row["deployment"]: row for row in body["data"]}
 
@@ -233,7 +233,7 @@ def test_native_requests_too_big_for_workers_go_to_a_larger_translated_window(
             ],
         }
     )
-    stack.lt.run(gw.discovery.refresh())
+    stack.lt.run(gw.pipeline.discovery.refresh())
     resp = native_chat(stack, words(2000))
     assert resp.status_code == 200 and resp.headers["x-fleetgate-route"] == "v"
     assert resp.json()["done"] is True and resp.json()["message"]["content"].startswith("v says")

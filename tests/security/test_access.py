@@ -54,7 +54,7 @@ def test_records_are_scoped_per_key(stack: Stack, sqlite_url: str) -> None:
     chat(mallory, "n", "mallory-only")
     gw = stack.gateway
     assert gw is not None
-    wait_until(lambda: gw.recorder.buffered == 0, 5, "records flushed")
+    wait_until(lambda: gw.pipeline.recorder.buffered == 0, 5, "records flushed")
 
     assert _get(stack, "/v1/requests/victim-1").status_code == 401
     own = _get(stack, "/v1/requests/victim-1", alice).json()

@@ -79,7 +79,7 @@ def test_admin_api_keeps_to_its_openapi_document(
     stack: Stack, sqlite_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     gw = stack.start_gateway(two_tier_fleet(stack), options(sqlite_url))
-    stack.lt.run(gw.discovery.stop())  # nothing probes the base URLs the fuzzer invents
+    stack.lt.run(gw.pipeline.discovery.stop())  # nothing probes the base URLs the fuzzer invents
     config = schemathesis.Config.from_dict(
         {"checks": {"positive_data_acceptance": {"expected-statuses": ACCEPTABLE}}}
     )

@@ -248,9 +248,9 @@ def test_discovery_survives_any_answer_to_its_probes(stack: Stack, upstream: Scr
     @fuzzing(EXAMPLES, shrink=False)
     def one(said: tuple[int, dict[str, str], bytes]) -> None:
         upstream.answer = said
-        before = gw.discovery.refreshes
-        stack.lt.loop.call_soon_threadsafe(gw.discovery.request_refresh, "p")
-        wait_until(lambda: gw.discovery.refreshes > before, 10, "a discovery round")
+        before = gw.pipeline.discovery.refreshes
+        stack.lt.loop.call_soon_threadsafe(gw.pipeline.discovery.request_refresh, "p")
+        wait_until(lambda: gw.pipeline.discovery.refreshes > before, 10, "a discovery round")
         resp = httpx.get(stack.url + "/v1/fleet/windows", timeout=5)
         assert resp.status_code == 200, resp.text
         for window in resp.json()["data"]:

@@ -34,7 +34,7 @@ def test_get_then_put_keeps_every_secret(stack: Stack, sqlite_url: str) -> None:
     resp = api.patch("/admin/providers/pa", json={"api_key": "***", "keys": {"team": "***"}})
     assert resp.status_code == 200, resp.text
 
-    live = gw.holder.fleet.providers["pa"]
+    live = gw.pipeline.holder.fleet.providers["pa"]
     assert live.max_concurrency == 7
     assert live.api_key == "sk-literal-111111"
     assert dict((label, key) for label, key, _ in live.keys)["team"] == "sk-team-222222"

@@ -40,7 +40,7 @@ def test_random_model_names_do_not_grow_metrics(stack: Stack) -> None:
                 json={"model": f"random-{uuid.uuid4().hex}", "messages": MSG},
             )
             assert resp.status_code == 404
-        wait_until(lambda: gw.recorder.buffered == 0, 5, "records flushed")
+        wait_until(lambda: gw.pipeline.recorder.buffered == 0, 5, "records flushed")
         text = client.get("/metrics").text
     assert _model_labels(text) == {"m", "pa", "Assistant", "_unknown"}
     assert 'fleetgate_requests_total{context_tier="default",endpoint="chat.completions"' in text

@@ -50,7 +50,7 @@ def test_no_redirect_is_followed_on_proxy_tokenize_or_discovery(
             ],
         }
     )
-    wait_until(lambda: gw.discovery.refreshes >= 1, 10, "a discovery round")
+    wait_until(lambda: gw.pipeline.discovery.refreshes >= 1, 10, "a discovery round")
     # the output reserve puts the estimated band's centre on the 1200-token window, so the
     # band straddles it: the gateway asks the engine for an exact count first
     hi = [{"role": "user", "content": "hi"}]
@@ -77,10 +77,10 @@ def test_no_redirect_is_followed_on_proxy_tokenize_or_discovery(
     assert {"/v1/models", "/tokenize", "/v1/chat/completions", "/v1/messages"} <= hits
     assert stack.engines["target"].requests == []  # nothing, and no secret, went on
     for dep in ("small", "big", "claude"):
-        assert gw.state.health(dep).failures >= 1  # counted against each deployment
+        assert gw.pipeline.state.health(dep).failures >= 1  # counted against each deployment
     rid = resp.headers["x-request-id"]
-    wait_until(lambda: gw.recent.get(rid) is not None, 5, "the record")
-    record = gw.recent.get(rid)
+    wait_until(lambda: gw.pipeline.recent.get(rid) is not None, 5, "the record")
+    record = gw.pipeline.recent.get(rid)
     assert record is not None
     assert record.notes["context_refine"] == "failed"
     assert [a.error_class for a in record.attempts] == ["redirected", "redirected"]
@@ -124,8 +124,8 @@ def test_a_redirect_to_no_url_at_all_is_an_upstream_error_and_falls_back(
         assert resp.status_code == 200, resp.text
         assert resp.headers["x-fleetgate-route"] == "good"
         rid = resp.headers["x-request-id"]
-        wait_until(lambda: gw.recent.get(rid) is not None, 5, "the record")
-        record = gw.recent.get(rid)
+        wait_until(lambda: gw.pipeline.recent.get(rid) is not None, 5, "the record")
+        record = gw.pipeline.recent.get(rid)
         assert record is not None
         first = record.attempts[0]
         assert (first.deployment_id, first.error_class) == ("bad", "redirected")

@@ -65,7 +65,7 @@ def test_echoed_credentials_never_reach_clients_or_logs(
                 ],
             }
         )
-        wait_until(lambda: gw.discovery.refreshes >= 1, 10, "a discovery round")
+        wait_until(lambda: gw.pipeline.discovery.refreshes >= 1, 10, "a discovery round")
         texts = []
         with httpx.Client(base_url=stack.url, timeout=10) as client:
             # a 401 relayed as the upstream's own body (upstream_rejected)

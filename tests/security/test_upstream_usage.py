@@ -53,8 +53,8 @@ def test_a_count_no_engine_can_report_is_not_spent(
         )
         assert resp.status_code == 200, resp.text
         rid = resp.headers["x-request-id"]
-        wait_until(lambda: gw.recent.newest(rid) is not None, 5, "the record")
-        record = gw.recent.newest(rid)
+        wait_until(lambda: gw.pipeline.recent.newest(rid) is not None, 5, "the record")
+        record = gw.pipeline.recent.newest(rid)
         assert record is not None
         served = record.attempts[-1]
         estimate = record.notes.get("context_estimate")

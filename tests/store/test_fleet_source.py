@@ -43,9 +43,9 @@ def test_an_unchanged_file_changes_nothing(
     stack: Stack, db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = two_tier_fleet(stack)
-    version = stack.start_gateway(config, options(db_url)).holder.fleet.version
+    version = stack.start_gateway(config, options(db_url)).pipeline.holder.fleet.version
     gw = _restart(stack, config, db_url, caplog)
-    assert gw.holder.fleet.version == version
+    assert gw.pipeline.holder.fleet.version == version
     assert "applied" not in caplog.text and "runtime edits" not in caplog.text
     assert admin(stack).get("/admin/status").json()["fleet_source"] == "file"
 
@@ -54,9 +54,9 @@ def test_a_changed_file_is_applied_and_summarised(
     stack: Stack, db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = two_tier_fleet(stack)
-    version = stack.start_gateway(config, options(db_url)).holder.fleet.version
+    version = stack.start_gateway(config, options(db_url)).pipeline.holder.fleet.version
     gw = _restart(stack, _edited(config), db_url, caplog)
-    fleet = gw.holder.fleet
+    fleet = gw.pipeline.holder.fleet
     assert fleet.deployments["pb"].context_window == 50_000
     assert fleet.version == version + 1  # one change, as an admin edit would be
     assert admin(stack).get("/admin/models/m").json()["description"] == "edited in the file"
@@ -91,7 +91,7 @@ def test_a_changed_file_replaces_admin_edits_and_says_which(
 
     # with the same file the admin edits survive a restart...
     gw = _restart(stack, config, db_url, caplog)
-    assert gw.holder.fleet.deployments["pa"].priority == 7
+    assert gw.pipeline.holder.fleet.deployments["pa"].priority == 7
     assert (
         "the store keeps its runtime edits (changed deployments/pa, deployments/pb; "
         "added models/extra)" in caplog.text
@@ -99,7 +99,7 @@ def test_a_changed_file_replaces_admin_edits_and_says_which(
 
     # ...and a changed file replaces them: the fleet is the file's
     gw = _restart(stack, _edited(config), db_url, caplog)
-    fleet = gw.holder.fleet
+    fleet = gw.pipeline.holder.fleet
     assert fleet.deployments["pa"].priority == 0
     assert fleet.deployments["pb"].context_window == 50_000
     assert [m["id"] for m in admin(stack).get("/admin/models").json()["data"]] == ["m"]
@@ -114,10 +114,10 @@ def test_fleet_source_store_keeps_the_store_and_points_at_diff(
     stack: Stack, db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = {**two_tier_fleet(stack), "storage": {"fleet_source": "store"}}
-    version = stack.start_gateway(config, options(db_url)).holder.fleet.version
+    version = stack.start_gateway(config, options(db_url)).pipeline.holder.fleet.version
     gw = _restart(stack, _edited(config), db_url, caplog)
-    assert gw.holder.fleet.version == version
-    assert gw.holder.fleet.deployments["pb"].context_window == 100_000
+    assert gw.pipeline.holder.fleet.version == version
+    assert gw.pipeline.holder.fleet.deployments["pb"].context_window == 100_000
     assert "storage.fleet_source is `store`" in caplog.text
     assert "`fleetgate diff --config FILE` shows how" in caplog.text
 
@@ -137,7 +137,7 @@ def test_a_store_seeded_without_a_record_of_its_file(
         )
     )
     gw = _restart(stack, _edited(config), db_url, caplog)
-    assert gw.holder.fleet.deployments["pb"].context_window == 50_000
+    assert gw.pipeline.holder.fleet.deployments["pb"].context_window == 50_000
     assert "kept no record of the file it was seeded from" in caplog.text
 
 

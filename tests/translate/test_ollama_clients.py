@@ -313,7 +313,7 @@ def test_load_and_unload_requests_are_answered_not_generated(stack: Stack, kind:
     rid = httpx.post(stack.url + "/api/chat", json={"model": "m"}, timeout=10).headers[
         "x-request-id"
     ]
-    recent = stack.gateway.recent if stack.gateway is not None else None
+    recent = stack.gateway.pipeline.recent if stack.gateway is not None else None
     assert recent is not None
     wait_until(lambda: recent.newest(rid) is not None, 5, "the record")
     record = recent.newest(rid)

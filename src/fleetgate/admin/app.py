@@ -25,7 +25,7 @@ from fleetgate.store.errors import StoreUnavailable
 from fleetgate.store.kinds import ENTITY_KINDS
 
 if TYPE_CHECKING:
-    from fleetgate.server.control import ControlPlane
+    from fleetgate.control.plane import ControlPlane
 
 
 def create_admin_app(control: ControlPlane) -> FastAPI:
@@ -34,7 +34,7 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
             raise GatewayError(
                 "admin_disabled", "The admin API is off: no admin key is configured."
             )
-        if not presents(request.scope, control.admin_key):
+        if not presents(request.scope["headers"], control.admin_key):
             raise GatewayError("invalid_admin_key", "The admin key is missing or wrong.")
 
     app = FastAPI(

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from fleetgate.errors import GatewayError
-from fleetgate.ui.assets import load_assets
+from fleetgate.web.assets import load_assets
 
 ASSETS = "/admin/docs/assets"
 

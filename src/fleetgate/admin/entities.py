@@ -21,7 +21,7 @@ from fleetgate.store.config_store import find
 from fleetgate.store.kinds import ENTITY_KINDS, Entities, EntityKind, users_of
 
 if TYPE_CHECKING:
-    from fleetgate.server.control import ControlPlane
+    from fleetgate.control.plane import ControlPlane
 
 EntityBody = Annotated[dict[str, Any], Body(description="the entity's config block")]
 

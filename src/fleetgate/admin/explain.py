@@ -8,10 +8,8 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleetgate.routing.sticky import ReadOnlySticky
-
 if TYPE_CHECKING:
-    from fleetgate.server.control import ControlPlane
+    from fleetgate.control.plane import ControlPlane
 
 
 class ExplainBody(BaseModel):
@@ -28,17 +26,9 @@ def router(control: ControlPlane) -> APIRouter:
 
     @r.post("/admin/explain", summary="The plan a request would follow, sending nothing")
     async def explain(body: ExplainBody) -> dict[str, Any]:
-        from fleetgate.server.app import explain_request
-
-        gateway = control.gateway
         headers = {k.lower(): v for k, v in body.headers.items()}
-        return explain_request(
-            dict(body.request),
-            control.fleet,
-            gateway.state,
-            headers,
-            sticky=ReadOnlySticky(gateway.sticky),
-            windows=gateway.windows,
-        )
+        # the pipeline's own explain: balancing (affinity, engine load) included, as
+        # `POST /v1/routing/explain` shows it
+        return control.pipeline.explain(dict(body.request), headers)
 
     return r

@@ -12,11 +12,11 @@ from fleetgate.context.placement import effective_window
 from fleetgate.discovery.engine_load import EngineLoads
 from fleetgate.discovery.store import WindowStore
 from fleetgate.fleet import Deployment, Fleet
-from fleetgate.fleet_routes import Route
+from fleetgate.fleet.routes import Route
 from fleetgate.state.runtime import RuntimeState
 
 if TYPE_CHECKING:
-    from fleetgate.server.control import ControlPlane
+    from fleetgate.control.plane import ControlPlane
 
 
 def window_source(fleet: Fleet, dep: Deployment) -> str | None:
@@ -154,12 +154,12 @@ def router(control: ControlPlane) -> APIRouter:
 
     @r.get("/admin/fleet", summary="The live fleet with each deployment's runtime state")
     async def fleet() -> dict[str, Any]:
-        gateway = control.gateway
+        pipeline = control.pipeline
         return live_fleet(
             control.fleet,
-            gateway.state,
-            getattr(gateway, "windows", None),
-            loads=getattr(gateway, "loads", None),
+            pipeline.state,
+            pipeline.windows,
+            loads=pipeline.loads,
         )
 
     @r.get("/admin/status", summary="Store, request-log and Redis counters")

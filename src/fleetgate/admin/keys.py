@@ -11,7 +11,7 @@ from fleetgate.admin.openapi import responses
 from fleetgate.errors import GatewayError
 
 if TYPE_CHECKING:
-    from fleetgate.server.control import ControlPlane
+    from fleetgate.control.plane import ControlPlane
 
 
 # a model id or virtual model name, as a client may send it (ingress/fields.py)

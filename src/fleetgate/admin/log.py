@@ -11,7 +11,7 @@ from fleetgate.errors import GatewayError, invalid
 from fleetgate.store.request_log import parse_since
 
 if TYPE_CHECKING:
-    from fleetgate.server.control import ControlPlane
+    from fleetgate.control.plane import ControlPlane
 
 
 def router(control: ControlPlane) -> APIRouter:

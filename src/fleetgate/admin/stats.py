@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from fleetgate.store.request_stats import Window, request_stats
 
 if TYPE_CHECKING:
-    from fleetgate.server.control import ControlPlane
+    from fleetgate.control.plane import ControlPlane
 
 
 def router(control: ControlPlane) -> APIRouter:

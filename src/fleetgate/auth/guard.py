@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 from fleetgate.auth.budgets import Budgets, Hold, LocalBudgets, expected_cost, hold_seconds
@@ -17,10 +17,12 @@ from fleetgate.fleet import Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.routing.plan import RoutePlan
-from fleetgate.server.asgi import Scope
+
+# a request's headers as the servers give them: lower-cased names, raw bytes
+RawHeaders = Iterable[tuple[bytes, bytes]]
 
 
-def presented_secrets(scope: Scope) -> list[str]:
+def presented_secrets(headers: RawHeaders) -> list[str]:
     """The keys a request presents: its first `Authorization: Bearer <key>` and its first
     `x-api-key: <key>`, in the order they came. Clients may send both (Claude Code sends
     `Authorization` for `ANTHROPIC_AUTH_TOKEN` and `x-api-key` for `ANTHROPIC_API_KEY`, which
@@ -28,7 +30,7 @@ def presented_secrets(scope: Scope) -> list[str]:
     bearer: str | None = None
     api_key: str | None = None
     order: list[str] = []
-    for name, value in scope["headers"]:
+    for name, value in headers:
         if name == b"authorization" and bearer is None:
             scheme, _, token = value.decode("latin-1").partition(" ")
             if scheme.lower() == "bearer" and token.strip():
@@ -40,13 +42,13 @@ def presented_secrets(scope: Scope) -> list[str]:
     return order
 
 
-def presents(scope: Scope, expected: str | None) -> bool:
+def presents(headers: RawHeaders, expected: str | None) -> bool:
     """Whether the request carries `expected` (an admin or metrics key); constant-time."""
     if not expected:
         return False
     want = expected.encode()
     # every presented key is compared, so the time does not tell which one matched
-    matches = [hmac.compare_digest(secret.encode(), want) for secret in presented_secrets(scope)]
+    matches = [hmac.compare_digest(secret.encode(), want) for secret in presented_secrets(headers)]
     return any(matches)
 
 
@@ -59,12 +61,12 @@ class Guard:
         self.budgets: Budgets = self.local_budgets  # cluster-wide with Redis
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    def identify(self, scope: Scope, model: str | None = None) -> ClientKey | None:
+    def identify(self, headers: RawHeaders, model: str | None = None) -> ClientKey | None:
         """The caller's key (401 when none), allowed to use `model` (403); no limits counted.
         None when auth is off."""
         if not self.enabled:
             return None
-        secrets = presented_secrets(scope)
+        secrets = presented_secrets(headers)
         key = next(filter(None, map(self.ring.lookup, secrets)), None)
         if key is None:
             what = "is not valid" if secrets else "is missing"
@@ -82,9 +84,9 @@ class Guard:
             )
         return key
 
-    async def admit(self, scope: Scope, model: str) -> ClientKey | None:
+    async def admit(self, headers: RawHeaders, model: str) -> ClientKey | None:
         """The caller's key, or a 401/403/429 GatewayError; None when auth is off."""
-        key = self.identify(scope, model)
+        key = self.identify(headers, model)
         if key is None:
             return None
         now = time.time()

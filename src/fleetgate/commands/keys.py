@@ -14,7 +14,7 @@ from typing import Any
 
 from fleetgate.commands.store import load_optional, storage_of, store_url, with_store
 from fleetgate.config import FleetConfig
-from fleetgate.server.control import KEYS_VERSION, REDIS_URL_ENV
+from fleetgate.control.plane import KEYS_VERSION, REDIS_URL_ENV
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore
 from fleetgate.store.database import migrate

@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 
 from fleetgate.config.checks import ENV_REF, deployment_id
-from fleetgate.config.loader import Loc, semantic_check
+from fleetgate.config.registry import Loc, semantic_check
 from fleetgate.config.schema import MAX_ROUTES, FleetConfig, RouteConfig
 
 

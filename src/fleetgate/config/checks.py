@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from fleetgate.config.loader import Loc, semantic_check
+from fleetgate.config.registry import Loc, semantic_check
 from fleetgate.config.schema import DeploymentConfig, FleetConfig
 
 ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fleetgate.config.checks import deployment_id
-from fleetgate.config.loader import Loc, semantic_check
+from fleetgate.config.registry import Loc, semantic_check
 from fleetgate.config.schema import FleetConfig
 
 

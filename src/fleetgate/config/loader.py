@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -11,9 +10,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from fleetgate.config.registry import SEMANTIC_CHECKS, Loc, SemanticCheck
 from fleetgate.config.schema import FleetConfig
-
-Loc = tuple[str | int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,22 +35,10 @@ class ConfigError(Exception):
         super().__init__(f"{source} is invalid ({len(problems)} problem(s)):\n{lines}")
 
 
-# Semantic checks run after the tree parses; each yields (loc, message). Later features add
-# their checks here, so `fleetgate check`, start-up and the admin API all apply the same set.
-SemanticCheck = Callable[[FleetConfig], Iterable[tuple[Loc, str]]]
-SEMANTIC_CHECKS: list[SemanticCheck] = []
-
-
-def semantic_check(fn: SemanticCheck) -> SemanticCheck:
-    SEMANTIC_CHECKS.append(fn)
-    return fn
-
-
 @cache
 def registered_checks() -> tuple[SemanticCheck, ...]:
-    """Every whole-tree check. The modules are imported here, on first validation, not
-    when the config package is: they use modules (capabilities, routing preferences) that
-    themselves import the config schema."""
+    """Every whole-tree check. The check modules register themselves (`registry.py`) when
+    imported; they are imported here, on first validation, not when the config package is."""
     from fleetgate.config import (  # noqa: F401
         chain_checks,
         checks,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fleetgate.capabilities import KNOWN_PARAMETERS
+from fleetgate.config.capabilities import KNOWN_PARAMETERS
 from fleetgate.config.checks import deployment_id
-from fleetgate.config.loader import Loc, semantic_check
+from fleetgate.config.preferences import env_preferences
+from fleetgate.config.registry import Loc, semantic_check
 from fleetgate.config.schema import FleetConfig
-from fleetgate.routing.preferences import env_preferences
 
 
 @semantic_check

@@ -296,7 +296,7 @@ class DeploymentConfig(_Strict):
     supported_parameters: list[str] | None = None
     """OpenRouter's parameter vocabulary; replaces the provider kind's default list."""
     modalities: list[Modality] | None = None
-    """Input modalities; replaces the provider kind's default (see capabilities.py)."""
+    """Input modalities; replaces the provider kind's default (see config/capabilities.py)."""
     quantization: str | None = None
     """Weights precision, e.g. `fp8`, `bf16`, `int4` (matched by `provider.quantizations`)."""
     params: RouteParams | None = None

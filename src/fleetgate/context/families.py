@@ -41,14 +41,13 @@ until usage has calibrated a deployment (see `calibration.py`). How each was set
   more than before on prose, 20 % on code).
 
 A deployment names its family with `tokenizer_family`, else it is inferred from the upstream
-model name (`infer_family`).
+model name (`fleetgate/family_names.py`).
 """
 
 from __future__ import annotations
 
 import math
 import operator
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -201,17 +200,3 @@ FAMILIES: dict[str, Family] = {
     "generic": Family("generic", _vector(_GENERIC), (0.6, 1.15), _least(_LEAST_GENERIC)),
 }
 assert all(len(f.weights) == N_FIELDS for f in FAMILIES.values())
-
-_INFER = (
-    (re.compile(r"qwen|qwq", re.IGNORECASE), "qwen2"),
-    (re.compile(r"llama[-_ ]?3", re.IGNORECASE), "llama3"),
-    (re.compile(r"gpt-?4o|gpt-?4\.1|gpt-?5|gpt-oss|(^|/)o[134](-|$)", re.IGNORECASE), "o200k"),
-)
-
-
-def infer_family(model_name: str) -> str:
-    """The family a model name suggests; `generic` when it suggests none."""
-    for pattern, name in _INFER:
-        if pattern.search(model_name):
-            return name
-    return "generic"

@@ -18,7 +18,7 @@ from fleetgate.discovery.evidence import (
 from fleetgate.execute.outcome import error_message
 from fleetgate.execute.upstream import UpstreamSession
 from fleetgate.fleet import Deployment, Provider
-from fleetgate.redact import redactor_for
+from fleetgate.fleet.model import redactor_for
 
 DISCOVERABLE = frozenset({"ollama", "vllm", "sglang", "llamacpp"})
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from fleetgate.execute.http1 import Http1Pool, Timeouts
 from fleetgate.fleet import Provider
-from fleetgate.redact import Redactor, redactor_for
+from fleetgate.fleet.model import redactor_for
+from fleetgate.redact import Redactor
 
 if TYPE_CHECKING:  # aiohttp is imported when a session opens: serving needs none
     from aiohttp.client import _RequestContextManager

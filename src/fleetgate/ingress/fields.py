@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleetgate.config.preferences import parse_request_preferences
 from fleetgate.config.schema import ProviderPreferences
 from fleetgate.errors import invalid
-from fleetgate.routing.preferences import parse_request_preferences
 
 # Longest model name a client may send: the longest name the fleet can hold (the request
 # log's column). A longer one names nothing, and must never reach the log or a metric.

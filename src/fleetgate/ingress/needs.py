@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetgate import capabilities as cap
+from fleetgate.config import capabilities as cap
 from fleetgate.translate.anthropic_chat import output_effort, output_format
 from fleetgate.translate.ollama_chat import think_effort
 from fleetgate.translate.responses_chat import wants_logprobs

@@ -92,7 +92,7 @@ RETRY_SECONDS = 1.0
 
 class RecentRequests:
     """Keeps the last `capacity` records in memory, for `GET /v1/requests/{id}` (fewer when
-    the store logs every request: see `server/control.py`).
+    the store logs every request: see `control/plane.py`).
 
     Not a recorder sink: the gateway adds each record here itself, before the response's
     last byte, so a client that has its answer can read its record at once (one dict

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fleetgate.fleet import Deployment
-from fleetgate.fleet_routes import Route
+from fleetgate.fleet.routes import Route
 from fleetgate.routing.plan import Candidate, Dropped
 
 

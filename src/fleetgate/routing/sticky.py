@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from fleetgate.fleet import Fleet
 
 
 def conversation_hash(key: str) -> str:
@@ -68,3 +71,16 @@ class ReadOnlySticky:
 
     def put(self, key: str, tier: str, now: float) -> None:
         return None
+
+
+def sticky_tiers_for(fleet: Fleet) -> MemoryStickyTiers:
+    """The sticky-tier memory `auto` uses, sized by the fleet's `auto.stickiness`."""
+    store = MemoryStickyTiers()
+    configure_sticky(store, fleet)
+    return store
+
+
+def configure_sticky(store: Any, fleet: Fleet) -> None:
+    auto = fleet.config.auto
+    if auto is not None and isinstance(store, MemoryStickyTiers):
+        store.configure(auto.stickiness.ttl_seconds, auto.stickiness.max_entries)

@@ -6,7 +6,7 @@ from typing import Any
 
 from fleetgate.errors import GatewayError
 from fleetgate.fleet import Fleet
-from fleetgate.fleet_routes import Tier
+from fleetgate.fleet.routes import Tier
 from fleetgate.routing.chains import dedup, route_candidates
 from fleetgate.routing.plan import Dropped, RoutePlan
 from fleetgate.routing.resolution import Resolution

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fleetgate.errors import GatewayError
-from fleetgate.fleet_routes import VirtualModel
+from fleetgate.fleet.routes import VirtualModel
 from fleetgate.routing.chains import dedup, route_candidates
 from fleetgate.routing.filters.availability import credentials_problem, unavailable_reason
 from fleetgate.routing.filters.capability import explain_narrowing

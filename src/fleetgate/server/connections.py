@@ -39,9 +39,9 @@ from uvicorn.protocols.http.httptools_impl import (
 from fleetgate.config.schema import ServerConfig
 from fleetgate.errors import GatewayError
 from fleetgate.ingress.routes import error_protocol
-from fleetgate.server.asgi import DISCONNECT_HOOK, new_request_id
-from fleetgate.server.error_shapes import error_body
+from fleetgate.pipeline.error_shapes import error_body
 from fleetgate.server.response_cycle import ResponseCycle
+from fleetgate.web.asgi import DISCONNECT_HOOK, new_request_id
 
 _LINGER_SECONDS = 2.0  # how long a refused connection's further bytes are read and dropped
 _HEAD, _BODY, _DONE = 1, 2, 3  # where the current request stands (0: none begun yet)

@@ -21,11 +21,15 @@ from fleetgate.discovery.store import WindowStore
 from fleetgate.execute.http1 import UpstreamIOError
 from fleetgate.execute.upstream import UpstreamPool, call
 from fleetgate.fleet import Deployment, Fleet
+from fleetgate.ingress.anthropic import parse_messages
 from fleetgate.ingress.profile import RequestProfile
+from fleetgate.pipeline.exchange import Exchange
 from fleetgate.routing.planner import build_plan, require_route
+from fleetgate.server.context import EndpointContext
 from fleetgate.state.runtime import RuntimeState
 from fleetgate.translate.anthropic_chat import messages_to_chat
 from fleetgate.translate.registry import ANTHROPIC, native_protocols
+from fleetgate.web.asgi import Receive, Scope, Send, read_body, send_body
 
 COUNT_HEADER = "X-Fleetgate-Token-Count"
 # kinds whose /v1/messages/count_tokens answers the templated prompt length
@@ -97,3 +101,25 @@ async def count_message_tokens(
             continue
     estimate = estimate_context_tokens(profile.body, profile.endpoint, settings)
     return TokenCount(estimate.prompt_tokens, False, None)
+
+
+async def count_tokens_endpoint(
+    ctx: EndpointContext, scope: Scope, receive: Receive, send: Send, ex: Exchange
+) -> None:
+    """`POST /v1/messages/count_tokens`: the Messages body's prompt tokens."""
+    profile = parse_messages("messages", await read_body(receive, ctx.max_body))
+    profile.headers = ex.headers
+    profile.passed_headers = ex.passed
+    ctx.identify(scope, profile.model)
+    pipeline = ctx.pipeline
+    count = await count_message_tokens(
+        profile,
+        pipeline.holder.fleet,
+        pipeline.state,
+        pipeline.windows,
+        pipeline.pool,
+        pipeline.refiner,
+    )
+    headers = ex.base_headers()
+    headers.extend(count.headers())
+    await send_body(send, 200, orjson.dumps({"input_tokens": count.tokens}), headers)

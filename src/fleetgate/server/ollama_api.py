@@ -15,13 +15,17 @@ from typing import Any
 
 import orjson
 
-from fleetgate.capabilities import IMAGE_INPUT, TOOLS
+from fleetgate.config.capabilities import IMAGE_INPUT, TOOLS
 from fleetgate.discovery.evidence import ollama_name
 from fleetgate.discovery.store import WindowStore
+from fleetgate.errors import GatewayError
 from fleetgate.execute.http1 import UpstreamIOError
 from fleetgate.execute.upstream import UpstreamPool, call
 from fleetgate.fleet import Deployment, Fleet, Provider
-from fleetgate.server.virtuals import largest_window
+from fleetgate.pipeline.exchange import Exchange
+from fleetgate.server.catalog import largest_window
+from fleetgate.server.context import EndpointContext
+from fleetgate.web.asgi import Receive, Scope, Send, send_body
 
 # the Ollama API level the native endpoints follow (clients read it from /api/version)
 OLLAMA_API_VERSION = "0.12.6"
@@ -186,3 +190,42 @@ def show(fleet: Fleet, windows: WindowStore, model_id: str) -> dict[str, Any] | 
         "capabilities": capabilities,
         "modified_at": _stamp(0),
     }
+
+
+# ---- the endpoints ----------------------------------------------------------------------
+async def show_from_fleet(
+    ctx: EndpointContext, scope: Scope, send: Send, ex: Exchange, model: str
+) -> None:
+    """`/api/show` of a model no Ollama worker serves: its entry built from the fleet."""
+    ctx.identify(scope, model)
+    body = show(ctx.pipeline.holder.fleet, ctx.pipeline.windows, model)
+    if body is None:
+        raise GatewayError("model_not_found", f"There is no model {model!r}.", param="model")
+    await send_body(send, 200, orjson.dumps(body), ex.base_headers())
+
+
+async def tags_endpoint(
+    ctx: EndpointContext, scope: Scope, receive: Receive, send: Send, ex: Exchange
+) -> None:
+    listed = ctx.listed(scope)
+    fleet = ctx.pipeline.holder.fleet
+    body = tags(fleet, await ask_workers(ctx.pipeline.pool, fleet, "/api/tags"))
+    body["models"] = [entry for entry in body["models"] if listed(entry["model"])]
+    await send_body(send, 200, orjson.dumps(body), ex.base_headers())
+
+
+async def version_endpoint(
+    ctx: EndpointContext, scope: Scope, receive: Receive, send: Send, ex: Exchange
+) -> None:
+    await send_body(send, 200, orjson.dumps(version()), ex.base_headers())
+
+
+async def ps_endpoint(
+    ctx: EndpointContext, scope: Scope, receive: Receive, send: Send, ex: Exchange
+) -> None:
+    listed = ctx.listed(scope)
+    fleet = ctx.pipeline.holder.fleet
+    listing = await ask_workers(ctx.pipeline.pool, fleet, "/api/ps")
+    body = ps(fleet, ctx.pipeline.windows, listing)
+    body["models"] = [entry for entry in body["models"] if listed(entry["model"])]
+    await send_body(send, 200, orjson.dumps(body), ex.base_headers())

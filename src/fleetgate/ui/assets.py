@@ -1,22 +1,14 @@
-"""Files served from inside the package (the dashboard's, Swagger UI's): no CDN, so the
-pages work on a host without internet. Read once, kept in memory, revalidated by ETag."""
+"""The dashboard's files (`/ui`), served from inside the package: no CDN, so the page works
+on a host without internet. Read once, kept in memory, revalidated by ETag."""
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgate.errors import GatewayError
-from fleetgate.server.asgi import Receive, Scope, Send
+from fleetgate.web.asgi import Receive, Scope, Send
+from fleetgate.web.assets import Asset, load_assets
 
-CONTENT_TYPES = {
-    ".html": "text/html; charset=utf-8",
-    ".js": "text/javascript; charset=utf-8",
-    ".css": "text/css; charset=utf-8",
-    ".png": "image/png",
-    ".svg": "image/svg+xml",
-}
 STATIC = Path(__file__).with_name("static")
 PREFIX = "/ui/static/"
 # The dashboard's own scripts only; styles may be set inline by the chart library.
@@ -31,26 +23,6 @@ DASHBOARD_HEADERS = (
     (b"referrer-policy", b"no-referrer"),
     (b"x-frame-options", b"DENY"),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Asset:
-    body: bytes
-    content_type: str
-    etag: str
-
-
-def load_assets(directory: Path) -> dict[str, Asset]:
-    """Every servable file under `directory`, by its path relative to it."""
-    out = {}
-    for path in sorted(directory.rglob("*")):
-        kind = CONTENT_TYPES.get(path.suffix)
-        if kind is None or not path.is_file():
-            continue
-        body = path.read_bytes()
-        etag = '"' + hashlib.sha256(body).hexdigest()[:20] + '"'
-        out[path.relative_to(directory).as_posix()] = Asset(body, kind, etag)
-    return out
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from fleetgate.capabilities import CONTRACT_NEEDS, describe_needs, unsupported_fields
+from fleetgate.config.capabilities import CONTRACT_NEEDS, describe_needs, unsupported_fields
 from fleetgate.errors import GatewayError
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext, RoutePlan
 from fleetgate.routing.preferences import effective_preferences

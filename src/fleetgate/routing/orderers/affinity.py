@@ -10,7 +10,7 @@ only the keys of a deployment that leaves), and the first one within its share g
 (`overflow` when a known owner was passed over). Only that deployment moves; the others
 keep their order (least in flight first) as the fallback chain. The result is the
 `X-Fleetgate-Affinity` header and the plan's `affinity` note; the gateway records which
-deployment served the prompt once an answer starts (server/app.py).
+deployment served the prompt once an answer starts (pipeline/core.py).
 """
 
 from __future__ import annotations

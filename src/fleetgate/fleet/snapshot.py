@@ -1,4 +1,5 @@
-"""The fleet as an immutable snapshot: providers, deployments, models.
+"""The fleet as an immutable snapshot: providers, deployments, models, virtual models and
+tiers.
 
 A `Fleet` is built once from a validated `FleetConfig` and never changed; a new config
 builds a new `Fleet` that `FleetHolder.swap` installs atomically, so the hot path reads
@@ -7,107 +8,24 @@ builds a new `Fleet` that `FleetHolder.swap` installs atomically, so the hot pat
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetgate.capabilities import deployment_capabilities
-from fleetgate.config.checks import ENV_REF, deployment_id
-from fleetgate.config.schema import (
-    CircuitConfig,
-    FleetConfig,
-    ProviderKind,
-    ProviderPreferences,
-    Timeouts,
-)
-from fleetgate.context.families import infer_family
-from fleetgate.context.tiers import expand_tiers
-from fleetgate.fleet_routes import (
+from fleetgate.config.capabilities import deployment_capabilities
+from fleetgate.config.checks import deployment_id
+from fleetgate.config.preferences import env_preferences
+from fleetgate.config.schema import CircuitConfig, FleetConfig, ProviderPreferences
+from fleetgate.config.tiers import expand_tiers
+from fleetgate.fleet.families import infer_family
+from fleetgate.fleet.model import Deployment, Model, Provider, redactor_for, resolve_key
+from fleetgate.fleet.routes import (
     Tier,
     VirtualModel,
     build_tiers,
     build_virtual_models,
     params_dict,
 )
-from fleetgate.redact import Redactor, redactor_for
-from fleetgate.routing.preferences import env_preferences
-
-
-@dataclass(frozen=True, slots=True)
-class Provider:
-    id: str
-    kind: ProviderKind
-    base_url: str
-    api_key: str | None
-    api_key_env: str | None  # the env var named by the config, when it used one
-    headers: tuple[tuple[str, str], ...]
-    timeouts: Timeouts
-    max_concurrency: int
-    concurrency_limit: int | None = None  # gateway-side slots; None: no limit
-    queue_size: int = 32
-    queue_timeout: float = 30.0
-    default_context_tokens: int | None = None
-    context_limits: tuple[tuple[str, int], ...] = ()  # (glob, tokens), as configured
-    unified_kv: bool = False
-    discovery: bool = True
-    truncates: str = "refuses"  # "silently": keeps the prompt's end and answers 200
-    # alternative credentials: (label, resolved key or None, env var named or None)
-    keys: tuple[tuple[str, str | None, str | None], ...] = ()
-    # client protocols served natively (`protocols: [...]`); None: the kind's own list
-    protocols: frozenset[str] | None = None
-
-    @property
-    def has_credentials(self) -> bool:
-        """False only when the config names an env var that is not set."""
-        return self.api_key_env is None or self.api_key is not None
-
-    def credential(self, label: str | None) -> tuple[str | None, str | None] | None:
-        """(key, env var) of the labelled credential (the default one without a label);
-        None for a label the provider does not define."""
-        if label is None:
-            return self.api_key, self.api_key_env
-        for name, key, env in self.keys:
-            if name == label:
-                return key, env
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class Deployment:
-    id: str
-    model: str
-    provider: Provider
-    upstream_model: str
-    context_window: int | None
-    weight: float
-    priority: int
-    price_input: float
-    price_output: float
-    index: int  # position in the config; the final tie-breaker, so plans are deterministic
-    tier: str = "default"
-    capabilities: frozenset[str] = frozenset()  # need names (see capabilities.py)
-    # True when the config lists `supported_parameters` (not the kind's default): only then
-    # are unsupported sampling knobs removed from the body sent to it
-    parameters_declared: bool = False
-    quantization: str | None = None
-    params: dict[str, Any] | None = None  # overrides of scope `deployment`
-    tokenizer_family: str = "generic"  # how the context estimate costs text here
-    tokenizer: str | None = None  # a local tokenizer.json for exact counts
-
-
-@dataclass(frozen=True, slots=True)
-class Model:
-    id: str
-    owned_by: str
-    deployments: tuple[Deployment, ...]
-    created: int = 0
-    context_guard: str | None = None  # "allow" | "reject"; None: the global setting
-    preferences: ProviderPreferences | None = None
-
-    @property
-    def context_length(self) -> int | None:
-        windows = [d.context_window for d in self.deployments if d.context_window]
-        return max(windows) if windows else None
+from fleetgate.redact import Redactor
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,32 +39,18 @@ class Fleet:
     extra: dict[str, Any] = field(default_factory=dict)
     # gateway-wide provider preferences from FLEETGATE_PROVIDER_* (read when the fleet is built)
     env_preferences: ProviderPreferences | None = None
-    # enabled virtual models by lower-cased name, and named tiers (see fleet_routes.py)
+    # enabled virtual models by lower-cased name, and named tiers (see routes.py)
     virtual_models: dict[str, VirtualModel] = field(default_factory=dict)
     tiers: dict[str, Tier] = field(default_factory=dict)
     # removes every provider credential from upstream text leaving the gateway
     redactor: Redactor = field(default_factory=Redactor)
 
 
-def resolve_secret(raw: str | None) -> str | None:
-    """A configured secret: the literal, or the value of the `${ENV}` it names."""
-    return _resolve_key(raw)[0]
-
-
-def _resolve_key(raw: str | None) -> tuple[str | None, str | None]:
-    if raw is None:
-        return None, None
-    match = ENV_REF.match(raw)
-    if match is None:
-        return raw, None
-    return os.environ.get(match.group(1)), match.group(1)
-
-
 def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
     tiered = expand_tiers(config)  # long_context blocks become plain deployments
     providers: dict[str, Provider] = {}
     for p in tiered.providers:
-        key, env = _resolve_key(p.api_key)
+        key, env = resolve_key(p.api_key)
         providers[p.id] = Provider(
             id=p.id,
             kind=p.kind,
@@ -164,7 +68,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             unified_kv=p.unified_kv,
             discovery=p.discovery if p.discovery is not None else p.kind == "ollama",
             truncates=p.truncates or ("silently" if p.kind == "ollama" else "refuses"),
-            keys=tuple((label, *_resolve_key(raw)) for label, raw in p.keys.items()),
+            keys=tuple((label, *resolve_key(raw)) for label, raw in p.keys.items()),
             protocols=frozenset(p.protocols) if p.protocols is not None else None,
         )
     deployments: dict[str, Deployment] = {}

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from fleetgate.config.schema import FleetConfig, RouteConfig, RouteParams
 
 if TYPE_CHECKING:
-    from fleetgate.fleet import Deployment, Model
+    from fleetgate.fleet.model import Deployment, Model
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""The control plane of one gateway replica: store, request log, client keys, admin API,
-and (with Redis) the links to the other replicas.
+"""The control plane of one gateway replica: store, request log, client keys, and (with
+Redis) the links to the other replicas. Every front (the proxy, the endpoint picker) and
+the admin API depend on it; it depends on the pipeline and on none of them.
 
 The hot path never waits on any of it: the fleet is swapped in whole, keys are looked up
 in memory, and records reach the store through the recorder's background batches.
@@ -43,7 +44,7 @@ from fleetgate.store.log_writer import LogWriterProcess, can_fork_writer
 from fleetgate.store.request_log import RequestLog, retention_cutoff
 
 if TYPE_CHECKING:
-    from fleetgate.server.app import Gateway
+    from fleetgate.pipeline.core import Pipeline
     from fleetgate.state.redis_link import RedisLink
 
 log = logging.getLogger("fleetgate.control")
@@ -117,9 +118,9 @@ class SpendSink(BatchSink):
 
 class ControlPlane:
     def __init__(
-        self, gateway: Gateway, base: FleetConfig, options: ControlOptions | None = None
+        self, pipeline: Pipeline, base: FleetConfig, options: ControlOptions | None = None
     ) -> None:
-        self.gateway = gateway
+        self.pipeline = pipeline
         self.base = base
         self.options = options or ControlOptions()
         storage = base.storage
@@ -150,8 +151,8 @@ class ControlPlane:
         # who writes the log's rows: the request log itself, or its writer process
         self.log_writer: RequestLog | LogWriterProcess = self.request_log
         self.keys = KeyStore(self.db)
-        self.calibration = CalibrationKeeper(CalibrationStore(self.db), gateway.state.calibration)
-        self.fingerprints = FingerprintKeeper(self.db, gateway.fingerprints.cache)
+        self.calibration = CalibrationKeeper(CalibrationStore(self.db), pipeline.state.calibration)
+        self.fingerprints = FingerprintKeeper(self.db, pipeline.fingerprints.cache)
         self.ring = KeyRing()
         self.guard = Guard(self.ring, base.auth.enabled)
         self.spend = SpendSink(self.keys, lambda: self.fleet, self.ring, self.store_outage)
@@ -159,11 +160,11 @@ class ControlPlane:
         self._keys_version = 0
         self._fleet_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
-        gateway.recent.capacity = min(gateway.recent.capacity, RECENT_WITH_STORE)
+        pipeline.recent.capacity = min(pipeline.recent.capacity, RECENT_WITH_STORE)
 
     @property
     def fleet(self) -> Fleet:
-        return self.gateway.holder.fleet
+        return self.pipeline.holder.fleet
 
     async def start(self) -> None:
         if self.base.storage.log_writer == "process" and can_fork_writer(self.url):
@@ -187,8 +188,8 @@ class ControlPlane:
         applied = await self._fleet_from_file()
         await self.reload_fleet(force=True)
         await self.reload_keys()
-        self.gateway.recorder.sinks.append(self.log_writer)
-        self.gateway.recorder.sinks.append(self.spend)
+        self.pipeline.recorder.sinks.append(self.log_writer)
+        self.pipeline.recorder.sinks.append(self.spend)
         self._export_store_metrics()
         await self.calibration.load()
         await self.fingerprints.load()
@@ -204,7 +205,7 @@ class ControlPlane:
             self.link.on("config", self._on_event)
             self.link.on("keys", self._on_event)
             self.link.on("resync", self._on_event)
-            for shared in (self.gateway.state, self.gateway.affinity):
+            for shared in (self.pipeline.state, self.pipeline.affinity):
                 if hasattr(shared, "attach"):
                     shared.attach(self.link)
             await self.link.start()
@@ -242,7 +243,7 @@ class ControlPlane:
     def _gauge(self, name: str, documentation: str, read: Callable[[], float]) -> None:
         from prometheus_client import Gauge
 
-        gauge = Gauge(name, documentation, registry=self.gateway.metrics.registry)
+        gauge = Gauge(name, documentation, registry=self.pipeline.metrics.registry)
         gauge.set_function(read)
 
     async def stop(self) -> None:
@@ -250,7 +251,7 @@ class ControlPlane:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for shared in (self.gateway.state, self.gateway.affinity):
+        for shared in (self.pipeline.state, self.pipeline.affinity):
             close_shared = getattr(shared, "close", None)
             if close_shared is not None:
                 await close_shared()
@@ -309,7 +310,7 @@ class ControlPlane:
             config = compose_or_raise(self.base, entities)
             if not force and version <= self.fleet.version:
                 return False
-            self.gateway.holder.swap(build_fleet(config, version))
+            self.pipeline.holder.swap(build_fleet(config, version))
             return True
 
     async def change(
@@ -323,7 +324,7 @@ class ControlPlane:
         fleet = build_fleet(config, version)
         async with self._fleet_lock:
             if version > self.fleet.version:
-                self.gateway.holder.swap(fleet)
+                self.pipeline.holder.swap(fleet)
         if self.link is not None:
             self.link.announce({"type": "config", "version": version})
         return fleet
@@ -392,7 +393,7 @@ class ControlPlane:
             await asyncio.sleep(self.options.purge_interval)
 
     def status(self) -> dict[str, Any]:
-        recorder = self.gateway.recorder
+        recorder = self.pipeline.recorder
         return {
             "config_version": self.fleet.version,
             "database": self.db.dialect.name,
@@ -410,27 +411,3 @@ class ControlPlane:
             "redis": self.link.status() if self.link is not None else None,
             "time": time.time(),
         }
-
-
-def build_gateway(config: FleetConfig, options: ControlOptions | None = None) -> Gateway:
-    """A gateway with its control plane: store, request log, keys, admin API, Redis."""
-    from fleetgate.fleet import FleetHolder
-    from fleetgate.server.app import Gateway
-    from fleetgate.state.affinity import MemoryAffinity
-    from fleetgate.state.runtime import MemoryState, RuntimeState
-
-    options = options or ControlOptions()
-    state: RuntimeState = MemoryState()
-    affinity = MemoryAffinity(config.routing.balancing.affinity)
-    if options.redis_url or os.environ.get(REDIS_URL_ENV) or config.storage.redis_url:
-        from fleetgate.state.affinity import RedisAffinity
-        from fleetgate.state.redis_state import RedisState
-
-        state = RedisState()
-        affinity = RedisAffinity(config.routing.balancing.affinity)
-    gateway = Gateway(FleetHolder(build_fleet(config)), state, affinity)
-    control = ControlPlane(gateway, config, options)
-    gateway.control = control
-    if config.auth.enabled:  # with auth off the hot path does not even look at keys
-        gateway.guard = control.guard
-    return gateway

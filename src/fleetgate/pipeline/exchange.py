@@ -1,0 +1,70 @@
+"""One request's facts that every stage and front shares: its id, start time, client key,
+budget hold, the protocol its errors are answered in, and its `X-Fleetgate-*` headers."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+
+from fleetgate.auth.budgets import Hold
+from fleetgate.auth.keys import ClientKey
+from fleetgate.errors import GatewayError, invalid
+from fleetgate.ingress.routes import error_protocol
+from fleetgate.web.asgi import Headers, new_request_id
+
+_REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+MAX_HEADER_VALUE = 256  # an X-Fleetgate-* header names a tier or a conversation: short
+
+
+class Exchange:
+    """Per-request facts, read once from the request's path and headers (lower-cased names,
+    raw bytes: as ASGI and gRPC metadata both give them)."""
+
+    __slots__ = (
+        "client_key",
+        "headers",
+        "hold",
+        "passed",
+        "protocol",
+        "refused",
+        "request_id",
+        "started",
+    )
+
+    def __init__(self, path: str, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        self.started = time.perf_counter()
+        self.client_key: ClientKey | None = None
+        self.hold: Hold | None = None  # the request's expected cost, held against a budget
+        self.headers: dict[str, str] = {}
+        self.passed: dict[str, str] = {}  # the profile's `passed_headers`
+        self.refused: GatewayError | None = None  # a header no request may carry
+        request_id = None
+        anthropic_client = False
+        beta: str | None = None
+        for name, value in headers:
+            if name == b"x-request-id":
+                request_id = value.decode("latin-1")
+                if not _REQUEST_ID_OK.match(request_id):
+                    request_id = None  # outside the rule (and the log's column): ours instead
+            elif name.startswith(b"x-fleetgate-"):
+                if len(value) > MAX_HEADER_VALUE:
+                    header = name.decode("latin-1")
+                    self.refused = invalid(
+                        f"`{header}` is longer than {MAX_HEADER_VALUE} characters.", header
+                    )
+                self.headers[name.decode("latin-1")] = value.decode("latin-1")
+            elif name == b"anthropic-version":
+                anthropic_client = True
+            elif name == b"anthropic-beta" and value:
+                # several lines are one list, as Anthropic reads them (comma-separated)
+                more = value.decode("latin-1")
+                beta = f"{beta},{more}" if beta else more
+        # the shape errors are answered in
+        self.protocol = error_protocol(path, anthropic_client)
+        if beta is not None and self.protocol == "anthropic":
+            self.passed["anthropic-beta"] = beta
+        self.request_id = request_id or new_request_id()
+
+    def base_headers(self) -> Headers:
+        return [(b"x-request-id", self.request_id.encode())]
