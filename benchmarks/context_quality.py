@@ -267,7 +267,11 @@ def replay(
     for item in items:
         sends: dict[str, Any] = {"gateway": ("gateway", through, item.body)}
         if floors is not None and item.tier is not None:
-            sends["direct"] = ("direct", straight[item.tier], {**item.body, "model": ALIASES["alias"]})
+            sends["direct"] = (
+                "direct",
+                straight[item.tier],
+                {**item.body, "model": ALIASES["alias"]},
+            )
             sends["floor"] = ("floor", bare[item.tier], {**item.body, "model": FLOOR_MODEL})
         order = list(sends.values())
         shift = item.index % len(order)
@@ -311,8 +315,10 @@ def _central(o: Outcome) -> int | None:
     family's), from the record's `context_raw` note."""
     raw = o.notes.get("context_raw") or {}
     dep = o.route or "ctx-2048"
-    return raw.get("@" + dep) or raw.get("@ctx-2048") or next(
-        (v for k, v in raw.items() if not k.startswith("@")), None
+    return (
+        raw.get("@" + dep)
+        or raw.get("@ctx-2048")
+        or next((v for k, v in raw.items() if not k.startswith("@")), None)
     )
 
 
@@ -541,9 +547,7 @@ def run(
     """`tokenizer`: the deployments count with a local `tokenizer:` (the engine's
     tokenizer.json) instead of the engine's endpoints. `model`: the engines' model file."""
     alias = ALIASES["alias"]
-    engines = [
-        LlamaServer(n_ctx=w, slots=1, threads=1, model=model, alias=alias) for w in WINDOWS
-    ]
+    engines = [LlamaServer(n_ctx=w, slots=1, threads=1, model=model, alias=alias) for w in WINDOWS]
     gateways: list[Any] = []
     try:
         for e in engines:
@@ -559,8 +563,10 @@ def run(
             local = find_llama().tokenizer if tokenizer else None
             gateway = start_gateway(work, engines, guard, local, fingerprint)
             gateways.append(gateway)
-            ports = {w: f.port for w, f in zip(WINDOWS, floors, strict=True)}
-            outcomes = replay(gateway.port, engines, items, ports if guard == "allow" else None)
+            ports = {w: f.port for w, f in zip(WINDOWS, floors, strict=True)} if floors else {}
+            outcomes = replay(
+                gateway.port, engines, items, ports if guard == "allow" and floors else None
+            )
             results.append({**score(items, outcomes, guard), "estimate": accuracy(items, outcomes)})
             stop(gateway.proc)
         return {

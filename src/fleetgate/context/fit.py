@@ -141,8 +141,10 @@ class TokenizerFit:
     def source(self) -> str:
         if not self.own:
             return "prior"
-        return "fingerprint" if self.fingerprint is not None and self.answers < MIN_ANSWERS else (
-            "answers"
+        return (
+            "fingerprint"
+            if self.fingerprint is not None and self.answers < MIN_ANSWERS
+            else ("answers")
         )
 
     # -- evidence ------------------------------------------------------------------------

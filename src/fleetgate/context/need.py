@@ -32,7 +32,6 @@ from fleetgate.context.families import FAMILIES
 from fleetgate.context.tally import MESSAGES, TOKEN_IDS, Tally, tally_body
 from fleetgate.fleet import Deployment
 
-
 FITTED = "@"  # a key of the central estimates: a deployment's own fit, not a family
 
 

@@ -8,7 +8,7 @@ tally is taken the way a request's is (`tally.py`): the engine's count of it is 
 of the fit (`fit.py`). The texts are fixed, so a fingerprint is the same on every replica.
 """
 
-# ruff: noqa: RUF001, E501  (the probes are meant to hold these scripts, as they are)
+# ruff: noqa: RUF001  (the probes are meant to hold these scripts, as they are)
 from __future__ import annotations
 
 from typing import Any
@@ -81,8 +81,7 @@ TEXTS: tuple[str, ...] = (
     "ترسل البوابة كل طلب إلى نشر تتسع نافذته له. تبقى الطلبات القصيرة على المجموعة "
     "الأساسية، وتذهب الطويلة إلى المضيف الطويل.",
     "השער שולח כל בקשה לפריסה שהחלון שלה מכיל אותה. בקשות קצרות נשארות באשכול הבסיסי.",
-    "गेटवे हर अनुरोध को ऐसी तैनाती पर भेजता है जिसकी खिड़की उसे समा सके। छोटे अनुरोध "
-    "मूल समूह पर रहते हैं।",
+    "गेटवे हर अनुरोध को ऐसी तैनाती पर भेजता है जिसकी खिड़की उसे समा सके। छोटे अनुरोध मूल समूह पर रहते हैं।",
     "เกตเวย์ส่งคำขอแต่ละรายการไปยังการปรับใช้ที่หน้าต่างรองรับได้ คำขอสั้นจะอยู่ในกลุ่มหลัก",
     "Cổng gửi mỗi yêu cầu đến nơi triển khai có cửa sổ chứa được nó. Yêu cầu ngắn ở lại "
     "cụm cơ sở. Größere Anfragen gehen zum Langkontext-Host, où la fenêtre est plus grande.",

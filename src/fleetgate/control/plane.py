@@ -26,10 +26,10 @@ from fleetgate.fleet import Fleet, build_fleet, resolve_secret
 from fleetgate.outage import Outage
 from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.store.calibration import CalibrationKeeper, CalibrationStore
-from fleetgate.store.fingerprints import FingerprintKeeper
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
 from fleetgate.store.database import database_url, migrate, open_database
+from fleetgate.store.fingerprints import FingerprintKeeper
 from fleetgate.store.fleet_file import (
     apply_summary,
     changes,

@@ -238,4 +238,3 @@ def _pairs(tallies: list[Tally], counts: list[int]) -> Probes:
 def encode(probes: Probes) -> list[list[Any]]:
     """A fingerprint as JSON (kept in the store by identity)."""
     return [[list(c), t] for c, t in probes]
-
