@@ -8,8 +8,8 @@ to `reject`, a request is refused with `context_too_large` before any upstream c
 evidence: an exact count, or, without one, the deployment's own fitted tokenizer (a
 fingerprint or enough answers, never a family's prior) putting it beyond every window with
 room to spare, or more words than any window holds; in doubt the refine stage counts
-first, and where nothing can count, the request is routed and the engine decides. A model whose deployments declare no
-window is left alone.
+first, and where nothing can count, the request is routed and the engine decides. A model
+whose deployments declare no window is left alone.
 """
 
 from __future__ import annotations
