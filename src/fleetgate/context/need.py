@@ -61,16 +61,16 @@ def bounds_function(
         found = cache.get(dep.id)
         if found is not None:
             return found
+        family = dep.tokenizer_family
+        tokens = raw.get(family)
+        if tokens is None:  # the prior's estimate (what the usage calibration learns from)
+            tokens = raw[family] = family_tokens(tally, family, settings)
         fit = book.own_fit(dep.id) if book is not None else None
         if fit is not None:  # the deployment's own evidence
             guessed = with_margin(fit.tokens(tally.counts), 0, settings)
             low, high = fit.factors(tally.counts)
             raw[FITTED + dep.id] = guessed + ids
         else:  # the family's prior, calibrated by usage when it has been
-            family = dep.tokenizer_family
-            tokens = raw.get(family)
-            if tokens is None:
-                tokens = raw[family] = family_tokens(tally, family, settings)
             guessed = tokens - ids
             calibrated = book.calibrated(dep.id) if book is not None else None
             if calibrated is None:
