@@ -42,7 +42,7 @@ class Passthrough:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
                     self.session = aiohttp.ClientSession(
-                        connector=aiohttp.TCPConnector(limit=256, limit_per_host=0),
+                        connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),  # no pool cap
                         skip_auto_headers=("User-Agent",),
                     )
                     await send({"type": "lifespan.startup.complete"})

@@ -41,6 +41,8 @@ TARGET_RSS_MB = 80.0
 TARGET_READY_S = 0.5
 TARGET_FLOOR_CPU_RATIO = 1.3
 TARGET_FLOOR_P99_RATIO = 1.5
+# issue 40: tracing on at sample ratio 1 costs at most this much more CPU per request
+TARGET_TRACING_CPU_RATIO = 1.15
 
 ENGINE_ALIAS = "tiny-qwen2tok"  # fleetgate.testing.llama.ALIAS, what the engine answers to
 CLIENT_MODELS = {
@@ -54,6 +56,10 @@ ENGINE_MODEL = "bench-model-llama"
 STREAM_CHUNKS = 20
 GATEWAY = "fleetgate"
 BASELINE = "baseline"
+RAW_FLOOR = "raw"  # raw_floor.py: no framework at all (issue 42's floor)
+# issue 42: against the raw floor of the same run, and the whole process tree's memory
+TARGET_RAW_CPU_RATIO = 2.0
+TARGET_TREE_RSS_MB = 80.0
 
 
 class BenchError(Exception):
@@ -78,11 +84,15 @@ class Settings:
     gw_cpu: int = 1
     load_cpu: int = 0
     baseline: bool = True
+    raw_floor: bool = True  # the raw floor too (`raw_floor.py`)
     profile: bool = False
     # fleetgate variants, each its own target: storage.log_writer values, `--workers` counts
     log_writers: list[str] = field(default_factory=lambda: ["process"])
     workers: list[int] = field(default_factory=lambda: [1])
     workers_cpus: set[int] = field(default_factory=set)  # for -wN targets; empty: GW_CPU
+    # OpenTelemetry sample ratios, each one more target (`fleetgate-trace<ratio>`) exporting
+    # to a local OTLP/HTTP collector (benchmarks/otlp_sink.py, on LOAD_CPU)
+    trace_ratios: list[float] = field(default_factory=list)
     gateway_cmd: list[str] = field(default_factory=lambda: [sys.executable, "-m", "fleetgate"])
     out: Path = HERE / "results"
 
@@ -102,11 +112,13 @@ class Settings:
         s.gw_cpu = int(env.get("GW_CPU", s.gw_cpu))
         s.load_cpu = int(env.get("LOAD_CPU", s.load_cpu))
         s.baseline = env.get("BASELINE", "1") not in ("0", "", "no", "false")
+        s.raw_floor = env.get("RAW", "1") not in ("0", "", "no", "false")
         s.profile = env.get("PROFILE", "0") not in ("0", "", "no", "false")
         if env.get("LOG_WRITERS"):
             s.log_writers = env["LOG_WRITERS"].replace(",", " ").split()
         s.workers = _ints(env.get("WORKERS"), s.workers) or s.workers
         s.workers_cpus = set(_ints(env.get("WORKERS_CPUS"), []))
+        s.trace_ratios = [float(x) for x in env.get("TRACE_RATIOS", "").replace(",", " ").split()]
         if env.get("GATEWAY_CMD"):
             s.gateway_cmd = shlex.split(env["GATEWAY_CMD"])
         s.out = Path(env.get("OUT", s.out))
@@ -595,6 +607,7 @@ def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     the targets were set with whole-at-once streams, and even the floor misses them paced."""
     checks = []
     floor = {r["scenario"]: r for r in result["rows"] if r["target"] == "baseline"}
+    raw = {r["scenario"]: r for r in result["rows"] if r["target"] == RAW_FLOOR}
 
     def add(what: str, limit: str, value: str, ok: bool, info: bool = False) -> None:
         checks.append({"what": what, "limit": limit, "value": value, "ok": ok, "info": info})
@@ -628,6 +641,16 @@ def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
                 ratio <= TARGET_FLOOR_CPU_RATIO,
                 info=r["kind"] in ("paced", "engine"),
             )
+        raw_row = raw.get(r["scenario"])
+        raw_ratio = paired_cpu_ratio(r, raw_row) if raw_row is not None else None
+        if raw_ratio is not None:  # issue 42's: shown, not yet held to
+            add(
+                f"CPU ÷ raw floor ({r['scenario']}), median of the runs' pairs",
+                f"≤ {TARGET_RAW_CPU_RATIO:g}",
+                f"{raw_ratio:.2f}",
+                raw_ratio <= TARGET_RAW_CPU_RATIO,
+                info=True,
+            )
         if base is not None and r["kind"] == "plain" and r["conc"] in (1, 64):
             p99 = r["p99_ms_median"] / base["p99_ms_median"]
             add(
@@ -644,6 +667,21 @@ def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{added:.3f} ms",
                 added <= TARGET_ADDED_P50_C1_MS,
             )
+    off = {r["scenario"]: r for r in result["rows"] if r["target"] == GATEWAY}
+    for r in result["rows"]:  # tracing on against off, run by run
+        if not r["target"].startswith(f"{GATEWAY}-trace") or r["scenario"] not in off:
+            continue
+        ratio = paired_cpu_ratio(r, off[r["scenario"]])
+        if ratio is None:
+            continue
+        one = r["target"] == f"{GATEWAY}-trace1"
+        add(
+            f"CPU with tracing ÷ without, {r['target']} ({r['scenario']})",
+            f"≤ {TARGET_TRACING_CPU_RATIO:g}" if one else "—",
+            f"{ratio:.3f}",
+            ratio <= TARGET_TRACING_CPU_RATIO,
+            info=not one or r["kind"] in ("paced", "engine"),
+        )
     errors = sum(r["errors"] for r in result["rows"] if r["target"] == GATEWAY)
     add("errors under load (socket, timeout, non-2xx)", "0", str(errors), errors == 0)
     gw = result["servers"][GATEWAY]
@@ -660,6 +698,14 @@ def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
         f"≤ {TARGET_RSS_MB:g} MB",
         f"{gw['peak_rss_mb']:.1f} MB",
         gw["peak_rss_mb"] <= TARGET_RSS_MB,
+    )
+    tree = gw["peak_rss_mb"] + gw["children_peak_rss_mb"]
+    add(
+        "peak RSS of the process tree (VmHWM, summed)",
+        f"≤ {TARGET_TREE_RSS_MB:g} MB",
+        f"{tree:.1f} MB",
+        tree <= TARGET_TREE_RSS_MB,
+        info=True,  # issue 42's: shown, not yet held to
     )
     add(
         "ready after start (/readyz 200)",
@@ -740,14 +786,19 @@ class Variant:
     log_writer: str = "process"
     workers: int = 1
     cpus: set[int] = field(default_factory=set)  # empty: GW_CPU
+    trace_ratio: float | None = None  # OpenTelemetry on, at this sample ratio
 
 
 def variants(s: Settings) -> list[Variant]:
     """The first is the default (named `fleetgate`, held to the targets); each other
-    storage.log_writer value and worker count is one more target."""
+    storage.log_writer value, worker count and trace sample ratio is one more target."""
     out = [Variant(GATEWAY, s.log_writers[0], s.workers[0])]
     out += [Variant(f"{GATEWAY}-{lw}", lw, s.workers[0]) for lw in s.log_writers[1:]]
     out += [Variant(f"{GATEWAY}-w{n}", s.log_writers[0], n, s.workers_cpus) for n in s.workers[1:]]
+    out += [
+        Variant(f"{GATEWAY}-trace{r:g}", s.log_writers[0], s.workers[0], trace_ratio=r)
+        for r in s.trace_ratios
+    ]
     return out
 
 
@@ -767,11 +818,16 @@ def start_engine(s: Settings, work: Path) -> Server:
 
 
 def write_config(
-    path: Path, upstream_port: int, gateway_port: int, log_writer: str, engine: str | None
+    path: Path,
+    upstream_port: int,
+    gateway_port: int,
+    log_writer: str,
+    engine: str | None,
+    telemetry: dict[str, Any] | None = None,
 ) -> None:
     base = f"http://127.0.0.1:{upstream_port}"
     # JSON is YAML; the upstream names differ from the client names so rewriting is exercised
-    config = {
+    config: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": gateway_port},
         "storage": {"log_writer": log_writer},
         "providers": [
@@ -803,6 +859,8 @@ def write_config(
         config["deployments"].append(
             {"model": ENGINE_MODEL, "upstream_model": ENGINE_ALIAS, "provider": "bench-llama"}
         )
+    if telemetry is not None:
+        config["telemetry"] = telemetry
     path.write_text(json.dumps(config, indent=2))
 
 
@@ -866,13 +924,27 @@ def run(s: Settings) -> dict[str, Any]:
         if engine is not None:
             started.append(engine)
         engine_url = engine.url("/v1") if engine is not None else None
+        collector = None
+        if s.trace_ratios:  # where the tracing targets export, on the load's CPU
+            sink_port = _free_port()
+            cmd = [py, "-m", "benchmarks.otlp_sink", "--port", str(sink_port)]
+            collector = start_server(
+                "collector", cmd, sink_port, "/_stats", s.load_cpu, env, ROOT, work / "sink.log"
+            )
+            started.append(collector)
         targets = []
         for v in variants(s):
             gw_port = _free_port()
             home = work / v.name  # its own SQLite store (./data) and config
             home.mkdir()
             config_path = home / "fleet.yaml"
-            write_config(config_path, up_port, gw_port, v.log_writer, engine_url)
+            telemetry = None
+            if v.trace_ratio is not None and collector is not None:
+                telemetry = {
+                    "otlp": {"endpoint": collector.url(""), "protocol": "http/protobuf"},
+                    "sample_ratio": v.trace_ratio,
+                }
+            write_config(config_path, up_port, gw_port, v.log_writer, engine_url, telemetry)
             cmd = [*s.gateway_cmd, "serve", "--config", str(config_path), "--port", str(gw_port)]
             if v.workers > 1:
                 cmd += ["--workers", str(v.workers)]
@@ -899,6 +971,14 @@ def run(s: Settings) -> dict[str, Any]:
                 baseline = start_server(name, cmd, bl_port, "/readyz", cpus, env, ROOT, log)
                 started.append(baseline)
                 targets.insert(i, baseline)
+        if s.raw_floor:
+            raw_port = _free_port()
+            cmd = [py, "-m", "benchmarks.raw_floor", "--port", str(raw_port)]
+            cmd += ["--upstream", upstream.url("")]
+            log = work / f"{RAW_FLOOR}.log"
+            raw = start_server(RAW_FLOOR, cmd, raw_port, "/readyz", s.gw_cpu, env, ROOT, log)
+            started.append(raw)
+            targets.insert(0, raw)
         for t in targets:
             t.idle_rss_mb = ProcSample.of(t.pid).rss_kb / 1024
 
@@ -920,6 +1000,8 @@ def run(s: Settings) -> dict[str, Any]:
                 row["target"] = "direct"
                 runs.setdefault("direct", []).append(row)
                 for t in targets:
+                    if t.name == RAW_FLOOR and sc.kind == "engine":
+                        continue  # it knows the fake upstream only
                     prof = None
                     if s.profile and t.name == GATEWAY:
                         prof = s.out / f"{stamp}-profile-{sc.name}-{rep}.txt"

@@ -5,8 +5,9 @@ Answers from prebuilt bytes, so a benchmark measures the gateway in front of it,
 - `POST …/chat/completions` → a fixed ~370-byte `chat.completion` JSON.
 - the same with `"stream": true` in the body (or under a `/sse` prefix) → `text/event-stream`,
   chunked: 20 `chat.completion.chunk` events, a usage chunk and `data: [DONE]`, all at once.
-- under a `/paced` prefix → the same stream, one event per write, `--gap-ms` apart, so a
-  gateway has to handle each event on its own instead of one coalesced read.
+- under a `/paced` prefix (or every stream, with `--pace-streams`) → the same stream, one
+  event per write, `--gap-ms` apart, so a gateway has to handle each event on its own
+  instead of one coalesced read.
 - with `--delay-ms N`, every chat answer leaves N ms after its request, the upstream idle
   meanwhile, as a real engine is to everything but its own compute (`engine_latency.py
   --upstream fake --fake-delay-ms N` tells the engine's idle wait from its compute).
@@ -120,8 +121,12 @@ _LAST_CHUNK = b"0\r\n\r\n"
 class Answers:
     """Prebuilt response bytes per model name, plus counters."""
 
-    def __init__(self, chunks: int, gap: float, delay: float = 0.0) -> None:
+    def __init__(
+        self, chunks: int, gap: float, delay: float = 0.0, pace_streams: bool = False
+    ) -> None:
         self.chunks = chunks
+        # every stream paced, whatever its path (a data plane sends the client's `/v1` path)
+        self.pace_streams = pace_streams
         self.gap = gap
         self.delay = delay
         self.requests = 0
@@ -222,7 +227,9 @@ class Connection(asyncio.Protocol):
             match = _MODEL_RE.search(body)
             model = match.group(1) if match else b"unknown"
             self.answers.count(model)
-            if path.startswith(b"/paced/"):
+            if path.startswith(b"/paced/") or (
+                self.answers.pace_streams and _STREAM_RE.search(body)
+            ):
                 self._paced(self.answers.paced(model), 0)
                 return
             if path.startswith(b"/sse/") or _STREAM_RE.search(body):
@@ -273,6 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gap-ms", type=float, default=1.0, help="event gap under /paced")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="each chat answer's wait")
     parser.add_argument("--cpu", type=int, default=None, help="pin to this CPU")
+    parser.add_argument("--pace-streams", action="store_true", help="pace every stream")
     args = parser.parse_args(argv)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -280,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
         import uvloop
     except ImportError:  # plain asyncio still works, only slower
         uvloop = None
-    answers = Answers(args.chunks, args.gap_ms / 1000, args.delay_ms / 1000)
+    answers = Answers(args.chunks, args.gap_ms / 1000, args.delay_ms / 1000, args.pace_streams)
     coro = serve(args.host, args.port, answers)
     try:
         if uvloop is not None:

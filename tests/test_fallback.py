@@ -144,8 +144,17 @@ def test_in_stream_context_error_is_returned_as_a_400(stack: Stack, client_for):
 
 
 def test_stream_broken_after_first_byte_ends_with_error_event(stack: Stack, client_for):
-    two_hosts(stack)
-    stack.engines["a"].fail_next(Fault("break_stream", after_chunks=3))
+    a, b = stack.engine("a"), stack.engine("b")
+    stack.start_gateway(  # a hosted OpenAI API cannot continue an answer: no continuation
+        {
+            "providers": [provider("pa", a), provider("pb", b, kind="openai")],
+            "deployments": [
+                deployment("m", "pa", priority=0, upstream_model="up"),
+                deployment("m", "pb", priority=1, upstream_model="up"),
+            ],
+        }
+    )
+    a.fail_next(Fault("break_stream", after_chunks=3))
     stream = client_for(stack).chat.completions.create(model="m", messages=MSG, stream=True)
     received = []
     with pytest.raises(openai.APIError) as info:
@@ -153,7 +162,7 @@ def test_stream_broken_after_first_byte_ends_with_error_event(stack: Stack, clie
             received.append(chunk)
     assert len(received) == 3
     assert "stream broke" in str(info.value)
-    assert stack.engines["b"].requests == []  # no fallback once output started
+    assert b.requests == []  # no fallback once output started
 
 
 def test_exhausted_chain_names_every_failure(stack: Stack, client_for):

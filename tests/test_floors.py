@@ -17,7 +17,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "fleetgate"
 
 # docs/architecture.md, from the ground up: a module may import its own floor and below
 FLOORS: list[tuple[str, set[str]]] = [
-    ("foundation", {"errors", "redact", "outage", "gc_tuning", "web", "__init__"}),
+    (
+        "foundation",
+        {"errors", "redact", "outage", "gc_tuning", "web", "trace_context", "__init__"},
+    ),
     ("fleet model", {"config", "fleet"}),
     (
         "stages",
@@ -32,17 +35,18 @@ FLOORS: list[tuple[str, set[str]]] = [
             "record",
             "auth",
             "store",
+            "telemetry",
         },
     ),
     ("pipeline", {"pipeline"}),
     ("control plane", {"control"}),
-    ("fronts", {"server", "admin", "ui"}),
+    ("fronts", {"server", "admin", "ui", "epp"}),
     (
         "entry",
         {"assemble", "cli", "commands", "launch", "__main__", "demo", "diagnose", "testing"},
     ),
 ]
-FRONTS = {"server", "admin", "ui"}
+FRONTS = {"server", "admin", "ui", "epp"}
 
 
 def _modules() -> dict[str, Path]:

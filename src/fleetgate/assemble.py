@@ -15,7 +15,7 @@ import uvicorn
 
 from fleetgate.config import FleetConfig, load_config_file
 from fleetgate.gc_tuning import tune_gc
-from fleetgate.server.run import server_for, uvicorn_kwargs
+from fleetgate.server.run import open_files_for_streams, server_for, uvicorn_kwargs
 from fleetgate.store.database import database_url, prepare
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ def _exit_cleanly_on_sigterm() -> None:
 def serve(config_path: str, host: str | None, port: int | None, workers: int) -> None:
     config = load_config_file(config_path)
     _exit_cleanly_on_sigterm()
+    open_files_for_streams()  # before the workers fork: they inherit it
     host = host or config.server.host
     port = config.server.port if port is None else port
     if workers > 1:

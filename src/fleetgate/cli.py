@@ -1,4 +1,5 @@
-"""The `fleetgate` command: serve, demo, explain, check, diff, keys."""
+"""The `fleetgate` command: serve, epp, envoy-config, demo, explain, check, diff, keys,
+version."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fleetgate import __version__
 from fleetgate.config import ConfigError, check_config_text, load_config_file
 from fleetgate.store.errors import StoreUnavailable
 
@@ -17,6 +19,32 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from fleetgate.assemble import serve
 
     serve(args.config, args.host, args.port, args.workers)
+    return 0
+
+
+def _cmd_epp(args: argparse.Namespace) -> int:
+    from fleetgate.commands.epp import run
+
+    run(args.config, args.host, args.port, args.http_host, args.http_port)
+    return 0
+
+
+def _cmd_envoy_config(args: argparse.Namespace) -> int:
+    from fleetgate.epp.envoy_config import envoy_config_text
+
+    try:
+        text = envoy_config_text(
+            load_config_file(args.config),
+            args.epp,
+            args.listen,
+            http=args.http,
+            admin=args.admin,
+            body_mode=args.body_mode,
+        )
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
     return 0
 
 
@@ -40,10 +68,23 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if errors:
         print(f"{path}: {len(errors)} error(s)", file=sys.stderr)
         return 1
+    from fleetgate.commands.keys import auth_key_warning
     from fleetgate.diagnose import describe_fleet
 
-    print(describe_fleet(load_config_file(path)))
+    config = load_config_file(path)
+    warning = auth_key_warning(config)
+    if warning is not None:
+        print(f"{path}:{_line_of(text, 'auth') or '?'}: warning: auth.enabled: {warning}")
+    print(describe_fleet(config))
     return 0
+
+
+def _line_of(text: str, section: str) -> int | None:
+    """The line a top-level section starts on."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith(f"{section}:"):
+            return number
+    return None
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -84,6 +125,11 @@ def _cmd_keys(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_version(args: argparse.Namespace) -> int:
+    print(f"fleetgate {__version__}")
+    return 0
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -122,7 +168,9 @@ def _keys_parser(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetgate", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"fleetgate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("version", help="print the version").set_defaults(func=_cmd_version)
 
     p = sub.add_parser("serve", help="run the gateway")
     p.add_argument("--config", required=True, help="fleet config file (YAML)")
@@ -130,6 +178,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--workers", type=int, default=1)
     p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("epp", help="run as the endpoint picker of an Envoy gateway")
+    p.add_argument("--config", required=True, help="fleet config file (YAML)")
+    p.add_argument("--host", default="0.0.0.0", help="the gRPC listener's address")
+    p.add_argument("--port", type=int, default=9002, help="the gRPC (ext_proc) port")
+    p.add_argument("--http-host", default=None, help="default: the config's server.host")
+    p.add_argument("--http-port", type=int, default=8080, help="admin, metrics, dashboard")
+    p.set_defaults(func=_cmd_epp)
+
+    p = sub.add_parser("envoy-config", help="print an Envoy bootstrap that uses the picker")
+    p.add_argument("--config", required=True, help="fleet config file (YAML)")
+    p.add_argument("--epp", required=True, help="the picker's gRPC HOST:PORT")
+    p.add_argument("--listen", required=True, help="Envoy's own HOST:PORT")
+    p.add_argument("--http", default=None, help="the picker's HTTP HOST:PORT (default :8080)")
+    p.add_argument("--admin", default="127.0.0.1:9901", help="Envoy's admin HOST:PORT")
+    p.add_argument(
+        "--body-mode",
+        default="FULL_DUPLEX_STREAMED",
+        choices=["FULL_DUPLEX_STREAMED", "BUFFERED"],
+        help="how Envoy hands the request body to the picker",
+    )
+    p.set_defaults(func=_cmd_envoy_config)
 
     p = sub.add_parser("demo", help="a simulated fleet with the gateway in front of it")
     p.add_argument("--host", default="127.0.0.1")
@@ -156,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.func is not _cmd_serve:
+    if args.func not in (_cmd_serve, _cmd_epp):
         gc.enable()  # off while `fleetgate.launch` started; `serve` turns it on itself
     try:
         return int(args.func(args))

@@ -6,6 +6,7 @@ from typing import Any
 
 from fleetgate.config import FleetConfig
 from fleetgate.fleet import Fleet, Model, build_fleet
+from fleetgate.fleet.data_plane import deployment_blocker
 from fleetgate.ingress.needs import derive_needs
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.filters.capability import CapabilityFilter
@@ -92,14 +93,16 @@ def describe_fleet(config: FleetConfig) -> str:
     ]
     for model in fleet.models.values():
         window = model.context_length or "unknown"
-        lines.append(f"  model {model.id} (context {window})")
+        lines.append(f"  model {model.id} (context {window}; tiers {tier_labels(model)})")
         for dep in model.deployments:
             creds = "" if dep.provider.has_credentials else "  [no credentials]"
             quant = f", {dep.quantization}" if dep.quantization else ""
+            blocker = deployment_blocker(dep)
+            proxy_only = f"\n        proxy only (a picker cannot hand it to Envoy): {blocker}"
             lines.append(
                 f"    - {dep.id} via {dep.provider.id} ({dep.provider.kind}) "
                 f"as {dep.upstream_model!r}, window {dep.context_window or 'unknown'}, "
-                f"priority {dep.priority}{quant}{creds}"
+                f"priority {dep.priority}{quant}{creds}{proxy_only if blocker else ''}"
             )
         pools = effective_pools(fleet, model)
         lines.append(
@@ -109,6 +112,17 @@ def describe_fleet(config: FleetConfig) -> str:
     lines.extend(pool_warnings(fleet))
     lines.extend(describe_chains(fleet))
     return "\n".join(lines)
+
+
+def tier_labels(model: Model) -> str:
+    """`default 1024, long 4096`: each context tier label and its largest declared window."""
+    largest: dict[str, int | None] = {}
+    for dep in model.deployments:
+        window = dep.context_window
+        known = largest.get(dep.tier)
+        if dep.tier not in largest or (window is not None and (known is None or window > known)):
+            largest[dep.tier] = window
+    return ", ".join(f"{tier} {largest[tier] or 'unknown'}" for tier in sorted(largest))
 
 
 def describe_chains(fleet: Fleet) -> list[str]:

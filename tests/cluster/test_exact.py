@@ -169,8 +169,12 @@ def test_clusters_on_two_redis_databases_stay_apart_by_default(
         assert a.control.link.namespace == "fleetgate:11"
         stack.engines["a"].fail_next(Fault("status", status=503))
         assert _chat(stack).headers["x-fleetgate-route"] == "pb"  # 'pa' opens on db 11
-        wait_until(lambda: c.state.health("pa").circuit == "open", 5, "its own cluster hears")
-        assert other.state.health("pa").circuit == "closed"  # the cluster on db 12 does not
+        wait_until(
+            lambda: c.pipeline.state.health("pa").circuit == "open", 5, "its own cluster hears"
+        )
+        assert (
+            other.pipeline.state.health("pa").circuit == "closed"
+        )  # the cluster on db 12 does not
         assert _chat(replica_b).headers["x-fleetgate-route"] == "pa"
         raw = redis.Redis.from_url(f"{base}/11").hget("fleetgate:11:health", "pa")
         assert raw is not None and b'"open_reason":"circuit open"' in raw

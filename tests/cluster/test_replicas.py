@@ -99,9 +99,9 @@ def test_config_change_on_a_routes_on_b_within_a_second(
     )
     assert resp.status_code == 201
     changed = time.monotonic()
-    wait_until(lambda: "n" in b.holder.fleet.models, 1.0, "B rebuilt within 1 s")
+    wait_until(lambda: "n" in b.pipeline.holder.fleet.models, 1.0, "B rebuilt within 1 s")
     assert time.monotonic() - changed < 1.0
-    assert b.holder.fleet.version == a.holder.fleet.version
+    assert b.pipeline.holder.fleet.version == a.pipeline.holder.fleet.version
     ok = _chat(replica_b, "n")
     assert ok.status_code == 200 and ok.headers["x-fleetgate-route"] == "pb-n"
 
@@ -140,7 +140,9 @@ def _pa_opened_by_a(
     stack.engines["a"].fail_next(Fault("status", status=503))
     assert _chat(stack).headers["x-fleetgate-route"] == "pb"  # A fell back and opened pa
     wait_until(
-        lambda: b.state.unavailable_reason("pa", time.time()) is not None, 5, "B sees pa open"
+        lambda: b.pipeline.state.unavailable_reason("pa", time.time()) is not None,
+        5,
+        "B sees pa open",
     )
     return a, b
 
@@ -165,7 +167,11 @@ def test_one_half_open_probe_for_the_whole_cluster(
     engine = stack.engines["a"]
     engine.hold()  # the probe stays out until every other request has been answered
     wait_until(
-        lambda: a.state.health("pa").circuit == b.state.health("pa").circuit == "half-open",
+        lambda: (
+            a.pipeline.state.health("pa").circuit
+            == b.pipeline.state.health("pa").circuit
+            == "half-open"
+        ),
         5,
         "both see pa half-open",
     )
@@ -183,7 +189,7 @@ def test_one_half_open_probe_for_the_whole_cluster(
     routes = [r.headers["x-fleetgate-route"] for r in answers]
     assert routes.count("pa") == 1 and routes.count("pb") == 11
     # its success is shared: both close the circuit, and the claim is freed
-    wait_until(lambda: b.state.health("pa").circuit == "closed", 5, "B sees pa closed")
+    wait_until(lambda: b.pipeline.state.health("pa").circuit == "closed", 5, "B sees pa closed")
     assert _chat(replica_b).headers["x-fleetgate-route"] == "pa"
 
 
@@ -194,10 +200,10 @@ def test_inflight_counts_are_shared_approximately(
     _, b = _start_pair(stack, replica_b, _options(pg_url, redis_url, redis_namespace))
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(_chat, stack)
-        wait_until(lambda: b.state.health("pa").inflight == 1, 5, "B counts A's request")
-        assert b.state.local_inflight("pa") == 0  # type: ignore[attr-defined]
+        wait_until(lambda: b.pipeline.state.health("pa").inflight == 1, 5, "B counts A's request")
+        assert b.pipeline.state.local_inflight("pa") == 0  # type: ignore[attr-defined]
         assert pending.result(10).status_code == 200
-    wait_until(lambda: b.state.health("pa").inflight == 0, 5, "B sees it finish")
+    wait_until(lambda: b.pipeline.state.health("pa").inflight == 0, 5, "B sees it finish")
 
 
 def test_without_redis_workers_on_one_store_converge(
@@ -213,7 +219,7 @@ def test_without_redis_workers_on_one_store_converge(
         ).status_code
         == 201
     )
-    wait_until(lambda: "n" in b.holder.fleet.models, 5, "B polled the change")
+    wait_until(lambda: "n" in b.pipeline.holder.fleet.models, 5, "B polled the change")
     assert api.post("/admin/keys", json={"name": "k"}).status_code == 201
     wait_until(lambda: len(_control(b).ring) == 1, 5, "B polled the new key")
 
@@ -318,6 +324,6 @@ def test_losing_redis_degrades_to_local_state(
             ).status_code
             == 201
         )
-        wait_until(lambda: "n" in b.holder.fleet.models, 5, "B hears changes again")
+        wait_until(lambda: "n" in b.pipeline.holder.fleet.models, 5, "B hears changes again")
     finally:
         own.kill()

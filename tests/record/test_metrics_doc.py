@@ -11,7 +11,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def test_every_registered_metric_is_documented() -> None:
-    documented = set(re.findall(r"^\| `(fleetgate_\w+)`", DOC.read_text(), re.MULTILINE))
+    documented = set(re.findall(r"^\| `((?:fleetgate|gen_ai)_\w+)`", DOC.read_text(), re.MULTILINE))
     exposed = set()
     for family in Metrics().registry.collect():
         suffix = "_total" if family.type == "counter" else ""

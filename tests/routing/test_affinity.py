@@ -208,7 +208,7 @@ def test_affinity_is_shared_across_replicas_on_redis(
     turn = [SYSTEM, {"role": "user", "content": "shared question"}]
     first = _chat(stack.url, turn)
     owner = first.headers["x-fleetgate-route"]
-    wait_until(lambda: len(b.affinity) == 1, 5, "replica B learned the entry")
+    wait_until(lambda: len(b.pipeline.affinity) == 1, 5, "replica B learned the entry")
     second = _chat(replica_b.url, _next_turn(turn, first, "and on B?"))
     assert second.headers[HEADER] == "hit"
     assert second.headers["x-fleetgate-route"] == owner

@@ -128,5 +128,5 @@ def test_the_same_setup_with_a_tie_does_change_the_plan(
     plan = httpx.post(stack.url + "/v1/routing/explain", json=BODY, timeout=10).json()
     assert [c["deployment"] for c in plan["candidates"]] == ["p2", "p1", "p0"]
     assert plan["headers"]["X-Fleetgate-Affinity"] == "hit"
-    assert plan["notes"]["engine_load"]["p0"]["moved_back"] == "queue 50 > 4"
+    assert plan["notes"]["engine_load"]["p0"]["moved_back"] == "kv cache 99% >= 95%"
     assert plan["notes"]["affinity"]["owner"] == "p2"

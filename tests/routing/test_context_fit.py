@@ -196,7 +196,7 @@ def test_best_fit_order_with_unknown_windows() -> None:
     assert order(20000) == ["unknown", "w10k", "w1k", "w500"]
 
 
-def test_capacity_ranks_first_and_priority_breaks_ties() -> None:
+def test_holding_the_request_ranks_first_then_priority_then_capacity() -> None:
     config = fleet_config(
         {
             "routing": {"context": {"margin_percent": 0, "message_overhead": 0}},
@@ -220,8 +220,8 @@ def test_capacity_ranks_first_and_priority_breaks_ties() -> None:
         plan = build_plan(parse_openai("completions", orjson.dumps(body)), fleet, MemoryState())
         return [c.deployment.id for c in plan.candidates]
 
-    # capacity first: the smallest window that holds the request, whatever the priority
-    assert order(500) == ["w1k", "w2k-later"]
+    # both hold the request: the operator's priority decides before the window
+    assert order(500) == ["w2k-later", "w1k"]
     assert order(1500) == ["w2k-later", "w1k"]  # only the 2k fits
     # among equal windows the operator's priority decides
     config2 = config.model_copy(
@@ -234,6 +234,69 @@ def test_capacity_ranks_first_and_priority_breaks_ties() -> None:
     )
     fleet = build_fleet(config2)
     assert order(500) == ["w2k-later", "w1k"]
+
+
+def test_priority_beats_best_fit_among_deployments_that_hold_the_request(
+    stack: Stack, client_for
+) -> None:
+    """A short tier (1k), a long one (4k) and a priced fallback (4k) preferred by priority:
+    the fallback first while it holds the request; a request only the 4k windows hold never
+    goes to the short tier first; a request nothing holds goes biggest first."""
+    short, long, hosted = (stack.engine(n, context_window=w) for n, w in SIZES)
+    stack.start_gateway(
+        {
+            "routing": {"context": {"margin_percent": 0, "message_overhead": 0}},
+            "providers": [provider(e.name, e) for e in (short, long, hosted)],
+            "deployments": [
+                deployment("m", "short", context_window=1024, priority=9),
+                deployment("m", "long", context_window=4096),
+                deployment("m", "hosted", context_window=4096, priority=-1, price=PRICE),
+            ],
+        }
+    )
+    client = client_for(stack)
+
+    def plan(n_words: int, **extra: Any) -> dict[str, Any]:
+        body = {"model": "m", "prompt": words(n_words), "max_tokens": 1, **extra}
+        return _post(stack, "/v1/routing/explain", body)
+
+    def order(p: dict[str, Any]) -> list[tuple[str, str | None]]:
+        return [(c["deployment"], c["ranked_by"]) for c in p["candidates"]]
+
+    assert order(plan(100)) == [("hosted", "priority"), ("long", "priority"), ("short", None)]
+    resp = client.completions.with_raw_response.create(model="m", prompt=words(100), max_tokens=1)
+    assert resp.headers["x-fleetgate-route"] == "hosted"
+    # 2000 words hold only in the 4k windows: the short tier is last, whatever its priority
+    assert order(plan(2000)) == [("hosted", "priority"), ("long", "fit"), ("short", None)]
+    # nothing holds 6000 words: the biggest windows first, priority among them
+    assert order(plan(6000)) == [("hosted", "priority"), ("long", "priority"), ("short", None)]
+    # a request's own `sort` ranks after the window, as before
+    sorted_plan = plan(100, provider={"sort": "price"})
+    assert order(sorted_plan) == [("short", "window"), ("long", "sort"), ("hosted", None)]
+
+
+SIZES = (("short", 1024), ("long", 4096), ("hosted", 4096))
+PRICE = {"input": 1, "output": 2}
+
+
+def test_one_priority_routes_by_window_as_before(stack: Stack) -> None:
+    short, long = stack.engine("short", context_window=1024), stack.engine("long")
+    stack.start_gateway(
+        {
+            "routing": {"context": {"margin_percent": 0, "message_overhead": 0}},
+            "providers": [provider("long", long), provider("short", short)],
+            "deployments": [
+                deployment("m", "long", context_window=4096),
+                deployment("m", "short", context_window=1024),
+            ],
+        }
+    )
+    body = {"model": "m", "prompt": words(100), "max_tokens": 1}
+    plan = _post(stack, "/v1/routing/explain", body)
+    assert [(c["deployment"], c["ranked_by"]) for c in plan["candidates"]] == [
+        ("short", "window"),
+        ("long", None),
+    ]
 
 
 def _post(stack: Stack, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -24,15 +24,20 @@ from tests.harness import Stack, deployment, fleet_config, provider, wait_until
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 FAST = {"routing": {"balancing": {"engine_load": {"interval_seconds": 0.1}}}}
+# the absolute queue rule, configured: an engine moves back when its queue is `max_queue`
+# deeper than its peers' shortest, whatever its size (the expected wait judges otherwise:
+# tests/routing/test_expected_wait.py)
+ABSOLUTE = {"max_queue": 4, "max_wait": None}
 
 
-def _three(stack: Stack, **extra: Any) -> dict[str, Any]:
+def _three(stack: Stack, engine_load: dict[str, Any] | None = None, **extra: Any) -> dict:
     engines = {n: stack.engine(n) for n in ("a", "b", "c")}
+    settings = {"interval_seconds": 0.1, **(engine_load or {})}
     stack.start_gateway(
         {
             "providers": [provider(n, e) for n, e in engines.items()],
             "deployments": [deployment("m", n) for n in engines],
-            **FAST,
+            "routing": {"balancing": {"engine_load": settings}},
         },
         **extra,
     )
@@ -63,7 +68,7 @@ def _polled(stack: Stack, dep: str, **values: float) -> None:
 
 
 def test_a_deep_queue_or_a_full_kv_cache_ranks_after_the_peers(stack: Stack):
-    engines = _three(stack)
+    engines = _three(stack, ABSOLUTE)
     affinity_first = _explain(stack)["candidates"][0]["deployment"]
     engines[affinity_first].load = {"waiting": 12, "running": 8}
     _polled(stack, affinity_first, waiting=12)
@@ -75,6 +80,7 @@ def test_a_deep_queue_or_a_full_kv_cache_ranks_after_the_peers(stack: Stack):
         "waiting": 12,
         "running": 8,
         "kv_cache": 0.0,
+        "expected_wait": 1.625,  # 13 ahead of a new request, 8 at a time: shown, not judged
         "moved_back": "queue 12 > 4",
     }
     assert signals[order[0]]["waiting"] == 0 and "moved_back" not in signals[order[0]]
@@ -205,6 +211,7 @@ def _plan_with(loads: dict[str, tuple[float, int]], inflight: dict[str, int]) ->
             {
                 "providers": [{"id": n, "base_url": "http://127.0.0.1:9/v1"} for n in "abc"],
                 "deployments": [deployment("m", n) for n in "abc"],
+                "routing": {"balancing": {"engine_load": ABSOLUTE}},
             }
         )
     )

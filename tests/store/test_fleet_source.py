@@ -76,7 +76,10 @@ def test_a_changed_file_is_applied_and_summarised(
         {"kind": "models", "id": "m", "action": "changed"},
     ]
     # the next start with the same (now applied) file changes nothing more
-    assert _restart(stack, _edited(config), db_url, caplog).holder.fleet.version == version + 1
+    assert (
+        _restart(stack, _edited(config), db_url, caplog).pipeline.holder.fleet.version
+        == version + 1
+    )
 
 
 def test_a_changed_file_replaces_admin_edits_and_says_which(
@@ -157,7 +160,9 @@ def test_a_replica_applying_a_changed_file_tells_the_running_ones(
     a.control.options.poll_interval = 3600.0  # type: ignore[union-attr]  # Redis only
     replica_b.engines = {}
     replica_b.start_gateway(_edited(config), opts)
-    wait_until(lambda: a.holder.fleet.deployments["pb"].context_window == 50_000, 5, "A sees it")
+    wait_until(
+        lambda: a.pipeline.holder.fleet.deployments["pb"].context_window == 50_000, 5, "A sees it"
+    )
 
 
 # ---- fleetgate diff ---------------------------------------------------------------------

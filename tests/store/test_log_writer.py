@@ -6,24 +6,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Boolean, text
 
 from fleetgate.execute.outcome import Attempt
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.store import log_writer, writer_sched
 from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.db import Database
+from fleetgate.store.log_rows import BOOLEAN, COLUMNS
 from fleetgate.store.log_writer import LogWriterProcess
 from fleetgate.store.request_log import RequestLog, row_of
+from fleetgate.store.tables import requests
 from tests.harness import Stack, until, wait_until
 from tests.test_serve import chat, serving
 
@@ -135,6 +140,61 @@ async def test_a_child_process_writes_the_rows_and_shutdown_waits_for_all(
     assert row["stream"] is True and row["status"] == 200 and row["prompt_tokens"] == 7
     assert row["time"] == _record(7).time and row["upstream_model"] == "up-a"
     assert [(a["idx"], a["deployment_id"], a["ttft"]) for a in row["attempts"]] == [(0, "pa", 0.1)]
+
+
+async def test_a_row_the_database_refuses_is_counted_and_the_others_are_written(
+    store: tuple[str, Database],
+) -> None:
+    url, db = store
+    writer = _started(url)
+    batch = _batch(0, 10)
+    batch[5].requested_model = None  # type: ignore[assignment]  # a NOT NULL column
+    await writer.write(batch)
+    await writer.stop()
+    assert (writer.written, writer.rejected, writer.failures) == (9, 1, 0)
+    assert await _ids(db) == [f"req-{i:05d}" for i in range(10) if i != 5]
+
+
+# the writer's own imports, as its first lines run them, then the modules they loaded
+_CHILD_IMPORTS = """
+import json, sys
+from fleetgate.store.log_writer import child_main
+print(json.dumps(sorted(sys.modules)))
+"""
+# what the writer must not load: a database driver is all it needs (SQLAlchemy alone holds
+# about 20 MB), not the config schema nor the HTTP stack
+_NOT_IN_WRITER = (
+    "sqlalchemy",
+    "pydantic",
+    "fleetgate.config",
+    "fleetgate.server",
+    "fleetgate.fleet",
+    "uvicorn",
+    "httptools",
+    "aiohttp",
+    "prometheus_client",
+)
+
+
+def test_the_rows_columns_are_the_tables() -> None:
+    """The writer names the columns without SQLAlchemy: the same as `tables.requests`."""
+    assert tuple(c.name for c in requests.columns if c.name != "seq") == COLUMNS
+    booleans = {i for i, n in enumerate(COLUMNS) if isinstance(requests.c[n].type, Boolean)}
+    assert booleans == BOOLEAN
+
+
+def test_the_writer_process_imports_a_driver_not_the_gateway() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", _CHILD_IMPORTS],
+        env=env,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    loaded = json.loads(out.stdout)
+    assert "sqlite3" in loaded and "fleetgate.store.driver_log" in loaded
+    assert [m for m in loaded if m.startswith(_NOT_IN_WRITER)] == []
 
 
 async def test_the_child_holds_no_descriptor_of_the_serving_process_but_its_pipes(

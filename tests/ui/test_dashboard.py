@@ -241,3 +241,33 @@ def test_admin_docs_render_without_internet(stack: Stack, sqlite_url: str, page:
     page.goto(stack.url + "/admin/docs")  # the page fixture refuses every off-host request
     expect(page.locator(".swagger-ui .info .title")).to_contain_text("fleetgate admin API")
     expect(page.locator(".opblock-summary-path", has_text="/admin/explain")).to_have_count(1)
+
+
+def test_a_request_links_to_its_trace(stack: Stack, sqlite_url: str, page: Page) -> None:
+    from tests.telemetry.receivers import GrpcReceiver
+
+    receiver = GrpcReceiver()
+    try:
+        config = _fleet(stack)
+        config["telemetry"] = {
+            "otlp": {"endpoint": receiver.endpoint, "protocol": "grpc"},
+            "trace_url": "https://traces.example/trace/{trace_id}",
+        }
+        stack.start_gateway(config, options(sqlite_url))
+        trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+        headers = {"x-request-id": "tr-9", "traceparent": f"00-{trace}-00f067aa0ba902b7-01"}
+        _client(stack).chat.completions.create(model="m", messages=MSG, extra_headers=headers)
+        with admin(stack) as api:
+            wait_until(lambda: api.get("/admin/requests/tr-9").status_code == 200, 5, "logged")
+            row = api.get("/admin/requests/tr-9").json()
+        assert row["trace_id"] == trace
+        assert row["trace_url"] == f"https://traces.example/trace/{trace}"
+        _sign_in(page, stack, "requests")
+        request = page.locator("tr.request[data-id=tr-9]")
+        request.click()
+        link = page.locator("tr.detail-row[data-for=tr-9] a.trace-id")
+        expect(link).to_have_text(trace)
+        expect(link).to_have_attribute("href", f"https://traces.example/trace/{trace}")
+    finally:
+        stack.stop_gateway()
+        receiver.close()

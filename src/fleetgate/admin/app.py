@@ -32,7 +32,9 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
     async def require_admin(request: Request) -> None:
         if not control.admin_key:
             raise GatewayError(
-                "admin_disabled", "The admin API is off: no admin key is configured."
+                "admin_disabled",
+                "The admin API is off: no admin key is set. Set FLEETGATE_ADMIN_KEY (or "
+                "`admin.key` in the fleet file) and restart.",
             )
         if not presents(request.scope["headers"], control.admin_key):
             raise GatewayError("invalid_admin_key", "The admin key is missing or wrong.")

@@ -11,6 +11,7 @@ from fleetgate.config.checks import deployment_id
 from fleetgate.context.placement import effective_window
 from fleetgate.discovery.engine_load import EngineLoads
 from fleetgate.discovery.store import WindowStore
+from fleetgate.execute.upstream import pool_limit
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.fleet.routes import Route
 from fleetgate.state.runtime import RuntimeState
@@ -110,7 +111,8 @@ def live_fleet(
                 "kind": p.kind,
                 "base_url": p.base_url,
                 "has_credentials": p.has_credentials,
-                "max_concurrency": p.max_concurrency,
+                "max_concurrency": p.max_concurrency,  # as configured (None: unset)
+                "pool_limit": pool_limit(p),  # the connections its pool may open
             }
             for p in fleet.providers.values()
         ],

@@ -49,7 +49,8 @@ def router(control: ControlPlane) -> APIRouter:
             )
         except ValueError as exc:
             raise invalid("`cursor` is not one this API gave out.", "cursor") from exc
-        return {"data": page.rows, "next_cursor": page.next_cursor}
+        rows = [_linked(control, row) for row in page.rows]
+        return {"data": rows, "next_cursor": page.next_cursor}
 
     @r.get(
         "/admin/requests/{request_id:path}",
@@ -60,6 +61,15 @@ def router(control: ControlPlane) -> APIRouter:
         row = await control.request_log.get(request_id)
         if row is None:
             raise GatewayError("not_found", f"No logged request {request_id!r}.")
-        return row
+        return _linked(control, row)
 
     return r
+
+
+def _linked(control: ControlPlane, row: dict[str, Any]) -> dict[str, Any]:
+    """The row with `trace_url`, its trace in the operator's tracing backend (None when the
+    row has no trace id or `telemetry.trace_url` is unset)."""
+    template = control.fleet.config.telemetry.trace_url
+    trace_id = row.get("trace_id")
+    row["trace_url"] = template.replace("{trace_id}", trace_id) if template and trace_id else None
+    return row

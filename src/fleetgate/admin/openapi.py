@@ -27,7 +27,8 @@ _REF = "#/components/schemas/"
 _MEANING = {
     400: "The request does not match the schema (`invalid_request`; `problems` lists why).",
     401: "The admin key is missing or wrong (`invalid_admin_key`).",
-    403: "No admin key is configured, so the admin API is off (`admin_disabled`).",
+    403: "No admin key is set (FLEETGATE_ADMIN_KEY or `admin.key`), so the admin API is off "
+    "(`admin_disabled`).",
     404: "No such entity, key or logged request (`not_found`).",
     409: "The id exists (`already_exists`), or others still use the entity (`in_use`).",
     422: "The fleet the change would make is invalid (`invalid_config`); nothing changed.",

@@ -12,13 +12,14 @@ import os
 import time
 from typing import Any
 
-from fleetgate.commands.store import load_optional, storage_of, store_url, with_store
+from fleetgate.commands.store import is_empty, load_optional, storage_of, store_url, with_store
 from fleetgate.config import FleetConfig
 from fleetgate.control.plane import KEYS_VERSION, REDIS_URL_ENV
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore
 from fleetgate.store.database import migrate
 from fleetgate.store.db import Database
+from fleetgate.store.errors import StoreUnavailable
 
 
 async def _announce(config: FleetConfig | None) -> None:
@@ -121,3 +122,26 @@ def run(args: argparse.Namespace) -> int:
         return await action(db, args, config)
 
     return asyncio.run(with_store(store_url(config), work))
+
+
+def auth_key_warning(config: FleetConfig) -> str | None:
+    """`fleetgate check`'s word when `auth` is on and the store holds no active client key
+    (every proxied request would get 401); read only, nothing is created."""
+    if not config.auth.enabled:
+        return None
+
+    async def count(db: Database) -> int:
+        if await is_empty(db):
+            return 0
+        return len(await KeyStore(db).active())
+
+    try:
+        active = asyncio.run(with_store(store_url(config), count))
+    except StoreUnavailable as exc:
+        return f"auth is on, and the store's client keys could not be read: {exc}"
+    if active:
+        return None
+    return (
+        "auth is on and the store holds no active client key: every proxied request will be "
+        "refused (401) until one is made (`fleetgate keys create` or POST /admin/keys)"
+    )

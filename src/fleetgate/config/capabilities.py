@@ -27,11 +27,11 @@ AUDIO_INPUT = "audio_input"
 # Parameters whose absence changes the output's contract: a deployment lacking one is
 # always dropped. Every other need is a sampling/generation knob: unless
 # `require_parameters` is true, a deployment lacking it still serves the request and the
-# knob is removed from the body sent to it (recorded on the attempt).
+# knob is removed from the body sent to it (recorded on the attempt). A forced or refused
+# `tool_choice` is such a knob: the tools are still offered, the model may call one
 CONTRACT_NEEDS = frozenset(
     {
         TOOLS,
-        TOOL_CHOICE,
         RESPONSE_FORMAT,
         STRUCTURED_OUTPUTS,
         LOGPROBS,
@@ -90,7 +90,7 @@ DEFAULT_PARAMETERS: dict[str, frozenset[str]] = {
     "vllm": frozenset((*_ENGINE_SAMPLING, *_CONTRACT_ALL, "include_reasoning", "reasoning")),
     "sglang": frozenset((*_ENGINE_SAMPLING, *_CONTRACT_ALL, "reasoning")),
     "llamacpp": frozenset((*_ENGINE_SAMPLING, *_CONTRACT_ALL)),
-    # Ollama's OpenAI endpoint takes tools but not tool_choice, and no logprobs
+    # Ollama takes tools but honours no tool_choice (see IGNORED_BY_PROTOCOL), and no logprobs
     "ollama": frozenset((*_ENGINE_SAMPLING, TOOLS, RESPONSE_FORMAT, STRUCTURED_OUTPUTS)),
     "openrouter": frozenset(
         (
@@ -110,6 +110,23 @@ DEFAULT_PARAMETERS: dict[str, frozenset[str]] = {
         )
     ),
 }
+
+# What a kind's endpoint for a client protocol accepts and then ignores, known from the
+# engine's own code rather than guessed: removed from the body sent to such a deployment
+# (and recorded) even when it declares no `supported_parameters`, unless the request
+# requires its parameters. Ollama's chat completions do not read `tool_choice`, and its
+# /v1/messages parses `tool_choice` but never passes it on (its native /api/chat has no
+# such field): a forced choice there is a plain tool offer.
+IGNORED_BY_PROTOCOL: dict[tuple[str, str], frozenset[str]] = {
+    ("ollama", "openai"): frozenset({TOOL_CHOICE}),
+    ("ollama", "anthropic"): frozenset({TOOL_CHOICE}),
+}
+
+
+def ignored_needs(kind: str, protocol: str) -> frozenset[str]:
+    """The needs a `kind` deployment accepts and ignores on the client's `protocol`."""
+    return IGNORED_BY_PROTOCOL.get((kind, protocol), frozenset())
+
 
 DEFAULT_MODALITIES: dict[str, tuple[str, ...]] = {
     "openai": ("text",),

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from fleetgate.config.checks import ENV_REF, deployment_id
 from fleetgate.config.registry import Loc, semantic_check
 from fleetgate.config.schema import MAX_ROUTES, FleetConfig, RouteConfig
+from fleetgate.config.suggest import did_you_mean
 
 
 @semantic_check
@@ -41,17 +42,21 @@ def _route_problems(
             targets = [deployments[route.deployment]] if route.deployment in deployments else []
             if not targets:
                 known = ", ".join(sorted(deployments)) or "none"
+                hint = did_you_mean(route.deployment, deployments)
                 yield (
                     (*loc, "deployment"),
-                    f"unknown deployment {route.deployment!r} (known: {known})",
+                    f"unknown deployment {route.deployment!r}{hint} (known: {known})",
                 )
         else:
             targets = [d for d in config.deployments if d.model == route.model]
             if not targets:
-                known = ", ".join(sorted({d.model for d in config.deployments})) or "none"
+                models = {d.model for d in config.deployments}
+                known = ", ".join(sorted(models)) or "none"
+                hint = did_you_mean(route.model or "", models)
                 yield (
                     (*loc, "model"),
-                    f"unknown model {route.model!r}: no deployment serves it (known: {known})",
+                    f"unknown model {route.model!r}: no deployment serves it{hint} "
+                    f"(known: {known})",
                 )
         if route.key_label is None:
             continue
@@ -129,7 +134,8 @@ def auto_tiers(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
         yield ("auto", "reasoning_at"), "must be at least `default_at`"
     for i, rule in enumerate(auto.keywords):
         if rule.tier not in config.tiers:
+            hint = did_you_mean(rule.tier, config.tiers)
             yield (
                 ("auto", "keywords", i, "tier"),
-                f"unknown tier {rule.tier!r} (configured tiers: {known})",
+                f"unknown tier {rule.tier!r}{hint} (configured tiers: {known})",
             )

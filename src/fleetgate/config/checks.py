@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from fleetgate.config.registry import Loc, semantic_check
 from fleetgate.config.schema import DeploymentConfig, FleetConfig
-
-ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+from fleetgate.config.secrets import (
+    ADMIN_KEY_ENV,
+    ENV_REF,
+    literal_secrets,
+    secret_key_set,
+    unencrypted_warning,
+)
+from fleetgate.config.suggest import did_you_mean
 
 
 def deployment_id(dep: DeploymentConfig) -> str:
@@ -44,15 +49,45 @@ def provider_credentials(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
 
 
 @semantic_check
+def admin_key(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
+    """An `admin.key` that names an unset variable leaves the admin API and the dashboard
+    off (unless FLEETGATE_ADMIN_KEY is set, which overrides it)."""
+    key = config.admin.key
+    if key is None or "${" not in key or os.environ.get(ADMIN_KEY_ENV):
+        return
+    match = ENV_REF.match(key)
+    if match is None:
+        yield ("admin", "key"), "an env reference must be exactly ${NAME}"
+    elif not os.environ.get(match.group(1)):
+        yield (
+            ("admin", "key"),
+            f"warning: env var {match.group(1)} is not set; the admin API and the dashboard "
+            f"are off until it (or {ADMIN_KEY_ENV}) is",
+        )
+
+
+@semantic_check
+def unencrypted_secrets(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
+    """Literal provider credentials, while no key encrypts them in the store."""
+    if secret_key_set():
+        return
+    for i, provider in enumerate(config.providers):
+        paths = literal_secrets(provider.model_dump(include={"api_key", "keys", "headers"}))
+        if paths:
+            yield ("providers", i), "warning: " + unencrypted_warning(provider.id, paths)
+
+
+@semantic_check
 def deployment_references(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
     providers = {p.id for p in config.providers}
     seen: set[str] = set()
     for i, dep in enumerate(config.deployments):
         if dep.provider not in providers:
             known = ", ".join(sorted(providers)) or "none"
+            hint = did_you_mean(dep.provider, providers)
             yield (
                 ("deployments", i, "provider"),
-                f"unknown provider {dep.provider!r} (known: {known})",
+                f"unknown provider {dep.provider!r}{hint} (known: {known})",
             )
         dep_id = deployment_id(dep)
         if dep_id in seen:

@@ -50,3 +50,24 @@ def long_context_blocks(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
                     f"{dep.context_window} is not below the long tier's max_context_tokens "
                     f"({block.max_context_tokens}) of model {model.id!r}",
                 )
+
+
+@semantic_check
+def long_tier_windows(config: FleetConfig) -> Iterator[tuple[Loc, str]]:
+    """A deployment labelled `tier: long` whose window is not larger than its model's base
+    (`default`) tier: best fit would send short requests to it and long ones to the base."""
+    base: dict[str, tuple[int, str]] = {}  # model -> its largest base window, and whose
+    for dep in config.deployments:
+        window = dep.context_window
+        if dep.tier == "default" and window is not None and window > base.get(dep.model, (0,))[0]:
+            base[dep.model] = (window, deployment_id(dep))
+    for j, dep in enumerate(config.deployments):
+        window, largest = dep.context_window, base.get(dep.model)
+        if dep.tier != "long" or window is None or largest is None or window > largest[0]:
+            continue
+        yield (
+            ("deployments", j, "context_window"),
+            f"the long tier's window ({window}) is not larger than the base tier's "
+            f"({largest[0]}, deployment {largest[1]!r}) of model {dep.model!r}; give the long "
+            "tier the larger window, or swap the `tier` labels",
+        )

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from fleetgate.config.registry import SEMANTIC_CHECKS, Loc, SemanticCheck
 from fleetgate.config.schema import FleetConfig
+from fleetgate.config.suggest import did_you_mean
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +102,45 @@ def _nearest_line(lines: dict[Loc, int], loc: Loc) -> int | None:
         loc = loc[:-1]
 
 
-def _message(err: Any) -> str:
+def _model_at(loc: Loc) -> type[BaseModel] | None:
+    """The config model whose fields `loc` (a path into the tree) names, if any."""
+    cls: type[BaseModel] | None = FleetConfig
+    keyed = False  # the next part is a key of a mapping (a tier's name), not a field
+    for part in loc:
+        if isinstance(part, int) or cls is None:
+            continue
+        if keyed:
+            keyed = False
+            continue
+        field = cls.model_fields.get(part)
+        if field is None:
+            return None
+        cls, keyed = _model_in(field.annotation)
+    return None if keyed else cls
+
+
+def _model_in(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """The model a field's type holds (through Optional, list, dict, Annotated), and whether
+    it sits in a mapping."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    mapping = get_origin(annotation) in (dict, Mapping)
+    for arg in get_args(annotation):
+        found, keyed = _model_in(arg)
+        if found is not None:
+            return found, keyed or mapping
+    return None, False
+
+
+def _unknown_field(loc: Loc) -> str:
+    model = _model_at(loc[:-1])
+    hint = did_you_mean(str(loc[-1]), model.model_fields) if model is not None else ""
+    if hint:
+        return f"unknown field{hint} (see docs/config.md)"
+    return "unknown field (check the spelling; see docs/config.md)"
+
+
+def _message(err: Any, loc: Loc = ()) -> str:
     kind = err["type"]
     ctx = err.get("ctx") or {}
     if kind == "greater_than" and ctx.get("gt") == 0:
@@ -111,7 +152,7 @@ def _message(err: Any) -> str:
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return "must be an integer"
     if kind == "extra_forbidden":
-        return "unknown field (check the spelling; see docs/config.md)"
+        return _unknown_field(loc)
     if kind == "missing":
         return "is required"
     msg: str = err["msg"]
@@ -130,12 +171,31 @@ def validate_config(data: Any, text: str | None = None) -> tuple[FleetConfig | N
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
-            problems.append(Problem(format_loc(loc), _message(err), _nearest_line(lines, loc)))
+            loc = _clean(err["loc"])
+            problems.append(Problem(format_loc(loc), _message(err, loc), _nearest_line(lines, loc)))
+        # the other stages still run, on the tree without the parts in error, so one run
+        # reports every problem (`fleetgate check`)
+        return None, problems + _problems_beyond(data, exc, lines)
+    problems = _semantic_problems(config, lines)
+    if any(p.severity == "error" for p in problems):
         return None, problems
+    return config, problems
+
+
+def _clean(loc: tuple[Any, ...]) -> Loc:
+    return tuple(p for p in loc if not (isinstance(p, str) and "[" in p))
+
+
+def _semantic_problems(
+    config: FleetConfig, lines: dict[Loc, int], repair: _Repair | None = None
+) -> list[Problem]:
     problems = []
     for check in registered_checks():
         for loc, message in check(config):
+            if repair is not None:
+                if repair.touches(message):
+                    continue  # about a part in error, already reported
+                loc = repair.original(loc)
             severity = "warning" if message.startswith("warning: ") else "error"
             problems.append(
                 Problem(
@@ -145,9 +205,91 @@ def validate_config(data: Any, text: str | None = None) -> tuple[FleetConfig | N
                     severity,
                 )
             )
-    if any(p.severity == "error" for p in problems):
-        return None, problems
-    return config, problems
+    return problems
+
+
+class _Repair:
+    """The tree with each part in error taken out (a field: its default applies; a list
+    entry missing a required field: the entry), and how to map paths back."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = copy.deepcopy(data)
+        self.indices: dict[Loc, list[int]] = {}  # a list's path -> its entries' first index
+        self.removed: set[str] = set()  # ids and names of removed entries
+
+    def remove(self, errors: list[Any]) -> bool:
+        """Take out what each error names; False when nothing could be."""
+        targets: set[Loc] = set()
+        for err in errors:
+            loc = _clean(err["loc"])
+            if err["type"] == "missing":
+                ints = [i for i, p in enumerate(loc) if isinstance(p, int)]
+                loc = loc[: ints[-1] + 1] if ints else loc[:-1]
+            if loc:
+                targets.add(loc)
+        done = False
+        # the deepest and last first, so one removal never shifts another's path
+        for loc in sorted(targets, key=lambda t: (len(t), [str(p).zfill(9) for p in t]))[::-1]:
+            done = self._remove(loc) or done
+        return done
+
+    def _remove(self, loc: Loc) -> bool:
+        parent: Any = self.data
+        for part in loc[:-1]:
+            try:
+                parent = parent[part]
+            except (KeyError, IndexError, TypeError):
+                return False
+        last = loc[-1]
+        if isinstance(parent, list) and isinstance(last, int) and last < len(parent):
+            entry = parent.pop(last)
+            if isinstance(entry, dict):
+                self._note(entry)
+            indices = self.indices.setdefault(loc[:-1], list(range(len(parent) + 1)))
+            del indices[last]
+            return True
+        if isinstance(parent, dict) and last in parent:
+            del parent[last]
+            return True
+        return False
+
+    def _note(self, entry: dict[str, Any]) -> None:
+        for key in ("id", "name", "model"):
+            if isinstance(entry.get(key), str):
+                self.removed.add(entry[key])
+        if isinstance(entry.get("provider"), str) and isinstance(entry.get("model"), str):
+            upstream = entry.get("upstream_model") or entry["model"]
+            self.removed.add(f"{entry['provider']}/{upstream}")
+
+    def touches(self, message: str) -> bool:
+        return any(repr(name) in message for name in self.removed)
+
+    def original(self, loc: Loc) -> Loc:
+        out: list[str | int] = []
+        for i, part in enumerate(loc):
+            indices = self.indices.get(loc[:i])
+            if isinstance(part, int) and indices is not None and part < len(indices):
+                part = indices[part]
+            out.append(part)
+        return tuple(out)
+
+
+def _problems_beyond(
+    data: dict[str, Any], exc: ValidationError, lines: dict[Loc, int]
+) -> list[Problem]:
+    """The reference and semantic problems of a tree whose schema failed (see `_Repair`)."""
+    repair = _Repair(data)
+    errors = exc.errors()
+    for _ in range(4):
+        if not repair.remove(errors):
+            return []
+        try:
+            config = FleetConfig.model_validate(repair.data)
+        except ValidationError as again:
+            errors = again.errors()
+            continue
+        return _semantic_problems(config, lines, repair)
+    return []
 
 
 def parse_yaml(text: str, source: str = "config") -> Any:
@@ -156,7 +298,55 @@ def parse_yaml(text: str, source: str = "config") -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
-        raise ConfigError([Problem("(yaml)", str(exc).splitlines()[0], line)], source) from exc
+        problem = Problem("(yaml)", yaml_message(exc, text), line)
+        raise ConfigError([problem], source) from exc
+
+
+def yaml_message(exc: yaml.YAMLError, text: str) -> str:
+    """The parser's own problem with its column, what it was parsing and where that began,
+    and a hint when a `${...}` reference sits unquoted in a flow (`{...}`, `[...]`) block."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if not problem:
+        return str(exc).splitlines()[0]
+    message = str(problem).strip()
+    if mark is not None:
+        message += f" (column {mark.column + 1})"
+    context = getattr(exc, "context", None)
+    context_mark = getattr(exc, "context_mark", None)
+    if context:
+        message += f", {str(context).strip()}"
+        if context_mark is not None:
+            message += f" that starts at line {context_mark.line + 1}, column "
+            message += f"{context_mark.column + 1}"
+    lines = text.splitlines()
+    marks = [m for m in (mark, context_mark) if m is not None and m.line < len(lines)]
+    if any(_unquoted_ref_in_flow(lines[m.line]) for m in marks):
+        message += (
+            "; a ${...} reference inside {...} or [...] must be quoted, e.g. "
+            '{key: "${FLEETGATE_ADMIN_KEY}"}, or written in block style'
+        )
+    return message
+
+
+def _unquoted_ref_in_flow(line: str) -> bool:
+    """Whether the line has an unquoted `${` after a `{` or `[` opens a flow collection."""
+    opened = False
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            return False
+        elif ch in "{[":
+            if ch == "{" and line[i - 1 : i] == "$":
+                if opened:
+                    return True
+                continue
+            opened = True
+    return False
 
 
 def load_config_text(text: str, source: str = "config") -> FleetConfig:

@@ -60,6 +60,13 @@ Url = Annotated[
 ]
 
 
+def _check_endpoint(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"an endpoint is `host:port`, got {value!r}")
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -82,8 +89,10 @@ class ProviderConfig(_Strict):
     """A literal key or an env reference such as `${OPENROUTER_API_KEY}`."""
     headers: dict[str, str] = Field(default_factory=dict)
     timeouts: Timeouts = Field(default_factory=Timeouts)
-    max_concurrency: PositiveInt = 256
-    """Pooled connections (and so concurrent requests) to this provider."""
+    max_concurrency: PositiveInt | None = None
+    """Most pooled connections (and so concurrent requests) to this provider; more wait in
+    the gateway for one. None: the pool grows with demand up to its kind's bound
+    (`execute/upstream.py`, `POOL_BOUND`), so the upstream's own queue and 429s decide."""
     concurrency_limit: PositiveInt | None = None
     """Requests the gateway sends this worker at once; more wait in its queue (None: no limit)."""
     queue_size: NonNegativeInt = 32
@@ -108,6 +117,11 @@ class ProviderConfig(_Strict):
     protocols: list[Literal["openai", "responses", "anthropic", "ollama"]] | None = None
     """The client protocols the provider serves natively; replaces its kind's list (the
     others are translated; see docs/protocols.md)."""
+    endpoints: list[Annotated[str, AfterValidator(_check_endpoint)]] | None = None
+    """The provider's replicas, each `host:port` in place of the base URL's: an IP, or a
+    name whose A/AAAA records are replicas (a Kubernetes headless Service), resolved again
+    every few seconds. Each replica is a deployment of its own for balancing, engine load
+    and affinity (`<deployment>@<ip:port>`); see docs/kubernetes.md."""
 
 
 class Price(_Strict):
@@ -206,6 +220,21 @@ class RouteConfig(_Strict):
 MAX_ROUTES = 12
 
 
+class ResumeConfig(_Strict):
+    """When a streamed answer cut mid-way continues on a sibling (docs/config.md#resume)."""
+
+    after_interruption: bool = True
+    """Continue after a reset, a stall or an error event once output has started."""
+    after_window: bool = True
+    """Continue an answer a window cut on a sibling with a strictly larger window."""
+    max_continuations: NonNegativeInt = 2
+    """Continuations one answer may take (0: none)."""
+    across_models: bool = False
+    """Continue on a deployment of another model (a virtual model's other routes)."""
+    onto_priced: bool = False
+    """Continue an answer of an unpriced deployment on one with a price."""
+
+
 class VirtualModelConfig(_Strict):
     name: Identifier
     """The stable name clients send as `model`; matched case-insensitively."""
@@ -217,6 +246,8 @@ class VirtualModelConfig(_Strict):
     allow_shadowing: bool = False
     """Allow the name to equal a real model or deployment id (the virtual then wins)."""
     description: str | None = None
+    resume: ResumeConfig | None = None
+    """Continuation of cut answers on its routes; replaces each route's model's setting."""
 
 
 class TierConfig(_Strict):
@@ -333,6 +364,8 @@ class ModelConfig(_Strict):
     """Overrides `routing.context.guard` for this model."""
     provider: ProviderPreferences | None = None
     """Routing preferences for every request to this model (a request's own may narrow)."""
+    resume: ResumeConfig = Field(default_factory=ResumeConfig)
+    """Continuation of an answer cut mid-way on a sibling (docs/config.md#resume)."""
 
 
 class CircuitConfig(_Strict):
@@ -394,9 +427,13 @@ class EngineLoadConfig(_Strict):
     enabled: bool = True
     interval_seconds: Annotated[float, Field(ge=0.1)] = 1.0
     """Seconds between two polls of an engine's own metrics (off the hot path)."""
-    max_queue: NonNegativeInt = 4
+    max_wait: NonNegativeFloat | None = 0.5
+    """Expected wait (requests ahead per slot x time per request) beyond its peers'
+    shortest, in their times per request, above which an engine ranks after them (None:
+    not judged by the wait)."""
+    max_queue: NonNegativeInt | None = None
     """Requests waiting in the engine, beyond its peers' shortest queue, above which it ranks
-    after them."""
+    after them, whatever its size (None: judged by the expected wait alone)."""
     max_kv_cache: Annotated[float, Field(gt=0, le=1)] = 0.95
     """KV-cache use (0-1) at or above which the engine ranks after its peers."""
 
@@ -496,12 +533,60 @@ class AuthConfig(_Strict):
     """When true, every proxied request needs a client key made through the admin API."""
 
 
+class OtlpConfig(_Strict):
+    endpoint: str | None = None
+    """The collector: `http://host:4317` for gRPC, `http://host:4318` for HTTP/protobuf (the
+    signal paths `/v1/traces` and `/v1/metrics` are added); `https://` for TLS. Unset:
+    `OTEL_EXPORTER_OTLP_ENDPOINT`; neither: telemetry is off."""
+    protocol: Literal["grpc", "http/protobuf"] | None = None
+    """Unset: `OTEL_EXPORTER_OTLP_PROTOCOL`, else `http/protobuf` (OpenTelemetry's default)."""
+    headers: dict[str, str] | None = None
+    """Sent with every export (a backend's API key); each value a literal or `${ENV}`.
+    Unset: `OTEL_EXPORTER_OTLP_HEADERS`."""
+    timeout_seconds: PositiveFloat | None = None
+    """One export's deadline. Unset: `OTEL_EXPORTER_OTLP_TIMEOUT` (ms), else 10."""
+
+    @model_validator(mode="after")
+    def _endpoint_is_url(self) -> OtlpConfig:
+        if self.endpoint is not None and not re.match(_URL_PATTERN, self.endpoint):
+            raise ValueError("`endpoint` must be an http:// or https:// URL")
+        return self
+
+
+class TelemetryConfig(_Strict):
+    otlp: OtlpConfig = Field(default_factory=OtlpConfig)
+    service_name: str | None = None
+    """`service.name` of every span and metric. Unset: `OTEL_SERVICE_NAME`, else fleetgate."""
+    sample_ratio: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    """Share of new traces kept; a client's trace is kept or not as its `traceparent` says.
+    Unset: `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`, else 1.0."""
+    max_queue_spans: PositiveInt | None = None
+    """Spans waiting for export before new ones are dropped (and counted). Unset:
+    `OTEL_BSP_MAX_QUEUE_SIZE`, else 2048."""
+    export_interval_seconds: PositiveFloat | None = None
+    """How often the spans gathered are sent. Unset: `OTEL_BSP_SCHEDULE_DELAY` (ms), else 1."""
+    metrics_interval_seconds: PositiveFloat | None = None
+    """How often the GenAI metrics are sent. Unset: `OTEL_METRIC_EXPORT_INTERVAL` (ms), else
+    60."""
+    trace_url: str | None = None
+    """Where the dashboard links a request's trace: a URL with `{trace_id}` in it (say
+    `https://jaeger.internal/trace/{trace_id}`). Unset: the trace id is shown, unlinked."""
+
+    @model_validator(mode="after")
+    def _trace_url_names_the_id(self) -> TelemetryConfig:
+        url = self.trace_url
+        if url is not None and ("{trace_id}" not in url or not re.match(_URL_PATTERN, url)):
+            raise ValueError("`trace_url` must be an http(s) URL with `{trace_id}` in it")
+        return self
+
+
 class FleetConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     providers: list[ProviderConfig] = Field(default_factory=list)
     deployments: list[DeploymentConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)

@@ -4,8 +4,10 @@ Best fit, by the upper bound of what the request needs on each deployment (see
 `estimate.py`): deployments whose window holds it come first, smallest window first
 (short requests stay on the base fleet; a long host is their failover, not a peer); then
 deployments with an unknown window; then those too small, biggest first, so that an
-over-estimate can still be served. Within each of the three groups an explicit `priority`
-still ranks first; ties keep the order the other orderers gave.
+over-estimate can still be served. Within each of the three groups the operator's
+`priority` ranks before the window (a request's own `order` / `sort` instead rank after the
+window, as they always have: `by_priority=False`); ties keep the order the other orderers
+gave. A model whose deployments share one priority routes by window alone.
 
 A window the client asks for (Ollama's `options.num_ctx`, the `wanted` argument) raises the
 need placement sorts by to at least that window: a deployment holds the request only when
@@ -28,6 +30,11 @@ ESTIMATE_HEADER = "X-Fleetgate-Context-Estimate"
 TIER_HEADER = "X-Fleetgate-Context-Tier"
 
 _FITS, _UNKNOWN, _OVERFLOW = 0, 1, 2
+FIT_GROUPS = ("holds the request", "window unknown", "window too small")
+# PlanContext.cache: whether best fit ranked by priority inside each group (False when the
+# request's `order` / `sort` ranked the candidates), so a re-order after an exact count
+# keeps the same keys
+FIT_BY_PRIORITY = "fit_by_priority"
 
 
 # a deployment's window for one request (discovered, clamped; see routing/windows.py)
@@ -49,17 +56,27 @@ def known_windows(candidates: Iterable[Candidate], window_of: WindowOf | None = 
     return windows
 
 
-def _fit_key(candidate: Candidate, need: int, of: WindowOf) -> tuple[int, int]:
-    # capacity first, as the design's Order stage says: the smallest window that holds the
-    # request, unknown windows next, overflow last (biggest first); the strategy orderers'
-    # order (priority, load, loaded model, config order) decides among equal windows via
-    # the stable sort
-    window = of(candidate.deployment)
+def fit_group(window: int | None, need: int) -> int:
+    """0: the window holds the need, 1: the window is unknown, 2: it is too small."""
     if window is None:
-        return (_UNKNOWN, 0)
-    if window >= need:
-        return (_FITS, window)
-    return (_OVERFLOW, -window)
+        return _UNKNOWN
+    return _FITS if window >= need else _OVERFLOW
+
+
+def _fit_key(
+    candidate: Candidate, need: int, of: WindowOf, by_priority: bool
+) -> tuple[int, int, int]:
+    # whether the window holds the request first (holds, unknown, too small); then the
+    # operator's priority; then the capacity rank: the smallest window that holds it, the
+    # biggest of those too small. The earlier orderers' order (`order` / `sort`, loaded
+    # model, load, config order) decides among the rest via the stable sort
+    dep = candidate.deployment
+    window = of(dep)
+    group = fit_group(window, need)
+    priority = dep.priority if by_priority else 0
+    if window is None:
+        return (group, priority, 0)
+    return (group, priority, window if group == _FITS else -window)
 
 
 def _high(need: int | ContextEstimate) -> Callable[[Deployment], int]:
@@ -73,6 +90,7 @@ def order_by_fit(
     need: int | ContextEstimate,
     window_of: WindowOf | None = None,
     wanted: int | None = None,
+    by_priority: bool = True,
 ) -> list[Candidate]:
     """Best-fit order by the request's upper bound on each deployment, raised to the window
     the client asked for (`wanted`) when it names one (stable; inert for one window)."""
@@ -84,8 +102,10 @@ def order_by_fit(
         return candidates  # one capacity: route exactly as without tiers
     high = _high(need)
     if wanted is None:
-        return sorted(candidates, key=lambda c: _fit_key(c, high(c.deployment), of))
-    return sorted(candidates, key=lambda c: _fit_key(c, max(high(c.deployment), wanted), of))
+        return sorted(candidates, key=lambda c: _fit_key(c, high(c.deployment), of, by_priority))
+    return sorted(
+        candidates, key=lambda c: _fit_key(c, max(high(c.deployment), wanted), of, by_priority)
+    )
 
 
 def fits_nowhere(

@@ -38,6 +38,7 @@ from fleetgate.context.counts import (
 __all__ = ["TOKENIZING_KINDS", "ContextRefiner", "TokenizeError"]
 from fleetgate.context.estimate import ContextEstimate
 from fleetgate.context.placement import (
+    FIT_BY_PRIORITY,
     WindowOf,
     context_too_large,
     effective_window,
@@ -156,7 +157,8 @@ class ContextRefiner:
         plan.notes["context_estimated"] = estimate.total
         plan.notes[COUNTED_BY] = counter.id
         record_estimate(exact, plan.headers, plan.notes)
-        plan.candidates = order_by_fit(plan.candidates, exact, plan.window_of)
+        by_priority = plan.cache.get(FIT_BY_PRIORITY, True)
+        plan.candidates = order_by_fit(plan.candidates, exact, plan.window_of, None, by_priority)
         return counted
 
 

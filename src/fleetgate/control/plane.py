@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from fleetgate import __version__
 from fleetgate.auth.guard import Guard, record_usage
 from fleetgate.auth.keys import KeyRing
 from fleetgate.config.schema import FleetConfig
+from fleetgate.config.secrets import ADMIN_KEY_ENV, secret_warnings
 from fleetgate.fleet import Fleet, build_fleet, resolve_secret
 from fleetgate.outage import Outage
 from fleetgate.record.recorder import BatchSink, RequestRecord
@@ -49,7 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fleetgate.control")
 
-ADMIN_KEY_ENV = "FLEETGATE_ADMIN_KEY"
 KEYS_VERSION = "keys_version"
 REDIS_URL_ENV = "FLEETGATE_REDIS_URL"
 REDIS_NAMESPACE_ENV = "FLEETGATE_REDIS_NAMESPACE"
@@ -186,8 +187,13 @@ class ControlPlane:
     async def _start(self) -> None:
         await migrate(self.db)
         applied = await self._fleet_from_file()
+        resealed = await self.config_store.reseal()
+        if resealed:
+            log.info("encrypted the literal credentials of %d stored provider(s)", resealed)
         await self.reload_fleet(force=True)
         await self.reload_keys()
+        for warning in secret_warnings(self.fleet.config, self.admin_key):
+            log.warning(warning)
         self.pipeline.recorder.sinks.append(self.log_writer)
         self.pipeline.recorder.sinks.append(self.spend)
         self._export_store_metrics()
@@ -395,6 +401,8 @@ class ControlPlane:
     def status(self) -> dict[str, Any]:
         recorder = self.pipeline.recorder
         return {
+            "version": __version__,
+            "warnings": secret_warnings(self.fleet.config, self.admin_key),
             "config_version": self.fleet.version,
             "database": self.db.dialect.name,
             "records_dropped": recorder.dropped,

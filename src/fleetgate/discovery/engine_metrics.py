@@ -59,6 +59,21 @@ class EngineLoad:
             return self.waiting + max(0, since - free)
         return max(0.0, self.waiting + since)
 
+    def busy_now(self, inflight: int) -> float | None:
+        """The engine's busy slots corrected the same way (llama.cpp's `/slots`): ones sent
+        since take free slots; ones ended since free theirs, once the queue behind them has
+        run. The reported count without a snapshot."""
+        busy = self.busy_slots if self.busy_slots is not None else self.running
+        if busy is None or self.inflight is None:
+            return busy
+        since = inflight - self.inflight
+        waiting = self.waiting or 0.0
+        if since > 0 and waiting <= 0 and self.slots is not None:
+            return min(float(self.slots), busy + since)
+        if since < 0:
+            return max(0.0, busy - max(0.0, -since - waiting))
+        return busy
+
     def public(self, now: float) -> dict[str, Any]:
         return {
             "waiting": self.waiting,

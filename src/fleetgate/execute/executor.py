@@ -33,7 +33,14 @@ from fleetgate.execute.failures import (
     record_failure,
     status_in_event,
 )
-from fleetgate.execute.framing import Framing, framing_for, stream_error_event
+from fleetgate.execute.framing import (
+    NDJSON,
+    SSE,
+    Framing,
+    NotJson,
+    framing_for,
+    stream_error_event,
+)
 from fleetgate.execute.http1 import UpstreamIOError, UpstreamResponse
 from fleetgate.execute.outcome import (
     CLIENT_ERROR,
@@ -48,16 +55,36 @@ from fleetgate.execute.outcome import (
     parse_retry_after,
     redirect_message,
 )
+from fleetgate.execute.resume import (
+    CHAT_KINDS,
+    WINDOW,
+    Continuation,
+    WholeContinuation,
+    can_take_over,
+    relay,
+    settings_for,
+    switched,
+)
+from fleetgate.execute.resume import ENDPOINTS as RESUMED_ENDPOINTS
 from fleetgate.execute.rewrite import ModelRewriter
 from fleetgate.execute.sse import CR, DONE
 from fleetgate.execute.upstream import UpstreamPool, request_headers
-from fleetgate.execute.usage import stop_in_stream, stop_reason, stream_usage, take_usage
+from fleetgate.execute.usage import (
+    USAGE_TAIL,
+    answer_facts,
+    stop_in_stream,
+    stop_reason,
+    stream_facts,
+    stream_usage,
+    take_usage,
+)
 from fleetgate.execute.worker_slots import WorkerSlots
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.redact import Redactor
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
 from fleetgate.state.runtime import RuntimeState
+from fleetgate.trace_context import new_span_id
 from fleetgate.translate.registry import Protocols, UnreadableAnswer, Wire
 
 
@@ -109,6 +136,7 @@ class Outcome:
     upstream_seconds: float = 0.0  # time spent waiting on upstreams before answering
     extra_headers: dict[str, str] = field(default_factory=dict)
     cut: Cut | None = None  # a window cut this whole answer (judged by `Executor.judge_cut`)
+    judged: bool = False  # a stream's end was judged already (by its continuation)
 
 
 class ChainExhausted(GatewayError):
@@ -126,7 +154,7 @@ class ChainExhausted(GatewayError):
         self.attempts = attempts
 
 
-def _attempt_row(candidate: Candidate, plan: RoutePlan, index: int) -> Attempt:
+def attempt_row(candidate: Candidate, plan: RoutePlan, index: int) -> Attempt:
     """The request log's row for trying `candidate`, before anything happened."""
     dep = candidate.deployment
     return Attempt(
@@ -164,6 +192,7 @@ class Executor:
         of = plan.window_of or _declared_window
         queue_full: list[str] = []  # deployments skipped: their worker's queue was full
         kept: Outcome | None = None  # a cut answer set aside for a larger window
+        resumed: WholeContinuation | None = None  # how a larger window goes on from it
         for position, candidate in enumerate(plan.candidates):
             dep = candidate.deployment
             if exceeded_window is not None and not _larger(dep, exceeded_window, of):
@@ -171,48 +200,38 @@ class Executor:
                     Dropped(dep.id, "execute", f"window not larger than {exceeded_window}")
                 )
                 continue
-            wire = self.protocols.wire(profile, dep)
+            sent = profile  # the request this candidate gets
+            wire = None
+            if resumed is not None and can_take_over(resumed.first, candidate, resumed.settings):
+                wire = self.protocols.continuation_wire(
+                    resumed.profile, dep, dep.provider.kind in CHAT_KINDS
+                )
+                if wire is not None:  # it goes on from the cut answer's text
+                    sent = resumed.profile
+                    candidate = switched(candidate, wire.endpoint)
+            if wire is None:
+                wire = self.protocols.wire(profile, dep)
             local = wire.local_answer(profile)
             if local is not None:  # the translation answers it (Ollama's load request)
-                attempt = _attempt_row(candidate, plan, len(attempts))
+                attempt = attempt_row(candidate, plan, len(attempts))
                 attempt.status, attempt.wire = 200, "gateway"  # no upstream call
                 attempts.append(attempt)
                 outcome = Outcome(attempts, candidate, 200, "application/json", local)
                 outcome.upstream_seconds = upstream_seconds
                 return outcome
-            slot = self.slots.for_provider(dep.provider)
-            if slot is not None and not slot.try_take():
-                if slot.queue_full():
+            release, full, queued = await self._admit(candidate, plan)
+            upstream_seconds += queued
+            if release is None:
+                if full:
                     queue_full.append(dep.id)
-                    plan.dropped.append(Dropped(dep.id, "execute", "worker queue full"))
-                    continue
-                waited = time.perf_counter()
-                got = await slot.wait(dep.provider.queue_timeout)
-                upstream_seconds += time.perf_counter() - waited
-                if not got:
-                    queue_full.append(dep.id)
-                    plan.dropped.append(Dropped(dep.id, "execute", "timed out in worker queue"))
-                    continue
-            release = slot.release if slot is not None else _no_slot
-            now = time.time()
-            if not self.state.try_begin(dep.id, now):
-                release()
-                plan.dropped.append(Dropped(dep.id, "execute", "half-open probe in flight"))
                 continue
-            if self.state.health(dep.id).probing and not await self.state.claim_probe(
-                dep.id, dep.provider.timeouts.total
-            ):
-                self.state.abandon_probe(dep.id)
-                release()
-                plan.dropped.append(
-                    Dropped(dep.id, "execute", "half-open probe in flight on another replica")
-                )
-                continue
-            attempt = _attempt_row(candidate, plan, len(attempts))
+            attempt = attempt_row(plan.candidates[position], plan, len(attempts))
+            attempt.pool_wait = queued
             attempts.append(attempt)
-            started = time.perf_counter()
+            cont = self._continuation(plan, profile, fleet, position, candidate)
+            started = attempt.began = time.perf_counter()
             outcome = await self._attempt(
-                profile, candidate, wire, attempt, started, fleet.circuit, release
+                sent, candidate, wire, attempt, started, fleet.circuit, release, cont
             )
             upstream_seconds += time.perf_counter() - started
             if outcome is not None:
@@ -221,8 +240,19 @@ class Executor:
                 outcome.attempts = attempts
                 outcome.upstream_seconds = upstream_seconds
                 if outcome.body is None:  # a stream: judged at its end, by the gateway
+                    if cont is not None and outcome.stream is not None:
+                        outcome.stream = cont.stream(outcome, outcome.stream)
                     return outcome
-                outcome.cut = self.judge_cut(profile, dep, attempt, of(dep))
+                if sent is not profile and resumed is not None and kept is not None:
+                    merged = resumed.merge(kept.body, outcome.body)
+                    if merged is None:  # not a text answer: the cut one stands
+                        self._fail(
+                            attempt, INVALID_RESPONSE, "a continuation with no text", started
+                        )
+                        continue
+                    attempt.continuation, attempt.inherited_tokens = WINDOW, resumed.produced
+                    outcome.body = merged
+                outcome.cut = self.judge_cut(sent, dep, attempt, of(dep))
                 cut = outcome.cut
                 if cut is None or cut.note != CUT_SHORT_NOTE or cut.window is None:
                     return outcome
@@ -232,6 +262,9 @@ class Executor:
                 attempt.error_class = CUT_SHORT
                 kept = outcome
                 exceeded_window = max(cut.window, exceeded_window or 0)
+                resumed = WholeContinuation.of(
+                    profile, sent, fleet, plan.candidates[position], attempt, outcome.body
+                )
                 continue
             record_failure(self.state, attempt, fleet.circuit)  # from now: when it was seen
             if attempt.retryable:
@@ -249,6 +282,108 @@ class Executor:
         error = exhausted_error(plan, attempts, self.state, fleet.circuit)
         return _cut_or_raise(kept, error, attempts, upstream_seconds)
 
+    async def _admit(
+        self, candidate: Candidate, plan: RoutePlan
+    ) -> tuple[Callable[[], None] | None, bool, float]:
+        """A worker slot and the deployment's health let this attempt go: its slot's
+        release; None (the reason noted in the plan) when not, whether its queue was
+        full, and the seconds it waited for a slot."""
+        dep = candidate.deployment
+        slot = self.slots.for_provider(dep.provider)
+        queued = 0.0
+        if slot is not None and not slot.try_take():
+            if slot.queue_full():
+                plan.dropped.append(Dropped(dep.id, "execute", "worker queue full"))
+                return None, True, queued
+            waited = time.perf_counter()
+            got = await slot.wait(dep.provider.queue_timeout)
+            queued = time.perf_counter() - waited
+            if not got:
+                plan.dropped.append(Dropped(dep.id, "execute", "timed out in worker queue"))
+                return None, True, queued
+        release = slot.release if slot is not None else _no_slot
+        if not self.state.try_begin(dep.id, time.time()):
+            release()
+            plan.dropped.append(Dropped(dep.id, "execute", "half-open probe in flight"))
+            return None, False, queued
+        if self.state.health(dep.id).probing and not await self.state.claim_probe(
+            dep.id, dep.provider.timeouts.total
+        ):
+            self.state.abandon_probe(dep.id)
+            release()
+            plan.dropped.append(
+                Dropped(dep.id, "execute", "half-open probe in flight on another replica")
+            )
+            return None, False, queued
+        return release, False, queued
+
+    def _continuation(
+        self,
+        plan: RoutePlan,
+        profile: RequestProfile,
+        fleet: Fleet,
+        position: int,
+        candidate: Candidate,
+    ) -> Continuation | None:
+        """What may continue this attempt's stream if it ends early (`execute/resume.py`);
+        None when nothing can (its stream is then relayed as it always was)."""
+        if (
+            not profile.stream
+            or position + 1 == len(plan.candidates)  # nothing after it
+            or profile.endpoint not in RESUMED_ENDPOINTS
+        ):
+            return None
+        settings = settings_for(fleet, candidate)
+        if settings.max_continuations == 0 or not (
+            settings.after_interruption or settings.after_window
+        ):
+            return None
+        cont = Continuation(
+            plan,
+            profile,
+            fleet,
+            position,
+            settings,
+            NDJSON if profile.endpoint.startswith("ollama.") else SSE,
+            self.judge_cut,
+            plan.window_of or _declared_window,
+            self._continue_at,
+        )
+        return cont if cont.later(None) else None
+
+    async def _continue_at(
+        self,
+        candidate: Candidate,
+        profile: RequestProfile,
+        cont: Continuation,
+        reason: str,
+        inherited: int,
+    ) -> Outcome | None:
+        """One continuation attempt: `profile` is the request that continues the answer;
+        its stream, whose first events are in hand, or None when the attempt failed."""
+        dep = candidate.deployment
+        wire = self.protocols.continuation_wire(profile, dep, dep.provider.kind in CHAT_KINDS)
+        if wire is None:
+            return None
+        release, _full, queued = await self._admit(candidate, cont.plan)
+        if release is None:
+            return None
+        assert cont.outcome is not None
+        attempts = cont.outcome.attempts
+        attempt = attempt_row(candidate, cont.plan, len(attempts))
+        attempt.pool_wait = queued
+        attempt.continuation, attempt.inherited_tokens = reason, inherited
+        attempts.append(attempt)
+        candidate = switched(candidate, wire.endpoint)
+        started = attempt.began = time.perf_counter()
+        outcome = await self._attempt(
+            profile, candidate, wire, attempt, started, cont.fleet.circuit, release, cont
+        )
+        if outcome is None:
+            record_failure(self.state, attempt, cont.fleet.circuit)
+            return None
+        return outcome
+
     async def _attempt(
         self,
         profile: RequestProfile,
@@ -258,6 +393,7 @@ class Executor:
         started: float,
         circuit: CircuitConfig,
         release: Callable[[], None],
+        cont: Continuation | None = None,
     ) -> Outcome | None:
         dep = candidate.deployment
         client = self.pool.client(dep.provider)
@@ -265,18 +401,29 @@ class Executor:
         started_ns = int(started * 1e9)  # the same clock: Ollama's durations count from it
         resp: UpstreamResponse | None = None
         handed_over = False
+        trace = profile.trace
+        if trace is not None:  # tracing on: the upstream joins the trace as this attempt's child
+            attempt.span_id = new_span_id()
         try:
             while True:
+                headers = wire.headers(
+                    request_headers(client, dep.provider, candidate.key_label, profile.stream),
+                    profile,
+                )
+                if trace is None:
+                    payload = wire.payload(profile, candidate)
+                else:
+                    assert attempt.span_id is not None
+                    headers = trace.upstream_headers(headers, attempt.span_id)
+                    payload = _traced_payload(wire, profile, candidate, attempt, trace.sampled)
                 resp = await client.http.request(
                     "POST",
                     upstream_url(client.base_url, dep.provider.kind, UPSTREAM_PATHS[wire.endpoint]),
-                    wire.headers(
-                        request_headers(client, dep.provider, candidate.key_label, profile.stream),
-                        profile,
-                    ),
-                    wire.payload(profile, candidate),
+                    headers,
+                    payload,
                     client.timeouts,
                 )
+                attempt.pool_wait += resp.pool_wait
                 if resp.status < 300:
                     break
                 body = client.redactor.bytes(await resp.read())  # it may quote the key
@@ -304,25 +451,42 @@ class Executor:
             framing = framing_for(content_type) if profile.stream else None
             if framing is not None:
                 first = await self._first_events(
-                    resp, rewriter, framing, attempt, started, client.redactor
+                    resp,
+                    rewriter,
+                    framing,
+                    attempt,
+                    started,
+                    client.redactor,
+                    trace is not None and trace.sampled,
                 )
                 if first is None:
                     return None
                 handed_over = True
                 finish = self._stream_end(resp, attempt, started, circuit, release)
+                upstream = (
+                    self._rest_of_stream(
+                        resp, rewriter, framing, first, attempt, wire.endpoint, finish
+                    )
+                    if cont is None
+                    else relay(
+                        resp,
+                        rewriter,
+                        framing,
+                        first,
+                        attempt,
+                        wire.endpoint,
+                        finish,
+                        cont,
+                        profile,
+                        dep,
+                    )
+                )
                 return Outcome(
                     attempts=[],
                     candidate=candidate,
                     status=resp.status,
                     content_type=wire.content_type(content_type),
-                    stream=wire.stream(
-                        self._rest_of_stream(
-                            resp, rewriter, framing, first, attempt, wire.endpoint, finish
-                        ),
-                        profile.model,
-                        profile.body,
-                        started_ns,
-                    ),
+                    stream=wire.stream(upstream, profile.model, profile.body, started_ns),
                     end_stream=finish,
                 )
             body = await resp.read()
@@ -347,6 +511,8 @@ class Executor:
             attempt.ttft = attempt.latency
             take_usage(attempt, data)
             attempt.finish = stop_reason(data)
+            if trace is not None and trace.sampled:
+                answer_facts(attempt, data)
             self.state.record_success(
                 dep.id, attempt.ttft, attempt.latency, attempt.completion_tokens
             )
@@ -375,11 +541,13 @@ class Executor:
         attempt: Attempt,
         started: float,
         redactor: Redactor,
+        sampled: bool = False,
     ) -> tuple[bytes, bytes, int] | None:
         """Read until the first whole data event: the whole events read so far (the
         client's model set), the start of the next one, and how many data events the
         first hold. None when the first event is an error, when an event is not JSON, or
-        when the stream ends before any event."""
+        when the stream ends before any event. A `sampled` attempt notes what the answer
+        says of itself (its span shows it)."""
         buffer = b""
         sep = framing.separator
         while chunk := await resp.read_some():
@@ -396,11 +564,15 @@ class Executor:
             if not events:
                 return None
             attempt.ttft = time.perf_counter() - started
+            if sampled:
+                stream_facts(attempt, whole)
             return framing.rewrite(rewriter, whole), buffer[len(whole) :], events
         # the stream ended: what it sent is all there is
         events = self._check_head(buffer, framing, attempt, started, redactor)
         if events:
             attempt.ttft = time.perf_counter() - started
+            if sampled:
+                stream_facts(attempt, buffer)
             return framing.rewrite(rewriter, buffer), b"", events
         if events is None:
             self._fail(attempt, INVALID_RESPONSE, "with a stream that has no event", started)
@@ -487,13 +659,13 @@ class Executor:
         # data events (NDJSON lines) after the first one: tokens for the throughput EMA
         events -= 1
         stream_usage(attempt, first, framing)  # Anthropic's message_start: input tokens
-        tail = (first + carry)[-_USAGE_TAIL:]  # the stream's end: usage, stop reason
+        tail = (first + carry)[-USAGE_TAIL:]  # the stream's end: usage, stop reason
         more = False  # bytes after the head: else its usage was read above already
         try:
             yield first
             while chunk := await resp.read_some():
                 more = True
-                tail = (tail + chunk)[-_USAGE_TAIL:]
+                tail = (tail + chunk)[-USAGE_TAIL:]
                 block = carry + chunk
                 if CR in block:
                     block = block.replace(b"\r\n", b"\n")
@@ -504,20 +676,20 @@ class Executor:
                 end = cut + len(sep)
                 whole, carry = block[:end], block[end:]
                 if (n := framing.json_events(whole)) is None:
-                    raise _NotJson
+                    raise NotJson
                 events += n
                 yield framing.rewrite(rewriter, whole)
             if carry:  # the last event, without its closing separator
                 if (n := framing.json_events(carry)) is None:
-                    raise _NotJson
+                    raise NotJson
                 events += n
                 yield framing.rewrite(rewriter, carry)
             completed = True
             if more or carry:
                 stream_usage(attempt, tail, framing)
             attempt.finish = stop_in_stream(tail)
-        except (UpstreamIOError, TimeoutError, _NotJson) as exc:
-            what = "sent an event that is not JSON" if isinstance(exc, _NotJson) else "broke"
+        except (UpstreamIOError, TimeoutError, NotJson) as exc:
+            what = "sent an event that is not JSON" if isinstance(exc, NotJson) else "broke"
             severe = isinstance(exc, TimeoutError)
             attempt.error_class = STREAM_BROKEN
             attempt.message = f"upstream stream {what}: {type(exc).__name__}"
@@ -598,12 +770,18 @@ def _declared_window(dep: Deployment) -> int | None:
     return dep.context_window
 
 
+def _traced_payload(
+    wire: Wire, profile: RequestProfile, candidate: Candidate, attempt: Attempt, sampled: bool
+) -> bytes:
+    """The body sent upstream; a sampled attempt whose body is translated notes how long
+    the translation took (its span)."""
+    if not sampled or wire.translation is None:
+        return wire.payload(profile, candidate)
+    began = time.perf_counter()
+    payload = wire.payload(profile, candidate)
+    attempt.translated = time.perf_counter() - began
+    return payload
+
+
 def _no_slot() -> None:
     """Release for a provider without a concurrency limit."""
-
-
-_USAGE_TAIL = 4096  # bytes of a stream's end kept to read its usage
-
-
-class _NotJson(Exception):
-    """A stream event, after output had started, whose data is not JSON."""

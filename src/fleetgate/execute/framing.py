@@ -108,6 +108,10 @@ class Framing:
         return b"\n\n".join(out)
 
 
+class NotJson(Exception):
+    """A stream event, after output had started, whose data is not JSON."""
+
+
 def _ndjson_payload(line: bytes) -> bytes | None:
     line = line.strip()
     return line or None

@@ -13,7 +13,8 @@ uses, spends about 20. It does what the proxied path needs and no more:
   connection used just after its close would carry a request into a reset); a kept-alive
   connection that closes under a request before a byte of its answer (the server's close
   crossed the request) has the request sent once more on a new connection, the only resend;
-- at most `limit` connections at once per pool; more requests wait for one;
+- at most `limit` connections at once per pool; more requests wait for one, and the wait
+  is told: on the answer (`pool_wait`) and, once a minute at most, in the log;
 - the requests of one event-loop turn are written together at its end (`send_soon`): the
   server's process is woken once for them, not once each;
 - bodies of any framing (length, chunked, until the server closes cleanly: a reset cuts the
@@ -45,6 +46,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httptools
+
+from fleetgate.execute.saturation import Saturation
 
 _PAUSE_AT = 256 * 1024  # unread bytes at which reading from the server pauses
 _MAX_HEAD = 64 * 1024  # the most an answer's status line and headers may take
@@ -128,6 +131,7 @@ class UpstreamResponse:
         "_waiter",
         "_wbits",
         "headers",
+        "pool_wait",
         "status",
     )
 
@@ -135,6 +139,7 @@ class UpstreamResponse:
         self._conn: _Connection | None = conn
         self.status = status
         self.headers = headers
+        self.pool_wait = 0.0  # seconds the request waited for a free connection
         self._chunks: deque[bytes] = deque()
         self._unread = 0
         self._done = False
@@ -535,7 +540,9 @@ def _lost(exc: Exception | None) -> str:
 
 
 class Http1Pool:
-    """Kept-alive connections to one origin, at most `limit` at once."""
+    """Kept-alive connections to one origin, at most `limit` at once. `name` (the
+    provider's id) and `capped` (whether `limit` is a configured `max_concurrency`, not a
+    kind's bound) are for the log line that says requests wait for a connection."""
 
     def __init__(
         self,
@@ -544,9 +551,15 @@ class Http1Pool:
         limit: int,
         idle_seconds: float,
         loop: asyncio.AbstractEventLoop | None = None,
+        name: str = "",
+        capped: bool = True,
     ) -> None:
         self.origin = Origin.of(base_url)
         self.limit = max(1, limit)
+        self.saturation = Saturation(
+            name or self.origin.host_header,
+            "connections (max_concurrency)" if capped else "connections",
+        )
         self.idle_seconds = idle_seconds
         self.loop: asyncio.AbstractEventLoop = loop  # type: ignore[assignment]  # or at first use
         self._idle: list[_Connection] = []
@@ -576,12 +589,14 @@ class Http1Pool:
             self.loop = asyncio.get_running_loop()
         head, closes = self._request_head(method, url, headers, body)
         started = self.loop.time()  # `total` counts from here: the wait, connect, answer
-        conn = await self._acquire(timeouts, started)
+        conn, waited = await self._acquire(timeouts, started)
         while True:
             if closes:  # the request asks the server to close after its answer
                 conn.reusable = False
             try:
-                return await conn.exchange(head, body, timeouts, started)
+                response = await conn.exchange(head, body, timeouts, started)
+                response.pool_wait = waited
+                return response
             except BaseException as exc:
                 conn.finish_exchange(reuse=False)
                 if not (isinstance(exc, ConnectionBroken) and conn.crossed_close()):
@@ -591,7 +606,8 @@ class Http1Pool:
             # more, on a new connection (which has served nobody, so this happens once).
             if self.loop.time() >= started + timeouts.total:
                 raise ReadTimedOut(f"the exchange took longer than {timeouts.total:g} s")
-            conn = await self._acquire(timeouts, started, fresh=True)
+            conn, more = await self._acquire(timeouts, started, fresh=True)
+            waited += more
 
     def send_soon(self, transport: asyncio.Transport, parts: tuple[bytes, ...]) -> None:
         """Write a request at the end of this loop turn, with the others sent during it.
@@ -657,13 +673,20 @@ class Http1Pool:
         lines.append(f"Content-Length: {len(body)}\r\n\r\n")
         return "".join(lines).encode("latin-1"), closes
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a free connection."""
+        return sum(1 for w in self._waiters if not w.done())
+
     # ---- connections ------------------------------------------------------------------
     async def _acquire(
         self, timeouts: Timeouts, started: float, fresh: bool = False
-    ) -> _Connection:
+    ) -> tuple[_Connection, float]:
         """A connection for one exchange begun at `started`: the last one to come back
-        idle, else a new one (`fresh`: always a new one), once fewer than `limit` are out.
-        The wait and the connect are within the exchange's `total`."""
+        idle, else a new one (`fresh`: always a new one), once fewer than `limit` are out;
+        and the seconds waited for one. The wait and the connect are within the
+        exchange's `total`."""
+        waited_from: float | None = None  # when the wait for a free connection began
         while True:
             if self._closed:
                 raise ConnectionBroken("the pool is closed")
@@ -672,10 +695,14 @@ class Http1Pool:
                 conn = self._idle.pop()
                 if conn.usable() and now - conn.idle_since < self.idle_seconds:
                     self._busy += 1
-                    return conn
+                    return conn, 0.0 if waited_from is None else now - waited_from
                 conn._close()
             if self._busy < self.limit:
                 break
+            if waited_from is None:
+                waited_from = now
+                if not self._waiters:  # the first to wait since the pool had room
+                    self.saturation.note(self.limit)
             waiter = self.loop.create_future()
             self._waiters.append(waiter)
             try:
@@ -692,9 +719,11 @@ class Http1Pool:
                     ) from None
                 raise
         self._busy += 1
-        left = started + timeouts.total - self.loop.time()
+        now = self.loop.time()
+        waited = 0.0 if waited_from is None else now - waited_from
+        left = started + timeouts.total - now
         try:
-            return await self._open(max(0.0, min(timeouts.connect, left)))
+            return await self._open(max(0.0, min(timeouts.connect, left))), waited
         except BaseException:
             self.put_back(None)
             raise

@@ -46,6 +46,8 @@ class Attempt:
     error_class: str | None = None
     latency: float = 0.0  # seconds until the response (or the stream) ended
     ttft: float | None = None  # seconds until the first byte of the answer
+    # seconds waited in the gateway for the provider's worker slot and pooled connection
+    pool_wait: float = 0.0
     retry_after: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -58,6 +60,18 @@ class Attempt:
     dropped_params: list[str] | None = None  # unsupported knobs removed from the body sent
     preferences: dict[str, Any] | None = None  # the provider preferences in force
     wire: str | None = None  # "native", or the translation: "messages→chat.completions"
+    began: float = 0.0  # perf_counter when it started
+    # with tracing on: its CLIENT span's id (the upstream's `traceparent` names it); while
+    # sampled, what the answer said of itself and how long its translation took
+    span_id: str | None = None
+    response_id: str | None = None
+    response_model: str | None = None
+    cache_read_tokens: int | None = None
+    translated: float | None = None  # seconds spent translating the request body
+    # a continuation of an answer cut mid-way (`execute/resume.py`): why it was cut
+    # ("interrupted" | "window"), and the output tokens it took over from the attempts before
+    continuation: str | None = None
+    inherited_tokens: int | None = None
     # kept for the client's error message only; never logged
     message: str = field(default="", repr=False)
     upstream_body: bytes | None = field(default=None, repr=False)

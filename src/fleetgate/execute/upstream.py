@@ -88,6 +88,31 @@ KEEP_ALIVE: dict[str, KeepAlive] = {
 }
 _DEFAULT_KEEP_ALIVE = KeepAlive()
 
+# The most connections a provider's pool opens when its `max_concurrency` is not set: the
+# pool grows with demand up to this, so requests queue in the upstream, whose queue depth
+# and 429s the gateway reads, not unseen in the gateway. Hosted APIs take thousands of
+# concurrent requests; an engine's own scheduler (vLLM's `max_num_seqs`, SGLang's
+# `max_running_requests`, llama.cpp's slots, Ollama's `OLLAMA_NUM_PARALLEL`) admits what it
+# can and queues the rest itself.
+POOL_BOUND: dict[str, int] = {
+    "openai": 4096,
+    "openrouter": 4096,
+    "anthropic": 4096,
+    "vllm": 1024,
+    "sglang": 1024,
+    "llamacpp": 1024,
+    "ollama": 1024,
+}
+_DEFAULT_POOL_BOUND = 1024
+
+
+def pool_limit(provider: Provider) -> int:
+    """The most connections the provider's pool opens at once: its `max_concurrency`, or
+    its kind's bound."""
+    if provider.max_concurrency is not None:
+        return provider.max_concurrency
+    return POOL_BOUND.get(provider.kind, _DEFAULT_POOL_BOUND)
+
 
 @dataclass(frozen=True, slots=True)
 class ProviderClient:
@@ -179,7 +204,11 @@ class UpstreamPool:
             self._retired.append(client)
         idle_seconds = KEEP_ALIVE.get(provider.kind, _DEFAULT_KEEP_ALIVE).idle_seconds
         http = Http1Pool(
-            provider.base_url, limit=provider.max_concurrency, idle_seconds=idle_seconds
+            provider.base_url,
+            limit=pool_limit(provider),
+            idle_seconds=idle_seconds,
+            name=provider.id,
+            capped=provider.max_concurrency is not None,
         )
         client = _client(http, provider)
         self._clients[provider.id] = (provider, client)

@@ -19,6 +19,7 @@ from fleetgate.execute.framing import Framing
 from fleetgate.execute.outcome import Attempt
 from fleetgate.execute.sse import CR
 
+USAGE_TAIL = 4096  # bytes of a stream's end kept to read its usage and stop reason
 LENGTH = "length"  # the normalised stop reason of every protocol's length stop
 _LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
 # chat `finish_reason`, Anthropic `stop_reason`, Ollama `done_reason`, Responses
@@ -233,3 +234,40 @@ def stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
             break
     if last is not None:
         _take(attempt, *last)
+
+
+# an answer's own id and model, at the start of a stream's first event (a sampled trace's)
+_ANSWER_ID = re.compile(rb'"id"\s*:\s*"([^"\\]{1,128})"')
+_ANSWER_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,255})"')
+
+
+def _cached(usage: object) -> int | None:
+    """Prompt tokens read from the provider's cache: OpenAI's
+    `prompt_tokens_details.cached_tokens`, Anthropic's `cache_read_input_tokens`."""
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and (n := token_count(details.get("cached_tokens"))) is not None:
+        return n
+    return token_count(usage.get("cache_read_input_tokens"))
+
+
+def answer_facts(attempt: Attempt, data: dict[str, Any]) -> None:
+    """What a whole answer says of itself, for its trace span: its id, the model that
+    answered, the prompt tokens its cache served."""
+    inner = data.get("message")  # Anthropic's message_start (a stream's) holds them
+    holder = inner if isinstance(inner, dict) and "id" in inner else data
+    answer_id, model = holder.get("id"), holder.get("model")
+    if isinstance(answer_id, str):
+        attempt.response_id = answer_id[:128]
+    if isinstance(model, str):
+        attempt.response_model = model[:255]
+    attempt.cache_read_tokens = _cached(holder.get("usage"))
+
+
+def stream_facts(attempt: Attempt, block: bytes) -> None:
+    """`answer_facts` of a stream, from its first events (a byte scan, no parse)."""
+    if (found := _ANSWER_ID.search(block)) is not None:
+        attempt.response_id = found[1].decode("utf-8", "replace")
+    if (found := _ANSWER_MODEL.search(block)) is not None:
+        attempt.response_model = found[1].decode("utf-8", "replace")

@@ -13,13 +13,15 @@ import asyncio
 import contextlib
 from collections import deque
 
+from fleetgate.execute.saturation import Saturation
 from fleetgate.fleet import Provider
 
 
 class SlotPool:
-    def __init__(self, limit: int, queue_size: int) -> None:
+    def __init__(self, limit: int, queue_size: int, provider_id: str = "") -> None:
         self.limit = limit
         self.queue_size = queue_size
+        self.saturation = Saturation(provider_id, "slots (concurrency_limit)")
         self.inflight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
 
@@ -38,6 +40,7 @@ class SlotPool:
 
     async def wait(self, seconds: float) -> bool:
         """Wait in the queue for a slot; False when `seconds` passed first."""
+        self.saturation.note(self.limit)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         got = False
@@ -78,7 +81,7 @@ class WorkerSlots:
         pool = self._pools.get(provider.id)
         if pool is None:
             pool = self._pools[provider.id] = SlotPool(
-                provider.concurrency_limit, provider.queue_size
+                provider.concurrency_limit, provider.queue_size, provider.id
             )
         else:  # a new fleet snapshot may have changed the limits
             pool.limit, pool.queue_size = provider.concurrency_limit, provider.queue_size

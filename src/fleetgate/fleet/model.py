@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fleetgate.config.checks import ENV_REF
-from fleetgate.config.schema import ProviderKind, ProviderPreferences, Timeouts
+from fleetgate.config.schema import ProviderKind, ProviderPreferences, ResumeConfig, Timeouts
 from fleetgate.redact import Redactor
 
 
@@ -22,7 +22,7 @@ class Provider:
     api_key_env: str | None  # the env var named by the config, when it used one
     headers: tuple[tuple[str, str], ...]
     timeouts: Timeouts
-    max_concurrency: int
+    max_concurrency: int | None  # a configured cap on pooled connections; None: the kind's bound
     concurrency_limit: int | None = None  # gateway-side slots; None: no limit
     queue_size: int = 32
     queue_timeout: float = 30.0
@@ -83,6 +83,7 @@ class Model:
     created: int = 0
     context_guard: str | None = None  # "allow" | "reject"; None: the global setting
     preferences: ProviderPreferences | None = None
+    resume: ResumeConfig = field(default_factory=ResumeConfig)
 
     @property
     def context_length(self) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fleetgate.config.schema import FleetConfig, RouteConfig, RouteParams
+from fleetgate.config.schema import FleetConfig, ResumeConfig, RouteConfig, RouteParams
 
 if TYPE_CHECKING:
     from fleetgate.fleet.model import Deployment, Model
@@ -27,6 +27,7 @@ class VirtualModel:
     routes: tuple[Route, ...]
     response_mode: str  # "any" | "stream_only" | "non_stream_only"
     continue_on_default: bool
+    resume: ResumeConfig | None = None  # replaces the routes' models' setting
 
     @property
     def deployments(self) -> tuple[Deployment, ...]:
@@ -82,6 +83,7 @@ def build_virtual_models(
             routes=tuple(_route(r, deployments, models) for r in v.routes),
             response_mode=v.response_mode,
             continue_on_default=v.continue_on_default,
+            resume=v.resume,
         )
     return out
 

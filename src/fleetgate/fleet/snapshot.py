@@ -14,7 +14,13 @@ from typing import Any
 from fleetgate.config.capabilities import deployment_capabilities
 from fleetgate.config.checks import deployment_id
 from fleetgate.config.preferences import env_preferences
-from fleetgate.config.schema import CircuitConfig, FleetConfig, ProviderPreferences
+from fleetgate.config.replicas import expand_replicas
+from fleetgate.config.schema import (
+    CircuitConfig,
+    FleetConfig,
+    ProviderPreferences,
+    ResumeConfig,
+)
 from fleetgate.config.tiers import expand_tiers
 from fleetgate.fleet.families import infer_family
 from fleetgate.fleet.model import Deployment, Model, Provider, redactor_for, resolve_key
@@ -48,6 +54,7 @@ class Fleet:
 
 def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
     tiered = expand_tiers(config)  # long_context blocks become plain deployments
+    tiered = expand_replicas(tiered)  # a provider's `endpoints` become one provider each
     providers: dict[str, Provider] = {}
     for p in tiered.providers:
         key, env = resolve_key(p.api_key)
@@ -100,6 +107,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
     owners = {m.id: m.owned_by for m in config.models}
     guards = {m.id: m.context_guard for m in config.models}
     prefs = {m.id: m.provider for m in config.models}
+    resumes = {m.id: m.resume for m in config.models}
     models = {
         model_id: Model(
             id=model_id,
@@ -107,6 +115,7 @@ def build_fleet(config: FleetConfig, version: int = 0) -> Fleet:
             deployments=tuple(deps),
             context_guard=guards.get(model_id),
             preferences=prefs.get(model_id),
+            resume=resumes.get(model_id) or ResumeConfig(),
         )
         for model_id, deps in by_model.items()
     }

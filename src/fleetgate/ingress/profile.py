@@ -9,6 +9,7 @@ from fleetgate.config.schema import ProviderPreferences
 
 if TYPE_CHECKING:
     from fleetgate.context.estimate import ContextEstimate
+    from fleetgate.trace_context import TraceContext
 
 
 @dataclass(slots=True)
@@ -30,3 +31,4 @@ class RequestProfile:
     preferences: ProviderPreferences | None = None
     # running hashes of the prompt's leading blocks (ingress/prefix.py); None: not yet hashed
     prefix: tuple[int, ...] | None = None
+    trace: TraceContext | None = None  # set when tracing is on (trace_context.py)

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetgate.auth.guard import Guard, record_usage, usage
 from fleetgate.context.counts import load_tokenizers
@@ -22,13 +22,14 @@ from fleetgate.context.refine import ContextRefiner
 from fleetgate.context.truncation import Cut, judge
 from fleetgate.discovery.engine_load import EngineLoadPoller, EngineLoads
 from fleetgate.discovery.fingerprint import FingerprintCache, FingerprintService
+from fleetgate.discovery.replicas import ReplicaNames
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError
 from fleetgate.execute.executor import ChainExhausted, Executor, Outcome
 from fleetgate.execute.outcome import Attempt
 from fleetgate.execute.upstream import UpstreamPool
-from fleetgate.fleet import Deployment, Fleet, FleetHolder
+from fleetgate.fleet import Deployment, Fleet, FleetHolder, build_fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.pipeline.exchange import Exchange
 from fleetgate.pipeline.explain import explain_request
@@ -42,6 +43,11 @@ from fleetgate.routing.planner import build_plan, require_route
 from fleetgate.routing.sticky import ReadOnlySticky, configure_sticky, sticky_tiers_for
 from fleetgate.state.affinity import MemoryAffinity
 from fleetgate.state.runtime import MemoryState, RuntimeState
+from fleetgate.telemetry.settings import telemetry_settings
+from fleetgate.trace_context import TraceContext, Tracing
+
+if TYPE_CHECKING:
+    from fleetgate.telemetry.export import TelemetrySink
 
 log = logging.getLogger("fleetgate")
 
@@ -76,12 +82,28 @@ class Pipeline:
         )
         # `recent` is filled in `record` itself
         self.recorder = Recorder([self.metrics, calibration])
+        # OpenTelemetry, when an endpoint is set: the request path only makes ids, the
+        # spans are built from the records (telemetry/)
+        self.tracing: Tracing | None = None
+        self.telemetry: TelemetrySink | None = None
+        settings = telemetry_settings(holder.fleet.config.telemetry)
+        if settings is not None:
+            from fleetgate.telemetry.export import TelemetrySink
+
+            self.telemetry = TelemetrySink(settings, lambda: self.holder.fleet, self.metrics)
+            self.recorder.sinks.append(self.telemetry)
+            self.tracing = Tracing(settings.sample_ratio, settings.parent_based)
         self.sticky = sticky_tiers_for(holder.fleet)
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
         self.discovery = DiscoveryService(holder, self.windows)
         self.fingerprints = FingerprintService(holder, self.state.calibration, FingerprintCache())
         holder.on_swap(lambda _old, _new: self.fingerprints.wake())
+        # a provider's `endpoints` named by DNS: resolved again, the fleet rebuilt on change
+        self.replicas = ReplicaNames(
+            lambda: holder.fleet.config,
+            lambda: holder.swap(build_fleet(holder.fleet.config, holder.fleet.version)),
+        )
         holder.on_swap(self._windows_on_swap)
         holder.on_swap(lambda _old, new: self._load_tokenizers(new))
         self.executor.on_context_limit = self.context_limit_stated
@@ -97,6 +119,9 @@ class Pipeline:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.recorder.start()
+        await self.replicas.start()
+        if self.telemetry is not None:
+            self.telemetry.start()
         await self.discovery.start()
         await self.load_poller.start()
         await self.fingerprints.start()
@@ -106,10 +131,13 @@ class Pipeline:
     async def stop(self) -> None:
         """Background work ends and the last records are flushed into their sinks."""
         self.ready = False
+        await self.replicas.stop()
         await self.discovery.stop()
         await self.load_poller.stop()
         await self.fingerprints.stop()
         await self.recorder.stop()
+        if self.telemetry is not None:
+            await self.telemetry.stop()  # the last spans and figures, briefly
 
     async def close(self) -> None:
         await self.pool.close()
@@ -135,10 +163,17 @@ class Pipeline:
         """The plan a request follows, its exact count asked near a boundary and its cost
         held against the key's budget. A refusal is recorded, then raised."""
         fleet = self.holder.fleet
+        marks = None
+        if self.tracing is not None:  # a child of the client's trace, or a new one
+            trace = self.tracing.begin(ex.traceparent, ex.tracestate, ex.started, ex.path)
+            profile.trace = trace
+            marks = trace.marks if trace.sampled else None
         plan: RoutePlan | None = None
         try:
             if self.guard is not None:
                 ex.client_key = await self.guard.admit(headers, profile.model)
+            if marks is not None:
+                marks["plan"] = time.perf_counter()
             plan = build_plan(
                 profile,
                 fleet,
@@ -149,7 +184,12 @@ class Pipeline:
                 loads=self.loads,
             )
             require_route(plan)
-            await self.refiner.refine(plan, profile, fleet)  # exact count near a boundary
+            if marks is None:
+                await self.refiner.refine(plan, profile, fleet)  # exact count near a boundary
+            else:
+                marks["refine"] = time.perf_counter()
+                await self.refiner.refine(plan, profile, fleet)
+                marks["planned"] = time.perf_counter()
             if ex.client_key is not None and self.guard is not None:
                 ex.hold = await self.guard.hold(ex.client_key, plan, profile, fleet)
         except GatewayError as exc:  # refused before any upstream call: logged all the same
@@ -255,9 +295,10 @@ class Pipeline:
         attempt = outcome.attempts[-1]
         if not attempt.ok:  # a stream that broke: its end never came
             return
-        dep = outcome.candidate.deployment
-        window = (plan.window_of or effective_window)(dep)
-        outcome.cut = self.judge_cut(profile, dep, attempt, window)
+        if not outcome.judged:  # a continued stream's end is judged by its continuation
+            dep = outcome.candidate.deployment
+            window = (plan.window_of or effective_window)(dep)
+            outcome.cut = self.judge_cut(profile, dep, attempt, window)
         flag_cut(plan, outcome)
 
     def context_limit_stated(
@@ -309,7 +350,24 @@ class Pipeline:
             client_key_id=key.id if key is not None else None,
             notes=plan.notes if plan is not None else {},
         )
+        trace = record.trace = profile.trace
+        if trace is not None and trace.sampled:
+            note_trace(trace, plan, profile)
         self.recent.add(record)
         self.recorder.add(record)
         if key is not None and self.guard is not None:
             self.guard.settle(key, *record_usage(record, self.holder.fleet), ex.hold)
+
+
+def note_trace(trace: TraceContext, plan: RoutePlan | None, profile: RequestProfile) -> None:
+    """What a sampled request's spans show that its record lacks: the candidates kept, and
+    the sampling knobs the client set (numbers only)."""
+    if plan is not None:
+        trace.kept = tuple(c.deployment.id for c in plan.candidates)
+    body = profile.body
+    for name in ("temperature", "top_p"):
+        value = body.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            trace.params[name] = value
+    if profile.output_reserve is not None:
+        trace.params["max_tokens"] = profile.output_reserve

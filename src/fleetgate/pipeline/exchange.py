@@ -1,5 +1,6 @@
 """One request's facts that every stage and front shares: its id, start time, client key,
-budget hold, the protocol its errors are answered in, and its `X-Fleetgate-*` headers."""
+budget hold, the protocol its errors are answered in, its `X-Fleetgate-*` headers, and the
+client's trace context."""
 
 from __future__ import annotations
 
@@ -26,10 +27,13 @@ class Exchange:
         "headers",
         "hold",
         "passed",
+        "path",
         "protocol",
         "refused",
         "request_id",
         "started",
+        "traceparent",
+        "tracestate",
     )
 
     def __init__(self, path: str, headers: Iterable[tuple[bytes, bytes]]) -> None:
@@ -39,6 +43,9 @@ class Exchange:
         self.headers: dict[str, str] = {}
         self.passed: dict[str, str] = {}  # the profile's `passed_headers`
         self.refused: GatewayError | None = None  # a header no request may carry
+        self.path = path
+        self.traceparent: str | None = None  # the client's trace (W3C trace context)
+        self.tracestate: str | None = None
         request_id = None
         anthropic_client = False
         beta: str | None = None
@@ -60,6 +67,11 @@ class Exchange:
                 # several lines are one list, as Anthropic reads them (comma-separated)
                 more = value.decode("latin-1")
                 beta = f"{beta},{more}" if beta else more
+            elif name == b"traceparent":
+                self.traceparent = value.decode("latin-1")
+            elif name == b"tracestate" and value:
+                more = value.decode("latin-1")  # several lines are one list, as for beta
+                self.tracestate = f"{self.tracestate},{more}" if self.tracestate else more
         # the shape errors are answered in
         self.protocol = error_protocol(path, anthropic_client)
         if beta is not None and self.protocol == "anthropic":

@@ -11,6 +11,7 @@ from fleetgate.discovery.engine_load import EngineLoads
 from fleetgate.discovery.store import WindowStore
 from fleetgate.errors import GatewayError, invalid
 from fleetgate.fleet import Fleet
+from fleetgate.fleet.data_plane import proxy_only
 from fleetgate.ingress.routes import INGRESS_ROUTES
 from fleetgate.routing.planner import build_plan, require_route
 from fleetgate.routing.sticky import StickyTiers
@@ -58,6 +59,8 @@ def explain_request(
     )
     result = plan.describe()
     result["endpoint"] = endpoint
+    # what a picker cannot hand to Envoy, and why (docs/kubernetes.md)
+    result["proxy_only"] = proxy_only(c.deployment for c in plan.candidates)
     try:
         require_route(plan)
     except GatewayError as exc:

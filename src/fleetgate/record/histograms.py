@@ -54,6 +54,15 @@ class BatchHistogram(Collector):
             total += value
         series.total += total
 
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        return self._bounds
+
+    def snapshot(self) -> list[tuple[tuple[str, ...], list[int], float]]:
+        """Each label set's counts per bucket (not cumulative; the last one is +Inf) and
+        sum, copied: what an OTLP histogram data point holds."""
+        return [(labels, list(s.counts), s.total) for labels, s in self._series.items()]
+
     def describe(self) -> list[HistogramMetricFamily]:
         return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
 

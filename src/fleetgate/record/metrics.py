@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from fleetgate.context.truncation import CUT_SHORT_NOTE, TRUNCATION_NOTE
 from fleetgate.execute.outcome import CUT_SHORT
 from fleetgate.fleet import Fleet
+from fleetgate.record.genai import called_upstream, operation_name, provider_name
 from fleetgate.record.histograms import BatchHistogram
 from fleetgate.record.recorder import BatchSink, Recorder, RequestRecord
 from fleetgate.routing.auto import AUTO_MODEL
@@ -40,14 +41,43 @@ def model_label(fleet: Fleet | None, name: str) -> str:
     return UNKNOWN
 
 
+# the GenAI semantic conventions' advised buckets (docs/telemetry.md names the version)
+GENAI_DURATION_BUCKETS = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+GENAI_TOKEN_BUCKETS = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)  # fmt: skip
+# the attributes of every GenAI metric, as Prometheus labels (dots become underscores)
+GENAI_LABELS = (
+    "gen_ai_operation_name",
+    "gen_ai_provider_name",
+    "gen_ai_request_model",
+    "fleetgate_deployment",
+    "error_type",
+)
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
+_WAIT_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.5, 1, 5, 30, 120)
 
 
 class _Tally:
     """What the records taken since the last flush add to the metrics."""
 
-    __slots__ = ("attempts", "fallbacks", "latency", "models", "overhead", "requests", "ttft")
+    __slots__ = (
+        "attempts",
+        "fallbacks",
+        "genai_duration",
+        "genai_first_chunk",
+        "genai_tokens",
+        "latency",
+        "models",
+        "overhead",
+        "pool_wait",
+        "requests",
+        "ttft",
+    )
 
     def __init__(self) -> None:
         self.models: dict[str, str] = {}  # requested name -> its label
@@ -57,6 +87,10 @@ class _Tally:
         self.latency: defaultdict[str, list[float]] = defaultdict(list)
         self.ttft: defaultdict[str, list[float]] = defaultdict(list)
         self.overhead: list[float] = []
+        self.pool_wait: defaultdict[str, list[float]] = defaultdict(list)
+        self.genai_duration: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
+        self.genai_tokens: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
+        self.genai_first_chunk: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
 
 
 class Metrics(BatchSink):
@@ -106,6 +140,14 @@ class Metrics(BatchSink):
             _LATENCY_BUCKETS,
             r,
         )
+        self.pool_wait = BatchHistogram(
+            "fleetgate_pool_wait_seconds",
+            "Time an upstream attempt waited in the gateway for its provider's worker slot "
+            "(concurrency_limit) and pooled connection (max_concurrency); 0 when it did not.",
+            ["provider"],
+            _WAIT_BUCKETS,
+            r,
+        )
         self.truncations = Counter(
             "fleetgate_truncation_suspected",
             "Answers whose reported prompt tokens were below the gateway's lower bound.",
@@ -116,6 +158,36 @@ class Metrics(BatchSink):
             "fleetgate_cut_short",
             "Answers a context window cut short (a length stop at the window).",
             ["deployment"],
+            registry=r,
+        )
+        # the GenAI metrics, under the names an OpenTelemetry Prometheus exporter gives them
+        # (the OTLP exporter sends these same series: telemetry/metrics.py)
+        self.genai_duration = BatchHistogram(
+            "gen_ai_client_operation_duration_seconds",
+            "GenAI operation duration: each upstream attempt (gen_ai.client.operation.duration).",
+            GENAI_LABELS,
+            GENAI_DURATION_BUCKETS,
+            r,
+        )
+        self.genai_tokens = BatchHistogram(
+            "gen_ai_client_token_usage",
+            "Input and output tokens of each upstream attempt (gen_ai.client.token.usage).",
+            (*GENAI_LABELS, "gen_ai_token_type"),
+            GENAI_TOKEN_BUCKETS,
+            r,
+        )
+        self.genai_first_chunk = BatchHistogram(
+            "gen_ai_client_operation_time_to_first_chunk_seconds",
+            "Time to the first chunk of each streamed attempt "
+            "(gen_ai.client.operation.time_to_first_chunk).",
+            GENAI_LABELS,
+            GENAI_DURATION_BUCKETS,
+            r,
+        )
+        self.continuations = Counter(
+            "fleetgate_continuations",
+            "Answers cut mid-way that a sibling continued (reason: interrupted | window).",
+            ["reason"],
             registry=r,
         )
         self.records_dropped = Gauge(
@@ -148,6 +220,8 @@ class Metrics(BatchSink):
         if CUT_SHORT_NOTE in notes and record.deployment_id:  # rare too
             self.cut_short.labels(record.deployment_id).inc()
         ctx = notes.get("provider_ctx") or {}
+        if record.attempts:
+            self._tally_genai(tally, record)
         for a in record.attempts:
             window = ctx.get(a.deployment_id, "unbounded") if isinstance(ctx, dict) else ""
             status = str(a.status or "")
@@ -155,11 +229,42 @@ class Metrics(BatchSink):
             tally.attempts[(a.deployment_id, a.provider_id, status, error, str(window))] += 1
             if error == CUT_SHORT:  # a cut answer set aside for a larger window
                 self.cut_short.labels(a.deployment_id).inc()
+            if a.continuation is not None:  # rare: counted directly
+                self.continuations.labels(a.continuation).inc()
             if a.ok and a.ttft is not None:
                 tally.ttft[a.deployment_id].append(a.ttft)
+            tally.pool_wait[a.provider_id].append(a.pool_wait)
+
+    def _tally_genai(self, tally: _Tally, record: RequestRecord) -> None:
+        fleet = self.fleet() if self.fleet is not None else None
+        deployments = fleet.deployments if fleet is not None else {}
+        for a in record.attempts:
+            if not called_upstream(a):
+                continue
+            dep = deployments.get(a.deployment_id)
+            labels = (
+                operation_name(a, record.endpoint),
+                provider_name(dep.provider.kind if dep is not None else None),
+                a.upstream_model,
+                a.deployment_id,
+                a.error_class or "",
+            )
+            tally.genai_duration[labels].append(a.latency)
+            if a.prompt_tokens is not None:
+                tally.genai_tokens[(*labels, "input")].append(a.prompt_tokens)
+            if a.completion_tokens is not None:
+                tally.genai_tokens[(*labels, "output")].append(a.completion_tokens)
+            if record.stream and a.ok and a.ttft is not None:
+                tally.genai_first_chunk[labels].append(a.ttft)
 
     async def flush(self) -> None:
         tally, self._tally = self._tally, _Tally()
+        for labels, values in tally.genai_duration.items():
+            self.genai_duration.observe(labels, values)
+        for labels, values in tally.genai_tokens.items():
+            self.genai_tokens.observe(labels, values)
+        for labels, values in tally.genai_first_chunk.items():
+            self.genai_first_chunk.observe(labels, values)
         for labels, n in tally.requests.items():
             self.requests.labels(*labels).inc(n)
         for labels, n in tally.attempts.items():
@@ -172,6 +277,8 @@ class Metrics(BatchSink):
             self.ttft.observe((dep,), values)
         if tally.overhead:
             self.overhead.observe((), tally.overhead)
+        for provider, values in tally.pool_wait.items():
+            self.pool_wait.observe((provider,), values)
 
     def render(self, recorder: Recorder) -> bytes:
         self.records_dropped.set(recorder.dropped)

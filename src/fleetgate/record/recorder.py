@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from fleetgate.execute.outcome import Attempt
+from fleetgate.trace_context import TraceContext
 
 log = logging.getLogger("fleetgate.record")
 
@@ -38,6 +39,11 @@ class RequestRecord:
     dropped: list[dict[str, str]] = field(default_factory=list)
     client_key_id: str | None = None
     notes: dict[str, Any] = field(default_factory=dict)  # numbers and ids from the stages
+    trace: TraceContext | None = None  # with tracing on: the request's trace and span ids
+
+    @property
+    def trace_id(self) -> str | None:
+        return self.trace.trace_id if self.trace is not None else None
 
     @property
     def virtual_model(self) -> str | None:
@@ -49,9 +55,12 @@ class RequestRecord:
         """The record as the read API shows it (attempt messages left out)."""
         data = asdict(self)
         data["virtual_model"] = self.virtual_model
+        data.pop("trace")
+        data["trace_id"] = self.trace_id
         for attempt in data["attempts"]:
             attempt.pop("message", None)
             attempt.pop("upstream_body", None)
+            attempt.pop("began", None)  # a process-local clock
         return data
 
 

@@ -76,9 +76,13 @@ class RoutePlan:
     window_of: Callable[[Deployment], int | None] | None = None  # as PlanContext.window_of
     # PlanContext.cache: what stages derived, for the errors built later (never shown)
     cache: dict[str, Any] = field(default_factory=dict)
+    # per position, the key that ranked it before the next (routing/ranked_by.py); called
+    # only when the plan is described
+    ranked_by: Callable[[list[Candidate]], list[str | None]] | None = None
 
     def describe(self) -> dict[str, Any]:
         """The plan as the explain endpoint and CLI show it."""
+        ranks = self.ranked_by(self.candidates) if self.ranked_by is not None else []
         return {
             "model": self.requested_model,
             "resolution": self.resolution,
@@ -100,6 +104,8 @@ class RoutePlan:
                     "drop_params": list(c.drop_params),
                     "virtual_model": c.virtual_model,
                     "chain_tier": c.tier,  # the named tier whose chain holds this route
+                    # the key that put it ahead of the next candidate (docs/routing.md)
+                    "ranked_by": ranks[i] if i < len(ranks) else None,
                 }
                 for i, c in enumerate(self.candidates)
             ],

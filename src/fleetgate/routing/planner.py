@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from fleetgate.discovery.engine_load import EngineLoads
 from fleetgate.discovery.store import WindowStore
@@ -11,6 +12,7 @@ from fleetgate.fleet import Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.filters.capability import explain_narrowing
 from fleetgate.routing.plan import Dropped, PlanContext, RoutePlan
+from fleetgate.routing.ranked_by import ranked_by
 from fleetgate.routing.register import FILTERS, ORDERERS
 from fleetgate.routing.resolve import resolve
 from fleetgate.routing.sticky import StickyTiers
@@ -49,6 +51,7 @@ def build_plan(
         on_empty=resolution.on_empty,
         window_of=ctx.window_of,
         cache=ctx.cache,
+        ranked_by=partial(ranked_by, ctx, resolution.ordered),
     )
     for f in FILTERS:
         if not plan.candidates:

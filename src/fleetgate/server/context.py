@@ -26,7 +26,9 @@ class EndpointContext:
     def require_admin(self, scope: Scope) -> None:
         if self.control is None or not self.control.admin_key:
             raise GatewayError(
-                "admin_disabled", "This endpoint needs the admin key, and none is configured."
+                "admin_disabled",
+                "This endpoint needs the admin key, and none is set. Set FLEETGATE_ADMIN_KEY "
+                "(or `admin.key` in the fleet file) and restart.",
             )
         if not self.is_admin(scope):
             raise GatewayError("invalid_admin_key", "This endpoint needs the admin key.")

@@ -35,3 +35,21 @@ def uvicorn_config(app: Gateway, **overrides: Any) -> uvicorn.Config:
 
 def server_for(app: Gateway, host: str, port: int) -> uvicorn.Server:
     return uvicorn.Server(uvicorn_config(app, host=host, port=port))
+
+
+def open_files_for_streams() -> int:
+    """Raise this process's soft limit of open files to its hard limit; the new soft limit.
+
+    Each proxied stream holds two sockets (the client's and the upstream's), and a
+    provider's pool grows to thousands of connections: the soft limit many systems start
+    a process with (1,024) would refuse connections at about 500 streams."""
+    import resource  # POSIX only, and needed at start-up only
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # a container may refuse it: keep what was given
+            pass
+    return soft

@@ -17,6 +17,7 @@ from fleetgate.config.loader import ConfigError
 from fleetgate.store.db import Database
 from fleetgate.store.fleet_file import changes, same
 from fleetgate.store.kinds import ENTITY_KINDS, Body, Entities
+from fleetgate.store.secrets import secret_box
 from fleetgate.store.tables import config_entities, config_history, store_meta
 
 T = TypeVar("T")
@@ -129,6 +130,11 @@ class ConfigStore:
         """The newest `limit` config changes, newest first."""
         return await self.db.read(_history, limit)
 
+    async def reseal(self) -> int:
+        """Write again each stored provider whose literal credentials are not sealed under
+        the first secret key (a key set, or a new one put first); how many were."""
+        return await self.db.transaction(_reseal)
+
 
 def _lock_config(conn: Connection) -> None:
     """Serialise config edits across processes before anything is read."""
@@ -155,11 +161,12 @@ def _seed(conn: Connection, entities: Entities) -> None:
 
 def _last_file(conn: Connection) -> Entities | None:
     row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == _FILE)).first()
-    return orjson.loads(row[0]) if row else None
+    return secret_box().open_all(orjson.loads(row[0])) if row else None
 
 
 def _record_file(conn: Connection, entities: Entities) -> None:
-    value = orjson.dumps(entities, option=orjson.OPT_SORT_KEYS).decode()
+    sealed = secret_box().seal_all(entities)
+    value = orjson.dumps(sealed, option=orjson.OPT_SORT_KEYS).decode()
     if conn.execute(select(store_meta.c.key).where(store_meta.c.key == _FILE)).first():
         conn.execute(update(store_meta).where(store_meta.c.key == _FILE).values(value=value))
     else:
@@ -263,13 +270,44 @@ def _load(conn: Connection) -> Entities:
         )
     )
     out: Entities = {name: [] for name in ENTITY_KINDS}
+    box = secret_box()
     for kind, body in rows:
-        out.setdefault(kind, []).append(body)
+        out.setdefault(kind, []).append(box.open(kind, body))
     return out
 
 
+def _reseal(conn: Connection) -> int:
+    box = secret_box()
+    if not box.enabled:
+        return 0
+    _lock_config(conn)
+    resealed = 0
+    rows = conn.execute(
+        select(config_entities.c.id, config_entities.c.body).where(
+            config_entities.c.kind == "providers"
+        )
+    ).all()
+    for entity_id, body in rows:
+        if box.stale("providers", body):
+            sealed = box.seal("providers", box.open("providers", body))
+            conn.execute(
+                update(config_entities)
+                .where(config_entities.c.kind == "providers", config_entities.c.id == entity_id)
+                .values(body=sealed)
+            )
+            resealed += 1
+    row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == _FILE)).first()
+    if row is not None:
+        last = orjson.loads(row[0])
+        if any(box.stale("providers", body) for body in last.get("providers", [])):
+            _record_file(conn, box.open_all(last))  # sealed afresh under the first key
+    return resealed
+
+
 def _write(conn: Connection, before: Entities, after: Entities) -> None:
+    """Write the changed entities of `after` (plain; literal credentials sealed here)."""
     now = time.time()
+    box = secret_box()
     for name in set(before) | set(after):
         id_of = ENTITY_KINDS[name].id_of if name in ENTITY_KINDS else lambda b: b["id"]
         old = {id_of(b): (i, b) for i, b in enumerate(before.get(name, []))}
@@ -292,6 +330,7 @@ def _write(conn: Connection, before: Entities, after: Entities) -> None:
             previous = old.get(entity_id)
             if previous is not None and previous[1] == body:
                 continue
+            body = box.seal(name, body)
             if entity_id in positions:
                 conn.execute(
                     update(config_entities)

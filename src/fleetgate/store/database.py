@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from fleetgate.store.db import Database
 from fleetgate.store.errors import StoreUnavailable
+from fleetgate.store.sqlite_setup import BUSY_TIMEOUT, register_adapters, set_pragmas
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 DATA_DIR_ENV = "FLEETGATE_DATA_DIR"
 DATABASE_URL_ENV = "FLEETGATE_DATABASE_URL"
 SQLITE_FILE = "fleetgate.db"
-SQLITE_CACHE_KIB = 256  # SQLite page cache per connection
 
 # Any constant works; it only has to be the same in every replica.
 _MIGRATION_LOCK = 0x666C6565  # "flee"
@@ -75,39 +74,14 @@ def open_database(url: str) -> Database:
     return Database(create_engine(url))
 
 
-def _null(_: None) -> None:
-    return None
-
-
 def create_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        # sqlite3 binds a value of another type than int, float, str and bytearray (a
-        # bool, None) only after two failed attribute lookups (the adapter protocol's
-        # `__adapt__`, `__conform__`), each formatting an AttributeError: two fifths of
-        # the log writer's instructions per row (a row has three bools and about ten
-        # NULLs). A registered adapter is found first, and binds the same. (The request
-        # log's batches leave most of those values unbound: `request_log._bound`; these
-        # adapters bind what remains, and every other table's.)
-        sqlite3.register_adapter(bool, int)
-        sqlite3.register_adapter(type(None), _null)
-        # sqlite3's busy timeout: a writer waits up to 30 s for another one's lock
-        engine = _sa_create_engine(url, connect_args={"timeout": 30})
+        register_adapters()
+        engine = _sa_create_engine(url, connect_args={"timeout": BUSY_TIMEOUT})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
-            # WAL lets the request log write while the admin API reads; foreign keys are
-            # enforced wherever a schema declares them (revision 0001's attempts table).
-            cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            # WAL with synchronous=NORMAL: durable across crashes of the process, one fsync
-            # per checkpoint instead of per commit of a log batch
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            # The page cache is per connection and 2 MB by default, most of the memory the
-            # store adds under load. The request log appends; its reads go through indexes;
-            # the OS caches the file anyway. 256 KiB measured ~3 MB less peak RSS.
-            cursor.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
-            cursor.close()
+            set_pragmas(dbapi_conn)
 
         return engine
     return _sa_create_engine(url, pool_size=5, max_overflow=5, pool_pre_ping=True)
@@ -115,7 +89,7 @@ def create_engine(url: str) -> Engine:
 
 # The newest migration's revision. A store already there skips Alembic entirely (importing
 # and running it costs ~0.2 s of start-up); a test keeps this equal to Alembic's head.
-SCHEMA_HEAD = "0003"
+SCHEMA_HEAD = "0004"
 
 
 def _upgrade(connection: Connection) -> None:

@@ -2,9 +2,11 @@
 
 In the serving process a batch of records costs only its rows' encoding and one
 non-blocking pipe write. A child started at start-up decodes the rows and writes them with
-the same `RequestLog` the serving process would use, through a database connection of its
-own, in transactions of its own size. Its CPU never holds the serving process's GIL, the
-kernel schedules it below the server, and on a host with a free core it runs there.
+the statements the serving process's `RequestLog` would use, through a connection of the
+database driver alone (`driver_log.py`: no SQLAlchemy, nor anything else of the serving
+process's), in transactions of its own size. Its CPU never holds the serving process's
+GIL, the kernel schedules it below the server, and on a host with a free core it runs
+there.
 
 The child is a fresh interpreter (fork + exec), not a fork of the serving process: it
 holds the two pipes and the standard streams, nothing else. A forked child kept every
@@ -41,8 +43,8 @@ import orjson
 
 from fleetgate.gc_tuning import tune_gc
 from fleetgate.record.recorder import BatchSink, RequestRecord
-from fleetgate.store.database import open_database
-from fleetgate.store.request_log import RequestLog, row_of
+from fleetgate.store.driver_log import DriverLog
+from fleetgate.store.log_rows import row_of
 from fleetgate.store.writer_sched import is_idle, may_leave_idle, set_idle
 
 log = logging.getLogger("fleetgate.record")
@@ -100,7 +102,7 @@ class LogWriterProcess(BatchSink):
         self._child: dict[str, int] = {}  # the child's last report
         self._lost = 0  # rows a dead child took with it
         self._dropped = 0  # rows dropped here because the child was behind
-        self._fallback: RequestLog | None = None
+        self._fallback: DriverLog | None = None
         self._rows_fd = self._status_fd = -1
         self._status_buf = b""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -337,7 +339,7 @@ class LogWriterProcess(BatchSink):
         """Write what is left (and what comes) in this process."""
         self._frame()
         if self._fallback is None:
-            self._fallback = RequestLog(open_database(self.url), self.capacity)
+            self._fallback = DriverLog(self.url, self.capacity)
             self._fallback.dropped = 0
         while self._frames:
             frame, _ = self._frames.popleft()
@@ -348,7 +350,7 @@ class LogWriterProcess(BatchSink):
 
     async def close(self) -> None:
         if self._fallback is not None:
-            await self._fallback.db.dispose()
+            await self._fallback.close()
 
 
 # ---- the child ---------------------------------------------------------------------------
@@ -443,10 +445,9 @@ async def _child_write(
     """Write the rows that come through `rows_fd` until EOF. `idle`: run SCHED_IDLE
     whenever nothing is waiting (the serving process raises this process when its pipe is
     full)."""
-    db = open_database(url)
     # bounded by reading no more: the rows wait in the pipe, then in the serving process,
     # whose queue drops (and counts) the oldest beyond its capacity
-    request_log = RequestLog(db, capacity=sys.maxsize, yield_every=YIELD_EVERY)
+    request_log = DriverLog(url, capacity=sys.maxsize, yield_every=YIELD_EVERY)
     loop = asyncio.get_running_loop()
     arrived = asyncio.Event()
     nudged = asyncio.Event()
@@ -540,4 +541,4 @@ async def _child_write(
             else:
                 await asyncio.sleep(WRITE_INTERVAL)  # gather the rows that arrive meanwhile
     finally:
-        await db.dispose()
+        await request_log.close()

@@ -86,6 +86,7 @@ requests = Table(
     Column("fallback_count", Integer, nullable=False),
     Column("dropped", JSON),
     Column("attempts", JSON, nullable=False),  # [{idx, deployment_id, status, ...}, ...]
+    Column("trace_id", String(32)),  # with telemetry on: its trace (trace_context.py)
 )
 Index("ix_requests_time", requests.c.time)
 Index("ix_requests_request_id", requests.c.request_id)

@@ -36,8 +36,9 @@ each call's id and name, then its arguments in two pieces.
 Timing: ``latency`` is awaited before every JSON answer of the inference endpoints
 (success or error); ``ttft`` after the stream's headers and before its first event;
 ``1 / tokens_per_second`` between stream events. ``tokenize_delay`` delays ``/tokenize``.
-:meth:`FakeEngine.hold` keeps those JSON answers waiting until :meth:`FakeEngine.release`
-(from any thread), so a test can keep a request in flight for exactly as long as it needs.
+:meth:`FakeEngine.hold` keeps those JSON answers, and streams after their headers, waiting
+until :meth:`FakeEngine.release` (from any thread), so a test can keep a request in flight
+for exactly as long as it needs.
 
 Load: ``GET /metrics`` answers vLLM's load gauges (``vllm:num_requests_waiting``,
 ``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``) from :attr:`FakeEngine.load`
@@ -59,6 +60,9 @@ only hit the inference endpoints. The kinds, each a fault a real engine or netwo
 * ``invalid_json``: a 200 whose body, or whose stream event after ``after_chunks`` good
   ones, is not JSON;
 * ``context_error``, ``bad_request``: the engine's context-length 400, or a plain 400;
+* ``error_mid_stream``: a stream that sends ``after_chunks`` good events, then an error
+  event (``message`` and ``status``, in ``error_style``'s shape) and ends, as an engine
+  that fails while it generates;
 * ``stream_error_event``: a 200 stream whose first event is an error: the context-length
   error, or with ``message`` set that message with ``status``, in ``error_style``'s shape
   (SGLang's ``{"object": "error", ...}``, nested under ``"error"`` in a stream).
@@ -102,6 +106,7 @@ FaultKind = Literal[
     "context_error",
     "bad_request",
     "stream_error_event",
+    "error_mid_stream",
 ]
 ErrorStyle = Literal["vllm", "sglang", "llamacpp", "openai"]
 _ERROR_STYLES = ("vllm", "sglang", "llamacpp", "openai")
@@ -123,7 +128,8 @@ class Fault:
     kind: FaultKind
     status: int = 503
     retry_after: float | None = None  # seconds, sent as the Retry-After header
-    after_chunks: int = 3  # break/stall_stream, invalid_json: good events sent first
+    # break/stall_stream, invalid_json, error_mid_stream: good events sent first
+    after_chunks: int = 3
     message: str | None = None
     delay: float = 0.0  # slow_first_byte: seconds between the head and the first byte
 
@@ -441,8 +447,8 @@ class FakeEngine:
         self._inference_count = 0
 
     def hold(self) -> None:
-        """Keep every JSON answer of the inference endpoints waiting from now on, until
-        :meth:`release`."""
+        """Keep every JSON answer of the inference endpoints, and every stream after its
+        headers, waiting from now on, until :meth:`release`."""
         if self._held is None:
             self._held = asyncio.Event()
 
@@ -721,6 +727,8 @@ class FakeEngine:
         fault: Fault | None = None,
     ) -> web.StreamResponse:
         resp = await self._open_stream(request)
+        if self._held is not None:
+            await self._held.wait()
         await asyncio.sleep(fault.delay if fault is not None else self.ttft)
         gap = 1.0 / self.tokens_per_second if self.tokens_per_second else 0.0
         cut = fault is not None and fault.kind in ("break_stream", "stall_stream")
@@ -730,6 +738,11 @@ class FakeEngine:
                 await self._cut(request, fault, call)
             if i and gap:
                 await asyncio.sleep(gap)
+            if i == at and fault is not None and fault.kind == "error_mid_stream":
+                message = fault.message or f"{self.name}: injected fault mid-stream"
+                await resp.write(self._error_event(kind, self._engine_error(message, fault.status)))
+                await resp.write_eof()
+                return resp
             if i == at and fault is not None and fault.kind == "invalid_json":
                 await resp.write(b"data: " + repr(payload).encode() + b"\n\n")
                 continue
@@ -800,7 +813,9 @@ class FakeEngine:
             return await self._json(
                 400, _in_protocol(kind, _error(message, "BadRequestError", 400))
             )
-        if fault.kind == "stream_error_event":
+        if fault.kind == "stream_error_event" or (
+            fault.kind == "error_mid_stream" and not body.get("stream")
+        ):
             if fault.message is None:
                 error = context_exceeded_error(
                     self.error_style, self.context_window, prompt, requested

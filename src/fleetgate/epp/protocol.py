@@ -1,0 +1,20 @@
+"""The names the endpoint picker protocol (Gateway API Inference Extension) and fleetgate's
+Envoy bootstrap agree on."""
+
+from __future__ import annotations
+
+DESTINATION = "x-gateway-destination-endpoint"  # header and `envoy.lb` metadata key
+SERVED = "x-gateway-destination-endpoint-served"  # the endpoint that served, when reported
+SUBSET = "x-gateway-destination-endpoint-subset"  # the proxy's candidate endpoints
+LB_NAMESPACE = "envoy.lb"  # the dynamic metadata namespace the load balancer reads
+SUBSET_NAMESPACE = "envoy.lb.subset_hint"  # where a proxy puts its subset hint
+
+# the gRPC metadata the bootstrap gives each ext_proc filter's calls: which of the two it is
+ROLE_HEADER = "x-fleetgate-role"
+ROLE_PICK = "pick"  # the request path: headers and body in, the pick out
+ROLE_OBSERVE = "observe"  # the response path, in Envoy's observability mode: nothing waits
+
+EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+# the Envoy attribute that says which upstream host served (sent with the response headers)
+UPSTREAM_ADDRESS = "upstream.address"
+REQUEST_ID = "request.id"  # the attribute that carries the request's `x-request-id`

@@ -1,0 +1,338 @@
+"""A request record as spans: the request's SERVER span, its routing (and exact count), a
+CLIENT span per upstream attempt (and its translation), with the ids and times the request
+path noted. Numbers and ids only: never a prompt, a completion or a secret."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from functools import lru_cache
+from urllib.parse import urlsplit
+
+from fleetgate.context.truncation import CUT_SHORT_NOTE
+from fleetgate.execute.outcome import CUT_SHORT, Attempt
+from fleetgate.fleet import Fleet
+from fleetgate.record.genai import called_upstream, operation_name, provider_name
+from fleetgate.record.recorder import RequestRecord
+from fleetgate.telemetry import otlp
+from fleetgate.telemetry.otlp import SPAN_ATTR, cached_attribute
+from fleetgate.trace_context import TraceContext
+
+ROUTE_SPAN = "fleetgate.route"
+COUNT_SPAN = "fleetgate.count_tokens"
+TRANSLATE_SPAN = "fleetgate.translate"
+# refine outcomes that called a counter (the others decided without one)
+_COUNTED = frozenset({"exact", "timeout", "failed"})
+
+
+def _id(hex_id: str) -> bytes:
+    return bytes.fromhex(hex_id)
+
+
+def _new_span_id() -> bytes:
+    return random.getrandbits(64).to_bytes(8, "big") or b"\x00" * 7 + b"\x01"
+
+
+@lru_cache(maxsize=1024)
+def _server_of(base_url: str) -> tuple[str | None, int | None]:
+    """(server.address, server.port) of a provider's base URL."""
+    try:
+        url = urlsplit(base_url)
+        port = url.port or (443 if url.scheme == "https" else 80)
+    except ValueError:
+        return None, None
+    return url.hostname, port
+
+
+def _attr(key: str, value: str | float | bool | tuple[str, ...] | None) -> bytes:
+    """An attribute whose values repeat (the fleet's ids, counts, settings): encoded once."""
+    return b"" if value is None else cached_attribute(SPAN_ATTR, key, value)
+
+
+def _unique(key: str, value: str | list[str] | None) -> bytes:
+    """An attribute whose values seldom repeat (an answer's id): encoded each time."""
+    return b"" if value is None else otlp.field(SPAN_ATTR, otlp.key_value(key, value))
+
+
+def _seconds(key: str, value: float | None) -> bytes:
+    return b"" if value is None else otlp.double_attribute(SPAN_ATTR, key, value)
+
+
+class SpanBuilder:
+    """Turns records into encoded spans (`otlp.span` messages)."""
+
+    def __init__(self, fleet: Callable[[], Fleet]) -> None:
+        self.fleet = fleet
+
+    def spans(self, record: RequestRecord) -> list[bytes]:
+        trace = record.trace
+        assert trace is not None and trace.sampled
+        trace_id = _id(trace.trace_id)
+        server_id = _id(trace.span_id)
+        parent = _id(trace.parent_id) if trace.parent_id else None
+        start = trace.wall_ns
+        end = trace.wall(trace.perf + record.latency)
+        out = [self._server_span(record, trace, trace_id, server_id, parent, start, end)]
+        marks = trace.marks
+        if "plan" in marks:
+            out.extend(self._routing_spans(record, trace, trace_id, server_id, end))
+        deployments = self.fleet().deployments
+        previous: Attempt | None = None
+        for attempt in record.attempts:
+            if called_upstream(attempt) and attempt.span_id is not None:
+                dep = deployments.get(attempt.deployment_id)
+                out.extend(
+                    self._attempt_spans(
+                        record,
+                        trace,
+                        attempt,
+                        previous,
+                        dep.provider.kind if dep is not None else None,
+                        dep.provider.base_url if dep is not None else None,
+                        trace_id,
+                        server_id,
+                    )
+                )
+            previous = attempt
+        return out
+
+    def _server_span(
+        self,
+        record: RequestRecord,
+        trace: TraceContext,
+        trace_id: bytes,
+        span_id: bytes,
+        parent: bytes | None,
+        start: int,
+        end: int,
+    ) -> bytes:
+        route = trace.path
+        attrs = [
+            _attr("http.request.method", "POST"),
+            _attr("http.route", route),
+            _attr("url.path", route),
+            _attr("http.response.status_code", record.status),
+            _attr("fleetgate.endpoint", record.endpoint),
+            _attr("fleetgate.resolution", record.resolution),
+            _attr("fleetgate.deployment", record.deployment_id),
+            _attr("fleetgate.provider", record.provider_id),
+            _attr("fleetgate.attempts", len(record.attempts)),
+            _attr("error.type", record.error_code),
+            _unique("fleetgate.request.id", record.request_id),
+            _attr("fleetgate.requested_model", record.requested_model),
+            _attr("fleetgate.client_key", record.client_key_id),
+            _attr("fleetgate.virtual_model", record.virtual_model),
+        ]
+        status = otlp.STATUS_ERROR if record.status >= 500 else 0
+        return otlp.span(
+            trace_id,
+            span_id,
+            parent,
+            trace.state,
+            f"POST {route}",
+            otlp.SPAN_SERVER,
+            start,
+            end,
+            b"".join(attrs),
+            status,
+        )
+
+    def _routing_spans(
+        self, record: RequestRecord, trace: TraceContext, trace_id: bytes, parent: bytes, end: int
+    ) -> list[bytes]:
+        marks = trace.marks
+        notes = record.notes
+        resolution = notes.get("resolution")
+        tier = resolution.get("tier") if isinstance(resolution, dict) else None
+        affinity = notes.get("affinity")
+        refine = notes.get("context_refine")
+        dropped = [
+            f"{d.get('deployment')}: {d.get('filter')}: {d.get('reason')}" for d in record.dropped
+        ]
+        attrs = [
+            _attr("fleetgate.resolution", record.resolution),
+            _attr("fleetgate.tier", tier if isinstance(tier, str) else None),
+            _attr("fleetgate.context.tier", _text(notes.get("context_tier"))),
+            _attr("fleetgate.context.estimate", _count(notes.get("context_estimated"))),
+            _attr("fleetgate.context.tokens", _count(notes.get("context_estimate"))),
+            _attr("fleetgate.context.exact", _flag(notes.get("context_exact"))),
+            _attr("fleetgate.context.source", _text(refine) or "estimate"),
+            _attr(
+                "fleetgate.affinity",
+                _text(affinity.get("result")) if isinstance(affinity, dict) else None,
+            ),
+            _attr("fleetgate.candidates.kept", trace.kept or None),
+            _unique("fleetgate.candidates.dropped", dropped or None),
+        ]
+        route_id = _new_span_id()
+        planned = trace.wall(marks["planned"]) if "planned" in marks else end
+        failed = record.error_code is not None and not record.attempts
+        out = [
+            otlp.span(
+                trace_id,
+                route_id,
+                parent,
+                None,
+                ROUTE_SPAN,
+                otlp.SPAN_INTERNAL,
+                trace.wall(marks["plan"]),
+                planned,
+                b"".join(attrs),
+                otlp.STATUS_ERROR if failed and "planned" not in marks else 0,
+            )
+        ]
+        if refine in _COUNTED and "refine" in marks:
+            count_attrs = _attr("fleetgate.context.source", refine) + _attr(
+                "fleetgate.context.tokens", _count(notes.get("context_estimate"))
+            )
+            out.append(
+                otlp.span(
+                    trace_id,
+                    _new_span_id(),
+                    route_id,
+                    None,
+                    COUNT_SPAN,
+                    otlp.SPAN_INTERNAL,
+                    trace.wall(marks["refine"]),
+                    planned,
+                    count_attrs,
+                    0 if refine == "exact" else otlp.STATUS_ERROR,
+                )
+            )
+        return out
+
+    def _attempt_spans(
+        self,
+        record: RequestRecord,
+        trace: TraceContext,
+        a: Attempt,
+        previous: Attempt | None,
+        kind: str | None,
+        base_url: str | None,
+        trace_id: bytes,
+        parent: bytes,
+    ) -> list[bytes]:
+        assert a.span_id is not None
+        operation = operation_name(a, record.endpoint)
+        address, port = _server_of(base_url) if base_url else (None, None)
+        params = trace.params
+        if a.params:  # the route's own overrides are what the upstream got
+            params = dict(params)
+            for name in ("temperature", "top_p", "max_tokens"):
+                value = a.params.get(name)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    params[name] = value
+        served = a.deployment_id == record.deployment_id and a is record.attempts[-1]
+        cut = a.error_class == CUT_SHORT or (served and CUT_SHORT_NOTE in record.notes)
+        affinity = record.notes.get("affinity")
+        attrs = [
+            _attempt_block(
+                operation,
+                provider_name(kind),
+                a.upstream_model,
+                record.stream,
+                address,
+                port,
+                a.deployment_id,
+                a.provider_id,
+                a.wire,
+            ),
+            _attr("fleetgate.attempt.index", a.index),
+            _attr("fleetgate.cut_short", cut),
+            _attr("error.type", a.error_class),
+            _attr("http.response.status_code", a.status),
+            _attr("gen_ai.request.max_tokens", _count(params.get("max_tokens"))),
+            _attr("gen_ai.request.temperature", _real(params.get("temperature"))),
+            _attr("gen_ai.request.top_p", _real(params.get("top_p"))),
+            _attr("gen_ai.response.model", a.response_model),
+            _unique("gen_ai.response.id", a.response_id),
+            _attr("gen_ai.response.finish_reasons", (a.finish,) if a.finish else None),
+            _attr("gen_ai.usage.input_tokens", a.prompt_tokens),
+            _attr("gen_ai.usage.output_tokens", a.completion_tokens),
+            _attr("gen_ai.usage.cache_read.input_tokens", a.cache_read_tokens),
+            _seconds("gen_ai.response.time_to_first_chunk", a.ttft if record.stream else None),
+            _attr(
+                "fleetgate.fallback.reason", previous.error_class if previous is not None else None
+            ),
+            _attr(
+                "fleetgate.affinity",
+                affinity.get("result")
+                if isinstance(affinity, dict) and affinity.get("deployment") == a.deployment_id
+                else None,
+            ),
+        ]
+        start = trace.wall(a.began)
+        span_id = _id(a.span_id)
+        out = [
+            otlp.span(
+                trace_id,
+                span_id,
+                parent,
+                None,
+                f"{operation} {a.upstream_model}",
+                otlp.SPAN_CLIENT,
+                start,
+                start + int(a.latency * 1e9),
+                b"".join(attrs),
+                otlp.STATUS_ERROR if a.error_class and a.error_class != CUT_SHORT else 0,
+            )
+        ]
+        if a.translated is not None:
+            out.append(
+                otlp.span(
+                    trace_id,
+                    _new_span_id(),
+                    span_id,
+                    None,
+                    TRANSLATE_SPAN,
+                    otlp.SPAN_INTERNAL,
+                    start,
+                    start + int(a.translated * 1e9),
+                    _attr("fleetgate.wire", a.wire),
+                )
+            )
+        return out
+
+
+@lru_cache(maxsize=1024)
+def _attempt_block(
+    operation: str,
+    provider: str,
+    model: str,
+    stream: bool,
+    address: str | None,
+    port: int | None,
+    deployment: str,
+    provider_id: str,
+    wire: str | None,
+) -> bytes:
+    """The attributes every attempt on one deployment shares, encoded once."""
+    return b"".join(
+        (
+            _attr("gen_ai.operation.name", operation),
+            _attr("gen_ai.provider.name", provider),
+            _attr("gen_ai.request.model", model),
+            _attr("gen_ai.request.stream", stream),
+            _attr("server.address", address),
+            _attr("server.port", port),
+            _attr("fleetgate.deployment", deployment),
+            _attr("fleetgate.provider", provider_id),
+            _attr("fleetgate.wire", wire),
+        )
+    )
+
+
+def _count(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
+def _real(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _flag(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None

@@ -1,0 +1,117 @@
+"""W3C trace context on the request path: the client's `traceparent`, the ids of this
+request's spans, and the `traceparent` each upstream attempt carries.
+
+This is all the request path does for tracing, and it imports no OpenTelemetry package:
+ids are random numbers, the sampling decision a comparison. The spans themselves are built
+from the request record, off the request path (`telemetry/`), with these ids and the times
+the stages noted.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+# version 00: `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`; a later version may
+# append fields after a dash, which this reader ignores (the W3C rule for versions it lacks)
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_ZERO_TRACE = "0" * 32
+_ZERO_SPAN = "0" * 16
+MAX_TRACESTATE = 512  # longer lists are dropped, as W3C allows, rather than cut
+
+
+def _new_id(bits: int) -> str:
+    while True:  # an all-zero id is invalid
+        value = random.getrandbits(bits)
+        if value:
+            return f"{value:0{bits // 4}x}"
+
+
+def new_span_id() -> str:
+    return _new_id(64)
+
+
+@dataclass(slots=True)
+class TraceContext:
+    """One request's trace: its ids, whether it is sampled, and when its stages ran (the
+    request path notes times with `perf_counter`; `wall_ns` and `perf` tie that clock to
+    the wall clock the spans need)."""
+
+    trace_id: str
+    span_id: str  # the request's SERVER span
+    parent_id: str | None  # the client's span, when it sent a `traceparent`
+    sampled: bool
+    state: str | None = None  # the client's `tracestate`, passed on unchanged
+    path: str = ""  # the request's path (its SERVER span's route)
+    perf: float = 0.0  # perf_counter at the request's start
+    wall_ns: int = 0  # the wall clock then, in ns
+    # perf_counter marks: "plan", "planned", "refine", "refined" (only while sampled)
+    marks: dict[str, float] = field(default_factory=dict)
+    kept: tuple[str, ...] = ()  # the plan's candidates, in order (deployment ids)
+    params: dict[str, Any] = field(default_factory=dict)  # max_tokens, temperature, top_p
+
+    def traceparent(self, span_id: str) -> str:
+        """The `traceparent` of a span of this trace (an attempt's, for its upstream)."""
+        return f"00-{self.trace_id}-{span_id}-{'01' if self.sampled else '00'}"
+
+    def upstream_headers(self, headers: dict[str, str], span_id: str) -> dict[str, str]:
+        """`headers` (left as they are: they may be the provider's own) with this trace's
+        `traceparent` for the span `span_id`, and the client's `tracestate`."""
+        headers = dict(headers)
+        headers["traceparent"] = self.traceparent(span_id)
+        if self.state:
+            headers["tracestate"] = self.state
+        return headers
+
+    def wall(self, mark: float) -> int:
+        """A perf_counter time of this request as wall-clock ns."""
+        return self.wall_ns + int((mark - self.perf) * 1e9)
+
+
+def parse_traceparent(value: str) -> tuple[str, str, bool] | None:
+    """(trace id, parent span id, sampled) of a valid `traceparent`, else None."""
+    match = _TRACEPARENT.fullmatch(value.strip())
+    if match is None:
+        return None
+    version, trace_id, parent_id, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest is not None):
+        return None
+    if trace_id == _ZERO_TRACE or parent_id == _ZERO_SPAN:
+        return None
+    return trace_id, parent_id, bool(int(flags, 16) & 1)
+
+
+class Tracing:
+    """Starts each request's trace: a child of the client's, when it sent a valid one,
+    else a new one. Sampling is parent-based: a client's sampled (or unsampled) trace is
+    kept (or not) as it says; a new trace is kept when its id falls under `ratio`, the
+    rule of OpenTelemetry's trace-id ratio sampler, so every replica decides alike."""
+
+    __slots__ = ("_bound", "parent_based")
+
+    def __init__(self, ratio: float, parent_based: bool = True) -> None:
+        self._bound = round(max(0.0, min(1.0, ratio)) * (1 << 64))
+        self.parent_based = parent_based
+
+    def begin(
+        self, traceparent: str | None, tracestate: str | None, perf: float, path: str = ""
+    ) -> TraceContext:
+        parent = parse_traceparent(traceparent) if traceparent else None
+        if parent is not None:
+            trace_id, parent_id, sampled = parent
+            if not self.parent_based:
+                sampled = self._keeps(trace_id)
+        else:
+            trace_id, parent_id = _new_id(128), None
+            sampled = self._keeps(trace_id)
+        state = tracestate if parent is not None and tracestate else None
+        if state is not None and len(state) > MAX_TRACESTATE:
+            state = None
+        wall_ns = time.time_ns() - int((time.perf_counter() - perf) * 1e9)
+        return TraceContext(trace_id, new_span_id(), parent_id, sampled, state, path, perf, wall_ns)
+
+    def _keeps(self, trace_id: str) -> bool:
+        return int(trace_id[16:], 16) < self._bound

@@ -1,0 +1,156 @@
+"""What the picker learns and keeps while Envoy carries the bytes: the request log with the
+endpoint, affinity across turns, exact counts near a boundary, and how it is operated (its
+HTTP side through Envoy, its gRPC health)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import openai
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from fleetgate.control.plane import ControlOptions
+from fleetgate.epp.protocol import EXT_PROC_SERVICE
+from tests.epp.stack import EppStack
+from tests.harness import Stack, deployment, provider, wait_until
+from tests.tiers import chat_calls, tiered_config, words
+
+ADMIN = "admin-secret"
+
+
+def _client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=20)
+
+
+def _replicas(stack: Stack, n: int) -> dict[str, Any]:
+    engines = [stack.engine(f"r{i}") for i in range(1, n + 1)]
+    return {
+        "providers": [provider(e.name, e) for e in engines],
+        "deployments": [deployment("m", e.name) for e in engines],
+    }
+
+
+def test_the_request_log_holds_each_request_with_its_endpoint(
+    stack: Stack, epp: EppStack, tmp_path: Path
+):
+    options = ControlOptions(data_dir=str(tmp_path / "data"), admin_key=ADMIN)
+    envoy = epp.start(_replicas(stack, 2), options=options)
+    client = _client(envoy.url)
+    ids = []
+    for text in ("one", "two", "three"):
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": text}]
+        )
+        ids.append(raw.headers["x-request-id"])  # the id the picker gave the request
+    engines = {f"127.0.0.1:{e.port}": e.name for e in stack.engines.values()}
+    for request_id in ids:
+        # the picker's HTTP side, reached through Envoy like any path it does not pick for
+        url = f"{envoy.url}/v1/requests/{request_id}"
+        wait_until(lambda u=url: httpx.get(u).status_code == 200, 5, "the record kept")
+        record = httpx.get(url).json()
+        assert record["status"] == 200
+        assert record["deployment_id"] in ("r1", "r2")
+        assert engines[record["notes"]["endpoint"]] == record["deployment_id"]
+    # the same rows reach the stored request log, read through the admin API
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+
+    def logged() -> list[dict[str, Any]]:
+        resp = httpx.get(f"{envoy.url}/admin/requests", headers=headers)
+        assert resp.status_code == 200, resp.text
+        return [r for r in resp.json()["data"] if r["id"] in ids]
+
+    wait_until(lambda: len(logged()) == 3, 10, "three rows in the request log")
+    assert {r["deployment_id"] for r in logged()} <= {"r1", "r2"}
+
+
+def test_each_conversation_stays_on_one_replica(stack: Stack, epp: EppStack):
+    """Turns of one conversation follow its first (affinity learned from the answers the
+    picker saw), while new conversations spread over the replicas."""
+    envoy = epp.start(_replicas(stack, 3))
+    client = _client(envoy.url)
+    talks: list[list[dict[str, Any]]] = [
+        [{"role": "system", "content": f"You are tutor number {n}. " * 30}] for n in range(6)
+    ]
+    served: list[list[str]] = [[] for _ in talks]
+    for turn in range(3):
+        for n, talk in enumerate(talks):  # interleaved, as clients would be
+            talk.append({"role": "user", "content": f"Question {turn}?"})
+            answer = client.chat.completions.create(model="m", messages=talk, max_tokens=8)
+            served[n].append(answer.system_fingerprint or "")
+            talk.append({"role": "assistant", "content": answer.choices[0].message.content})
+    assert all(len(set(replicas)) == 1 for replicas in served), served
+    assert len({replicas[0] for replicas in served}) >= 2, served  # not all on one
+
+
+def test_an_exact_count_is_asked_near_the_boundary(stack: Stack, epp: EppStack):
+    """The fake engine counts words: a prompt the estimate costs low, placed by its count."""
+    base = stack.engine("base", context_window=1000)
+    long = stack.engine("long", context_window=10000)
+    envoy = epp.start(tiered_config(base, long))
+    messages = [{"role": "user", "content": words(1200, ".")}]  # estimated ~950..1550
+    answer = _client(envoy.url).chat.completions.create(model="m", messages=messages, max_tokens=10)
+    assert answer.system_fingerprint == "fake-long"
+    assert base.tokenize_calls == 1 and chat_calls(base) == 0  # counted, never sent there
+    assert chat_calls(long) == 1
+
+
+def test_grpc_health_says_serving_for_each_name(stack: Stack, epp: EppStack):
+    epp.start(_replicas(stack, 1))
+    assert epp.picker is not None
+    with grpc.insecure_channel(f"127.0.0.1:{epp.picker.port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for name in ("", "liveness", "readiness", EXT_PROC_SERVICE):
+            answer = stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING, name
+
+
+def test_serve_never_imports_grpc():
+    """The proxy's start-up path loads no gRPC and no Envoy protos (`-X importtime`)."""
+    code = (
+        "import fleetgate.launch, fleetgate.assemble, fleetgate.server.run, "
+        "fleetgate.control.build, fleetgate.server.app"
+    )
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    modules = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()]
+    assert "fleetgate.server.app" in modules  # the listing is the real one
+    loaded = [m for m in modules if m.split(".")[0] in ("grpc", "envoy", "xds", "grpc_health")]
+    assert loaded == []
+    # and the picker's own path does load them (the check above can fail)
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import fleetgate.epp.run"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "grpc" in [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()]
+
+
+def test_client_keys_are_checked_by_the_picker(stack: Stack, epp: EppStack, sqlite_url: str):
+    """The same keys as the proxy: none is a 401 in the client's shape, a key for another
+    model a 403; a good key passes, and the engine never sees it."""
+    config = _replicas(stack, 1)
+    config["auth"] = {"enabled": True}
+    envoy = epp.start(config, options=ControlOptions(database_url=sqlite_url, admin_key=ADMIN))
+    api = httpx.Client(base_url=envoy.url, headers={"Authorization": f"Bearer {ADMIN}"})
+    secret = api.post("/admin/keys", json={"name": "app", "allowed_models": ["m"]}).json()["key"]
+    other = api.post("/admin/keys", json={"name": "x", "allowed_models": ["z"]}).json()["key"]
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    url = envoy.url + "/v1/chat/completions"
+    missing = httpx.post(url, json=body)
+    assert missing.status_code == 401 and missing.json()["error"]["code"] == "invalid_api_key"
+    wrong = httpx.post(url, json=body, headers={"Authorization": f"Bearer {other}"})
+    assert wrong.status_code == 403
+    good = httpx.post(url, json=body, headers={"Authorization": f"Bearer {secret}"}, timeout=10)
+    assert good.status_code == 200
+    engine = stack.engines["r1"]
+    assert len(engine.requests) == 1 and "Authorization" not in engine.requests[0].headers
