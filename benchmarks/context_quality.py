@@ -26,6 +26,14 @@ Reports, with the issue's targets:
   and the gateway's over the floor's.
 
     python3 benchmarks/context_quality.py [--seed 21] [--requests 300] [--tokenizer] [--out FILE]
+        [--model FILE.gguf --alias NAME] [--no-fingerprint]
+
+`--model` runs both engines on another model file (`scripts/llama_engine/make_vocab_model.py`
+writes tiny ones with other real vocabularies and chat templates) under the model name
+`--alias`, which should suggest no tokenizer family. The report then also gives the share of
+requests whose central estimate (the deployment's own fit once it has one, else the
+family's) lies within [0.9, 1.1] of the true count: over all requests, before any answer
+(the fingerprint's), and after the first 50 answers.
 
 Prompts are sent with `cache_prompt: false` and `temperature: 0`, so a request costs the
 engine the same whichever of its two sends comes first.
@@ -120,6 +128,9 @@ class Outcome:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
+ALIASES = {"alias": ALIAS}  # the engines' model name (`--alias`)
+
+
 def exact_counts(engine: LlamaServer, items: list[Item]) -> None:
     conn = Connection(engine.port)
     for item in items:
@@ -144,11 +155,16 @@ def make_items(seed: int, n: int) -> list[Item]:
 
 
 def write_config(
-    path: Path, port: int, engines: list[LlamaServer], guard: str, tokenizer: Path | None
+    path: Path,
+    port: int,
+    engines: list[LlamaServer],
+    guard: str,
+    tokenizer: Path | None,
+    fingerprint: bool = True,
 ) -> None:
     config = {
         "server": {"host": "127.0.0.1", "port": port},
-        "routing": {"context": {"guard": guard}},
+        "routing": {"context": {"guard": guard, "fingerprint": fingerprint}},
         "providers": [
             {"id": f"ctx-{w}", "kind": "llamacpp", "base_url": e.base_url}
             for w, e in zip(WINDOWS, engines, strict=True)
@@ -158,7 +174,7 @@ def write_config(
                 "id": f"ctx-{w}",
                 "model": MODEL,
                 "provider": f"ctx-{w}",
-                "upstream_model": ALIAS,
+                "upstream_model": ALIASES["alias"],
                 "context_window": w,
                 **({"tokenizer": str(tokenizer)} if tokenizer else {}),
             }
@@ -169,11 +185,15 @@ def write_config(
 
 
 def start_gateway(
-    work: Path, engines: list[LlamaServer], guard: str, tokenizer: Path | None
+    work: Path,
+    engines: list[LlamaServer],
+    guard: str,
+    tokenizer: Path | None,
+    fingerprint: bool = True,
 ) -> Any:
     port = free_port()
     config = work / f"fleet-{guard}.json"
-    write_config(config, port, engines, guard, tokenizer)
+    write_config(config, port, engines, guard, tokenizer, fingerprint)
     pythonpath = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in pythonpath if p))
     env["FLEETGATE_DATA_DIR"] = str(work / guard)
@@ -247,7 +267,11 @@ def replay(
     for item in items:
         sends: dict[str, Any] = {"gateway": ("gateway", through, item.body)}
         if floors is not None and item.tier is not None:
-            sends["direct"] = ("direct", straight[item.tier], {**item.body, "model": ALIAS})
+            sends["direct"] = (
+                "direct",
+                straight[item.tier],
+                {**item.body, "model": ALIASES["alias"]},
+            )
             sends["floor"] = ("floor", bare[item.tier], {**item.body, "model": FLOOR_MODEL})
         order = list(sends.values())
         shift = item.index % len(order)
@@ -284,6 +308,34 @@ def replay(
 
 def _route_window(route: str | None) -> int | None:
     return int(route.removeprefix("ctx-")) if route else None
+
+
+def _central(o: Outcome) -> int | None:
+    """The central estimate of the deployment that answered (its own fit's, else its
+    family's), from the record's `context_raw` note."""
+    raw = o.notes.get("context_raw") or {}
+    dep = o.route or "ctx-2048"
+    return (
+        raw.get("@" + dep)
+        or raw.get("@ctx-2048")
+        or next((v for k, v in raw.items() if not k.startswith("@")), None)
+    )
+
+
+def accuracy(items: list[Item], outcomes: list[Outcome]) -> dict[str, Any]:
+    """The share of requests whose central estimate is within [0.9, 1.1] of the true count:
+    all, the first 50 (before the fits had 50 answers), and the rest."""
+    ratios = []
+    for item, o in zip(items, outcomes, strict=True):
+        central = _central(o)
+        ratios.append(item.prompt / central if central else None)
+
+    def share(part: list[float | None]) -> dict[str, Any]:
+        known = [r for r in part if r is not None]
+        inside = sum(0.9 <= r <= 1.1 for r in known)
+        return {"n": len(known), "within_0.9_1.1": round(inside / len(known), 3) if known else None}
+
+    return {"all": share(ratios), "first_50": share(ratios[:50]), "after_50": share(ratios[50:])}
 
 
 def score(items: list[Item], outcomes: list[Outcome], guard: str) -> dict[str, Any]:
@@ -445,6 +497,13 @@ def checks(results: list[dict[str, Any]]) -> list[str]:
             f"{r['refused_while_fits']} (0), exact-count calls/request "
             f"{r['count_calls_per_request']:.3f} (<= 0.3)"
         )
+        est = r.get("estimate")
+        if est:
+            lines.append(
+                f"{g}: estimate within [0.9, 1.1]: all {est['all']['within_0.9_1.1']}, first 50 "
+                f"{est['first_50']['within_0.9_1.1']}, after 50 {est['after_50']['within_0.9_1.1']}"
+                " (>= 0.95)"
+            )
         if g == "reject":
             lines.append(
                 f"{g}: fits nowhere: refused before any upstream call "
@@ -477,10 +536,18 @@ def checks(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def run(seed: int, n: int, latency: bool, tokenizer: bool) -> dict[str, Any]:
+def run(
+    seed: int,
+    n: int,
+    latency: bool,
+    tokenizer: bool,
+    model: Path | None = None,
+    fingerprint: bool = True,
+) -> dict[str, Any]:
     """`tokenizer`: the deployments count with a local `tokenizer:` (the engine's
-    tokenizer.json) instead of the engine's endpoints."""
-    engines = [LlamaServer(n_ctx=w, slots=1, threads=1) for w in WINDOWS]
+    tokenizer.json) instead of the engine's endpoints. `model`: the engines' model file."""
+    alias = ALIASES["alias"]
+    engines = [LlamaServer(n_ctx=w, slots=1, threads=1, model=model, alias=alias) for w in WINDOWS]
     gateways: list[Any] = []
     try:
         for e in engines:
@@ -494,16 +561,21 @@ def run(seed: int, n: int, latency: bool, tokenizer: bool) -> dict[str, Any]:
         results = []
         for guard in ("allow", "reject"):
             local = find_llama().tokenizer if tokenizer else None
-            gateway = start_gateway(work, engines, guard, local)
+            gateway = start_gateway(work, engines, guard, local, fingerprint)
             gateways.append(gateway)
-            ports = {w: f.port for w, f in zip(WINDOWS, floors, strict=True)}
-            outcomes = replay(gateway.port, engines, items, ports if guard == "allow" else None)
-            results.append(score(items, outcomes, guard))
+            ports = {w: f.port for w, f in zip(WINDOWS, floors, strict=True)} if floors else {}
+            outcomes = replay(
+                gateway.port, engines, items, ports if guard == "allow" and floors else None
+            )
+            results.append({**score(items, outcomes, guard), "estimate": accuracy(items, outcomes)})
             stop(gateway.proc)
         return {
             "seed": seed,
             "requests": n,
             "local_tokenizer": tokenizer,
+            "model": str(model) if model else None,
+            "alias": alias,
+            "fingerprint": fingerprint,
             "tiers": dict(tiers),
             "load_average": os.getloadavg(),
             "spread": spread(items),
@@ -528,8 +600,21 @@ def main() -> int:
         help="give the deployments the engine's tokenizer.json as a local `tokenizer:`",
     )
     parser.add_argument("--out", type=Path, help="write the JSON result here too")
+    parser.add_argument("--model", type=Path, help="the engines' model file (.gguf)")
+    parser.add_argument("--alias", default=ALIAS, help="the engines' model name")
+    parser.add_argument(
+        "--no-fingerprint", action="store_true", help="no tokenizer fingerprint at discovery"
+    )
     args = parser.parse_args()
-    result = run(args.seed, args.requests, not args.no_latency, args.tokenizer)
+    ALIASES["alias"] = args.alias
+    result = run(
+        args.seed,
+        args.requests,
+        not args.no_latency,
+        args.tokenizer,
+        args.model,
+        not args.no_fingerprint,
+    )
     text = json.dumps(result, indent=2)
     if args.out:
         args.out.write_text(text)

@@ -24,15 +24,19 @@ TO_THE_LIMIT: dict[str, Any] = {"extra_body": {"ignore_eos": True}}
 
 @pytest.fixture(scope="session")
 def llama() -> Iterator[LlamaFactory]:
-    """`llama(n_ctx=512, slots=1, extra=())`: a running engine, shared by every test that
-    asks for the same settings. Tests must not change an engine's state for others."""
+    """`llama(n_ctx=512, slots=1, extra=(), alias=ALIAS)`: a running engine, shared by every
+    test that asks for the same settings (`alias`: the model name it answers with). Tests
+    must not change an engine's state for others."""
     running: dict[tuple[Any, ...], LlamaServer] = {}
 
-    def get(n_ctx: int = 512, slots: int = 1, extra: tuple[str, ...] = ()) -> LlamaServer:
-        key = (n_ctx, slots, extra)
+    def get(
+        n_ctx: int = 512, slots: int = 1, extra: tuple[str, ...] = (), alias: str = ALIAS
+    ) -> LlamaServer:
+        key = (n_ctx, slots, extra, alias)
         if key not in running:
             try:
-                running[key] = LlamaServer(n_ctx=n_ctx, slots=slots, extra=extra).start()
+                server = LlamaServer(n_ctx=n_ctx, slots=slots, extra=extra, alias=alias)
+                running[key] = server.start()
             except EngineMissing as exc:
                 pytest.fail(str(exc))
         return running[key]

@@ -14,9 +14,12 @@ LONG_WINDOW = 10000
 def tiered_config(
     base: FakeEngine, long: FakeEngine, context: dict[str, Any] | None = None, **model: Any
 ) -> dict[str, Any]:
-    """Model `m`: deployment `base` (1k) plus a `long_context` block on `long` (10k)."""
+    """Model `m`: deployment `base` (1k) plus a `long_context` block on `long` (10k). The
+    fake engines count words: no tokenizer fingerprint, so the family's estimate stands."""
     return {
-        "routing": {"context": {"default_output_reserve": 64, **(context or {})}},
+        "routing": {
+            "context": {"default_output_reserve": 64, "fingerprint": False, **(context or {})}
+        },
         "providers": [provider("base", base)],
         "deployments": [deployment("m", "base", upstream_model="up-m")],
         "models": [

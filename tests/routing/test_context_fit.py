@@ -102,10 +102,14 @@ def test_guard_reject_refuses_before_any_upstream_call(
     assert isinstance(err, dict) and err["code"] == "context_too_large"
     assert f"({LONG_WINDOW} tokens)" in err["message"]
     assert chat_calls(base) == 0 and chat_calls(long) == 0
-    if refine:  # beyond doubt (even half the estimate fits nowhere): no count is asked
+    if refine:  # beyond doubt (more words than the window holds): no count is asked
         assert base.requests == [] and long.requests == []
-        # a lower bound over the windows, but not twice over: the count decides
-        near = [{"role": "user", "content": words(LONG_WINDOW)}]
+        # the family's estimate is over the windows, its words are not: the count decides
+        # (the fake engine counts 9,982 words and a token a message: 9,987 + 16 > 10,000)
+        near = [
+            {"role": "user", "content": words(LONG_WINDOW - 22)},
+            *({"role": r, "content": "a"} for r in ("assistant", "user", "assistant", "user")),
+        ]
         with pytest.raises(openai.BadRequestError) as info:
             client_for(stack).chat.completions.create(model="m", messages=near, max_tokens=16)
         assert "(counted exactly: " in info.value.message

@@ -90,6 +90,8 @@ def live_fleet(
                 "context_estimate": {
                     "tokenizer_family": dep.tokenizer_family,
                     "calibration": state.calibration.public(dep.id),
+                    # the deployment's own tokenizer fit: weights, source, residual spread
+                    "fit": state.calibration.public_fit(dep.id),
                 },
                 "ema": {
                     "ttft_seconds": h.ttft_ema,

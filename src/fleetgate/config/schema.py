@@ -426,6 +426,9 @@ class ContextConfig(_Strict):
     """Reserve per audio part."""
     message_overhead: Annotated[int, Field(ge=0)] | None = None
     """Chat-template tokens per message (default: the tokenizer family's)."""
+    fingerprint: bool = True
+    """Count a fixed probe set on each engine with a tokenize endpoint (llama.cpp, vLLM,
+    SGLang) whose placement the estimate decides, and fit its tokenizer from the counts."""
     refine: RefineConfig = Field(default_factory=RefineConfig)
 
 

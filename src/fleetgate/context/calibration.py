@@ -9,6 +9,10 @@ corrected by the upper one (conservative), and the refine band is the spread bet
 lower and the upper one instead of a fixed [0.7, 1.3]. Both are bounded to
 [`FLOOR`, `CEILING`], so no run of odd answers can move them further.
 
+The book also holds each deployment's own tokenizer fit (`fit.py`): the weights of the
+tally's fields learned from the answers (and a fingerprint of the engine's tokenizer), which
+replaces the family and this ratio once it is the deployment's own evidence.
+
 Pure and synchronous; the recorder feeds it off the hot path (`record/calibration_sink.py`),
 the state layer shares it between replicas, the store keeps it across restarts.
 """
@@ -19,6 +23,8 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from fleetgate.context.fit import TokenizerFit
 
 MIN_SAMPLES = 8
 HALF_LIFE = 200.0  # samples
@@ -120,12 +126,21 @@ class CalibrationBook:
         self.version = 0  # goes up with every sample (the store saves a changed book)
         self._outbox: dict[str, list[list[float]]] = {}  # local samples not yet shared
         self._outbox_size = 0
+        self._fits: dict[str, TokenizerFit] = {}
+        self._stored_fits: dict[str, dict[str, Any]] = {}  # loaded, not yet asked for
+        self._answers: dict[str, list[list[Any]]] = {}  # local answers not yet shared
+        self._answers_size = 0
 
     def factors(self, deployment_id: str, prior: tuple[float, float]) -> tuple[float, float]:
         """(low, high) factors on a deployment's estimate: learned, else the family's."""
         cal = self._by_deployment.get(deployment_id)
         bounds = cal.bounds() if cal is not None else None
         return bounds if bounds is not None else prior
+
+    def calibrated(self, deployment_id: str) -> tuple[float, float] | None:
+        """(low, high) factors learned from usage; None until there are enough samples."""
+        cal = self._by_deployment.get(deployment_id)
+        return cal.bounds() if cal is not None else None
 
     def observe(
         self, deployment_id: str, ratio: float, now: float | None = None, shared: bool = False
@@ -144,6 +159,56 @@ class CalibrationBook:
             self._outbox.setdefault(deployment_id, []).append([round(ratio, 5), when])
             self._outbox_size += 1
 
+    def fit(self, deployment_id: str, prior: tuple[float, ...]) -> TokenizerFit:
+        """The deployment's tokenizer fit (made on first use, from a stored state if any)."""
+        fit = self._fits.get(deployment_id)
+        if fit is None:
+            fit = self._fits[deployment_id] = TokenizerFit(prior)
+            stored = self._stored_fits.pop(deployment_id, None)
+            if stored is not None:
+                fit.load(stored)
+        return fit
+
+    def own_fit(self, deployment_id: str) -> TokenizerFit | None:
+        """The deployment's fit when it is its own evidence (hot path: a lookup)."""
+        fit = self._fits.get(deployment_id)
+        return fit if fit is not None and fit.own else None
+
+    def observe_answer(
+        self,
+        deployment_id: str,
+        prior: tuple[float, ...],
+        counts: tuple[int, ...],
+        tokens: int,
+        now: float | None = None,
+        shared: bool = False,
+    ) -> None:
+        """An answer's tally and reported prompt tokens (`shared`: another replica's)."""
+        when = time.time() if now is None else now
+        self.fit(deployment_id, prior).add(counts, tokens, when)
+        self.changed.add(deployment_id)
+        self.version += 1
+        if not shared and self._answers_size < MAX_UNSHARED:
+            sparse = [[i, v] for i, v in enumerate(counts) if v]
+            self._answers.setdefault(deployment_id, []).append([sparse, tokens, when])
+            self._answers_size += 1
+
+    def refit(self, now: float | None = None) -> int:
+        """Refit the fits that are due (off the hot path); returns how many were."""
+        when = time.monotonic() if now is None else now
+        done = 0
+        for fit in self._fits.values():
+            if fit.due(when):
+                fit.refit(when)
+                done += 1
+        return done
+
+    def take_answers(self) -> dict[str, list[list[Any]]]:
+        """The answers observed here since the last call: deployment -> [[tally, tokens,
+        time]] (the tally sparse: [[field, count]])."""
+        out, self._answers, self._answers_size = self._answers, {}, 0
+        return out
+
     def take_samples(self) -> dict[str, list[list[float]]]:
         """The samples observed here since the last call: deployment -> [[ratio, time]]."""
         out, self._outbox, self._outbox_size = self._outbox, {}, 0
@@ -151,13 +216,25 @@ class CalibrationBook:
 
     def dumps(self) -> dict[str, dict[str, Any]]:
         """Every deployment's whole state (what the store keeps)."""
-        return {d: cal.dump() for d, cal in self._by_deployment.items()}
+        out = {d: cal.dump() for d, cal in self._by_deployment.items()}
+        for d, fit in self._fits.items():
+            out.setdefault(d, {})["fit"] = fit.dump()
+        return out
 
     def get(self, deployment_id: str) -> Calibration | None:
         return self._by_deployment.get(deployment_id)
 
     def put(self, deployment_id: str, data: dict[str, Any]) -> None:
         """Adopt a stored or shared state when it is newer than ours."""
+        fit_data = data.get("fit")
+        if isinstance(fit_data, dict):
+            fit = self._fits.get(deployment_id)
+            if fit is None:
+                self._stored_fits[deployment_id] = fit_data
+            elif float(fit_data.get("updated_at", 0.0)) > fit.updated_at:
+                fit.load(fit_data)
+        if "weights" not in data:
+            return
         incoming = Calibration.load(data)
         current = self._by_deployment.get(deployment_id)
         if current is None or incoming.updated_at > current.updated_at:
@@ -165,10 +242,20 @@ class CalibrationBook:
 
     def take_changed(self) -> dict[str, dict[str, Any]]:
         """The dumps of the deployments changed since the last call."""
-        out = {d: self._by_deployment[d].dump() for d in self.changed}
+        out: dict[str, dict[str, Any]] = {}
+        for d in self.changed:
+            cal = self._by_deployment.get(d)
+            out[d] = cal.dump() if cal is not None else {}
+            fit = self._fits.get(d)
+            if fit is not None:
+                out[d]["fit"] = fit.dump()
         self.changed = set()
         return out
 
     def public(self, deployment_id: str) -> dict[str, Any] | None:
         cal = self._by_deployment.get(deployment_id)
         return cal.public() if cal is not None else None
+
+    def public_fit(self, deployment_id: str) -> dict[str, Any] | None:
+        fit = self._fits.get(deployment_id)
+        return fit.public() if fit is not None else None

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetgate.config.schema import ContextConfig
 from fleetgate.context.families import FAMILIES, Family
-from fleetgate.context.tally import Tally, tally_body
+from fleetgate.context.tally import TOKEN_IDS, WORDS, Tally, tally_body
 
 if TYPE_CHECKING:
     from fleetgate.fleet import Deployment
@@ -49,6 +49,9 @@ class ContextEstimate:
     bounds_of: BoundsOf | None = field(default=None, compare=False, repr=False)
     # per deployment the fewest tokens for any text (runs collapsed); None: the low bound
     floor_of: Callable[[Deployment], int] | None = field(default=None, compare=False, repr=False)
+    # per deployment whether its band rests on its own evidence (a fitted tokenizer: a
+    # fingerprint or enough answers), not on a family's prior; None: on none
+    own_of: Callable[[Deployment], bool] | None = field(default=None, compare=False, repr=False)
 
     @property
     def total(self) -> int:
@@ -71,6 +74,19 @@ class ContextEstimate:
         if self.exact or self.floor_of is None:
             return self.low(dep)
         return min(self.floor_of(dep), self.low(dep))
+
+    def own(self, dep: Deployment) -> bool:
+        """Whether the band on `dep` rests on the deployment's own evidence."""
+        return self.exact or (self.own_of is not None and self.own_of(dep))
+
+    def least(self) -> int:
+        """The fewest tokens the request can need on any tokenizer that splits text at
+        whitespace (byte-level BPE, SentencePiece): a word is a token at least. A rule, not
+        a fit: evidence whatever the tokenizer."""
+        if self.exact or self.tally is None:
+            return self.total
+        counts = self.tally.counts
+        return counts[WORDS] + counts[TOKEN_IDS] + self.output_reserve
 
     def header(self) -> str:
         """The value of X-Fleetgate-Context-Estimate, e.g. `1234; estimate`."""
@@ -99,12 +115,18 @@ def output_reserve(body: dict[str, Any], endpoint: str, default: int) -> int:
     return default
 
 
-def text_tokens(tally: Tally, family: Family, settings: ContextConfig) -> int:
-    """The family's estimate of the text and template part (no media), margin included."""
-    tokens = family.tokens(tally.counts)
-    if settings.margin_percent:
-        tokens = math.ceil(tokens * (1 + settings.margin_percent / 100))
+def with_margin(tokens: int, known: int, settings: ContextConfig) -> int:
+    """`tokens`, of which `known` are token ids (exact), with the margin on the rest."""
+    if settings.margin_percent and tokens > known:
+        guessed = math.ceil((tokens - known) * (1 + settings.margin_percent / 100))
+        return guessed + known
     return tokens
+
+
+def text_tokens(tally: Tally, family: Family, settings: ContextConfig) -> int:
+    """The family's estimate of the text and template part (no media), margin included on
+    what is estimated (token ids are counted as they are)."""
+    return with_margin(family.tokens(tally.counts), tally.counts[TOKEN_IDS], settings)
 
 
 def media_tokens(tally: Tally, settings: ContextConfig) -> int:

@@ -1,10 +1,15 @@
 """What a request needs on each deployment: its estimate as a (low, high) band.
 
-The family of each deployment (`tokenizer_family`, or inferred from the model name) costs
-the request's tally; the deployment's calibration (or, until it has one, the family's
-measured spread) gives the factors that bound the true count, clamped to the configured
-`refine.band_low` / `band_high`. One tally, one dot product per family, a cache per
-deployment.
+Once a deployment has its own evidence about its tokenizer (a fitted `TokenizerFit`: a
+fingerprint of its engine, or enough answers; see `fit.py`), its fitted weights cost the
+request's tally and the fit's residual spread for this kind of text bounds the true count.
+Until then the family of the deployment (`tokenizer_family`, or inferred from the model
+name) is the prior: its weights cost the tally, and the deployment's usage calibration (or,
+until it has one, the family's measured spread clamped to `refine.band_low` / `band_high`)
+bounds it. Evidence wins: a calibrated band is used as learned (within the calibration's
+[0.5, 2]), never clamped into the prior's, and never empty. Margin and band apply to what is
+estimated: token ids are exact, media parts fixed reserves. One tally, one dot product per
+family or fit, a cache per deployment.
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ from fleetgate.context.estimate import (
     media_tokens,
     output_reserve,
     text_tokens,
+    with_margin,
 )
 from fleetgate.context.families import FAMILIES
-from fleetgate.context.tally import MESSAGES, Tally, tally_body
+from fleetgate.context.tally import MESSAGES, TOKEN_IDS, Tally, tally_body
 from fleetgate.fleet import Deployment
+
+FITTED = "@"  # a key of the central estimates: a deployment's own fit, not a family
 
 
 def family_tokens(tally: Tally, family: str, settings: ContextConfig) -> int:
@@ -41,10 +49,12 @@ def family_tokens(tally: Tally, family: str, settings: ContextConfig) -> int:
 def bounds_function(
     tally: Tally, reserve: int, settings: ContextConfig, book: CalibrationBook | None
 ) -> tuple[BoundsOf, dict[str, int]]:
-    """(bounds per deployment, the central estimate per family asked so far)."""
+    """(bounds per deployment, the central estimate per family asked so far, and per
+    deployment whose own fit estimated, under `FITTED` + its id)."""
     raw: dict[str, int] = {}
     cache: dict[str, tuple[int, int]] = {}
-    media = media_tokens(tally, settings)
+    known = tally.counts[TOKEN_IDS] + media_tokens(tally, settings) + reserve
+    ids = tally.counts[TOKEN_IDS]
     band_low, band_high = settings.refine.band_low, settings.refine.band_high
 
     def bounds(dep: Deployment) -> tuple[int, int]:
@@ -53,19 +63,33 @@ def bounds_function(
             return found
         family = dep.tokenizer_family
         tokens = raw.get(family)
-        if tokens is None:
+        if tokens is None:  # the prior's estimate (what the usage calibration learns from)
             tokens = raw[family] = family_tokens(tally, family, settings)
-        prior = FAMILIES[family].spread
-        low, high = book.factors(dep.id, prior) if book is not None else prior
-        low, high = max(low, band_low), min(high, band_high)
-        found = (
-            math.floor(tokens * low) + media + reserve,
-            math.ceil(tokens * high) + media + reserve,
-        )
+        fit = book.own_fit(dep.id) if book is not None else None
+        if fit is not None:  # the deployment's own evidence
+            guessed = with_margin(fit.tokens(tally.counts), 0, settings)
+            low, high = fit.factors(tally.counts)
+            raw[FITTED + dep.id] = guessed + ids
+        else:  # the family's prior, calibrated by usage when it has been
+            guessed = tokens - ids
+            calibrated = book.calibrated(dep.id) if book is not None else None
+            if calibrated is None:
+                prior_low, prior_high = FAMILIES[family].spread
+                low, high = max(prior_low, band_low), min(prior_high, band_high)
+                high = max(high, low)
+            else:
+                low, high = calibrated
+        found = (math.floor(guessed * low) + known, math.ceil(guessed * high) + known)
         cache[dep.id] = found
         return found
 
     return bounds, raw
+
+
+def _own_function(book: CalibrationBook | None) -> Callable[[Deployment], bool] | None:
+    if book is None:
+        return None
+    return lambda dep: book.own_fit(dep.id) is not None
 
 
 def estimate_need(
@@ -88,6 +112,7 @@ def estimate_need(
         tally=tally,
         bounds_of=bounds,
         floor_of=_floor_function(body, endpoint, reserve, settings, book),
+        own_of=_own_function(book),
     )
     return estimate, raw
 

@@ -34,6 +34,7 @@ from fleetgate.store.calibration import CalibrationKeeper, CalibrationStore
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
 from fleetgate.store.database import database_url, migrate, open_database
+from fleetgate.store.fingerprints import FingerprintKeeper
 from fleetgate.store.fleet_file import (
     apply_summary,
     changes,
@@ -178,6 +179,7 @@ class ControlPlane:
         self.log_writer: RequestLog | LogWriterProcess = self.request_log
         self.keys = KeyStore(self.db)
         self.calibration = CalibrationKeeper(CalibrationStore(self.db), pipeline.state.calibration)
+        self.fingerprints = FingerprintKeeper(self.db, pipeline.fingerprints.cache)
         self.ring = KeyRing()
         self.guard = Guard(self.ring, base.auth.enabled)
         self.spend = SpendSink(self.keys, lambda: self.fleet, self.ring, self.store_outage)
@@ -226,6 +228,7 @@ class ControlPlane:
         self.pipeline.recorder.sinks.append(self.spend)
         self._export_store_metrics()
         await self.calibration.load()
+        await self.fingerprints.load()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._purge_loop()))
         self._tasks.append(loop.create_task(self._poll_loop()))
@@ -289,6 +292,7 @@ class ControlPlane:
             if close_shared is not None:
                 await close_shared()
         await self.calibration.save()
+        await self.fingerprints.stop()
         if self.link is not None:
             await self.link.stop()
         if isinstance(self.log_writer, LogWriterProcess):

@@ -22,6 +22,7 @@ from fleetgate.context.refine import ContextRefiner
 from fleetgate.context.truncation import Cut, judge
 from fleetgate.discovery.engine_load import EngineLoadPoller, EngineLoads
 from fleetgate.discovery.health_check import HealthChecker
+from fleetgate.discovery.fingerprint import FingerprintCache, FingerprintService
 from fleetgate.discovery.replicas import ReplicaNames
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
@@ -100,6 +101,8 @@ class Pipeline:
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
         self.discovery = DiscoveryService(holder, self.windows)
+        self.fingerprints = FingerprintService(holder, self.state.calibration, FingerprintCache())
+        holder.on_swap(lambda _old, _new: self.fingerprints.wake())
         # a provider's `endpoints` named by DNS: resolved again, the fleet rebuilt on change
         self.replicas = ReplicaNames(
             lambda: holder.fleet.config,
@@ -127,6 +130,7 @@ class Pipeline:
         await self.discovery.start()
         await self.load_poller.start()
         await self.health_checks.start()
+        await self.fingerprints.start()
         self._load_tokenizers(self.holder.fleet)
         self.ready = True
 
@@ -137,6 +141,7 @@ class Pipeline:
         await self.discovery.stop()
         await self.load_poller.stop()
         await self.health_checks.stop()
+        await self.fingerprints.stop()
         await self.recorder.stop()
         if self.telemetry is not None:
             await self.telemetry.stop()  # the last spans and figures, briefly

@@ -28,31 +28,34 @@ SAVE_INTERVAL = 30.0  # seconds between saves of a changed book
 
 
 class CalibrationStore:
-    def __init__(self, db: Database) -> None:
+    """One `store_meta` row of JSON: deployment -> its calibration's dump (by default)."""
+
+    def __init__(self, db: Database, key: str = KEY) -> None:
         self.db = db
+        self.key = key
 
     async def load(self) -> dict[str, dict[str, Any]]:
-        """deployment -> its calibration's dump; empty before the first save."""
-        return await self.db.read(_load)
+        """The row's JSON object; empty before the first save."""
+        return await self.db.read(_load, self.key)
 
     async def save(self, dumps: dict[str, dict[str, Any]]) -> None:
         value = orjson.dumps(dumps).decode()
         try:
-            await self.db.transaction(_save, value)
+            await self.db.transaction(_save, self.key, value)
         except IntegrityError:  # another replica inserted the row first
-            await self.db.transaction(_save, value)
+            await self.db.transaction(_save, self.key, value)
 
 
-def _load(conn: Connection) -> dict[str, dict[str, Any]]:
-    row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == KEY)).first()
+def _load(conn: Connection, key: str) -> dict[str, dict[str, Any]]:
+    row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == key)).first()
     data = orjson.loads(row[0]) if row else {}
     return data if isinstance(data, dict) else {}
 
 
-def _save(conn: Connection, value: str) -> None:
-    done = conn.execute(update(store_meta).where(store_meta.c.key == KEY).values(value=value))
+def _save(conn: Connection, key: str, value: str) -> None:
+    done = conn.execute(update(store_meta).where(store_meta.c.key == key).values(value=value))
     if not done.rowcount:
-        conn.execute(insert(store_meta).values(key=KEY, value=value))
+        conn.execute(insert(store_meta).values(key=key, value=value))
 
 
 class CalibrationKeeper:

@@ -67,6 +67,8 @@ class LlamaServer:
     threads: int = 1
     extra: tuple[str, ...] = ()  # more flags, e.g. ("--embeddings",)
     port: int = 0
+    model: Path | None = None  # another model file than the build's
+    alias: str = ALIAS  # the model name the engine answers with
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -85,7 +87,7 @@ class LlamaServer:
         args = [
             str(build.server),
             "-m",
-            str(build.model),
+            str(self.model or build.model),
             "--host",
             "127.0.0.1",
             "--port",
@@ -99,7 +101,7 @@ class LlamaServer:
             "-tb",
             str(self.threads),
             "--alias",
-            ALIAS,
+            self.alias,
             "--metrics",
             "--slots",
             "--no-webui",

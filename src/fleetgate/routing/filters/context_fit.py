@@ -5,18 +5,18 @@ orderer), because an engine that refuses an over-long prompt tells so with a con
 and the estimate may be high. A worker that truncates silently (Ollama, `truncates:
 silently`) is removed instead when the request cannot fit its window. With the guard set
 to `reject`, a request is refused with `context_too_large` before any upstream call only on
-evidence: an exact count, or, where no deployment can count it, a lower bound that fits
-nowhere; in doubt the refine stage counts first. A model whose deployments declare no
-window is left alone.
+evidence: an exact count, or, without one, the deployment's own fitted tokenizer (a
+fingerprint or enough answers, never a family's prior) putting it beyond every window with
+room to spare, or more words than any window holds; in doubt the refine stage counts
+first, and where nothing can count, the request is routed and the engine decides. A model
+whose deployments declare no window is left alone.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from fleetgate.config.schema import ContextConfig
-from fleetgate.context.calibration import FLOOR
 from fleetgate.context.capabilities import context_settings
 from fleetgate.context.counts import COUNTABLE_ENDPOINTS, can_count
 from fleetgate.context.estimate import ContextEstimate
@@ -37,7 +37,9 @@ from fleetgate.translate.registry import unserved_reason
 
 GUARD_PENDING = "context_guard_pending"
 SILENT_PENDING = "context_silent_pending"  # a silent worker's fit waits for the count
+ROOM = 0.1  # how far beyond a window own evidence must put a request to refuse it uncounted
 RAW_NOTE = "context_raw"  # the central estimate per tokenizer family (numbers only)
+TALLY_NOTE = "context_tally"  # the request's tally (numbers only): what the fits learn from
 # `context_guard: warn`: the request fits no window; the value is the largest window
 OVERFLOW_HEADER = "X-Fleetgate-Context-Overflow"
 
@@ -75,6 +77,8 @@ class ContextFitFilter:
             profile.context = estimate
             if not estimate.media_parts:
                 ctx.notes[RAW_NOTE] = raw  # what calibration compares the usage with
+                assert estimate.tally is not None
+                ctx.notes[TALLY_NOTE] = estimate.tally.counts
         record_estimate(estimate, ctx.headers, ctx.notes)
         if guard == "warn":  # the operator asked to route what does not fit anyway
             kept, dropped = candidates, []
@@ -102,17 +106,12 @@ class ContextFitFilter:
         )
         if not fits_nowhere(everyone, estimate, of):
             return kept, dropped
-        if estimate.exact or (
-            fits_nowhere(everyone, estimate, of, lower_bound=True)
-            and (
-                not _countable(profile, estimate, kept, settings)
-                or _half_fits_nowhere(everyone, estimate, of)
-            )
-        ):
-            # evidence: an exact count, or, where none can be had, even the fewest tokens it
-            # can be (calibrated lower bound, runs of a repeated character costed as one)
+        if estimate.exact or _beyond_on_evidence(everyone, estimate, of):
             raise context_too_large(profile.model, estimate, max(known_windows(everyone, of)))
-        ctx.notes[GUARD_PENDING] = True  # in doubt: an exact count decides
+        if _countable(profile, estimate, kept, settings):
+            ctx.notes[GUARD_PENDING] = True  # in doubt: an exact count decides
+        else:  # no evidence, no count: routed (biggest window first), the engine decides
+            ctx.notes["context_guard"] = "not_counted"
         return kept, dropped
 
     def empty_error(self, plan: RoutePlan, now: float) -> GatewayError | None:
@@ -148,15 +147,23 @@ def _countable(
     )
 
 
-def _half_fits_nowhere(
+def _beyond_on_evidence(
     candidates: list[Candidate], estimate: ContextEstimate, of: WindowOf
 ) -> bool:
-    """Whether even half the estimated input (the least ratio of a true count to the estimate
-    any calibration takes, `calibration.FLOOR`) and the output reserve fit no window: then a
-    request whose lower bound fits nowhere is refused without a count, which would have an
-    engine tokenize a prompt of several windows."""
-    least = math.ceil(FLOOR * estimate.prompt_tokens) + estimate.output_reserve
-    return fits_nowhere(candidates, least, of)
+    """Whether evidence without a count puts the request beyond every window: the rule
+    that a word is a token at least (`ContextEstimate.least`), or each deployment's own
+    fitted tokenizer (a fingerprint or enough answers, never a family's prior), whose
+    fewest tokens exceed its window with `ROOM` to spare."""
+    if fits_nowhere(candidates, estimate.least(), of):
+        return True
+    for c in candidates:
+        dep = c.deployment
+        window = of(dep)
+        if window is None or not estimate.own(dep):
+            return False
+        if estimate.floor(dep) <= window * (1 + ROOM):
+            return False
+    return True
 
 
 def _without_silent_overflow(

@@ -1,0 +1,386 @@
+"""A deployment's own tokenizer: the tally's weights fitted to what its engine counted.
+
+A family (`families.py`) is a prior: weights fitted offline to one tokenizer. The evidence
+is the deployment's own: each answer's `usage.prompt_tokens` next to the request's tally,
+and, where the engine has a tokenize endpoint, the counts of a fixed probe set taken at
+discovery (`discovery/fingerprint.py`). Per deployment, `TokenizerFit` keeps the decayed
+normal equations of a least-squares fit of those counts on the tally's fields:
+
+* relative: each sample weighs as its error in percent, so a 50-token chat counts as much
+  as a 5,000-token document;
+* robust: a sample far off the current fit (more than `HUBER` of its count) weighs less,
+  in proportion (Huber), so an odd answer cannot pull the weights;
+* decayed: each new sample weighs as much as the last `HALF_LIFE` together, so the fit
+  follows a changed engine or a changed mix of traffic;
+* pulled to the prior: a ridge towards the family's weights that weighs as `PRIOR_SAMPLES`
+  samples, so a field the evidence never showed (an unseen script) keeps its prior weight,
+  collinear fields (characters and words of prose) stay sensible while the samples are
+  few, and the pull fades as they come; no weight goes below zero.
+
+Memory is bounded (the N x N equations and the last `KEEP` samples), and the CPU too: a
+sample costs its non-zero fields squared (off the hot path, in the recorder's sink), a
+refit a small Cholesky solve, at most every `REFIT_SECONDS` or when the samples since the
+last one are an eighth of all.
+
+The band: after each refit, the residuals `true / estimate` of the kept samples under the
+new weights give, per kind of text (`kind_of`: prose, code, digits, CJK, other scripts,
+mixed), the 3 % and 97 % quantiles the true count lies between. A kind with too few samples
+takes the spread of all of them, widened. Placement scales the estimate by them; the exact
+count decides when a window lies between.
+
+Pure and synchronous; the book (`calibration.py`) holds one fit per deployment, shares the
+samples between replicas and keeps them in the store.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import time
+from collections import deque
+from typing import Any
+
+from fleetgate.context.tally import FIELDS, N_FIELDS, TOKEN_IDS
+
+HALF_LIFE = 200.0  # samples
+MIN_ANSWERS = 24  # answers before a fit without a fingerprint is the deployment's evidence
+MIN_KIND = 8  # residuals of one kind before its own spread is used
+HUBER = 0.1  # relative error beyond which a sample weighs less
+PRIOR_SAMPLES = 8.0  # the prior weighs as this many samples (its pull fades as they come)
+PROBE_WEIGHT = 1.0  # a fingerprint's probe weighs as an answer
+KEEP = 384  # recent samples kept for the residual spread (and across restarts)
+REFIT_SECONDS = 2.0
+LOW_Q, HIGH_Q = 0.03, 0.97
+WIDEN = 0.04  # a kind without its own residuals: the spread of all, this much wider
+FLOOR, CEILING = 0.5, 2.0
+_DECAY = 0.5 ** (1 / HALF_LIFE)
+_RESCALE = 1e6  # the growing sample weight is folded back into the equations past this
+
+# kinds of text, by which group of fields costs the most tokens on the prior
+_GROUPS: dict[str, tuple[str, ...]] = {
+    "prose": ("chars", "upper", "words", "long_runs", "latin_ext", "newlines"),
+    "code": ("punct", "punct_runs", "tabs", "tab_runs", "space_runs", "case_changes"),
+    "digits": ("digits", "space_digits"),
+    "cjk": ("kana", "han", "hangul", "fullwidth"),
+    "script": (
+        "greek",
+        "cyrillic",
+        "hebrew",
+        "arabic",
+        "indic",
+        "thai",
+        "other3",
+        "symbols",
+        "four_byte",
+    ),
+}
+KINDS = (*_GROUPS, "mixed")
+_GROUP_FIELDS = tuple(tuple(FIELDS.index(f) for f in fields) for fields in _GROUPS.values())
+_MIXED = 0.6  # no group costs this share of the text's tokens: mixed
+
+
+def kind_of(counts: tuple[int, ...], weights: tuple[float, ...]) -> str:
+    """The kind of text of a tally: the group of fields that costs the most of it."""
+    best, best_cost, total = "mixed", 0.0, 0.0
+    for name, fields in zip(_GROUPS, _GROUP_FIELDS, strict=True):
+        cost = 0.0
+        for i in fields:
+            n = counts[i]
+            if n:
+                cost += n * weights[i]
+        total += cost
+        if cost > best_cost:
+            best, best_cost = name, cost
+    if total <= 0 or best_cost < _MIXED * total:
+        return "mixed"
+    return best
+
+
+def estimated_part(counts: tuple[int, ...]) -> tuple[int, ...]:
+    """The fields an estimate is made of: token ids are known, not estimated."""
+    if counts[TOKEN_IDS]:
+        counts = (*counts[:TOKEN_IDS], 0, *counts[TOKEN_IDS + 1 :])
+    return counts
+
+
+def dot(weights: tuple[float, ...], counts: tuple[int, ...]) -> float:
+    return sum(map(operator.mul, weights, counts))
+
+
+Sample = tuple[tuple[int, ...], int, float]  # (counts, true tokens, weight)
+
+
+class TokenizerFit:
+    """One deployment's fit (see the module doc)."""
+
+    def __init__(self, prior: tuple[float, ...]) -> None:
+        self.prior = prior
+        n = N_FIELDS
+        self._a = [[0.0] * n for _ in range(n)]
+        self._b = [0.0] * n
+        self._gain = 1.0  # the weight of the next sample (decay without touching the past)
+        self.answers = 0  # answers taken, in all
+        self.fingerprint: str | None = None  # the identity the probes were counted on
+        self._probes: list[tuple[tuple[int, ...], int]] = []
+        self._recent: deque[tuple[tuple[int, ...], int]] = deque(maxlen=KEEP)
+        self._pending = 0  # samples since the last refit
+        self._refit_at = 0.0
+        self.weights: tuple[float, ...] | None = None  # None: no evidence yet
+        self.spread: dict[str, tuple[float, float]] = {}
+        self.updated_at = 0.0
+
+    @property
+    def own(self) -> bool:
+        """Whether the fit is the deployment's own evidence (a fingerprint or enough
+        answers), as opposed to the family's prior."""
+        return self.weights is not None and (
+            self.fingerprint is not None or self.answers >= MIN_ANSWERS
+        )
+
+    @property
+    def source(self) -> str:
+        if not self.own:
+            return "prior"
+        return (
+            "fingerprint"
+            if self.fingerprint is not None and self.answers < MIN_ANSWERS
+            else ("answers")
+        )
+
+    # -- evidence ------------------------------------------------------------------------
+    def add(self, counts: tuple[int, ...], tokens: int, now: float | None = None) -> None:
+        """One answer: the request's tally and the prompt tokens its engine reported."""
+        known = counts[TOKEN_IDS]
+        x, y = estimated_part(counts), tokens - known
+        if y <= 0:
+            return
+        self._accumulate(x, y, 1.0)
+        self._recent.append((x, y))
+        self.answers += 1
+        self._pending += 1
+        self.updated_at = time.time() if now is None else now
+
+    def set_fingerprint(self, identity: str, probes: list[tuple[tuple[int, ...], int]]) -> None:
+        """The probe set's counts on the engine (replacing an earlier fingerprint's)."""
+        if identity == self.fingerprint:
+            return
+        self.fingerprint = identity
+        self._probes = [(estimated_part(c), t) for c, t in probes if t > 0]
+        self._rebuild()
+
+    def _accumulate(self, x: tuple[int, ...], y: int, weight: float) -> None:
+        current = self.weights or self.prior
+        guess = dot(current, x)
+        error = abs(y - guess) / y
+        robust = 1.0 if error <= HUBER or self.weights is None else HUBER / error
+        w = weight * robust * self._gain / (y * y)
+        nz = [i for i, v in enumerate(x) if v]
+        a, b = self._a, self._b
+        for i in nz:
+            wi = w * x[i]
+            row = a[i]
+            for j in nz:
+                row[j] += wi * x[j]
+            b[i] += wi * y
+        self._gain /= _DECAY
+        if self._gain > _RESCALE:  # fold the gain back: the past weighs less, as decayed
+            scale = 1.0 / self._gain
+            for row in a:
+                for j in range(len(row)):
+                    row[j] *= scale
+            for i in range(len(b)):
+                b[i] *= scale
+            self._gain = 1.0
+
+    def _rebuild(self) -> None:
+        """The equations from the probes and the kept answers (a fingerprint, a load)."""
+        n = N_FIELDS
+        self._a = [[0.0] * n for _ in range(n)]
+        self._b = [0.0] * n
+        self._gain = 1.0
+        for x, y in self._probes:
+            self._accumulate(x, y, PROBE_WEIGHT)
+        for x, y in self._recent:
+            self._accumulate(x, y, 1.0)
+        self._pending = 1
+        self._refit_at = 0.0
+        self.refit()
+
+    # -- the fit -------------------------------------------------------------------------
+    def due(self, now: float) -> bool:
+        if not self._pending:
+            return False
+        if self.weights is None or self._pending * 8 >= self.answers + len(self._probes):
+            return True
+        return now - self._refit_at >= REFIT_SECONDS
+
+    def refit(self, now: float | None = None) -> None:
+        """Solve the equations (ridge to the prior, no weight below zero) and take the
+        residual spread per kind of text."""
+        now = time.monotonic() if now is None else now
+        self._pending = 0
+        self._refit_at = now
+        if not self._probes and not self.answers:
+            return
+        ridge = PRIOR_SAMPLES / max(self.answers + len(self._probes), 1)
+        self.weights = _solve(self._a, self._b, self.prior, ridge)
+        self.spread = self._spread(self.weights)
+
+    def _spread(self, weights: tuple[float, ...]) -> dict[str, tuple[float, float]]:
+        samples = list(self._recent) or self._probes
+        by_kind: dict[str, list[float]] = {}
+        every: list[float] = []
+        for x, y in samples:
+            guess = dot(weights, x)
+            if guess <= 0:
+                continue
+            ratio = min(max(y / guess, FLOOR), CEILING)
+            by_kind.setdefault(kind_of(x, weights), []).append(ratio)
+            every.append(ratio)
+        if not every:
+            return {}
+        low, high = _quantiles(every)
+        out = {"*": (max(FLOOR, low * (1 - WIDEN)), min(CEILING, high * (1 + WIDEN)))}
+        for kind, ratios in by_kind.items():
+            if len(ratios) >= MIN_KIND:
+                out[kind] = _quantiles(ratios)
+        return out
+
+    # -- the hot path ----------------------------------------------------------------------
+    def tokens(self, counts: tuple[int, ...]) -> int:
+        """The fitted estimate of the estimated part of a tally (token ids left out)."""
+        assert self.weights is not None
+        return max(math.ceil(dot(self.weights, estimated_part(counts))), 0)
+
+    def factors(self, counts: tuple[int, ...]) -> tuple[float, float]:
+        """(low, high) factors on `tokens(counts)` for a text of this kind."""
+        assert self.weights is not None
+        spread = self.spread
+        found = spread.get(kind_of(counts, self.weights)) or spread.get("*")
+        return found if found is not None else (1 - 2 * WIDEN, 1 + 2 * WIDEN)
+
+    # -- sharing and keeping ---------------------------------------------------------------
+    def dump(self) -> dict[str, Any]:
+        return {
+            "answers": self.answers,
+            "recent": [[_sparse(x), y] for x, y in self._recent],
+            "updated_at": self.updated_at,
+        }
+
+    def load(self, data: dict[str, Any]) -> None:
+        """A stored or shared state (the answers; a fingerprint comes from its own store)."""
+        recent = data.get("recent")
+        if not isinstance(recent, list):
+            return
+        self._recent.clear()
+        for item in recent:
+            try:
+                sparse, y = item
+                self._recent.append((_dense(sparse), int(y)))
+            except (TypeError, ValueError, IndexError):
+                continue
+        self.answers = max(int(data.get("answers", 0)), len(self._recent))
+        self.updated_at = float(data.get("updated_at", 0.0))
+        self._rebuild()
+
+    def public(self) -> dict[str, Any]:
+        weights = self.weights or self.prior
+        return {
+            "source": self.source,
+            "answers": self.answers,
+            "probes": len(self._probes),
+            "fingerprint": self.fingerprint,
+            "weights": {f: round(w, 4) for f, w in zip(FIELDS, weights, strict=True) if w},
+            "spread": {k: [round(lo, 3), round(hi, 3)] for k, (lo, hi) in self.spread.items()},
+            "updated_at": self.updated_at or None,
+        }
+
+
+def _sparse(x: tuple[int, ...]) -> list[list[int]]:
+    return [[i, v] for i, v in enumerate(x) if v]
+
+
+def _dense(sparse: list[list[int]]) -> tuple[int, ...]:
+    x = [0] * N_FIELDS
+    for i, v in sparse:
+        x[int(i)] = int(v)
+    return tuple(x)
+
+
+def _quantiles(ratios: list[float]) -> tuple[float, float]:
+    ratios = sorted(ratios)
+    n = len(ratios)
+    low = ratios[min(int(LOW_Q * n), n - 1)]
+    high = ratios[min(math.ceil(HIGH_Q * n) - 1, n - 1)]
+    return low, max(high, low)
+
+
+def _solve(
+    a: list[list[float]], b: list[float], prior: tuple[float, ...], ridge: float
+) -> tuple[float, ...]:
+    """argmin |Xw - y|^2 + sum_j ridge * A_jj (w_j - prior_j)^2, with w >= 0: fields
+    without evidence keep their prior; the most negative weight is fixed at zero and the
+    rest solved again, until none is."""
+    n = len(b)
+    weights = list(prior)
+    free = [i for i in range(n) if a[i][i] > 0]
+    for _ in range(n):
+        if not free:
+            break
+        solved = _ridge(a, b, prior, free, weights, ridge)
+        worst = min(range(len(free)), key=solved.__getitem__)
+        if solved[worst] >= 0:
+            for i, w in zip(free, solved, strict=True):
+                weights[i] = w
+            break
+        weights[free[worst]] = 0.0
+        del free[worst]
+    return tuple(weights)
+
+
+def _ridge(
+    a: list[list[float]],
+    b: list[float],
+    prior: tuple[float, ...],
+    free: list[int],
+    fixed: list[float],
+    ridge: float,
+) -> list[float]:
+    """The ridge solution over the `free` fields, the others held at `fixed`; solved in
+    coordinates scaled by each field's own evidence (Jacobi), so fields whose counts differ
+    by orders of magnitude (characters, requests) condition alike."""
+    held = [i for i in range(len(b)) if i not in set(free)]
+    scale = [math.sqrt(a[i][i]) for i in free]
+    m = len(free)
+    mat = [[0.0] * m for _ in range(m)]
+    rhs = [0.0] * m
+    for p, i in enumerate(free):
+        row = a[i]
+        rest = b[i] - sum(row[k] * fixed[k] for k in held if row[k])
+        for q, j in enumerate(free):
+            mat[p][q] = row[j] / (scale[p] * scale[q])
+        mat[p][p] += ridge
+        rhs[p] = rest / scale[p] + ridge * prior[i] * scale[p]
+    z = _cholesky_solve(mat, rhs)
+    return [z[p] / scale[p] for p in range(m)]
+
+
+def _cholesky_solve(mat: list[list[float]], rhs: list[float]) -> list[float]:
+    n = len(rhs)
+    low = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        row_i = low[i]
+        for j in range(i + 1):
+            row_j = low[j]
+            s = mat[i][j] - sum(row_i[k] * row_j[k] for k in range(j))
+            if i == j:
+                row_i[i] = math.sqrt(max(s, 1e-12))
+            else:
+                row_i[j] = s / row_j[j]
+    y = [0.0] * n
+    for i in range(n):
+        y[i] = (rhs[i] - sum(low[i][k] * y[k] for k in range(i))) / low[i][i]
+    x = [0.0] * n
+    for i in reversed(range(n)):
+        x[i] = (y[i] - sum(low[k][i] * x[k] for k in range(i + 1, n))) / low[i][i]
+    return x

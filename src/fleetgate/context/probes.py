@@ -1,0 +1,168 @@
+"""The fixed probe set a tokenizer is fingerprinted with (`discovery/fingerprint.py`).
+
+Short texts, a few per character class a tokenizer costs differently (prose, long words,
+digits, whitespace runs, punctuation, code, JSON and tool schemas, encodings, each script
+block, emoji), and a few chats that tell the template's cost apart: per message, per role
+step, the default system prompt, and the tools block. Each probe is a request body, so its
+tally is taken the way a request's is (`tally.py`): the engine's count of it is one equation
+of the fit (`fit.py`). The texts are fixed, so a fingerprint is the same on every replica.
+"""
+
+# ruff: noqa: RUF001  (the probes are meant to hold these scripts, as they are)
+from __future__ import annotations
+
+from typing import Any
+
+from fleetgate.context.tally import Tally, tally_body
+
+TEXTS: tuple[str, ...] = (
+    # prose
+    "The gateway sends each request to a deployment whose window holds it. Short requests "
+    "stay on the base fleet, and the long host takes what does not fit there. When the "
+    "estimate cannot decide, the engine counts the prompt exactly, and the answer's usage "
+    "teaches the estimate how this tokenizer really counts.",
+    "Operators rarely name their fine-tunes after the family they came from. A model called "
+    "Orchard-7B-Support-v3 might be anything; what the engine says about its own vocabulary "
+    "is the only reliable evidence. Nevertheless, internationalization and "
+    "counterintuitively hyphenated, well-established compound words appear everywhere.",
+    # long and rare words, capitals
+    "Pneumonoultramicroscopicsilicovolcanoconiosis antidisestablishmentarianism "
+    "floccinaucinihilipilification supercalifragilisticexpialidocious "
+    "HTTPServerErrorResponseHandler XMLHttpRequestFactoryBuilder getUserAccountByIdentifier "
+    "parseJSONPayloadIntoStructuredRecord",
+    # digits
+    "3141592653589793238462643383279502884197 2718281828459045 1618033988749894 "
+    "Invoice 2024-11-05 total 1,234,567.89 EUR; ref 00417-88213-5; 12:45:09.123",
+    "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 100 250 999 1000 65536 4294967296",
+    # whitespace runs and layout
+    "name        value      unit\nalpha       12.5       kg\nbeta        7          m\n"
+    "gamma       1000       ms\n\n\n    indented  by   spaces    \n\t\ttabbed\tcolumns\t\there\n",
+    "| id | name      | status  |\n|----|-----------|---------|\n| 1  | build     | passed  |\n"
+    "| 2  | deploy    | failed  |\n| 3  | rollback  | pending |\n",
+    # punctuation
+    "Wait... what?! No way!!! (Really?) [yes] {maybe} <not> -- ok; fine: \"quoted\" 'single' "
+    "`code` ~tilde~ ^caret^ *star* _under_ #hash @at $dollar %percent &amp | pipe \\ slash /",
+    "========================================\n----------------------------------------\n"
+    "****************************************\n",
+    # code
+    "def merge(a: list[int], b: list[int]) -> list[int]:\n    out = []\n    i = j = 0\n"
+    "    while i < len(a) and j < len(b):\n        if a[i] <= b[j]:\n            out.append(a[i])\n"
+    "            i += 1\n        else:\n            out.append(b[j])\n            j += 1\n"
+    "    return out + a[i:] + b[j:]\n",
+    "static int cmp(const void *a, const void *b) {\n\tconst int *x = a, *y = b;\n\tif (*x < *y)\n"
+    "\t\treturn -1;\n\treturn *x > *y;\n}\n\nint main(void) {\n\tint v[] = {3, 1, 2};\n"
+    "\tqsort(v, 3, sizeof v[0], cmp);\n\treturn 0;\n}\n",
+    "function f(e,t){for(var n=0,r=e.length;n<r;n++)if(t(e[n],n))return e[n];return null}"
+    "var a=document.querySelectorAll('.item');a.forEach(function(x){x.classList.toggle('on')});",
+    # JSON and a tool schema
+    '{"id": 4821, "name": "Ada Lovelace", "email": "ada@example.org", "tags": ["math", '
+    '"poetry"], "active": true, "score": 97.25, "address": {"city": "London", "zip": "W1"}}',
+    '[{"ts":1700000000,"level":"info","msg":"started","port":8080},{"ts":1700000001,'
+    '"level":"warn","msg":"slow","ms":1250},{"ts":1700000002,"level":"error","code":503}]',
+    '{"type": "function", "function": {"name": "get_weather", "description": "Get the '
+    'current weather for a city", "parameters": {"type": "object", "properties": {"city": '
+    '{"type": "string", "description": "City name"}, "unit": {"type": "string", "enum": '
+    '["celsius", "fahrenheit"]}}, "required": ["city"]}}}',
+    # encodings
+    "aGVsbG8gd29ybGQsIHRoaXMgaXMgYmFzZTY0IGVuY29kZWQgdGV4dCB0aGF0IGdvZXMgb24gYW5kIG9u "
+    "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 "
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    # scripts
+    "网关把每个请求发送到能够容纳它的部署。短请求留在基础集群上，长请求交给长上下文主机。"
+    "当估计无法决定时，引擎会精确地计算提示的长度。",
+    "ゲートウェイは各リクエストを、そのウィンドウに収まるデプロイメントへ送ります。"
+    "短いリクエストは基本のサーバーに残り、長いものは長文用のホストへ回されます。",
+    "게이트웨이는 각 요청을 그 창에 맞는 배포로 보냅니다. 짧은 요청은 기본 서버에 남고, "
+    "긴 요청은 긴 문맥을 처리하는 호스트로 갑니다.",
+    "Шлюз отправляет каждый запрос на развёртывание, окно которого его вмещает. Короткие "
+    "запросы остаются на базовом кластере, длинные уходят на отдельный хост.",
+    "Η πύλη στέλνει κάθε αίτημα σε μια εγκατάσταση της οποίας το παράθυρο το χωράει. "
+    "Τα σύντομα αιτήματα μένουν στη βασική ομάδα.",
+    "ترسل البوابة كل طلب إلى نشر تتسع نافذته له. تبقى الطلبات القصيرة على المجموعة "
+    "الأساسية، وتذهب الطويلة إلى المضيف الطويل.",
+    "השער שולח כל בקשה לפריסה שהחלון שלה מכיל אותה. בקשות קצרות נשארות באשכול הבסיסי.",
+    "गेटवे हर अनुरोध को ऐसी तैनाती पर भेजता है जिसकी खिड़की उसे समा सके। छोटे अनुरोध मूल समूह पर रहते हैं।",
+    "เกตเวย์ส่งคำขอแต่ละรายการไปยังการปรับใช้ที่หน้าต่างรองรับได้ คำขอสั้นจะอยู่ในกลุ่มหลัก",
+    "Cổng gửi mỗi yêu cầu đến nơi triển khai có cửa sổ chứa được nó. Yêu cầu ngắn ở lại "
+    "cụm cơ sở. Größere Anfragen gehen zum Langkontext-Host, où la fenêtre est plus grande.",
+    "ბჭე თითოეულ მოთხოვნას აგზავნის იქ, სადაც ფანჯარა მას იტევს. ဂိတ်ဝေးသည် တောင်းဆိုမှုကို ပို့သည်။",
+    # symbols, box drawing, emoji
+    "→ ← ↑ ↓ ⇒ ∀ ∃ ∈ ∉ ≤ ≥ ≠ ≈ ∞ ∑ ∏ √ ∫ — – … “quotes” ‘single’ • € £ ¥ © ® ™ °\n"
+    "┌──────┬──────┐\n│ left │ right│\n└──────┴──────┘\n",
+    "Great job team 🎉🎉 the release is out 🚀 thanks 🙏 to everyone 👩‍💻👨‍💻 "
+    "❤️ 😀 😂 🤖 🔥 ✅ ❌ ⚠️ 📦 🧪 🐍",
+    # mixed
+    "Note: the p95 latency (ms) rose from 12.5 to 48.0 after deploy #4821 — see "
+    "https://example.org/runs/4821?view=full&tab=logs for the 3 failing checks: `test_io`, "
+    "`test_net` and `test_db`. 中文说明见附件。",
+)
+
+_SYSTEM = "You are a careful assistant. Answer briefly and cite the source."
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup_order",
+        "description": "Find an order by its number",
+        "parameters": {
+            "type": "object",
+            "properties": {"number": {"type": "string", "description": "The order number"}},
+            "required": ["number"],
+        },
+    },
+}
+_TOOL2 = {
+    "type": "function",
+    "function": {
+        "name": "cancel_order",
+        "description": "Cancel an order that has not shipped",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "number": {"type": "string"},
+                "reason": {"type": "string", "enum": ["changed_mind", "late", "other"]},
+            },
+            "required": ["number"],
+        },
+    },
+}
+_USER = "Where is my order 88213? It was due on Monday."
+_ASSISTANT = "Let me check. Could you confirm the email address on the order?"
+
+# chats: what the template adds per message, per role step, default system, tools
+CHATS: tuple[dict[str, Any], ...] = (
+    {"messages": [{"role": "user", "content": _USER}]},
+    {"messages": [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": _USER}]},
+    {
+        "messages": [
+            {"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": _USER},
+            {"role": "assistant", "content": _ASSISTANT},
+            {"role": "user", "content": "Yes, it is ada@example.org."},
+        ]
+    },
+    {
+        "messages": [
+            {"role": "user", "content": _USER},
+            {"role": "assistant", "content": _ASSISTANT},
+            {"role": "user", "content": "Yes."},
+            {"role": "assistant", "content": "Thanks."},
+            {"role": "user", "content": "Well?"},
+        ]
+    },
+    {"messages": [{"role": "user", "content": _USER}], "tools": [_TOOL]},
+    {
+        "messages": [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": _USER}],
+        "tools": [_TOOL, _TOOL2],
+    },
+)
+
+
+def text_tally(text: str) -> Tally:
+    """A probe text's tally, as a completion prompt is tallied (no template)."""
+    counts = list(tally_body({"prompt": text}, "completions").counts)
+    counts[-1] = 0  # `requests`: no template around a bare text
+    return Tally(tuple(counts))
+
+
+def chat_tally(chat: dict[str, Any]) -> Tally:
+    return tally_body(chat, "chat.completions")

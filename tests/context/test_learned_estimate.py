@@ -1,0 +1,161 @@
+"""The estimate learns each deployment's tokenizer from evidence, not from a family table.
+
+Real llama.cpp engines where counts matter: the build's model has the real Qwen2 vocabulary
+and template, served under a name that suggests no family (`generic`, the table's widest
+guess). The fake engine counts words, so its usage can be made to disagree with the family's
+estimate at will.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import httpx
+
+from fleetgate.testing.corpus import text_of
+from tests.engines import LlamaFactory, llama_provider
+from tests.harness import Stack, deployment, wait_until
+from tests.tiers import chat_calls, tiered_stack, words
+
+UNKNOWN = "orchard-7b-support"  # a model name no family pattern matches
+SMALL, LARGE = 512, 2048
+
+
+def _fleet(small: Any, large: Any, **context: Any) -> dict[str, Any]:
+    return {
+        "routing": {"context": context},
+        "providers": [llama_provider("small", small), llama_provider("large", large)],
+        "deployments": [
+            deployment("m", "small", upstream_model=UNKNOWN, context_window=SMALL),
+            deployment("m", "large", upstream_model=UNKNOWN, context_window=LARGE),
+        ],
+    }
+
+
+def _true_prompt(engine: Any, messages: list[dict[str, Any]]) -> int:
+    """The engine's own count of a chat's prompt (its template, then its tokenizer)."""
+    templated = httpx.post(engine.root + "/apply-template", json={"messages": messages}).json()
+    tokens = httpx.post(engine.root + "/tokenize", json={"content": templated["prompt"]}).json()
+    return len(tokens["tokens"])
+
+
+def _central(stack: Stack, resp: Any, dep: str) -> int:
+    """The central estimate the deployment's own fit made of the request (its record)."""
+    url = f"{stack.url}/v1/requests/{resp.headers['x-request-id']}"
+    return int(httpx.get(url, timeout=5).json()["notes"]["context_raw"]["@" + dep])
+
+
+def test_a_fingerprint_places_an_unknown_tokenizer_right_before_any_answer(
+    stack: Stack, client_for, llama: LlamaFactory
+) -> None:
+    small, large = llama(n_ctx=SMALL, alias=UNKNOWN), llama(n_ctx=LARGE, alias=UNKNOWN)
+    gateway = stack.start_gateway(_fleet(small, large))
+    book = gateway.pipeline.state.calibration
+    wait_until(
+        lambda: all(book.own_fit(d) is not None for d in ("small", "large")),
+        20,
+        "both deployments fingerprinted",
+    )
+    fit = book.public_fit("small")
+    assert fit is not None and fit["source"] == "fingerprint" and fit["answers"] == 0
+    assert fit["probes"] > 30 and fit["fingerprint"].startswith("llamacpp|" + UNKNOWN)
+    # before any answer, the fitted estimate of Chinese prose is within 10 % of the
+    # engine's own count (the generic table's is 25 % over), and it is placed on the
+    # small window it fits
+    text = "网关把每个请求发送到能够容纳它的部署，短请求留在基础集群上。" * 9  # noqa: RUF001
+    messages = [{"role": "user", "content": text}]
+    true = _true_prompt(small, messages)
+    assert true + 16 <= SMALL
+    resp = client_for(stack).chat.completions.with_raw_response.create(
+        model="m", messages=messages, max_tokens=16
+    )
+    assert resp.headers["x-fleetgate-route"] == "small"
+    assert resp.headers["x-fleetgate-attempts"] == "1"
+    assert 0.9 <= true / _central(stack, resp, "small") <= 1.1
+    # the fingerprint's calls were few, and one replica's restart asks nothing again
+    assert gateway.pipeline.fingerprints.calls <= 2 * 7
+
+
+def test_a_refusal_waits_for_a_count_where_only_the_family_table_says_too_large(
+    stack: Stack, client_for, llama: LlamaFactory
+) -> None:
+    small, large = llama(n_ctx=SMALL, alias=UNKNOWN), llama(n_ctx=LARGE, alias=UNKNOWN)
+    stack.start_gateway(_fleet(small, large, guard="reject", fingerprint=False))
+    # a phrase said again and again: the generic table costs it 2.3 times its count, so
+    # even half its estimate was over the largest window, and it was refused uncounted
+    messages = [{"role": "user", "content": text_of("repeated", random.Random(55), 5200)}]
+    assert _true_prompt(large, messages) + 8 <= LARGE
+    resp = client_for(stack).chat.completions.with_raw_response.create(
+        model="m", messages=messages, max_tokens=8
+    )
+    assert resp.headers["x-fleetgate-route"] == "large"
+    assert resp.headers["x-fleetgate-context-estimate"].endswith("; exact")
+
+
+def test_answers_teach_the_fit_and_replicas_see_it_in_admin_fleet(
+    stack: Stack, client_for, llama: LlamaFactory
+) -> None:
+    small, large = llama(n_ctx=SMALL, alias=UNKNOWN), llama(n_ctx=LARGE, alias=UNKNOWN)
+    gateway = stack.start_gateway(_fleet(small, large, fingerprint=False))
+    client = client_for(stack)
+    rng = random.Random(7)
+    for i in range(30):
+        kind = ("prose", "code", "cjk", "json", "scripts")[i % 5]
+        text = text_of(kind, rng, rng.randint(100, 1200))
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": text}], max_tokens=4
+        )
+    book = gateway.pipeline.state.calibration
+    wait_until(lambda: book.own_fit("small") is not None, 10, "the answers fitted")
+    fit = book.public_fit("small")
+    assert fit is not None and fit["source"] == "answers" and fit["answers"] >= 24
+    # the fitted estimate of a new request is within 10 % of the engine's own count
+    text = text_of("prose", rng, 900)
+    messages = [{"role": "user", "content": text}]
+    resp = client.chat.completions.with_raw_response.create(
+        model="m", messages=messages, max_tokens=4
+    )
+    true = _true_prompt(small, messages)
+    assert 0.9 <= true / _central(stack, resp, "small") <= 1.1
+
+
+def test_a_usage_calibration_above_the_prior_band_is_used_as_learned(
+    stack: Stack, client_for
+) -> None:
+    # the prior band ends at 0.9; the fake engine's usage says 900 Chinese characters set
+    # apart by spaces cost about 1.14 times the generic estimate
+    base, _long = tiered_stack(stack, {"refine": {"band_high": 0.9}})
+    client = client_for(stack)
+    for _ in range(10):
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": words(900, "中")}], max_tokens=10
+        )
+    book = stack.gateway.pipeline.state.calibration
+    wait_until(lambda: book.calibrated("base") is not None, 5, "base calibrated")
+    low, high = book.calibrated("base") or (0.0, 0.0)
+    assert 1.0 < low <= high
+    base.reset_counters()
+    # 1,030 words and a message: 1,031 + 10 > the base window of 1,000. Clamped into the
+    # prior band, the calibrated band was empty and placement scaled by 0.9 (about 815):
+    # the base got it uncounted, and a context 400
+    resp = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": words(1030, "中")}], max_tokens=10
+    )
+    assert resp.headers["x-fleetgate-route"] == "m@long"
+    assert resp.headers["x-fleetgate-attempts"] == "1"
+    assert chat_calls(base) == 0
+
+
+def test_token_id_prompts_get_no_text_margin(stack: Stack) -> None:
+    tiered_stack(stack, {"margin_percent": 20})
+    resp = httpx.post(
+        stack.url + "/v1/completions",
+        json={"model": "m", "prompt": list(range(500)), "max_tokens": 10},
+        timeout=10,
+    )
+    assert resp.status_code == 200
+    total = int(resp.headers["x-fleetgate-context-estimate"].split(";")[0])
+    # 500 ids and 10 output tokens are known; only the template's few tokens are estimated
+    # (with the margin, up to the band): 500 x 1.2 x the band was 678 before
+    assert 510 < total < 560
