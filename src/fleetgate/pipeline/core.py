@@ -21,8 +21,8 @@ from fleetgate.context.placement import effective_window
 from fleetgate.context.refine import ContextRefiner
 from fleetgate.context.truncation import Cut, judge
 from fleetgate.discovery.engine_load import EngineLoadPoller, EngineLoads
-from fleetgate.discovery.health_check import HealthChecker
 from fleetgate.discovery.fingerprint import FingerprintCache, FingerprintService
+from fleetgate.discovery.health_check import HealthChecker
 from fleetgate.discovery.replicas import ReplicaNames
 from fleetgate.discovery.service import DiscoveryService
 from fleetgate.discovery.store import WindowStore
