@@ -55,6 +55,7 @@ COLUMNS = (
     "dropped",
     "attempts",
     "trace_id",
+    "notes",
 )
 # the Boolean ones, by position
 BOOLEAN = frozenset(COLUMNS.index(name) for name in ("stream", "tokens_estimated", "context_exact"))
