@@ -46,9 +46,14 @@ async def until(predicate: Callable[[], bool], within: float = 5.0, what: str = 
 
 
 def client_requests(engine: FakeEngine) -> list[Any]:
-    """What an engine received from clients, through the gateway: its own health checks
-    (`GET /health`) left out."""
-    return [r for r in engine.requests if r.path != "/health"]
+    """What an engine received from clients, through the gateway: the gateway's own asks
+    left out (its health checks, `GET /health`, and the model listing a tokenizer
+    fingerprint reads the engine's identity from, `GET /v1/models`)."""
+    return [
+        r
+        for r in engine.requests
+        if r.path != "/health" and (r.method, r.path) != ("GET", "/v1/models")
+    ]
 
 
 class LoopThread:

@@ -73,7 +73,9 @@ def test_separator_lines_are_counted_and_served_not_refused(
     truth = prompt_tokens(llama(n_ctx=2048), "chat.completions", {"messages": messages})
     assert 1024 < truth + 50 < 2048  # fits the big tier only
     assert resp.headers["x-fleetgate-route"] == "big"
-    assert resp.headers["x-fleetgate-context-estimate"] == f"{truth + 50}; exact"
+    # counted, or placed by a learned estimate that puts it where it fits: never refused
+    tokens, source = resp.headers["x-fleetgate-context-estimate"].split("; ")
+    assert int(tokens) == truth + 50 if source == "exact" else 1024 < int(tokens) <= 2048
     assert body.usage is not None and body.usage.completion_tokens == 50
     # what really fits nowhere is still refused, before any upstream call
     with pytest.raises(openai.BadRequestError) as refused:

@@ -17,7 +17,7 @@ import pytest
 
 from fleetgate.testing.fake_engine import Fault
 from tests.epp.stack import EppStack
-from tests.harness import Stack, deployment, provider, wait_until
+from tests.harness import Stack, client_requests, deployment, provider, wait_until
 
 MODES = ["FULL_DUPLEX_STREAMED", "BUFFERED"]
 LONG = "word " * 6000  # ~6000 tokens: more than the small window holds
@@ -55,10 +55,10 @@ def test_long_prompt_lands_on_the_long_window_and_short_on_the_small(
     # the engines answered, not the gateway: their fingerprints say which one
     assert short.system_fingerprint == "fake-small"
     assert long.system_fingerprint == "fake-long"
-    assert len(stack.engines["small"].requests) == 1
-    assert len(stack.engines["long"].requests) == 1
+    assert len(client_requests(stack.engines["small"])) == 1
+    assert len(client_requests(stack.engines["long"])) == 1
     # the body reached the engine whole (full duplex: it went through the picker)
-    assert stack.engines["long"].requests[0].body["messages"][0]["content"] == LONG
+    assert client_requests(stack.engines["long"])[0].body["messages"][0]["content"] == LONG
 
 
 @pytest.mark.parametrize("status", [503, 429])
@@ -75,7 +75,7 @@ def test_the_next_endpoint_serves_when_the_first_fails(stack: Stack, epp: EppSta
         model="m", messages=[{"role": "user", "content": "hello"}]
     )
     assert answer.system_fingerprint == "fake-b"
-    assert len(a.requests) == 1 and len(b.requests) == 1  # Envoy went on to b
+    assert len(client_requests(a)) == 1 and len(client_requests(b)) == 1  # Envoy went on to b
     gateway = stack.gateway
     assert gateway is not None
     wait_until(lambda: gateway.pipeline.state.health("a").failures == 1, 5, "a's failure charged")
@@ -112,7 +112,9 @@ def test_unknown_model_is_a_404_in_the_openai_shape(stack: Stack, epp: EppStack)
         )
     assert caught.value.status_code == 404
     assert caught.value.code == "model_not_found"
-    assert not stack.engines["small"].requests and not stack.engines["long"].requests
+    assert not client_requests(stack.engines["small"]) and not client_requests(
+        stack.engines["long"]
+    )
 
 
 def test_unknown_model_is_a_404_in_the_anthropic_shape(stack: Stack, epp: EppStack):
@@ -157,7 +159,9 @@ def test_refusals_match_the_proxy_s_status_code_and_shape(stack: Stack, epp: Epp
         assert picked.status_code >= 400, (path, body)
         assert picked.json() == proxied.json(), (path, body)
         assert picked.headers.get("retry-after") == proxied.headers.get("retry-after")
-    sent_on = [r for e in stack.engines.values() for r in e.requests if r.path != "/tokenize"]
+    sent_on = [
+        r for e in stack.engines.values() for r in client_requests(e) if r.path != "/tokenize"
+    ]
     assert not sent_on  # refused by the picker: nothing reached an engine
 
 
@@ -168,7 +172,7 @@ def test_the_anthropic_sdk_through_envoy(stack: Stack, epp: EppStack):
         model="m", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
     )
     assert message.content[0].type == "text"
-    assert stack.engines["small"].requests[0].path == "/v1/messages"
+    assert client_requests(stack.engines["small"])[0].path == "/v1/messages"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -183,7 +187,7 @@ def test_the_upstream_model_name_is_written_into_the_body(stack: Stack, epp: Epp
         model="m", messages=[{"role": "user", "content": "hi"}]
     )
     assert answer.choices[0].message.content
-    sent = a.requests[0]
+    sent = client_requests(a)[0]
     assert sent.body["model"] == "org/served-name-of-m"
     if mode == "BUFFERED":  # the length Envoy sent is the rewritten body's
         assert int(sent.headers["Content-Length"]) == len(orjson.dumps(sent.body))
@@ -230,7 +234,10 @@ def test_killing_the_picker_fails_requests_closed_with_503(stack: Stack, epp: Ep
     with pytest.raises(openai.InternalServerError) as caught:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     assert caught.value.status_code == 503
-    assert len(stack.engines["small"].requests) + len(stack.engines["long"].requests) == 1
+    assert (
+        len(client_requests(stack.engines["small"])) + len(client_requests(stack.engines["long"]))
+        == 1
+    )
 
 
 def _subset_from_header(doc: dict[str, Any]) -> None:
@@ -277,7 +284,7 @@ def test_the_subset_hint_narrows_the_pick(stack: Stack, epp: EppStack):
     )
     assert outside.status_code == 503
     assert outside.json()["error"]["code"] == "no_route"
-    assert len(engines[0].requests) + len(engines[1].requests) == 0
+    assert len(client_requests(engines[0])) + len(client_requests(engines[1])) == 0
 
 
 def test_a_worker_at_its_limit_is_a_429_with_retry_after(stack: Stack, epp: EppStack):
@@ -304,4 +311,4 @@ def test_a_worker_at_its_limit_is_a_429_with_retry_after(stack: Stack, epp: EppS
     assert second.json()["error"]["code"] == "gateway_queue_full"
     assert int(second.headers["retry-after"]) >= 1
     first.join(10)
-    assert len(slow.requests) == 1
+    assert len(client_requests(slow)) == 1

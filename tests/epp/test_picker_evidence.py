@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from fleetgate.control.plane import ControlOptions
 from fleetgate.epp.protocol import EXT_PROC_SERVICE
 from tests.epp.stack import EppStack
-from tests.harness import Stack, deployment, provider, wait_until
+from tests.harness import Stack, client_requests, deployment, provider, wait_until
 from tests.tiers import chat_calls, tiered_config, words
 
 ADMIN = "admin-secret"
@@ -62,7 +62,7 @@ def test_the_request_log_holds_each_request_with_its_endpoint(
     def logged() -> list[dict[str, Any]]:
         resp = httpx.get(f"{envoy.url}/admin/requests", headers=headers)
         assert resp.status_code == 200, resp.text
-        return [r for r in resp.json()["data"] if r["id"] in ids]
+        return [r for r in resp.json()["data"] if r["request_id"] in ids]
 
     wait_until(lambda: len(logged()) == 3, 10, "three rows in the request log")
     assert {r["deployment_id"] for r in logged()} <= {"r1", "r2"}
@@ -153,4 +153,7 @@ def test_client_keys_are_checked_by_the_picker(stack: Stack, epp: EppStack, sqli
     good = httpx.post(url, json=body, headers={"Authorization": f"Bearer {secret}"}, timeout=10)
     assert good.status_code == 200
     engine = stack.engines["r1"]
-    assert len(engine.requests) == 1 and "Authorization" not in engine.requests[0].headers
+    assert (
+        len(client_requests(engine)) == 1
+        and "Authorization" not in client_requests(engine)[0].headers
+    )

@@ -5,11 +5,10 @@ orderer), because an engine that refuses an over-long prompt tells so with a con
 and the estimate may be high. A worker that truncates silently (Ollama, `truncates:
 silently`) is removed instead when the request cannot fit its window. With the guard set
 to `reject`, a request is refused with `context_too_large` before any upstream call only on
-evidence: an exact count, or, without one, the deployment's own fitted tokenizer (a
-fingerprint or enough answers, never a family's prior) putting it beyond every window with
-room to spare, or more words than any window holds; in doubt the refine stage counts
-first, and where nothing can count, the request is routed and the engine decides. A model
-whose deployments declare no window is left alone.
+evidence: an exact count, or, without one, more words than any window holds (a word is a
+token at least); in doubt the refine stage counts first, and where nothing can count, the
+request is routed and the engine decides. A model whose deployments declare no window is
+left alone.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ from fleetgate.translate.registry import unserved_reason
 
 GUARD_PENDING = "context_guard_pending"
 SILENT_PENDING = "context_silent_pending"  # a silent worker's fit waits for the count
-ROOM = 0.1  # how far beyond a window own evidence must put a request to refuse it uncounted
 RAW_NOTE = "context_raw"  # the central estimate per tokenizer family (numbers only)
 TALLY_NOTE = "context_tally"  # the request's tally (numbers only): what the fits learn from
 # `context_guard: warn`: the request fits no window; the value is the largest window
@@ -151,19 +149,11 @@ def _beyond_on_evidence(
     candidates: list[Candidate], estimate: ContextEstimate, of: WindowOf
 ) -> bool:
     """Whether evidence without a count puts the request beyond every window: the rule
-    that a word is a token at least (`ContextEstimate.least`), or each deployment's own
-    fitted tokenizer (a fingerprint or enough answers, never a family's prior), whose
-    fewest tokens exceed its window with `ROOM` to spare."""
-    if fits_nowhere(candidates, estimate.least(), of):
-        return True
-    for c in candidates:
-        dep = c.deployment
-        window = of(dep)
-        if window is None or not estimate.own(dep):
-            return False
-        if estimate.floor(dep) <= window * (1 + ROOM):
-            return False
-    return True
+    that a word is a token at least (`ContextEstimate.least`). A deployment's fitted
+    tokenizer is not enough on its own: its band is a quantile of the text it has seen,
+    and a text unlike that (one long word said again and again) can fall outside it, so
+    a request its fit puts beyond every window is counted before it is refused."""
+    return fits_nowhere(candidates, estimate.least(), of)
 
 
 def _without_silent_overflow(
