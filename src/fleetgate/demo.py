@@ -67,6 +67,8 @@ def demo_config(urls: dict[str, str], host: str, port: int) -> dict[str, Any]:
                 "upstream_model": "sim/llama-8b-long",
                 "context_window": 65536,
                 "tier": "long",
+                # the window decides first, then priority: the 8k hosts take what they hold
+                "priority": 2,
                 "price": {"input": 0.30, "output": 0.60},
             },
             {
@@ -137,7 +139,8 @@ def _instructions(base: str, samples: list[str], admin_key: str) -> str:
 fleetgate demo — gateway on {base}, in front of {len(ENGINES)} simulated engines
   model demo-chat  -> deployment 'flaky' (8k window, priority 0; answers 503 to every
                       2nd request), then 'steady' (8k, priority 1): the fallback;
-                      'long' (64k window, tier long) takes what the 8k hosts can't hold
+                      'long' (64k window, tier long, priority 2) takes what the 8k
+                      hosts can't hold
   support-bot      -> a virtual model: 'steady' (temperature 0.2), then 'long'
   model demo-embed -> deployment 'embedder'
 

@@ -91,7 +91,7 @@ def test_a_row_postgresql_refuses_never_blocks_the_rows_after_it(pg_url: str) ->
             )
             await log.write([_record(f"later-{i}") for i in range(5)])
             page = await log.page(limit=100)
-            return log, [r["id"] for r in page.rows]
+            return log, [r["request_id"] for r in page.rows]
         finally:
             await db.dispose()
 
