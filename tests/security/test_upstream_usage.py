@@ -64,7 +64,7 @@ def test_a_count_no_engine_can_report_is_not_spent(
         completion = served.completion_tokens
         wait_until(lambda: api.get("/admin/requests").json()["data"] != [], 10, "the row")
         row = api.get("/admin/requests").json()["data"][0]
-        assert row["id"] == rid
+        assert row["request_id"] == rid
         assert (row["prompt_tokens"], row["completion_tokens"]) == (prompt, completion)
         expected = (prompt or 0) + (completion or 0)  # 1 per token
         assert expected > 0

@@ -11,6 +11,7 @@ from fleetgate.testing import Fault
 from tests.harness import (
     Stack,
     anthropic_provider,
+    client_requests,
     deployment,
     ollama_provider,
     provider,
@@ -449,4 +450,4 @@ def test_the_thinking_of_an_ollama_history_counts_in_the_estimate(stack: Stack) 
     )
     client(stack).chat(model="m", messages=history("thinking"), options={"num_predict": 8})
     sent = large.requests[-1].body["messages"][1]
-    assert sent["reasoning_content"] == thinking and not small.requests
+    assert sent["reasoning_content"] == thinking and not client_requests(small)
