@@ -8,13 +8,12 @@ import asyncio
 import contextlib
 import logging
 
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
 from fleetgate.epp.endpoints import EndpointBook
+from fleetgate.epp.grpc_calls import NOT_SERVING, SERVING, Dispatcher, Health
+from fleetgate.epp.http2 import Http2Connection
 from fleetgate.epp.picker import Picker
 from fleetgate.epp.protocol import EXT_PROC_SERVICE
-from fleetgate.epp.service import add_to_server
+from fleetgate.epp.service import methods
 from fleetgate.pipeline.core import Pipeline
 
 log = logging.getLogger("fleetgate.epp")
@@ -32,33 +31,28 @@ class PickerServer:
         self.host, self.port = host, port
         self.book = EndpointBook(pipeline.holder)
         self.picker = Picker(pipeline, self.book)
-        self.health = health.aio.HealthServicer()
-        self._server: grpc.aio.Server | None = None
+        self.health = Health()
+        self.dispatch = Dispatcher({**methods(self.picker), **self.health.methods()})
+        self.connections: set[Http2Connection] = set()
+        self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
         """Listen; returns the port (useful with port 0)."""
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        add_to_server(server, self.picker)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        self.port = server.add_insecure_port(f"{self.host}:{self.port}")
         await self.book.start()
-        await server.start()
-        self._server = server
-        serving = health_pb2.HealthCheckResponse.SERVING
-        await self.health.set("liveness", serving)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Http2Connection(self.dispatch, self.connections), self.host, self.port
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.health.set("liveness", SERVING)
         await self.mark_ready(self.pipeline.ready)
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        self._sweeper = loop.create_task(self._sweep())
         return self.port
 
     async def mark_ready(self, ready: bool) -> None:
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if ready
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
         for name in ("", "readiness", EXT_PROC_SERVICE):
-            await self.health.set(name, status)
+            self.health.set(name, SERVING if ready else NOT_SERVING)
 
     async def _sweep(self) -> None:
         while True:
@@ -73,7 +67,16 @@ class PickerServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
         await self.book.stop()
-        if self._server is not None:
-            await self.health.enter_graceful_shutdown()
-            await self._server.stop(grace)
-            self._server = None
+        if self._server is None:
+            return
+        for name in self.health.statuses:
+            self.health.set(name, NOT_SERVING)
+        self._server.close()
+        self._server = None
+        for conn in list(self.connections):
+            conn.goaway()  # no new calls; those under way may end within the grace
+        idle = [conn.idle() for conn in self.connections]
+        if idle and grace:
+            await asyncio.wait(idle, timeout=grace)
+        for conn in list(self.connections):
+            conn.close()

@@ -1,5 +1,5 @@
-"""The picker as an Envoy external processor (`envoy.service.ext_proc.v3`), on grpcio's
-asyncio API: one gRPC stream per HTTP request and filter.
+"""The picker as an Envoy external processor (`envoy.service.ext_proc.v3`): one gRPC call
+per HTTP request and filter, on the picker's own gRPC server (grpc_calls.py).
 
 The `pick` filter's stream carries the request: its headers, then its body, in the
 BUFFERED mode (the whole body in one message; the answer comes with it) or the
@@ -10,22 +10,21 @@ stream carries the response, in Envoy's observability mode: nothing is answered.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
 
-import grpc
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
 from fleetgate.epp.evidence import ResponseWatch
+from fleetgate.epp.grpc_calls import INTERNAL, Call, Handler, Method
 from fleetgate.epp.picker import CLIENT_CREDENTIALS, Pick, Picker, Refusal
 from fleetgate.epp.protocol import (
     DESTINATION,
+    EXT_PROC_SERVICE,
     LB_NAMESPACE,
     REQUEST_ID,
     ROLE_HEADER,
@@ -39,6 +38,9 @@ from fleetgate.epp.protocol import (
 log = logging.getLogger("fleetgate.epp")
 
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+PROCESS_PATH = f"/{EXT_PROC_SERVICE}/Process"
+ROLE_HEADER_BYTES = ROLE_HEADER.encode()
+ROLE_OBSERVE_BYTES = ROLE_OBSERVE.encode()
 
 
 def _headers(msg: pb.HttpHeaders) -> list[tuple[bytes, bytes]]:
@@ -100,132 +102,216 @@ def _refused(refusal: Refusal) -> pb.ProcessingResponse:
     )
 
 
-class ExternalProcessor(pb_grpc.ExternalProcessorServicer):
-    def __init__(self, picker: Picker) -> None:
+# the answers that carry nothing: built once
+HEADERS_PASS = pb.ProcessingResponse(request_headers=pb.HeadersResponse()).SerializeToString()
+TRAILERS_PASS = pb.ProcessingResponse(request_trailers=pb.TrailersResponse()).SerializeToString()
+RESPONSE_HEADERS_PASS = pb.ProcessingResponse(
+    response_headers=pb.HeadersResponse()
+).SerializeToString()
+RESPONSE_BODY_PASS = pb.ProcessingResponse(response_body=pb.BodyResponse()).SerializeToString()
+
+
+class _Pick:
+    """The `pick` filter's call: the request's headers and body in, the pick out."""
+
+    __slots__ = (
+        "body",
+        "busy",
+        "call",
+        "done",
+        "duplex",
+        "ended",
+        "headers",
+        "later",
+        "picker",
+        "subset",
+    )
+
+    def __init__(self, picker: Picker, call: Call) -> None:
         self.picker = picker
+        self.call = call
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body = bytearray()
+        self.duplex = False
+        self.subset: frozenset[str] | None = None
+        self.done = False  # the answer is given (or being made)
+        self.busy = False  # the answer is being made: what follows waits for it
+        self.ended = False  # Envoy has ended its side
+        self.later: list[bytes] = []
 
-    async def Process(  # the service's method name
-        self, request_iterator: AsyncIterator[pb.ProcessingRequest], context: Any
-    ) -> AsyncIterator[pb.ProcessingResponse]:
-        role = dict(context.invocation_metadata()).get(ROLE_HEADER)
-        if role == ROLE_OBSERVE:
-            await self._observe(request_iterator)
+    def message(self, data: bytes) -> None:
+        request = pb.ProcessingRequest.FromString(data)
+        kind = request.WhichOneof("request")
+        if kind == "request_headers":
+            self.headers = _headers(request.request_headers)
+            self.duplex = request.protocol_config.request_body_mode == FULL_DUPLEX
+            self.subset = _subset(request)
+            if request.request_headers.end_of_stream:  # no body at all
+                self._answer(b"", "headers")
+            elif not self.duplex:
+                self._send(HEADERS_PASS)
+        elif kind == "request_body":
+            self.body += request.request_body.body
+            if request.request_body.end_of_stream and not self.done:
+                self._answer(bytes(self.body), "duplex" if self.duplex else "body")
+        elif kind == "request_trailers":
+            if not self.done:  # a full-duplex body ends with its trailers
+                self._answer(bytes(self.body), "duplex")
+            self._send(TRAILERS_PASS)
+        elif kind == "response_headers":  # not asked for; answered all the same
+            self._send(RESPONSE_HEADERS_PASS)
+        elif kind == "response_body":
+            self._send(RESPONSE_BODY_PASS)
+
+    def _send(self, response: bytes) -> None:
+        if self.busy:
+            self.later.append(response)
+        else:
+            self.call.send(response)
+
+    def _answer(self, body: bytes, step: str) -> None:
+        self.done = self.busy = True
+        task = asyncio.get_running_loop().create_task(self._pick(body, step))
+        _RUNNING.add(task)
+        task.add_done_callback(_RUNNING.discard)
+
+    async def _pick(self, body: bytes, step: str) -> None:
+        try:
+            for response in await self._responses(body, step):
+                self.call.send(response.SerializeToString())
+        except Exception:
+            log.exception("the pick failed")
+            self.call.finish(INTERNAL, "the picker failed on this request")
             return
-        async for response in self._pick(request_iterator):
-            yield response
+        self.busy = False
+        for response in self.later:
+            self.call.send(response)
+        self.later.clear()
+        if self.ended:
+            self.call.finish()
 
-    async def _pick(
-        self, requests: AsyncIterator[pb.ProcessingRequest]
-    ) -> AsyncIterator[pb.ProcessingResponse]:
-        headers: list[tuple[bytes, bytes]] = []
-        body = bytearray()
-        duplex = False
-        subset: frozenset[str] | None = None
-        done = False
-        async for request in requests:
-            kind = request.WhichOneof("request")
-            if kind == "request_headers":
-                headers = _headers(request.request_headers)
-                duplex = request.protocol_config.request_body_mode == FULL_DUPLEX
-                subset = _subset(request)
-                if request.request_headers.end_of_stream:  # no body at all
-                    done = True
-                    async for out in self._answer(headers, b"", subset, "headers"):
-                        yield out
-                elif not duplex:
-                    yield pb.ProcessingResponse(request_headers=pb.HeadersResponse())
-            elif kind == "request_body":
-                body += request.request_body.body
-                if request.request_body.end_of_stream and not done:
-                    done = True
-                    step = "duplex" if duplex else "body"
-                    async for out in self._answer(headers, bytes(body), subset, step):
-                        yield out
-            elif kind == "request_trailers":
-                if not done:  # a full-duplex body ends with its trailers
-                    done = True
-                    async for out in self._answer(headers, bytes(body), subset, "duplex"):
-                        yield out
-                yield pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
-            elif kind == "response_headers":  # not asked for; answered all the same
-                yield pb.ProcessingResponse(response_headers=pb.HeadersResponse())
-            elif kind == "response_body":
-                yield pb.ProcessingResponse(response_body=pb.BodyResponse())
-
-    async def _answer(
-        self,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes,
-        subset: frozenset[str] | None,
-        step: str,
-    ) -> AsyncIterator[pb.ProcessingResponse]:
+    async def _responses(self, body: bytes, step: str) -> list[pb.ProcessingResponse]:
+        headers, subset = self.headers, self.subset
         path = _header(headers, b":path") or "/"
         try:
             pick = await self.picker.pick(path, headers, body, subset)
         except Refusal as refusal:
-            yield _refused(refusal)
-            return
+            return [_refused(refusal)]
         mutation = _mutation(pick.header_mutations(), CLIENT_CREDENTIALS)
         common = pb.CommonResponse(header_mutation=mutation)
         meta = _metadata(pick)
         if step == "headers":
-            yield pb.ProcessingResponse(
-                request_headers=pb.HeadersResponse(response=common), dynamic_metadata=meta
-            )
-        elif step == "body":
+            return [
+                pb.ProcessingResponse(
+                    request_headers=pb.HeadersResponse(response=common), dynamic_metadata=meta
+                )
+            ]
+        if step == "body":
             if pick.body is not None:
                 common.body_mutation.body = pick.body
-            yield pb.ProcessingResponse(
-                request_body=pb.BodyResponse(response=common), dynamic_metadata=meta
-            )
-        else:  # full duplex: the headers' answer, then the body, whole, as Envoy left it
-            yield pb.ProcessingResponse(
+            return [
+                pb.ProcessingResponse(
+                    request_body=pb.BodyResponse(response=common), dynamic_metadata=meta
+                )
+            ]
+        # full duplex: the headers' answer, then the body, whole, as Envoy left it
+        streamed = pb.StreamedBodyResponse(
+            body=pick.body if pick.body is not None else body, end_of_stream=True
+        )
+        return [
+            pb.ProcessingResponse(
                 request_headers=pb.HeadersResponse(response=common), dynamic_metadata=meta
-            )
-            streamed = pb.StreamedBodyResponse(
-                body=pick.body if pick.body is not None else body, end_of_stream=True
-            )
-            yield pb.ProcessingResponse(
+            ),
+            pb.ProcessingResponse(
                 request_body=pb.BodyResponse(
                     response=pb.CommonResponse(
                         body_mutation=pb.BodyMutation(streamed_response=streamed)
                     )
                 )
-            )
+            ),
+        ]
 
-    async def _observe(self, requests: AsyncIterator[pb.ProcessingRequest]) -> None:
-        pick: Pick | None = None
-        watch = ResponseWatch()
+    def end(self) -> None:
+        self.ended = True
+        if not self.busy:
+            self.call.finish()
+
+    def cancel(self) -> None:
+        self.later.clear()
+
+
+class _Observe:
+    """The `observe` filter's call: the response, shown in observability mode (nothing is
+    answered, nothing waits); the call ends once the answer's evidence is in."""
+
+    __slots__ = ("call", "pick", "picker", "watch")
+
+    def __init__(self, picker: Picker, call: Call) -> None:
+        self.picker = picker
+        self.call = call
+        self.pick: Pick | None = None
+        self.watch = ResponseWatch()
+
+    def message(self, data: bytes) -> None:
+        request = pb.ProcessingRequest.FromString(data)
+        kind = request.WhichOneof("request")
+        if kind == "response_headers":
+            request_id = _attribute(request, REQUEST_ID)
+            self.pick = self.picker.claim(request_id) if request_id else None
+            if self.pick is None:
+                self.call.finish()  # not a picked request (or its pick already given up on)
+                return
+            headers = _headers(request.response_headers)
+            status = _header(headers, b":status") or "0"
+            served = _header(headers, SERVED.encode())
+            watch = self.watch
+            watch.served = served or _attribute(request, UPSTREAM_ADDRESS)
+            watch.headers(
+                int(status) if status.isdigit() else 0,
+                _header(headers, b"content-type") or "",
+                _header(headers, b"retry-after"),
+            )
+            if request.response_headers.end_of_stream:
+                self._finish()
+        elif kind == "response_body" and self.pick is not None:
+            self.watch.chunk(request.response_body.body)
+            if request.response_body.end_of_stream:
+                self._finish()
+
+    def _finish(self) -> None:
+        pick, self.pick = self.pick, None
+        self.call.finish()
+        if pick is None:
+            return
         try:
-            async for request in requests:
-                kind = request.WhichOneof("request")
-                if kind == "response_headers":
-                    request_id = _attribute(request, REQUEST_ID)
-                    pick = self.picker.claim(request_id) if request_id else None
-                    if pick is None:
-                        return  # not a picked request (or its pick already given up on)
-                    headers = _headers(request.response_headers)
-                    status = _header(headers, b":status") or "0"
-                    served = _header(headers, SERVED.encode())
-                    watch.served = served or _attribute(request, UPSTREAM_ADDRESS)
-                    watch.headers(
-                        int(status) if status.isdigit() else 0,
-                        _header(headers, b"content-type") or "",
-                        _header(headers, b"retry-after"),
-                    )
-                    if request.response_headers.end_of_stream:
-                        break
-                elif kind == "response_body" and pick is not None:
-                    watch.chunk(request.response_body.body)
-                    if request.response_body.end_of_stream:
-                        break
-        finally:
-            if pick is not None:
-                try:
-                    self.picker.finish(pick, watch)
-                except Exception:
-                    request_id = pick.ex.request_id
-                    log.exception("request %s: its answer could not be recorded", request_id)
+            self.picker.finish(pick, self.watch)
+        except Exception:
+            log.exception("request %s: its answer could not be recorded", pick.ex.request_id)
+
+    def end(self) -> None:
+        self._finish()
+
+    def cancel(self) -> None:
+        pick, self.pick = self.pick, None
+        if pick is not None:  # what was seen of the answer is all there will be
+            try:
+                self.picker.finish(pick, self.watch)
+            except Exception:
+                log.exception("request %s: its answer could not be recorded", pick.ex.request_id)
+
+
+_RUNNING: set[asyncio.Task[None]] = set()  # the picks being made (a task needs a holder)
+
+
+def methods(picker: Picker) -> dict[str, Method]:
+    """The ext_proc service's method: which filter a call is for says how it is handled."""
+
+    def process(call: Call) -> Handler:
+        if call.metadata.get(ROLE_HEADER_BYTES) == ROLE_OBSERVE_BYTES:
+            return _Observe(picker, call)
+        return _Pick(picker, call)
+
+    return {PROCESS_PATH: process}
 
 
 def _attribute(request: pb.ProcessingRequest, name: str) -> str | None:
@@ -235,7 +321,3 @@ def _attribute(request: pb.ProcessingRequest, name: str) -> str | None:
         if value is not None and value.string_value:
             return value.string_value
     return None
-
-
-def add_to_server(server: grpc.aio.Server, picker: Picker) -> None:
-    pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(picker), server)
