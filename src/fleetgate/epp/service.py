@@ -120,7 +120,6 @@ class _Pick:
         "call",
         "done",
         "duplex",
-        "ended",
         "headers",
         "later",
         "picker",
@@ -136,7 +135,6 @@ class _Pick:
         self.subset: frozenset[str] | None = None
         self.done = False  # the answer is given (or being made)
         self.busy = False  # the answer is being made: what follows waits for it
-        self.ended = False  # Envoy has ended its side
         self.later: list[bytes] = []
 
     def message(self, data: bytes) -> None:
@@ -187,8 +185,9 @@ class _Pick:
         for response in self.later:
             self.call.send(response)
         self.later.clear()
-        if self.ended:
-            self.call.finish()
+        # the pick is all this call is for: ended now, Envoy need not end it at the end of
+        # the request (and does not send the response phases a gateway may ask for)
+        self.call.finish()
 
     async def _responses(self, body: bytes, step: str) -> list[pb.ProcessingResponse]:
         headers, subset = self.headers, self.subset
@@ -232,8 +231,7 @@ class _Pick:
         ]
 
     def end(self) -> None:
-        self.ended = True
-        if not self.busy:
+        if not self.busy:  # Envoy ended it before the request was whole
             self.call.finish()
 
     def cancel(self) -> None:
