@@ -197,6 +197,40 @@ def test_the_upstream_model_name_is_written_into_the_body(stack: Stack, epp: Epp
     assert "Authorization" not in sent.headers
 
 
+def _small_windows(doc: dict[str, Any]) -> None:
+    """Envoy's HTTP/2 windows toward the picker at the protocol's smallest default (64 KiB):
+    a large answer must wait for Envoy's window updates."""
+    for cluster in doc["static_resources"]["clusters"]:
+        if cluster["name"] == "fleetgate_epp":
+            options = cluster["typed_extension_protocol_options"]
+            h2 = next(iter(options.values()))["explicit_http_config"]["http2_protocol_options"]
+            h2["initial_stream_window_size"] = 65535
+            h2["initial_connection_window_size"] = 65535
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_large_body_crosses_the_picker_whole(stack: Stack, epp: EppStack, mode: str):
+    """A 400 KB prompt goes to the picker in many frames and comes back rewritten, larger
+    than Envoy's window: the engine gets every byte."""
+    a = stack.engine("a", context_window=1_000_000)
+    config = {
+        "providers": [provider("a", a)],
+        "deployments": [
+            deployment("m", "a", upstream_model="org/served-name-of-m", context_window=1_000_000)
+        ],
+        "server": {"max_body_bytes": 4 * 1024 * 1024},
+    }
+    envoy = epp.start(config, body_mode=mode, edit=_small_windows)
+    prompt = "".join(f"w{i} " for i in range(80_000))  # about 470 KB
+    answer = _client(envoy.url).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": prompt}]
+    )
+    assert answer.choices[0].message.content
+    sent = client_requests(a)[0]
+    assert sent.body["model"] == "org/served-name-of-m"
+    assert sent.body["messages"][0]["content"] == prompt
+
+
 def test_a_stream_arrives_chunk_by_chunk_with_its_cadence(stack: Stack, epp: EppStack):
     a = stack.engine("a", tokens_per_second=20, reply_words=12)
     config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}

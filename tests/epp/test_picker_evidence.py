@@ -109,6 +109,34 @@ def test_grpc_health_says_serving_for_each_name(stack: Stack, epp: EppStack):
             assert answer.status == health_pb2.HealthCheckResponse.SERVING, name
 
 
+def test_grpc_health_watch_follows_readiness_and_unknown_methods_are_unimplemented(
+    stack: Stack, epp: EppStack
+):
+    epp.start(_replicas(stack, 1))
+    picker = epp.picker
+    assert picker is not None
+    with grpc.insecure_channel(f"127.0.0.1:{picker.port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        watch = stub.Watch(health_pb2.HealthCheckRequest(service="readiness"), timeout=10)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        stack.lt.run(picker.mark_ready(False))
+        assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        watch.cancel()
+        try:
+            stub.Check(health_pb2.HealthCheckRequest(service="nothing-of-that-name"), timeout=5)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.NOT_FOUND
+        else:
+            raise AssertionError("an unknown name was answered")
+        unknown = channel.unary_unary("/fleetgate.Nothing/Here")
+        try:
+            unknown(b"", timeout=5)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.UNIMPLEMENTED
+        else:
+            raise AssertionError("an unknown method was answered")
+
+
 def test_serve_never_imports_grpc():
     """The proxy's start-up path loads no gRPC and no Envoy protos (`-X importtime`)."""
     code = (
