@@ -17,9 +17,9 @@ Targets (issue 38): the picker costs fleetgate less CPU per request than the pro
 and adds at most 1 ms p50 over Envoy alone.
 
 Run: `python3 -m benchmarks.epp` (DURATION=5 CONC=16 PACED_CONC=256 GAP_MS=5; OBSERVE=0 runs
-Envoy without the filter that shows the picker the answers: the pick's cost alone). Needs wrk and
-the `test` extra (Envoy's wheel, gRPC). On a shared machine the figures are indicative; the
-ratios within one run are what count.
+Envoy without the filter that shows the picker the answers: the pick's cost alone;
+BODY_MODE=BUFFERED the other body mode). Needs wrk and the `test` extra (Envoy's wheel). On a
+shared machine the figures are indicative; the ratios within one run are what count.
 """
 
 from __future__ import annotations
@@ -271,6 +271,8 @@ def main() -> int:
                 f"127.0.0.1:{ports['http']}",
                 "--admin",
                 f"127.0.0.1:{ports['admin']}",
+                "--body-mode",
+                os.environ.get("BODY_MODE", "FULL_DUPLEX_STREAMED"),
             ],
             env=env,
             capture_output=True,
