@@ -2,21 +2,19 @@
 
 An IP in the base URL is its own endpoint. A name (a Kubernetes headless Service, say) is
 resolved, every A/AAAA record a replica, and resolved again every `REFRESH_SECONDS`, so
-replicas that come and go are followed without a restart.
+replicas that come and go are followed without a restart. Names are resolved by the same
+function as the providers' `endpoints` names (`discovery/replicas.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import socket
 
 from fleetgate.config.addresses import endpoint_text, host_port, is_ip
+from fleetgate.discovery.replicas import resolve_names
 from fleetgate.fleet import Fleet, FleetHolder, Provider
 from fleetgate.fleet.data_plane import provider_blocker
-
-log = logging.getLogger("fleetgate.epp")
 
 REFRESH_SECONDS = 5.0
 
@@ -50,15 +48,12 @@ class EndpointBook:
         return self._by_provider.get(provider.id, ())
 
     async def resolve(self) -> None:
-        loop = asyncio.get_running_loop()
-        for provider_id, (host, port) in list(self._names.items()):
-            try:
-                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            except OSError as exc:
-                log.warning("provider %s: cannot resolve %s: %s", provider_id, host, exc)
-                continue
-            found = tuple(dict.fromkeys(endpoint_text(str(i[4][0]), port) for i in infos))
-            self._by_provider[provider_id] = found
+        names = self._names
+        found = await resolve_names({host for host, _port in names.values()})
+        for provider_id, (host, port) in list(names.items()):
+            if host in found:
+                addresses = found[host]
+                self._by_provider[provider_id] = tuple(endpoint_text(a, port) for a in addresses)
 
     async def start(self) -> None:
         await self.resolve()
