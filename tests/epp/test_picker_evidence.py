@@ -4,6 +4,7 @@ HTTP side through Envoy, its gRPC health)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -135,6 +136,31 @@ def test_grpc_health_watch_follows_readiness_and_unknown_methods_are_unimplement
             assert exc.code() == grpc.StatusCode.UNIMPLEMENTED
         else:
             raise AssertionError("an unknown method was answered")
+
+
+def test_a_client_that_does_not_speak_http2_is_sent_away(stack: Stack, epp: EppStack):
+    """An HTTP/1 request on the gRPC port: the picker answers with a GOAWAY
+    (PROTOCOL_ERROR) and closes the connection; it keeps serving the others."""
+    epp.start(_replicas(stack, 1))
+    picker = epp.picker
+    assert picker is not None
+    with socket.create_connection(("127.0.0.1", picker.port), timeout=5) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: picker\r\n\r\n")
+        received = b""
+        while chunk := sock.recv(65536):  # until the picker closes the connection
+            received += chunk
+    frames = []
+    while len(received) >= 9:
+        length = int.from_bytes(received[:3], "big")
+        frames.append((received[3], received[9 : 9 + length]))
+        received = received[9 + length :]
+    goaway = [payload for kind, payload in frames if kind == 7]
+    assert goaway and int.from_bytes(goaway[0][4:8], "big") == 1  # PROTOCOL_ERROR
+    with grpc.insecure_channel(f"127.0.0.1:{picker.port}") as channel:
+        answer = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=5
+        )
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def test_serve_never_imports_grpc():

@@ -210,6 +210,8 @@ class Http2Connection(asyncio.Protocol):
             if not flags & ACK:
                 self._settings(payload)
         elif kind == PING:
+            if len(payload) != 8:
+                raise ProtocolError(FRAME_SIZE_ERROR, "a PING frame of a bad length")
             if not flags & ACK:
                 self._write(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
@@ -307,6 +309,8 @@ class Http2Connection(asyncio.Protocol):
         self._drain_all()
 
     def _window_update(self, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise ProtocolError(FRAME_SIZE_ERROR, "a WINDOW_UPDATE frame of a bad length")
         (increment,) = _WORD.unpack(payload)
         increment &= 0x7FFFFFFF
         if stream_id == 0:
