@@ -1,11 +1,12 @@
 """CPU per relayed block of a stream that may be continued (`execute/resume.py`), against the
 plain relay of the same stream measured in the same run (the floor).
 
-A stream whose plan has no candidate that could continue it is relayed by the plain relay
-(`Executor._rest_of_stream`), as before; one that may be continued by `resume.relay`, which
-also looks in each block for the bytes that may end the answer, and through
-`Continuation.stream`, which keeps the blocks it relays. Each stream here is N chat chunks
-of one token and its end, read from an in-memory response; nothing is continued.
+Every stream is relayed by one loop (`execute/relay.py`). A stream whose plan has no
+candidate that could continue it checks each block with `Framing.json_events`; one that
+may be continued with `event_check.EndCheck`, the same check decoding each event into the
+type that says it does not end the answer, and goes through `Continuation.stream`, which
+keeps the blocks it relays. Each stream here is N chat chunks of one token and its end,
+read from an in-memory response; nothing is continued.
 
 Run: python3 benchmarks/bench_resume.py [--blocks N] [--rounds R]
 """
@@ -25,10 +26,9 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from fleetgate.execute import resume
-from fleetgate.execute.executor import Executor
 from fleetgate.execute.framing import SSE
 from fleetgate.execute.outcome import Attempt
+from fleetgate.execute.relay import relay
 from fleetgate.execute.rewrite import rewriter_for
 
 
@@ -74,6 +74,10 @@ async def _kept(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         yield block
 
 
+def _ended(*_args: Any) -> None:
+    pass
+
+
 async def _one(kind: str, blocks: list[bytes]) -> float:
     rewriter = rewriter_for("up", "m")
     attempt = Attempt(0, "d", "p", "up", "model")
@@ -81,25 +85,11 @@ async def _one(kind: str, blocks: list[bytes]) -> float:
     response: Any = _Response([*blocks[1:], _END])
     started = time.perf_counter()
     if kind == "plain":
-        executor = Executor.__new__(Executor)
-        stream = executor._rest_of_stream(
-            response, rewriter, SSE, head, attempt, "chat.completions", lambda *_: None
-        )
+        stream = relay(response, rewriter, SSE, head, attempt, "chat.completions", _ended)
     else:
-        cont: Any = _NeverContinued()
+        cont: Any = (_NeverContinued(), None, None)
         stream = _kept(
-            resume.relay(
-                response,
-                rewriter,
-                SSE,
-                head,
-                attempt,
-                "chat.completions",
-                lambda *_: None,
-                cont,
-                Any,
-                Any,
-            )
+            relay(response, rewriter, SSE, head, attempt, "chat.completions", _ended, cont)
         )
     async for _block in stream:
         pass

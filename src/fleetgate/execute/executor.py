@@ -37,9 +37,7 @@ from fleetgate.execute.framing import (
     NDJSON,
     SSE,
     Framing,
-    NotJson,
     framing_for,
-    stream_error_event,
 )
 from fleetgate.execute.http1 import UpstreamIOError, UpstreamResponse
 from fleetgate.execute.outcome import (
@@ -55,13 +53,13 @@ from fleetgate.execute.outcome import (
     parse_retry_after,
     redirect_message,
 )
+from fleetgate.execute.relay import relay
 from fleetgate.execute.resume import (
     CHAT_KINDS,
     WINDOW,
     Continuation,
     WholeContinuation,
     can_take_over,
-    relay,
     settings_for,
     switched,
 )
@@ -70,12 +68,9 @@ from fleetgate.execute.rewrite import ModelRewriter
 from fleetgate.execute.sse import CR, DONE
 from fleetgate.execute.upstream import UpstreamPool, request_headers
 from fleetgate.execute.usage import (
-    USAGE_TAIL,
     answer_facts,
-    stop_in_stream,
     stop_reason,
     stream_facts,
-    stream_usage,
     take_usage,
 )
 from fleetgate.execute.worker_slots import WorkerSlots
@@ -463,23 +458,15 @@ class Executor:
                     return None
                 handed_over = True
                 finish = self._stream_end(resp, attempt, started, circuit, release)
-                upstream = (
-                    self._rest_of_stream(
-                        resp, rewriter, framing, first, attempt, wire.endpoint, finish
-                    )
-                    if cont is None
-                    else relay(
-                        resp,
-                        rewriter,
-                        framing,
-                        first,
-                        attempt,
-                        wire.endpoint,
-                        finish,
-                        cont,
-                        profile,
-                        dep,
-                    )
+                upstream = relay(
+                    resp,
+                    rewriter,
+                    framing,
+                    first,
+                    attempt,
+                    wire.endpoint,
+                    finish,
+                    None if cont is None else (cont, profile, dep),
                 )
                 return Outcome(
                     attempts=[],
@@ -664,68 +651,6 @@ class Executor:
                 record_failure(self.state, attempt, circuit, severe=severe)
 
         return end
-
-    async def _rest_of_stream(
-        self,
-        resp: UpstreamResponse,
-        rewriter: ModelRewriter,
-        framing: Framing,
-        head: tuple[bytes, bytes, int],
-        attempt: Attempt,
-        endpoint: str,
-        finish: Callable[..., None],
-    ) -> AsyncIterator[bytes]:
-        completed = False
-        severe = False
-        first, carry, events = head  # whole events, the start of the next one, their count
-        sep = framing.separator
-        # data events (NDJSON lines) after the first one: tokens for the throughput EMA
-        events -= 1
-        stream_usage(attempt, first, framing)  # Anthropic's message_start: input tokens
-        tail = (first + carry)[-USAGE_TAIL:]  # the stream's end: usage, stop reason
-        more = False  # bytes after the head: else its usage was read above already
-        try:
-            yield first
-            while chunk := await resp.read_some():
-                more = True
-                tail = (tail + chunk)[-USAGE_TAIL:]
-                block = carry + chunk
-                if CR in block:
-                    block = block.replace(b"\r\n", b"\n")
-                cut = block.rfind(sep)
-                if cut < 0:
-                    carry = block
-                    continue
-                end = cut + len(sep)
-                whole, carry = block[:end], block[end:]
-                if (n := framing.json_events(whole)) is None:
-                    raise NotJson
-                events += n
-                yield framing.rewrite(rewriter, whole)
-            if carry:  # the last event, without its closing separator
-                if (n := framing.json_events(carry)) is None:
-                    raise NotJson
-                events += n
-                yield framing.rewrite(rewriter, carry)
-            completed = True
-            if more or carry:
-                stream_usage(attempt, tail, framing)
-            attempt.finish = stop_in_stream(tail)
-        except (UpstreamIOError, TimeoutError, NotJson) as exc:
-            what = "sent an event that is not JSON" if isinstance(exc, NotJson) else "broke"
-            severe = isinstance(exc, TimeoutError)
-            attempt.error_class = STREAM_BROKEN
-            attempt.failure = "timeout" if severe else "stream broken"
-            attempt.message = f"upstream stream {what}: {type(exc).__name__}"
-            yield stream_error_event(
-                endpoint,
-                framing,
-                "stream_interrupted",
-                f"The upstream stream {what} after output had started "
-                f"({type(exc).__name__}); retry the request.",
-            )
-        finally:
-            finish(completed, severe, events)
 
     def _fail(
         self, attempt: Attempt, error_class: str, message: str, failure: str, started: float

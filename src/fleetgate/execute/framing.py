@@ -23,12 +23,12 @@ SSE_CONTENT_TYPE = "text/event-stream"
 # Whether a payload is one JSON value, without building it: msgspec skips over what it
 # is not asked to keep (`Raw`), checking the grammar as it goes, a quarter of the CPU of
 # `orjson.loads` on a completion chunk. It does not look inside the strings it skips for
-# UTF-8: `json_events` checks the payloads' bytes with `_utf8` instead.
-_check_json = msgspec.json.Decoder(msgspec.Raw).decode
-_NOT_JSON = (msgspec.DecodeError, UnicodeDecodeError)
+# UTF-8: `json_events` checks the payloads' bytes with `utf8` instead.
+check_json = msgspec.json.Decoder(msgspec.Raw).decode
+DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
 
 
-def _utf8(block: bytes) -> None:
+def utf8(block: bytes) -> None:
     """Raises UnicodeDecodeError unless `block` is UTF-8 (as JSON text must be)."""
     if not block.isascii():
         block.decode()
@@ -60,12 +60,12 @@ class Framing:
         """How many data events a block of whole events holds (`[DONE]` included) when
         every one carries JSON (or is `[DONE]`); None when one does not. The executor
         checks each block it relays with this, and counts the answer's events with it."""
-        check = _check_json
+        check = check_json
         done = sse.DONE
         try:
             payloads = self.payloads(block)
             if payloads is not None:  # the block is its payloads and ASCII framing
-                _utf8(block)
+                utf8(block)
                 for data in payloads:
                     if data != done:
                         check(data)
@@ -79,9 +79,9 @@ class Framing:
                 if data is not None:
                     events += 1
                     if data != done:
-                        _utf8(data)  # payloads only: a comment's bytes are nobody's JSON
+                        utf8(data)  # payloads only: a comment's bytes are nobody's JSON
                         check(data)
-        except _NOT_JSON:
+        except DECODE_ERRORS:
             return None
         return events
 

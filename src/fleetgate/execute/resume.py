@@ -9,21 +9,23 @@ relayed (with the engine's switch to continue that message rather than answer it
 output limit lowered by what was produced, and relays the new deltas into the same client
 stream: the same id, block indices and framing, usage added up, one normal end.
 
-The stream of an answer that may be continued goes through two pieces, both only then:
+The stream of an answer that may be continued goes through two pieces:
 
-* `relay`, the executor's relay of the upstream's events with one more duty: it holds
-  back the events that end the answer (a stop reason, Ollama's `done`, an error event)
-  until the end shows whether the answer was cut, and raises `StreamCut` instead of
-  ending the stream when a continuation is wanted;
+* the executor's one relay loop (`execute/relay.py`), given this continuation: the same
+  check each block gets anyway (`event_check.py`) finds the events that end the answer (a
+  stop reason, Ollama's `done`, an error event); they are held back until the end shows
+  whether the answer was cut, and `StreamCut` is raised in place of the stream's end when
+  a continuation is wanted;
 * `Continuation.stream`, which relays the client's bytes (keeping them, undecoded, to
   read the text from only when a continuation is needed), catches `StreamCut`, asks the
   executor for the continuation, and splices its client stream in.
 
-Streams with no candidate to continue on keep the executor's plain relay: their per-chunk
-path is unchanged. What is continued (docs/routing.md#answers-that-survive): text only
-(never a tool call or reasoning in progress), on the chat-like endpoints (chat
-completions, completions, Messages, Ollama chat), on a deployment of the same model by
-default, on engines whose chat template can continue a final assistant message.
+Streams with no candidate to continue on take the same loop without holding anything.
+
+What is continued (docs/routing.md#answers-that-survive): text only (never a tool call or
+reasoning in progress), on the chat-like endpoints (chat completions, completions,
+Messages, Ollama chat), on a deployment of the same model by default, on engines whose
+chat template can continue a final assistant message.
 """
 
 from __future__ import annotations
@@ -38,12 +40,10 @@ import orjson
 from fleetgate.config.schema import ResumeConfig
 from fleetgate.context.truncation import CUT_SHORT_NOTE, Cut
 from fleetgate.errors import GatewayError
-from fleetgate.execute.framing import NDJSON, Framing, NotJson, stream_error_event
-from fleetgate.execute.http1 import UpstreamIOError, UpstreamResponse
-from fleetgate.execute.outcome import CUT_SHORT, STREAM_BROKEN, Attempt
-from fleetgate.execute.rewrite import ModelRewriter
-from fleetgate.execute.sse import CR, DONE, event_data
-from fleetgate.execute.usage import LENGTH, USAGE_TAIL, stop_in_stream, stream_usage
+from fleetgate.execute.framing import NDJSON, Framing, stream_error_event
+from fleetgate.execute.outcome import Attempt
+from fleetgate.execute.sse import DONE, event_data
+from fleetgate.execute.usage import LENGTH
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.routing.plan import Candidate, RoutePlan
@@ -68,20 +68,6 @@ SWITCHES: dict[str, dict[str, Any]] = {
 # engines that continue on their chat completions (their Messages endpoint, where they have
 # one, may not carry the switch): an Anthropic or Ollama client is translated to chat there
 CHAT_KINDS = frozenset({"vllm", "sglang", "llamacpp"})
-
-# bytes an upstream event has when it may end the answer, by the upstream endpoint: a stop
-# reason that is not null, a Messages block or message end (`"content_block_stop"`,
-# `"message_stop"`; the `message_delta` between them comes after the first), Ollama's last
-# line, an error. Engines write their events' JSON without spaces (vLLM and SGLang through
-# pydantic, llama.cpp, Ollama). Looked for in each block relayed while a continuation is
-# possible (two searches); the events that have one are held back until the stream's end.
-_END_MARKERS: dict[str, tuple[bytes, bytes]] = {
-    "chat.completions": (b'_reason":"', b'"error"'),
-    "completions": (b'_reason":"', b'"error"'),
-    "messages": (b'_stop"', b'"error"'),
-    "ollama.chat": (b'"done":true', b'"error"'),
-}
-_RESUMES = b"content_block_start"  # a Messages block after a held block end: not the end
 
 
 class StreamCut(Exception):
@@ -575,149 +561,6 @@ class Splice:
         if obj.get("done"):
             self._usage(obj, "prompt_eval_count", "eval_count")
         return obj
-
-
-# ---- the relay of an upstream stream that may be continued ------------------------------
-
-
-def _end_at(block: bytes, framing: Framing, markers: tuple[bytes, bytes], blocks: bool) -> int:
-    """Where the first event that may end the answer starts, in a block of whole events
-    (`blocks`: Messages, where a block's end is the answer's only if no block starts after
-    it); the block's length when none may."""
-    sep = framing.separator
-    at = 0
-    found = len(block)
-    while at < len(block):
-        end = block.find(sep, at)
-        end = len(block) if end < 0 else end + len(sep)
-        event = block[at:end]
-        if blocks and _RESUMES in event:
-            found = len(block)
-        elif found == len(block) and any(m in event for m in markers):
-            found = at
-        at = end
-    return found
-
-
-def _has_error(block: bytes, framing: Framing) -> bool:
-    if b'"error"' not in block:
-        return False
-    for event in block.split(framing.separator):
-        data = framing.payload(event) if event else None
-        if data is not None and framing.is_error(data):
-            return True
-    return False
-
-
-def _take(
-    held: list[bytes], whole: bytes, framing: Framing, markers: tuple[bytes, bytes], blocks: bool
-) -> tuple[bytes, bool]:
-    """What of a block of whole events that may end the answer goes to the client now (the
-    rest joins `held`), and whether what is held has an error event."""
-    if held:
-        if not (blocks and _RESUMES in whole):
-            held.append(whole)
-            return b"", _has_error(b"".join(held), framing)
-        whole = b"".join(held) + whole  # a block starts after the held end: not the end
-        held.clear()
-    at = _end_at(whole, framing, markers, blocks)
-    if at == len(whole):
-        return whole, False
-    held.append(whole[at:])
-    return whole[:at], _has_error(whole[at:], framing)
-
-
-async def relay(
-    resp: UpstreamResponse,
-    rewriter: ModelRewriter,
-    framing: Framing,
-    head: tuple[bytes, bytes, int],
-    attempt: Attempt,
-    endpoint: str,
-    finish: Callable[..., None],
-    cont: Continuation,
-    profile: RequestProfile,
-    dep: Deployment,
-) -> AsyncIterator[bytes]:
-    """The executor's relay of a stream (`Executor._rest_of_stream`), for an answer that
-    may be continued: the events that may end it are held back until its end, and a cut
-    a continuation takes over raises `StreamCut` in place of the stream's end."""
-    completed = False
-    severe = False
-    first, carry, events = head
-    sep = framing.separator
-    events -= 1
-    stream_usage(attempt, first, framing)
-    tail = (first + carry)[-USAGE_TAIL:]
-    more = False
-    markers = _END_MARKERS.get(endpoint, _END_MARKERS["chat.completions"])
-    m1, m2 = markers  # tested inline: no call per block
-    held: list[bytes] = []
-    errored = False
-    blocks = endpoint == "messages"
-
-    try:
-        out, errored = _take(held, first, framing, markers, blocks)
-        if out:
-            yield framing.rewrite(rewriter, out)
-        while not errored and (chunk := await resp.read_some()):
-            more = True
-            tail = (tail + chunk)[-USAGE_TAIL:]
-            block = carry + chunk
-            if CR in block:
-                block = block.replace(b"\r\n", b"\n")
-            cut = block.rfind(sep)
-            if cut < 0:
-                carry = block
-                continue
-            end = cut + len(sep)
-            whole, carry = block[:end], block[end:]
-            if (n := framing.json_events(whole)) is None:
-                raise NotJson
-            events += n
-            if held or m1 in whole or m2 in whole:
-                whole, errored = _take(held, whole, framing, markers, blocks)
-                if not whole:
-                    continue
-            yield framing.rewrite(rewriter, whole)
-        if carry and not errored:
-            if (n := framing.json_events(carry)) is None:
-                raise NotJson
-            events += n
-            out, errored = _take(held, carry, framing, markers, blocks)
-            if out:
-                yield framing.rewrite(rewriter, out)
-        if errored and cont.wanted(INTERRUPTED, attempt):
-            attempt.error_class = STREAM_BROKEN
-            attempt.message = "upstream stream sent an error event after output had started"
-            raise StreamCut(INTERRUPTED)
-        completed = True
-        if more or carry:
-            stream_usage(attempt, tail, framing)
-        attempt.finish = stop_in_stream(tail)
-        if not errored and cont.after_end(profile, dep, attempt):
-            attempt.error_class = CUT_SHORT
-            raise StreamCut(WINDOW)
-        if held:
-            yield framing.rewrite(rewriter, b"".join(held))
-    except (UpstreamIOError, TimeoutError, NotJson) as exc:
-        what = "sent an event that is not JSON" if isinstance(exc, NotJson) else "broke"
-        severe = isinstance(exc, TimeoutError)
-        attempt.error_class = STREAM_BROKEN
-        attempt.message = f"upstream stream {what}: {type(exc).__name__}"
-        if cont.wanted(INTERRUPTED, attempt):
-            raise StreamCut(INTERRUPTED) from exc
-        if held:  # as the plain relay: what came before the break went to the client
-            yield framing.rewrite(rewriter, b"".join(held))
-        yield stream_error_event(
-            endpoint,
-            framing,
-            "stream_interrupted",
-            f"The upstream stream {what} after output had started "
-            f"({type(exc).__name__}); retry the request.",
-        )
-    finally:
-        finish(completed, severe, events)
 
 
 # ---- the continuation ------------------------------------------------------------------

@@ -1,0 +1,132 @@
+"""The relay of a stream after its first events: every stream, continuable or not.
+
+The executor reads a stream's first events before answering (`Executor._first_events`);
+this relays the rest, block of whole events by block: each is checked (every event JSON,
+`Framing.json_events`), counted (the events feed the throughput EMA), and handed on with
+the client's model name; the stream's end gives its usage and stop reason. A stream that
+breaks, stalls or sends an event that is not JSON ends with a `stream_interrupted` event.
+
+An answer a later candidate could continue (`cont`, `execute/resume.py`) takes the same
+loop with one more duty, done by the same check (`event_check.EndCheck`): the events that
+may end the answer (a stop reason, a Messages block or message end, Ollama's last line, an
+error event) are held back until the end shows whether the answer was cut, and a cut a
+continuation takes over raises `StreamCut` in place of the stream's end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+from fleetgate.execute.event_check import EndCheck
+from fleetgate.execute.framing import Framing, NotJson, stream_error_event
+from fleetgate.execute.http1 import UpstreamIOError, UpstreamResponse
+from fleetgate.execute.outcome import CUT_SHORT, STREAM_BROKEN, Attempt
+from fleetgate.execute.resume import INTERRUPTED, WINDOW, Continuation, StreamCut
+from fleetgate.execute.rewrite import ModelRewriter
+from fleetgate.execute.sse import CR
+from fleetgate.execute.usage import USAGE_TAIL, stop_in_stream, stream_usage
+from fleetgate.fleet import Deployment
+from fleetgate.ingress.profile import RequestProfile
+
+
+async def relay(
+    resp: UpstreamResponse,
+    rewriter: ModelRewriter,
+    framing: Framing,
+    head: tuple[bytes, bytes, int],
+    attempt: Attempt,
+    endpoint: str,
+    finish: Callable[..., None],
+    cont: tuple[Continuation, RequestProfile, Deployment] | None = None,
+) -> AsyncIterator[bytes]:
+    """The rest of a stream whose `head` (whole events, the start of the next one, their
+    data events) is in hand; `cont` when a continuation may take the answer over (with
+    the request and deployment of this attempt)."""
+    completed = False
+    severe = False
+    first, carry, events = head
+    sep = framing.separator
+    # data events (NDJSON lines) after the first one: tokens for the throughput EMA
+    events -= 1
+    stream_usage(attempt, first, framing)  # Anthropic's message_start: input tokens
+    tail = (first + carry)[-USAGE_TAIL:]  # the stream's end: usage, stop reason
+    more = False  # bytes after the head: else its usage was read above already
+    ends: EndCheck | None = None
+    count = framing.json_events
+    if cont is not None:
+        ends = EndCheck(framing, endpoint)
+        count = ends.events
+        ends.events(first)  # checked already: where its ends are
+        if ends.pending:
+            first = ends.take(first)
+    try:
+        if first:
+            yield first
+        if ends is None or not ends.errored:  # nothing after an error event is read
+            while chunk := await resp.read_some():
+                more = True
+                tail = (tail + chunk)[-USAGE_TAIL:]
+                block = carry + chunk
+                if CR in block:
+                    block = block.replace(b"\r\n", b"\n")
+                cut = block.rfind(sep)
+                if cut < 0:
+                    carry = block
+                    continue
+                end = cut + len(sep)
+                whole, carry = block[:end], block[end:]
+                if (n := count(whole)) is None:
+                    raise NotJson
+                events += n
+                if ends is not None and ends.pending:
+                    whole = ends.take(whole)
+                    if ends.errored:
+                        if whole:
+                            yield framing.rewrite(rewriter, whole)
+                        break
+                    if not whole:
+                        continue
+                yield framing.rewrite(rewriter, whole)
+        if carry and not (ends is not None and ends.errored):
+            # the last event, without its closing separator
+            if (n := count(carry)) is None:
+                raise NotJson
+            events += n
+            last = ends.take(carry) if ends is not None and ends.pending else carry
+            if last:
+                yield framing.rewrite(rewriter, last)
+        if ends is not None and ends.errored and cont and cont[0].wanted(INTERRUPTED, attempt):
+            attempt.error_class = STREAM_BROKEN
+            attempt.message = "upstream stream sent an error event after output had started"
+            raise StreamCut(INTERRUPTED)
+        completed = True
+        if more or carry:
+            stream_usage(attempt, tail, framing)
+        attempt.finish = stop_in_stream(tail)
+        if cont is not None and ends is not None:
+            continuation, profile, dep = cont
+            if not ends.errored and continuation.after_end(profile, dep, attempt):
+                attempt.error_class = CUT_SHORT
+                raise StreamCut(WINDOW)
+            if held := ends.rest():
+                yield framing.rewrite(rewriter, held)
+    except (UpstreamIOError, TimeoutError, NotJson) as exc:
+        what = "sent an event that is not JSON" if isinstance(exc, NotJson) else "broke"
+        severe = isinstance(exc, TimeoutError)
+        attempt.error_class = STREAM_BROKEN
+        attempt.failure = "timeout" if severe else "stream broken"
+        attempt.message = f"upstream stream {what}: {type(exc).__name__}"
+        if cont is not None and cont[0].wanted(INTERRUPTED, attempt):
+            raise StreamCut(INTERRUPTED) from exc
+        if ends is not None and (held := ends.rest()):
+            # as a plain stream: what came before the break goes to the client
+            yield framing.rewrite(rewriter, held)
+        yield stream_error_event(
+            endpoint,
+            framing,
+            "stream_interrupted",
+            f"The upstream stream {what} after output had started "
+            f"({type(exc).__name__}); retry the request.",
+        )
+    finally:
+        finish(completed, severe, events)
