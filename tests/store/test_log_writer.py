@@ -197,6 +197,23 @@ def test_the_writer_process_imports_a_driver_not_the_gateway() -> None:
     assert [m for m in loaded if m.startswith(_NOT_IN_WRITER)] == []
 
 
+async def test_a_child_that_writes_sqlite_loads_no_tls(store: tuple[str, Database]) -> None:
+    """OpenSSL holds about 4 MB resident once loaded; asyncio loads it only to offer TLS,
+    which a writer of a SQLite file never uses (a PostgreSQL driver may)."""
+    url, _ = store
+    writer = _started(url)
+    assert writer.pid is not None
+    try:
+        await writer.write(_batch(0, 3))
+        await until(lambda: writer.written == 3, 10, "the child is up and wrote the rows")
+        maps = await asyncio.to_thread(Path(f"/proc/{writer.pid}/maps").read_text)
+        tls = "_ssl.cpython" in maps or "libssl" in maps
+        assert tls is not url.startswith("sqlite")
+        assert "_sqlite3" in maps or url.startswith("postgresql")
+    finally:
+        await writer.stop()
+
+
 async def test_the_child_holds_no_descriptor_of_the_serving_process_but_its_pipes(
     store: tuple[str, Database],
 ) -> None:

@@ -168,7 +168,7 @@ class LogWriterProcess(BatchSink):
         assert self._loop is not None, "open() first"
         rows_r, status_w = self._child_fds
         try:
-            self._proc = _spawn_child(rows_r, status_w)
+            self._proc = _spawn_child(rows_r, status_w, self.url.startswith("sqlite"))
         finally:
             os.close(rows_r)
             os.close(status_w)
@@ -359,10 +359,14 @@ class LogWriterProcess(BatchSink):
 # The child's first lines, before anything is imported: below the server at once (its
 # imports are most of its start), deaf to the signals meant for the server, which were
 # blocked in it from the spawn on (`_spawn_child`) so that none lands in between, and the
-# collector off until its store is open (`child_main`), as in a `fleetgate` command.
+# collector off until its store is open (`child_main`), as in a `fleetgate` command. A
+# child that writes SQLite needs no TLS: asyncio imports `ssl` only to offer it, if it is
+# there, and OpenSSL's start holds about 4 MB resident; a PostgreSQL driver may use it.
 _CHILD_CODE = """\
 import gc, os, signal, sys
 gc.disable()
+if sys.argv[3] == "sqlite":
+    sys.modules["ssl"] = None
 try:
     os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 except (AttributeError, OSError):
@@ -379,18 +383,31 @@ _DEAF_TO = {signal.SIGINT, signal.SIGTERM}
 _NUDGE = signal.SIGUSR1
 
 
-def _spawn_child(rows_fd: int, status_fd: int) -> subprocess.Popen[bytes]:
-    """A new interpreter running `child_main`, importing this same fleetgate."""
+def _spawn_child(rows_fd: int, status_fd: int, sqlite: bool) -> subprocess.Popen[bytes]:
+    """A new interpreter running `child_main`, importing this same fleetgate and the same
+    libraries: it searches the serving process's own import path, and skips `site` (`-S`),
+    whose `.pth` files may import whatever their packages want at every start (here about
+    5 MB resident, for modules the writer never uses)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    paths = [root, *(p for p in sys.path if p and os.path.isabs(p))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     # the child inherits this thread's signal mask through the exec; it unblocks the two
     # once it ignores them (a signal meanwhile stays pending, then is discarded), and
     # `_NUDGE` once it handles it (`_child_write`)
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _DEAF_TO | {_NUDGE})
     try:
         return subprocess.Popen(
-            [sys.executable, "-P", "-c", _CHILD_CODE, str(rows_fd), str(status_fd)],
+            [
+                sys.executable,
+                "-P",
+                "-S",
+                "-c",
+                _CHILD_CODE,
+                str(rows_fd),
+                str(status_fd),
+                "sqlite" if sqlite else "other",
+            ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             close_fds=True,
