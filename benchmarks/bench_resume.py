@@ -4,9 +4,12 @@ plain relay of the same stream measured in the same run (the floor).
 Every stream is relayed by one loop (`execute/relay.py`). A stream whose plan has no
 candidate that could continue it checks each block with `Framing.json_events`; one that
 may be continued with `event_check.EndCheck`, the same check decoding each event into the
-type that says it does not end the answer, and goes through `Continuation.stream`, which
-keeps the blocks it relays. Each stream here is N chat chunks of one token and its end,
-read from an in-memory response; nothing is continued.
+type that says it does not end the answer, and keeps the blocks it relays (`continuable`,
+a native answer), or has them kept by `Continuation.stream` (`wrapped`: a translated
+answer, whose translation is a generator of its own anyway). Each stream here is N chat
+chunks of one token and its end, read from an in-memory response; nothing is continued.
+
+Run under valgrind (`--tool=callgrind`) for instruction counts: `--kind K` runs one kind.
 
 Run: python3 benchmarks/bench_resume.py [--blocks N] [--rounds R]
 """
@@ -59,6 +62,9 @@ class _Response:
 
 
 class _NeverContinued:
+    def __init__(self) -> None:
+        self.relayed: list[bytes] = []
+
     def wanted(self, *_args: Any) -> bool:
         return False
 
@@ -67,11 +73,17 @@ class _NeverContinued:
 
 
 async def _kept(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """What `Continuation.stream` does to each block of an answer it may continue."""
+    """What `Continuation.stream` does to each block of a translated answer it may
+    continue (a native one's relay keeps its blocks itself)."""
     relayed: list[bytes] = []
     async for block in stream:
         relayed.append(block)
         yield block
+
+
+# the plain relay; a continuable native answer (its relay keeps its blocks); a continuable
+# answer whose client stream is another generator (`Continuation.stream` keeps them)
+KINDS = ("plain", "continuable", "wrapped")
 
 
 def _ended(*_args: Any) -> None:
@@ -88,20 +100,27 @@ async def _one(kind: str, blocks: list[bytes]) -> float:
         stream = relay(response, rewriter, SSE, head, attempt, "chat.completions", _ended)
     else:
         cont: Any = (_NeverContinued(), None, None)
-        stream = _kept(
-            relay(response, rewriter, SSE, head, attempt, "chat.completions", _ended, cont)
+        inline = kind == "continuable"
+        stream = relay(
+            response, rewriter, SSE, head, attempt, "chat.completions", _ended, cont, inline
         )
+        if not inline:
+            stream = _kept(stream)
     async for _block in stream:
         pass
     return time.perf_counter() - started
 
 
-async def main(n: int, rounds: int, reps: int) -> None:
+async def main(n: int, rounds: int, reps: int, kinds: tuple[str, ...]) -> None:
     blocks = [_chunk(i) for i in range(n)]
-    for kind in ("plain", "continuable"):  # warm up
+    if len(kinds) == 1:  # counted from outside (callgrind): just run it
+        for _ in range(reps):
+            await _one(kinds[0], blocks)
+        return
+    for kind in kinds:  # warm up
         for _ in range(reps // 10):
             await _one(kind, blocks)
-    runs: dict[str, list[float]] = {"plain": [], "continuable": []}
+    runs: dict[str, list[float]] = {kind: [] for kind in kinds}
     for _ in range(rounds):
         for kind, seconds in runs.items():
             total = sum([await _one(kind, blocks) for _ in range(reps)])
@@ -118,5 +137,6 @@ if __name__ == "__main__":
     parser.add_argument("--blocks", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reps", type=int, default=300)
+    parser.add_argument("--kind", choices=KINDS, help="run only these streams, reps times")
     args = parser.parse_args()
-    asyncio.run(main(args.blocks, args.rounds, args.reps))
+    asyncio.run(main(args.blocks, args.rounds, args.reps, (args.kind,) if args.kind else KINDS))

@@ -458,6 +458,10 @@ class Executor:
                     return None
                 handed_over = True
                 finish = self._stream_end(resp, attempt, started, circuit, release)
+                # the first answer's relay, when it is the client's stream, goes on itself
+                inline = False
+                if cont is not None and cont.outcome is None and wire.passes_through:
+                    cont.inline = inline = True
                 upstream = relay(
                     resp,
                     rewriter,
@@ -467,6 +471,7 @@ class Executor:
                     wire.endpoint,
                     finish,
                     None if cont is None else (cont, profile, dep),
+                    inline,
                 )
                 return Outcome(
                     attempts=[],

@@ -38,10 +38,17 @@ async def relay(
     endpoint: str,
     finish: Callable[..., None],
     cont: tuple[Continuation, RequestProfile, Deployment] | None = None,
+    inline: bool = False,
 ) -> AsyncIterator[bytes]:
     """The rest of a stream whose `head` (whole events, the start of the next one, their
     data events) is in hand; `cont` when a continuation may take the answer over (with
-    the request and deployment of this attempt)."""
+    the request and deployment of this attempt).
+
+    The relay of a continuable first answer that the client gets as relayed (`inline`,
+    `Continuation.inline`) keeps what it yields for the continuation and, once cut, goes
+    on with the continuations itself (`Continuation.go_on`): no generator stands between
+    it and the client. Any other raises `StreamCut` to `Continuation.stream`, which does
+    the same from there."""
     completed = False
     severe = False
     first, carry, events = head
@@ -53,80 +60,107 @@ async def relay(
     more = False  # bytes after the head: else its usage was read above already
     ends: EndCheck | None = None
     count = framing.json_events
+    keep: Callable[[bytes], None] | None = None  # the client's bytes, kept when `inline`
     if cont is not None:
         ends = EndCheck(framing, endpoint)
         count = ends.events
         ends.events(first)  # checked already: where its ends are
         if ends.pending:
             first = ends.take(first)
+        if inline:
+            keep = cont[0].relayed.append
+    cut_by: str | None = None  # why a continuation takes over (`inline`)
     try:
-        if first:
-            yield first
-        if ends is None or not ends.errored:  # nothing after an error event is read
-            while chunk := await resp.read_some():
-                more = True
-                tail = (tail + chunk)[-USAGE_TAIL:]
-                block = carry + chunk
-                if CR in block:
-                    block = block.replace(b"\r\n", b"\n")
-                cut = block.rfind(sep)
-                if cut < 0:
-                    carry = block
-                    continue
-                end = cut + len(sep)
-                whole, carry = block[:end], block[end:]
-                if (n := count(whole)) is None:
+        try:
+            if first:
+                if keep is not None:
+                    keep(first)
+                yield first
+            if ends is None or not ends.errored:  # nothing after an error event is read
+                while chunk := await resp.read_some():
+                    more = True
+                    tail = (tail + chunk)[-USAGE_TAIL:]
+                    block = carry + chunk
+                    if CR in block:
+                        block = block.replace(b"\r\n", b"\n")
+                    cut = block.rfind(sep)
+                    if cut < 0:
+                        carry = block
+                        continue
+                    end = cut + len(sep)
+                    whole, carry = block[:end], block[end:]
+                    if (n := count(whole)) is None:
+                        raise NotJson
+                    events += n
+                    if ends is not None and ends.pending:
+                        whole = ends.take(whole)
+                        if ends.errored:
+                            if whole:
+                                out = framing.rewrite(rewriter, whole)
+                                if keep is not None:
+                                    keep(out)
+                                yield out
+                            break
+                        if not whole:
+                            continue
+                    out = framing.rewrite(rewriter, whole)
+                    if keep is not None:
+                        keep(out)
+                    yield out
+            if carry and not (ends is not None and ends.errored):
+                # the last event, without its closing separator
+                if (n := count(carry)) is None:
                     raise NotJson
                 events += n
-                if ends is not None and ends.pending:
-                    whole = ends.take(whole)
-                    if ends.errored:
-                        if whole:
-                            yield framing.rewrite(rewriter, whole)
-                        break
-                    if not whole:
-                        continue
-                yield framing.rewrite(rewriter, whole)
-        if carry and not (ends is not None and ends.errored):
-            # the last event, without its closing separator
-            if (n := count(carry)) is None:
-                raise NotJson
-            events += n
-            last = ends.take(carry) if ends is not None and ends.pending else carry
-            if last:
-                yield framing.rewrite(rewriter, last)
-        if ends is not None and ends.errored and cont and cont[0].wanted(INTERRUPTED, attempt):
+                last = ends.take(carry) if ends is not None and ends.pending else carry
+                if last:
+                    out = framing.rewrite(rewriter, last)
+                    if keep is not None:
+                        keep(out)
+                    yield out
+            if ends is not None and ends.errored and cont and cont[0].wanted(INTERRUPTED, attempt):
+                attempt.error_class = STREAM_BROKEN
+                attempt.message = "upstream stream sent an error event after output had started"
+                raise StreamCut(INTERRUPTED)
+            completed = True
+            if more or carry:
+                stream_usage(attempt, tail, framing)
+            attempt.finish = stop_in_stream(tail)
+            if cont is not None and ends is not None:
+                continuation, profile, dep = cont
+                if not ends.errored and continuation.after_end(profile, dep, attempt):
+                    attempt.error_class = CUT_SHORT
+                    raise StreamCut(WINDOW)
+                if held := ends.rest():
+                    yield framing.rewrite(rewriter, held)
+        except (UpstreamIOError, TimeoutError, NotJson) as exc:
+            what = "sent an event that is not JSON" if isinstance(exc, NotJson) else "broke"
+            severe = isinstance(exc, TimeoutError)
             attempt.error_class = STREAM_BROKEN
-            attempt.message = "upstream stream sent an error event after output had started"
-            raise StreamCut(INTERRUPTED)
-        completed = True
-        if more or carry:
-            stream_usage(attempt, tail, framing)
-        attempt.finish = stop_in_stream(tail)
-        if cont is not None and ends is not None:
-            continuation, profile, dep = cont
-            if not ends.errored and continuation.after_end(profile, dep, attempt):
-                attempt.error_class = CUT_SHORT
-                raise StreamCut(WINDOW)
-            if held := ends.rest():
+            attempt.failure = "timeout" if severe else "stream broken"
+            attempt.message = f"upstream stream {what}: {type(exc).__name__}"
+            if cont is not None and cont[0].wanted(INTERRUPTED, attempt):
+                raise StreamCut(INTERRUPTED) from exc
+            if ends is not None and (held := ends.rest()):
+                # as a plain stream: what came before the break goes to the client
                 yield framing.rewrite(rewriter, held)
-    except (UpstreamIOError, TimeoutError, NotJson) as exc:
-        what = "sent an event that is not JSON" if isinstance(exc, NotJson) else "broke"
-        severe = isinstance(exc, TimeoutError)
-        attempt.error_class = STREAM_BROKEN
-        attempt.failure = "timeout" if severe else "stream broken"
-        attempt.message = f"upstream stream {what}: {type(exc).__name__}"
-        if cont is not None and cont[0].wanted(INTERRUPTED, attempt):
-            raise StreamCut(INTERRUPTED) from exc
-        if ends is not None and (held := ends.rest()):
-            # as a plain stream: what came before the break goes to the client
-            yield framing.rewrite(rewriter, held)
-        yield stream_error_event(
-            endpoint,
-            framing,
-            "stream_interrupted",
-            f"The upstream stream {what} after output had started "
-            f"({type(exc).__name__}); retry the request.",
-        )
-    finally:
-        finish(completed, severe, events)
+            yield stream_error_event(
+                endpoint,
+                framing,
+                "stream_interrupted",
+                f"The upstream stream {what} after output had started "
+                f"({type(exc).__name__}); retry the request.",
+            )
+        finally:
+            finish(completed, severe, events)
+    except StreamCut as taken:
+        if cont is None or not inline:
+            raise  # to `Continuation.stream`
+        cut_by = taken.reason
+    if cont is not None and cut_by is not None:  # this attempt is over: the next one goes on
+        rest = cont[0].go_on(cut_by)
+        try:
+            async for out in rest:
+                yield out
+        finally:
+            await rest.aclose()

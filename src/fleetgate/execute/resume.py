@@ -31,7 +31,7 @@ chat template can continue a final assistant message.
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -587,6 +587,9 @@ class Continuation:
     produced: int = 0  # output tokens the client has (known or counted)
     pending: list[tuple[int, Candidate]] = field(default_factory=list)
     prompt: int | None = None  # the first answer's prompt tokens, when reported
+    # the first answer's relay is the client's stream (a native wire): it keeps the bytes
+    # in `relayed` and goes on itself (`execute/relay.py`)
+    inline: bool = False
 
     # -- asked by `relay`, as the relayed answer ends early --------------------------------
 
@@ -656,33 +659,41 @@ class Continuation:
 
     # -- the client's stream ---------------------------------------------------------------
 
-    async def stream(
-        self, outcome: StreamOutcome, current: AsyncIterator[bytes]
-    ) -> AsyncIterator[bytes]:
+    def stream(self, outcome: StreamOutcome, current: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """The client's stream: the first answer (`current`), then each continuation
-        spliced in."""
+        spliced in. A first answer relayed `inline` is the client's stream itself: its
+        relay keeps its bytes and goes on (`go_on`) once cut."""
         self.outcome = outcome
+        return current if self.inline else self._first(current)
+
+    async def _first(self, current: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         relayed = self.relayed
-        splice: Splice | None = None
+        try:
+            async for chunk in current:
+                relayed.append(chunk)
+                yield chunk
+            return
+        except StreamCut as cut:
+            reason = cut.reason
+        finally:
+            await _close(current)
+        rest = self.go_on(reason)
+        try:
+            async for chunk in rest:
+                yield chunk
+        finally:
+            await rest.aclose()
+
+    async def go_on(self, reason: str) -> AsyncGenerator[bytes, None]:
+        """The client's stream after a cut (`reason`): each continuation spliced in, until
+        one ends the answer, or an error event when none can."""
+        outcome = self.outcome
+        assert outcome is not None
+        relayed = self.relayed
+        current: AsyncIterator[bytes] | None = None
         ends: list[Callable[[], None]] = []
         try:
             while True:
-                try:
-                    if splice is None:
-                        async for chunk in current:
-                            relayed.append(chunk)
-                            yield chunk
-                    else:
-                        async for chunk in current:
-                            if out := splice.feed(chunk):
-                                relayed.append(out)
-                                yield out
-                        if out := splice.end():
-                            yield out
-                    return
-                except StreamCut as cut:
-                    reason = cut.reason
-                await _close(current)
                 got = await self._take_over(reason)
                 if got is None:
                     yield stream_error_event(
@@ -701,8 +712,20 @@ class Continuation:
                 if self.framing is not NDJSON:  # a comment: every SSE reader skips it
                     dep = took.candidate.deployment.id
                     yield b": fleetgate continued on " + dep.encode() + b"\n\n"
+                try:
+                    async for chunk in current:
+                        if out := splice.feed(chunk):
+                            relayed.append(out)
+                            yield out
+                    if out := splice.end():
+                        yield out
+                    return
+                except StreamCut as cut:
+                    reason = cut.reason
+                await _close(current)
         finally:
-            await _close(current)
+            if current is not None:
+                await _close(current)
             for end in ends:
                 end()
 

@@ -521,6 +521,11 @@ class Wire:
         # what the request log says: "native", or "<client endpoint>→<upstream endpoint>"
         self.label = "native" if translation is None else f"{client}→{endpoint}"
 
+    @property
+    def passes_through(self) -> bool:
+        """Whether the client's stream is the upstream's, as relayed (`stream`)."""
+        return self.translation is None and self.repair is None
+
     def payload(self, profile: RequestProfile, candidate: Candidate) -> bytes:
         """The upstream body: translated, the candidate's overrides applied, its model set."""
         body = profile.body
@@ -601,7 +606,7 @@ class Wire:
         """The client's stream; `body` is the client's request, `started` when the attempt
         began (`perf_counter_ns`)."""
         t = self.translation
-        if t is None:
+        if t is None:  # `passes_through` when there is no repair either
             return upstream if self.repair is None else native_fixes.repaired(upstream, self.repair)
         stage = t.stream(model, _asks_usage(body), started, body)
         stops = self.held(body)
