@@ -162,7 +162,8 @@ from fleetgate.store.log_writer import child_main
 print(json.dumps(sorted(sys.modules)))
 """
 # what the writer must not load: a database driver is all it needs (SQLAlchemy alone holds
-# about 20 MB), not the config schema nor the HTTP stack
+# about 20 MB), not the config schema nor the HTTP stack, nor the email package (the parser
+# of a Retry-After date: ~1 MB)
 _NOT_IN_WRITER = (
     "sqlalchemy",
     "pydantic",
@@ -173,6 +174,7 @@ _NOT_IN_WRITER = (
     "httptools",
     "aiohttp",
     "prometheus_client",
+    "email",
 )
 
 

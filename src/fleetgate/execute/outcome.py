@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import email.utils
 import math
 import time
 from dataclasses import dataclass, field
@@ -99,6 +98,8 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         pass
     else:  # delta-seconds are digits: not inf, nan or a negative (an HTTP date may be past)
         return seconds if 0.0 <= seconds < math.inf else None
+    import email.utils  # an HTTP date is rare: the email package (~1 MB) only then
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
