@@ -68,6 +68,12 @@ WRITE_INTERVAL = 0.2
 # serving process nudges a resting child (`_NUDGE`) when the pipe is full and when it stops.
 QUIET_ROWS = 200
 QUIET_INTERVAL = 0.5
+# The rows the child holds decoded at most (one transaction's): a decoded row is about
+# three times its frame's bytes, and a child behind by the log's whole capacity (10,000
+# rows) grew by ~20 MB. Beyond these, rows wait as frames: in the pipe, then in the serving
+# process, whose queue holds `capacity`, as before. A transaction of 2,000 rows costs its
+# begin and commit (about 15 rows' worth) once in over a hundred rows.
+CHILD_ROWS = 2_000
 # the child offers the core back after each so many rows of a transaction: a server that
 # shares its core waits for one such piece (~0.1 ms on SQLite), not a whole transaction.
 # Not while it is behind (more rows waiting than one flush took): each yield hands a busy
@@ -437,7 +443,14 @@ def child_main(rows_fd: int, status_fd: int) -> None:
         if idle:
             set_idle(os.getpid(), True)
         asyncio.run(
-            _child_write(settings["url"], settings["capacity"], rows_fd, status_fd, buf, idle)
+            _child_write(
+                settings["url"],
+                min(settings["capacity"], CHILD_ROWS),
+                rows_fd,
+                status_fd,
+                buf,
+                idle,
+            )
         )
         code = 0
     except BaseException:
@@ -556,6 +569,8 @@ async def _child_write(
                 resting = False
                 read_while_room()
             else:
-                await asyncio.sleep(WRITE_INTERVAL)  # gather the rows that arrive meanwhile
+                # gather the rows that arrive meanwhile; a child behind has a transaction's
+                # rows waiting already (`CHILD_ROWS`): it goes on, once its reads have run
+                await asyncio.sleep(0 if behind else WRITE_INTERVAL)
     finally:
         await request_log.close()
