@@ -111,3 +111,11 @@ def test_an_event_of_another_shape_that_is_json_ends_nothing() -> None:
     check = EndCheck(SSE, "chat.completions")
     odd = b"data: [1, 2]\n\n" + b'data: {"choices": null}\n\n' + _chunk("a")
     assert check.events(odd) == 3 and not check.pending
+
+
+def test_an_event_orjson_cannot_read_is_held_to_be_safe() -> None:
+    """JSON with an integer past 64 bits: msgspec checks it, orjson cannot build it."""
+    check = EndCheck(SSE, "chat.completions")
+    odd = b'data: {"choices": [{"finish_reason": "stop"}], "seed": 123456789012345678901234}\n\n'
+    assert check.events(_chunk("a") + odd) == 2
+    assert check.pending and check.take(_chunk("a") + odd) == _chunk("a")

@@ -95,6 +95,16 @@ _SHAPES: dict[str, tuple[Decode, Kind]] = {
 }
 
 
+_UNREAD = object()
+
+
+def _parsed(data: bytes) -> object:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _UNREAD
+
+
 class EndCheck:
     """The check of one continuable stream's blocks: `events` as `Framing.json_events`,
     and after a block that has an event that may end the answer (`pending`), `take` says
@@ -161,16 +171,19 @@ class EndCheck:
                             self._decode(data)
                         except msgspec.ValidationError:
                             check_json(data)
-                            self._note(orjson.loads(data), at)
+                            self._note(_parsed(data), at)
                 at = end + len(sep)
         except DECODE_ERRORS:
             return None
         return events
 
     def _note(self, obj: object, at: int) -> None:
-        if not isinstance(obj, dict):
+        if obj is _UNREAD:
+            kind = ENDS  # JSON orjson cannot hold (an integer past 64 bits): held, to be safe
+        elif not isinstance(obj, dict):
             return
-        kind = ERROR if _is_error(obj) else self._kind(obj)
+        else:
+            kind = ERROR if _is_error(obj) else self._kind(obj)
         if kind == NOTHING:
             return
         self.pending = True
