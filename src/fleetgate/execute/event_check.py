@@ -98,6 +98,11 @@ _SHAPES: dict[str, tuple[Decode, Kind]] = {
 _UNREAD = object()
 
 
+def _index(parts: list[bytes], part: bytes) -> int:
+    """Where `part` (one of `parts`, itself) is in `parts`."""
+    return next(i for i, p in enumerate(parts) if p is part)
+
+
 def _parsed(data: bytes) -> object:
     try:
         return orjson.loads(data)
@@ -127,17 +132,21 @@ class EndCheck:
         decode = self._decode
         done = DONE
         framing = self.framing
+        payloads: list[bytes] | None = None
+        parts: list[bytes] = []
+        data = event = b""
+        events = 0
         try:
             payloads = framing.payloads(block)
-            if payloads is not None:
+            if payloads is not None:  # each `data: <payload>\n\n`
                 utf8(block)
                 for data in payloads:
                     if data != done:
                         decode(data)
                 return len(payloads)
             payload = framing.payload
-            events = 0
-            for event in block.split(framing.separator):
+            parts = block.split(framing.separator)
+            for event in parts:
                 if not event:
                     continue
                 data = payload(event)
@@ -146,33 +155,43 @@ class EndCheck:
                     if data != done:
                         utf8(data)
                         decode(data)
-        except msgspec.ValidationError:  # JSON perhaps, but not a normal event
-            return self._read(block)
+        except msgspec.ValidationError:  # JSON perhaps, but not a normal event: read on
+            if payloads is not None:
+                i = _index(payloads, data)
+                return self._read(payloads, i, 8, None, i)
+            return self._read(
+                parts, _index(parts, event), len(framing.separator), payload, events - 1
+            )
         except DECODE_ERRORS:
             return None
         return events
 
-    def _read(self, block: bytes) -> int | None:
-        """`events`, event by event, for a block with an event that is not a normal one."""
-        sep = self.framing.separator
-        payload = self.framing.payload
-        events = 0
-        at = 0
+    def _read(
+        self,
+        parts: list[bytes],
+        i: int,
+        framing: int,
+        payload: Callable[[bytes], bytes | None] | None,
+        events: int,
+    ) -> int | None:
+        """`events` of a block whose part `i` is not a normal event: the parts before it are
+        (`events` data events), the rest are read one by one. A part takes its bytes and
+        `framing` bytes of the block (`payload` reads its data; None: it is the data)."""
+        at = sum(map(len, parts[:i])) + i * framing  # where part `i` starts in the block
+        decode = self._decode
         try:
-            while at < len(block):
-                end = block.find(sep, at)
-                end = len(block) if end < 0 else end
-                data = payload(block[at:end])
+            for part in parts[i:]:
+                data = part if payload is None else payload(part)
                 if data is not None:
                     events += 1
                     if data != DONE:
                         utf8(data)
                         try:
-                            self._decode(data)
+                            decode(data)
                         except msgspec.ValidationError:
                             check_json(data)
                             self._note(_parsed(data), at)
-                at = end + len(sep)
+                at += len(part) + framing
         except DECODE_ERRORS:
             return None
         return events
