@@ -130,7 +130,7 @@ def serve(
             host=host,
             port=port,
             workers=workers,
-            **{**uvicorn_kwargs(), "log_config": None},  # the lines go through `configure`
+            **{**uvicorn_kwargs(config.server.front), "log_config": None},  # the lines go through `configure`
         )
         return
     gateway = gateway_for(config, os.path.abspath(config_path))

@@ -520,6 +520,10 @@ class ServerConfig(_Strict):
     access_log: bool = False
     """One log line per request (id, model, deployment, status, attempts, timings; never
     content), written off the request's path."""
+    front: Literal["fleetgate", "uvicorn"] = "fleetgate"
+    """The HTTP server front: the gateway's own (`fleetgate`), or uvicorn's protocol with
+    the same limits (`uvicorn`). Both serve every endpoint; the gateway's own costs about
+    half the CPU per proxied request."""
 
 
 class StorageConfig(_Strict):

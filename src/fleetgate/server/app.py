@@ -14,18 +14,19 @@ from functools import partial
 from fleetgate.control import lifecycle
 from fleetgate.control.plane import ControlPlane
 from fleetgate.errors import GatewayError
-from fleetgate.ingress.routes import INGRESS_ROUTES
+from fleetgate.ingress.routes import INGRESS_ROUTES, Parser
 from fleetgate.pipeline.core import Pipeline
 from fleetgate.pipeline.exchange import Exchange
 from fleetgate.server import catalog, health, ollama_api, records, windows
-from fleetgate.server.connections import ConnectionLimits
 from fleetgate.server.context import EndpointContext
 from fleetgate.server.count_tokens import count_tokens_endpoint
 from fleetgate.server.explain import explain
+from fleetgate.server.limits import ConnectionLimits
 from fleetgate.server.metrics import metrics_endpoint
 from fleetgate.server.proxy import proxy, send_error
+from fleetgate.server.reply import AsgiReply, Reply
 from fleetgate.store.errors import StoreUnavailable
-from fleetgate.web.asgi import ClientDisconnected, Message, Receive, Scope, Send
+from fleetgate.web.asgi import ClientDisconnected, Message, Receive, Scope, Send, read_body
 
 log = logging.getLogger("fleetgate")
 
@@ -90,24 +91,40 @@ class Gateway:
             # server and the upstream call costs CPU on each resume of the request
             route = INGRESS_ROUTES.get(scope["path"]) if scope["method"] == "POST" else None
             if route is not None:
-                await proxy(self.ctx, scope, route[0], route[1], receive, send, ex)
+                body = await read_body(receive, self.ctx.max_body)
+                reply = AsgiReply(scope, receive, send)
+                await proxy(self.ctx, scope, route[0], route[1], body, reply, ex)
                 return
             handler = self.routes.get((scope["method"], scope["path"]))
             if handler is None:
                 handler = self._fallback_route(scope["method"], scope["path"])
             await handler(scope, receive, send, ex)
-        except GatewayError as exc:
-            await send_error(self.ctx, send, ex, exc)
-        except ClientDisconnected:  # an ordinary event on the internet, not an error
+        except Exception as exc:
+            await self._failed(AsgiReply(scope, receive, send), ex, exc)
+
+    async def proxied(
+        self, scope: Scope, route: tuple[str, Parser], body: bytes, reply: Reply
+    ) -> None:
+        """A proxied request from the gateway's own front (server/front.py): its whole
+        body read, its answer written to `reply`; no ASGI on the way."""
+        ex = Exchange(scope["path"], scope["headers"])
+        try:
+            if ex.refused is not None:
+                raise ex.refused
+            await proxy(self.ctx, scope, route[0], route[1], body, reply, ex)
+        except Exception as exc:
+            await self._failed(reply, ex, exc)
+
+    async def _failed(self, reply: Reply, ex: Exchange, exc: Exception) -> None:
+        """A request's handling raised `exc`: answered in the client's protocol."""
+        if isinstance(exc, GatewayError):
+            await send_error(self.ctx, reply, ex, exc)
+        elif isinstance(exc, ClientDisconnected):  # an ordinary event, not an error
             log.debug("request %s: the client went away before its body arrived", ex.request_id)
-        except Exception:
-            log.exception("unhandled error in request %s", ex.request_id)
-            await send_error(
-                self.ctx,
-                send,
-                ex,
-                GatewayError("internal_error", "Internal error; see the gateway log."),
-            )
+        else:
+            log.error("unhandled error in request %s", ex.request_id, exc_info=exc)
+            error = GatewayError("internal_error", "Internal error; see the gateway log.")
+            await send_error(self.ctx, reply, ex, error)
 
     def _fallback_route(self, method: str, path: str) -> Handler:
         if method == "GET" and path.startswith("/v1/requests/"):

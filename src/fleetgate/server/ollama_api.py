@@ -25,6 +25,7 @@ from fleetgate.fleet import Deployment, Fleet, Provider
 from fleetgate.pipeline.exchange import Exchange
 from fleetgate.server.catalog import largest_window
 from fleetgate.server.context import EndpointContext
+from fleetgate.server.reply import Reply
 from fleetgate.web.asgi import Receive, Scope, Send, send_body
 
 # the Ollama API level the native endpoints follow (clients read it from /api/version)
@@ -194,14 +195,14 @@ def show(fleet: Fleet, windows: WindowStore, model_id: str) -> dict[str, Any] | 
 
 # ---- the endpoints ----------------------------------------------------------------------
 async def show_from_fleet(
-    ctx: EndpointContext, scope: Scope, send: Send, ex: Exchange, model: str
+    ctx: EndpointContext, scope: Scope, reply: Reply, ex: Exchange, model: str
 ) -> None:
     """`/api/show` of a model no Ollama worker serves: its entry built from the fleet."""
     ctx.identify(scope, model)
     body = show(ctx.pipeline.holder.fleet, ctx.pipeline.windows, model)
     if body is None:
         raise GatewayError("model_not_found", f"There is no model {model!r}.", param="model")
-    await send_body(send, 200, orjson.dumps(body), ex.base_headers())
+    await reply.whole(200, orjson.dumps(body), ex.base_headers())
 
 
 async def tags_endpoint(

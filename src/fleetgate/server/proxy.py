@@ -1,6 +1,7 @@
 """The proxied endpoints (`/v1/chat/completions`, `/v1/messages`, `/api/chat`, …): the
-ASGI side of the pipeline. It reads the body, runs the pipeline's stages, and relays the
-answer or the stream; a client that leaves mid-way is noticed by its disconnect."""
+front's side of the pipeline. Given the request's body, it runs the pipeline's stages and
+relays the answer or the stream to the front's `Reply` (the gateway's own front, or ASGI);
+a client that leaves mid-way is noticed by its disconnect."""
 
 from __future__ import annotations
 
@@ -16,19 +17,16 @@ from fleetgate.pipeline.respond import exhausted_headers, refusal, routing_heade
 from fleetgate.routing.plan import RoutePlan
 from fleetgate.server import ollama_api
 from fleetgate.server.context import EndpointContext
-from fleetgate.web.asgi import (
-    DisconnectWatch,
-    Headers,
-    Receive,
-    Scope,
-    Send,
-    read_body,
-    send_body,
-)
+from fleetgate.server.reply import Reply
+from fleetgate.web.asgi import Headers, Scope
 
 
 async def send_error(
-    ctx: EndpointContext, send: Send, ex: Exchange, exc: GatewayError, extra: Headers | None = None
+    ctx: EndpointContext,
+    reply: Reply,
+    ex: Exchange,
+    exc: GatewayError,
+    extra: Headers | None = None,
 ) -> None:
     """A refusal in the client's protocol, after the request id and the error's headers."""
     status, body, error_headers = refusal(ex.protocol, exc, ctx.pipeline.holder.fleet.redactor)
@@ -36,7 +34,7 @@ async def send_error(
     headers.extend(error_headers)
     if extra:
         headers.extend(extra)
-    await send_body(send, status, body, headers)
+    await reply.whole(status, body, headers)
 
 
 async def proxy(
@@ -44,37 +42,37 @@ async def proxy(
     scope: Scope,
     endpoint: str,
     parser: Parser,
-    receive: Receive,
-    send: Send,
+    body: bytes,
+    reply: Reply,
     ex: Exchange,
 ) -> None:
     pipeline = ctx.pipeline
-    profile = parser(endpoint, await read_body(receive, ctx.max_body))
+    profile = parser(endpoint, body)
     profile.request_id = ex.request_id
     profile.headers = ex.headers
     profile.passed_headers = ex.passed
     if endpoint == "ollama.show" and not ollama_api.has_worker(
         pipeline.holder.fleet, profile.model
     ):
-        await ollama_api.show_from_fleet(ctx, scope, send, ex, profile.model)
+        await ollama_api.show_from_fleet(ctx, scope, reply, ex, profile.model)
         return
     plan = await pipeline.plan(ex, profile, scope["headers"])
-    watch = DisconnectWatch(receive, pipeline.loop or asyncio.get_running_loop(), scope)
+    watch = reply.watch(pipeline.loop or asyncio.get_running_loop())
     try:
         try:
             outcome = await pipeline.execute(ex, profile, plan)
         except ChainExhausted as exc:
-            await send_error(ctx, send, ex, exc, exhausted_headers(plan, exc.attempts))
+            await send_error(ctx, reply, ex, exc, exhausted_headers(plan, exc.attempts))
             return
         if outcome.stream is not None:
-            await _send_stream(ctx, send, ex, profile, plan, outcome)
+            await _send_stream(ctx, reply, ex, profile, plan, outcome)
             return
         body = outcome.body
         assert body is not None
         overhead = await pipeline.answered(ex, profile, plan, outcome)
         headers = ex.base_headers()
         headers.extend(routing_headers(plan, outcome, overhead))
-        await send_body(send, outcome.status, body, headers, outcome.content_type.encode())
+        await reply.whole(outcome.status, body, headers, outcome.content_type.encode())
     except asyncio.CancelledError:
         if not watch.cancelled:
             raise
@@ -86,7 +84,7 @@ async def proxy(
 
 async def _send_stream(
     ctx: EndpointContext,
-    send: Send,
+    reply: Reply,
     ex: Exchange,
     profile: RequestProfile,
     plan: RoutePlan,
@@ -104,15 +102,16 @@ async def _send_stream(
     try:
         # the head's write may wait for a slow client and meet its disconnect: the
         # stream is then dropped unstarted, and `end_stream` frees its connection
-        start = {"type": "http.response.start", "status": outcome.status, "headers": headers}
-        await send(start)
+        await reply.start(outcome.status, headers)
+        write = reply.write
         async for chunk in stream:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if write(chunk):
+                await reply.drain()
         # recorded before the stream's end reaches the client: whoever has the whole
         # answer can read its record
         await pipeline.stream_ended(ex, profile, plan, outcome, overhead)
         recorded = True
-        await send({"type": "http.response.body", "body": b""})
+        await reply.end()
     finally:
         await stream.aclose()  # type: ignore[attr-defined]
         outcome.end_stream()  # a no-op once the stream has run its own end

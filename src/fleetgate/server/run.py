@@ -1,5 +1,8 @@
-"""The uvicorn settings of the gateway: uvloop (with `server/accept.py`'s listeners) and
-httptools."""
+"""How the gateway is served: uvicorn's `Server` runs the process (listeners, lifespan,
+signals, graceful shutdown, `--workers`) on uvloop (with `server/accept.py`'s listeners),
+and each connection is the front that `server.front` names: the gateway's own
+(`front.py`, the default) or uvicorn's httptools protocol with the same limits
+(`connections.py`)."""
 
 from __future__ import annotations
 
@@ -7,16 +10,20 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from fleetgate.server.connections import GuardedHttpProtocol
-
 if TYPE_CHECKING:
     from fleetgate.server.app import Gateway
 
+FRONTS = {
+    "fleetgate": "fleetgate.server.front:FrontProtocol",
+    "uvicorn": "fleetgate.server.connections:GuardedHttpProtocol",
+}
+DEFAULT_FRONT = "fleetgate"
 
-def uvicorn_kwargs() -> dict[str, object]:
+
+def uvicorn_kwargs(front: str = DEFAULT_FRONT) -> dict[str, object]:
     return {
         "loop": "fleetgate.server.accept:new_event_loop",  # uvloop; a burst is accepted at once
-        "http": GuardedHttpProtocol,  # httptools, with header/body deadlines and caps
+        "http": FRONTS[front],  # httptools, with header/body deadlines and caps
         "lifespan": "on",
         "ws": "none",  # no WebSocket endpoints: nothing to import for them
         "access_log": False,  # fleetgate's own (`server.access_log`) says more
@@ -29,7 +36,8 @@ def uvicorn_kwargs() -> dict[str, object]:
 def uvicorn_config(app: Gateway, **overrides: Any) -> uvicorn.Config:
     """The uvicorn settings every fleetgate server runs with: `fleetgate serve` and the
     test harness alike."""
-    return uvicorn.Config(app, **{**uvicorn_kwargs(), **overrides})
+    front = app.pipeline.holder.fleet.config.server.front if app is not None else DEFAULT_FRONT
+    return uvicorn.Config(app, **{**uvicorn_kwargs(front), **overrides})
 
 
 def open_files_for_streams() -> int:

@@ -42,7 +42,7 @@ async def read_body(receive: Receive, limit: int) -> bytes:
     body: bytes = message.get("body", b"")
     if not message.get("more_body"):
         if len(body) > limit:
-            raise _too_large(limit)
+            raise too_large(limit)
         return body
     parts = [body]
     size = len(body)
@@ -53,12 +53,13 @@ async def read_body(receive: Receive, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise _too_large(limit)
+            raise too_large(limit)
         parts.append(chunk)
     return b"".join(parts)
 
 
-def _too_large(limit: int) -> GatewayError:
+def too_large(limit: int) -> GatewayError:
+    """A body larger than the limit (one that did not declare its length beforehand)."""
     return GatewayError(
         "payload_too_large", f"The request body is larger than the {limit}-byte limit."
     )
