@@ -11,8 +11,9 @@ switches collection off, and divides each tree's instruction total by the reques
 Before that (unless `START=0`) each server is started once with collection on from its
 first instruction and counted until it first answers /readyz 200.
 
-Run: `python3 -m benchmarks.instructions` (env: `REQUESTS` 1500, `WARMUP` 200, `CONCS`
-"1 64", `KINDS` "plain stream", `START` 1). Needs valgrind and hey (`apt-get install -y
+Run: `python3 -m benchmarks.instructions` (env: `FRONT` "fleetgate" (fleetgate's
+`server.front`), `REQUESTS` 1500, `WARMUP` 200, `CONCS` "1 64", `KINDS` "plain stream",
+`START` 1). Needs valgrind and hey (`apt-get install -y
 valgrind hey`). Under valgrind everything runs about 50 times slower, so a run takes
 minutes; latency figures mean nothing here, only the counts.
 """
@@ -199,7 +200,7 @@ def _server_cmd(name: str, port: int, up_port: int, home: Path) -> list[str]:
             f"http://127.0.0.1:{up_port}",
         ]
     config = home / "fleet.yaml"
-    write_config(config, up_port, port, "process", None)
+    write_config(config, up_port, port, "process", None, front=os.environ.get("FRONT", "fleetgate"))
     return [py, "-m", "fleetgate", "serve", "--config", str(config), "--port", str(port)]
 
 

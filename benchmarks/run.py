@@ -94,6 +94,7 @@ class Settings:
     log_writers: list[str] = field(default_factory=lambda: ["process"])
     workers: list[int] = field(default_factory=lambda: [1])
     workers_cpus: set[int] = field(default_factory=set)  # for -wN targets; empty: GW_CPU
+    fronts: list[str] = field(default_factory=lambda: ["fleetgate"])  # server.front values
     # OpenTelemetry sample ratios, each one more target (`fleetgate-trace<ratio>`) exporting
     # to a local OTLP/HTTP collector (benchmarks/otlp_sink.py, on LOAD_CPU)
     trace_ratios: list[float] = field(default_factory=list)
@@ -123,6 +124,8 @@ class Settings:
             s.log_writers = env["LOG_WRITERS"].replace(",", " ").split()
         s.workers = _ints(env.get("WORKERS"), s.workers) or s.workers
         s.workers_cpus = set(_ints(env.get("WORKERS_CPUS"), []))
+        if env.get("FRONTS"):
+            s.fronts = env["FRONTS"].replace(",", " ").split()
         s.trace_ratios = [float(x) for x in env.get("TRACE_RATIOS", "").replace(",", " ").split()]
         if env.get("GATEWAY_CMD"):
             s.gateway_cmd = shlex.split(env["GATEWAY_CMD"])
@@ -794,17 +797,23 @@ class Variant:
     workers: int = 1
     cpus: set[int] = field(default_factory=set)  # empty: GW_CPU
     trace_ratio: float | None = None  # OpenTelemetry on, at this sample ratio
+    front: str = "fleetgate"  # server.front
 
 
 def variants(s: Settings) -> list[Variant]:
     """The first is the default (named `fleetgate`, held to the targets); each other
-    storage.log_writer value, worker count and trace sample ratio is one more target."""
-    out = [Variant(GATEWAY, s.log_writers[0], s.workers[0])]
+    storage.log_writer value, worker count, trace sample ratio and server front is one
+    more target."""
+    out = [Variant(GATEWAY, s.log_writers[0], s.workers[0], front=s.fronts[0])]
     out += [Variant(f"{GATEWAY}-{lw}", lw, s.workers[0]) for lw in s.log_writers[1:]]
     out += [Variant(f"{GATEWAY}-w{n}", s.log_writers[0], n, s.workers_cpus) for n in s.workers[1:]]
     out += [
         Variant(f"{GATEWAY}-trace{r:g}", s.log_writers[0], s.workers[0], trace_ratio=r)
         for r in s.trace_ratios
+    ]
+    out += [
+        Variant(f"{GATEWAY}-{front}", s.log_writers[0], s.workers[0], front=front)
+        for front in s.fronts[1:]
     ]
     return out
 
@@ -831,11 +840,12 @@ def write_config(
     log_writer: str,
     engine: str | None,
     telemetry: dict[str, Any] | None = None,
+    front: str = "fleetgate",
 ) -> None:
     base = f"http://127.0.0.1:{upstream_port}"
     # JSON is YAML; the upstream names differ from the client names so rewriting is exercised
     config: dict[str, Any] = {
-        "server": {"host": "127.0.0.1", "port": gateway_port},
+        "server": {"host": "127.0.0.1", "port": gateway_port, "front": front},
         "storage": {"log_writer": log_writer},
         "providers": [
             {
@@ -965,7 +975,9 @@ def run(s: Settings) -> dict[str, Any]:
                     "otlp": {"endpoint": collector.url(""), "protocol": "http/protobuf"},
                     "sample_ratio": v.trace_ratio,
                 }
-            write_config(config_path, up_port, gw_port, v.log_writer, engine_url, telemetry)
+            write_config(
+                config_path, up_port, gw_port, v.log_writer, engine_url, telemetry, v.front
+            )
             cmd = [*s.gateway_cmd, "serve", "--config", str(config_path), "--port", str(gw_port)]
             if v.workers > 1:
                 cmd += ["--workers", str(v.workers)]

@@ -1,0 +1,188 @@
+"""The gateway's own server front (server/front.py): proxied requests reach the pipeline
+without the ASGI app, every other path still runs it, and what a connection must do
+besides (pipelining, chunked bodies, `Expect: 100-continue`, a client gone mid-stream, a
+graceful stop) holds on real sockets. `server.front: uvicorn` still selects uvicorn's
+protocol."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import socket
+import threading
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from fleetgate.server.app import Gateway
+from tests.harness import Stack, deployment, provider, wait_until
+
+CHAT = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+
+
+def _start(stack: Stack, **server: Any) -> None:
+    engine = stack.engine("a")
+    stack.start_gateway(
+        {
+            "server": server,
+            "providers": [provider("pa", engine)],
+            "deployments": [deployment("m", "pa")],
+        }
+    )
+
+
+def _connect(stack: Stack) -> socket.socket:
+    host, port = stack.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+class _Kept(io.BufferedReader):
+    def close(self) -> None:  # http.client closes it after each answer: the next follows
+        pass
+
+
+class _Answers:
+    """Reads one answer after another from one connection (http.client, one buffer)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.file = _Kept(socket.SocketIO(sock, "rb"))
+
+    def makefile(self, _mode: str) -> Any:
+        return self.file
+
+    def next(self) -> tuple[int, dict[str, str], bytes]:
+        answer = http.client.HTTPResponse(self)  # type: ignore[arg-type]
+        answer.begin()
+        body = answer.read()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, body
+
+
+def _post(path: bytes, body: bytes, *extra: bytes) -> bytes:
+    head = [b"POST " + path + b" HTTP/1.1", b"Host: gw", b"Content-Type: application/json"]
+    head += [*extra, b"Content-Length: %d" % len(body)]
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+@pytest.mark.parametrize("front", ["fleetgate", "uvicorn"])
+def test_proxied_requests_skip_the_asgi_app(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, front: str
+) -> None:
+    called: list[str] = []
+    asgi_call = Gateway.__call__
+
+    async def counted(self: Gateway, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            called.append(scope["path"])
+        await asgi_call(self, scope, receive, send)
+
+    monkeypatch.setattr(Gateway, "__call__", counted)
+    _start(stack, front=front)
+    answer = httpx.post(stack.url + "/v1/chat/completions", content=CHAT, timeout=5)
+    assert answer.status_code == 200 and answer.json()["model"] == "m"
+    streamed = orjson.loads(CHAT)
+    streamed["stream"] = True
+    with httpx.stream("POST", stack.url + "/v1/chat/completions", json=streamed) as r:
+        events = [line for line in r.iter_lines() if line.startswith("data:")]
+    assert r.status_code == 200 and events[-1] == "data: [DONE]"
+    assert httpx.get(stack.url + "/v1/models", timeout=5).json()["data"][0]["id"] == "m"
+    if front == "fleetgate":  # only the gateway's own endpoint went through ASGI
+        assert called == ["/v1/models"]
+    else:
+        assert called == ["/v1/chat/completions", "/v1/chat/completions", "/v1/models"]
+
+
+def test_pipelined_requests_are_answered_in_order_on_one_connection(stack: Stack) -> None:
+    _start(stack)
+    sock = _connect(stack)
+    sock.sendall(
+        _post(b"/v1/chat/completions", CHAT, b"X-Request-Id: first")
+        + b"GET /healthz HTTP/1.1\r\nHost: gw\r\nX-Request-Id: second\r\n\r\n"
+        + _post(b"/v1/chat/completions", CHAT.replace(b'"m"', b'"nope"'))
+        + _post(b"/v1/chat/completions", CHAT, b"X-Request-Id: fourth")
+    )
+    answers = _Answers(sock)
+    first, second, third, fourth = (answers.next() for _ in range(4))
+    assert first[0] == 200 and first[1]["x-request-id"] == "first"
+    assert orjson.loads(first[2])["model"] == "m"
+    assert second[0] == 200 and second[1]["x-request-id"] == "second"
+    assert third[0] == 404 and orjson.loads(third[2])["error"]["code"] == "model_not_found"
+    assert fourth[0] == 200 and fourth[1]["x-request-id"] == "fourth"
+    sock.close()
+
+
+def test_a_chunked_body_is_read_and_one_past_the_limit_refused(stack: Stack) -> None:
+    _start(stack, max_body_bytes=400)
+    sock = _connect(stack)
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n"
+    halves = (CHAT[:20], CHAT[20:])
+    sock.sendall(head + b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in halves) + b"0\r\n\r\n")
+    status, _, body = _Answers(sock).next()
+    assert status == 200 and orjson.loads(body)["model"] == "m"
+    sock.close()
+    sock = _connect(stack)  # 500 bytes, no length said beforehand
+    sock.sendall(head.replace(b"/v1/chat/completions", b"/v1/messages") + b"1f4\r\n" + b"x" * 500)
+    status, headers, body = _Answers(sock).next()
+    assert status == 413 and headers["connection"] == "close"
+    error = orjson.loads(body)
+    assert error["type"] == "error"  # the path's protocol: Anthropic
+    assert "larger than the 400-byte limit" in error["error"]["message"]
+    sock.close()
+
+
+def test_expect_100_continue_is_answered_before_the_body(stack: Stack) -> None:
+    _start(stack)
+    sock = _connect(stack)
+    head, _, body = _post(b"/v1/chat/completions", CHAT, b"Expect: 100-continue").partition(
+        b"\r\n\r\n"
+    )
+    sock.sendall(head + b"\r\n\r\n")
+    assert sock.recv(1024) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    sock.sendall(body)
+    status, _, answer = _Answers(sock).next()
+    assert status == 200 and orjson.loads(answer)["model"] == "m"
+    sock.close()
+
+
+def test_a_client_gone_mid_stream_ends_its_request_and_its_task(stack: Stack) -> None:
+    _start(stack)
+    engine = stack.engines["a"]
+    engine.tokens_per_second = 20  # a slow stream
+    engine.reply_words = 200
+    sock = _connect(stack)
+    streamed = orjson.loads(CHAT)
+    streamed["stream"] = True
+    sock.sendall(_post(b"/v1/chat/completions", orjson.dumps(streamed)))
+    received = b""
+    while b"data:" not in received:
+        received += sock.recv(4096)
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n")
+    sock.close()
+    wait_until(lambda: engine.cancelled == 1, 5, "the upstream stream cancelled")
+    server = stack._server
+    assert server is not None
+    wait_until(lambda: not server.server_state.tasks, 5, "the request's task ended")
+    wait_until(lambda: not server.server_state.connections, 5, "the connection forgotten")
+    assert stack.gateway is not None
+    assert stack.gateway.pipeline.state.health("pa").inflight == 0
+
+
+def test_a_graceful_stop_finishes_the_answer_under_way_and_closes(stack: Stack) -> None:
+    _start(stack)
+    engine = stack.engines["a"]
+    engine.latency = 0.5
+    answers: list[httpx.Response] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(stack.url + "/v1/chat/completions", content=CHAT, timeout=5)
+        )
+    )
+    asking.start()
+    wait_until(lambda: engine.active == 1, 5, "the request reached the engine")
+    stack.stop_gateway()
+    asking.join(5)
+    assert answers and answers[0].status_code == 200
+    assert answers[0].headers["connection"] == "close"
