@@ -147,6 +147,26 @@ class Stack:
             self.lt.run(api.stop())
 
 
+def gateway_on_one_engine(stack: Stack, **server: Any) -> None:
+    """A gateway with `server` settings in front of one fake engine (`a`, model `m`)."""
+    engine = stack.engine("a")
+    stack.start_gateway(
+        {
+            "server": server,
+            "providers": [provider("pa", engine)],
+            "deployments": [deployment("m", "pa")],
+        }
+    )
+
+
+def raw_connection(stack: Stack) -> socket.socket:
+    """A plain TCP connection to the gateway, for bytes no HTTP client would send."""
+    host, port = stack.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 class Served(Protocol):
     """An upstream on loopback: a fake engine, or one of the tests' own servers."""
 

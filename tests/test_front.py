@@ -17,27 +17,9 @@ import orjson
 import pytest
 
 from fleetgate.server.app import Gateway
-from tests.harness import Stack, deployment, provider, wait_until
+from tests.harness import Stack, gateway_on_one_engine, raw_connection, wait_until
 
 CHAT = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-
-
-def _start(stack: Stack, **server: Any) -> None:
-    engine = stack.engine("a")
-    stack.start_gateway(
-        {
-            "server": server,
-            "providers": [provider("pa", engine)],
-            "deployments": [deployment("m", "pa")],
-        }
-    )
-
-
-def _connect(stack: Stack) -> socket.socket:
-    host, port = stack.url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=5)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
 
 
 class _Kept(io.BufferedReader):
@@ -80,7 +62,7 @@ def test_proxied_requests_skip_the_asgi_app(
         await asgi_call(self, scope, receive, send)
 
     monkeypatch.setattr(Gateway, "__call__", counted)
-    _start(stack, front=front)
+    gateway_on_one_engine(stack, front=front)
     answer = httpx.post(stack.url + "/v1/chat/completions", content=CHAT, timeout=5)
     assert answer.status_code == 200 and answer.json()["model"] == "m"
     streamed = orjson.loads(CHAT)
@@ -96,8 +78,8 @@ def test_proxied_requests_skip_the_asgi_app(
 
 
 def test_pipelined_requests_are_answered_in_order_on_one_connection(stack: Stack) -> None:
-    _start(stack)
-    sock = _connect(stack)
+    gateway_on_one_engine(stack)
+    sock = raw_connection(stack)
     sock.sendall(
         _post(b"/v1/chat/completions", CHAT, b"X-Request-Id: first")
         + b"GET /healthz HTTP/1.1\r\nHost: gw\r\nX-Request-Id: second\r\n\r\n"
@@ -115,15 +97,15 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection(stack: Stack
 
 
 def test_a_chunked_body_is_read_and_one_past_the_limit_refused(stack: Stack) -> None:
-    _start(stack, max_body_bytes=400)
-    sock = _connect(stack)
+    gateway_on_one_engine(stack, max_body_bytes=400)
+    sock = raw_connection(stack)
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n"
     halves = (CHAT[:20], CHAT[20:])
     sock.sendall(head + b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in halves) + b"0\r\n\r\n")
     status, _, body = _Answers(sock).next()
     assert status == 200 and orjson.loads(body)["model"] == "m"
     sock.close()
-    sock = _connect(stack)  # 500 bytes, no length said beforehand
+    sock = raw_connection(stack)  # 500 bytes, no length said beforehand
     sock.sendall(head.replace(b"/v1/chat/completions", b"/v1/messages") + b"1f4\r\n" + b"x" * 500)
     status, headers, body = _Answers(sock).next()
     assert status == 413 and headers["connection"] == "close"
@@ -134,8 +116,8 @@ def test_a_chunked_body_is_read_and_one_past_the_limit_refused(stack: Stack) -> 
 
 
 def test_expect_100_continue_is_answered_before_the_body(stack: Stack) -> None:
-    _start(stack)
-    sock = _connect(stack)
+    gateway_on_one_engine(stack)
+    sock = raw_connection(stack)
     head, _, body = _post(b"/v1/chat/completions", CHAT, b"Expect: 100-continue").partition(
         b"\r\n\r\n"
     )
@@ -148,11 +130,11 @@ def test_expect_100_continue_is_answered_before_the_body(stack: Stack) -> None:
 
 
 def test_a_client_gone_mid_stream_ends_its_request_and_its_task(stack: Stack) -> None:
-    _start(stack)
+    gateway_on_one_engine(stack)
     engine = stack.engines["a"]
     engine.tokens_per_second = 20  # a slow stream
     engine.reply_words = 200
-    sock = _connect(stack)
+    sock = raw_connection(stack)
     streamed = orjson.loads(CHAT)
     streamed["stream"] = True
     sock.sendall(_post(b"/v1/chat/completions", orjson.dumps(streamed)))
@@ -171,7 +153,7 @@ def test_a_client_gone_mid_stream_ends_its_request_and_its_task(stack: Stack) ->
 
 
 def test_a_graceful_stop_finishes_the_answer_under_way_and_closes(stack: Stack) -> None:
-    _start(stack)
+    gateway_on_one_engine(stack)
     engine = stack.engines["a"]
     engine.latency = 0.5
     answers: list[httpx.Response] = []

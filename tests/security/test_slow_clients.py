@@ -17,27 +17,9 @@ import httpx
 import orjson
 import pytest
 
-from tests.harness import Stack, deployment, provider, wait_until
+from tests.harness import Stack, gateway_on_one_engine, raw_connection, wait_until
 
 HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
-
-
-def _start(stack: Stack, **server: object) -> None:
-    engine = stack.engine("a")
-    stack.start_gateway(
-        {
-            "server": server,
-            "providers": [provider("pa", engine)],
-            "deployments": [deployment("m", "pa")],
-        }
-    )
-
-
-def _connect(stack: Stack) -> socket.socket:
-    host, port = stack.url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=5)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
 
 
 def _answer(sock: socket.socket, timeout: float = 5.0) -> tuple[int, dict, bytes]:
@@ -69,8 +51,8 @@ def logged() -> Iterator[list[logging.LogRecord]]:
 
 
 def test_slowloris_connections_get_408_and_are_closed(stack: Stack) -> None:
-    _start(stack, header_timeout_seconds=0.5)
-    socks = [_connect(stack) for _ in range(20)]
+    gateway_on_one_engine(stack, header_timeout_seconds=0.5)
+    socks = [raw_connection(stack) for _ in range(20)]
     for s in socks:
         s.sendall(HEAD + b"X-Slow: ")
     started = time.monotonic()
@@ -92,8 +74,8 @@ def test_slowloris_connections_get_408_and_are_closed(stack: Stack) -> None:
 
 
 def test_a_silent_connection_is_closed(stack: Stack) -> None:
-    _start(stack, header_timeout_seconds=0.5)
-    sock = _connect(stack)
+    gateway_on_one_engine(stack, header_timeout_seconds=0.5)
+    sock = raw_connection(stack)
     started = time.monotonic()
     status, body, raw = _answer(sock)
     assert status == 408 and body["error"]["code"] == "request_timeout"
@@ -103,8 +85,10 @@ def test_a_silent_connection_is_closed(stack: Stack) -> None:
 
 
 def test_declared_oversized_body_gets_413_at_once(stack: Stack) -> None:
-    _start(stack)  # default timeouts: a 60 s body deadline would be the only other answer
-    sock = _connect(stack)
+    gateway_on_one_engine(
+        stack
+    )  # default timeouts: a 60 s body deadline would be the only other answer
+    sock = raw_connection(stack)
     started = time.monotonic()
     sock.sendall(HEAD + b"Content-Length: 104857600\r\n\r\n" + b"x" * 1024)
     status, body, _ = _answer(sock)
@@ -112,7 +96,7 @@ def test_declared_oversized_body_gets_413_at_once(stack: Stack) -> None:
     assert "104857600" in body["error"]["message"]
     assert time.monotonic() - started < 1
     sock.close()
-    anthropic = _connect(stack)  # in the error shape of the path's protocol
+    anthropic = raw_connection(stack)  # in the error shape of the path's protocol
     anthropic.sendall(
         b"POST /v1/messages HTTP/1.1\r\nHost: gw\r\nContent-Length: 99999999999\r\n\r\n"
     )
@@ -124,8 +108,8 @@ def test_declared_oversized_body_gets_413_at_once(stack: Stack) -> None:
 def test_slow_body_gets_408_and_the_abort_is_no_error(
     stack: Stack, logged: list[logging.LogRecord]
 ) -> None:
-    _start(stack, body_timeout_seconds=0.5)
-    sock = _connect(stack)
+    gateway_on_one_engine(stack, body_timeout_seconds=0.5)
+    sock = raw_connection(stack)
     started = time.monotonic()
     sock.sendall(HEAD + b"Content-Length: 100\r\n\r\n" + b'{"model": "m"')
     status, body, _ = _answer(sock)
@@ -139,9 +123,9 @@ def test_slow_body_gets_408_and_the_abort_is_no_error(
 def test_a_client_aborting_mid_body_is_a_debug_line(
     stack: Stack, logged: list[logging.LogRecord]
 ) -> None:
-    _start(stack)
+    gateway_on_one_engine(stack)
     for _ in range(3):
-        sock = _connect(stack)
+        sock = raw_connection(stack)
         sock.sendall(HEAD + b"Content-Length: 1000\r\n\r\n" + b'{"model": "m", "mess')
         sock.close()
     wait_until(
@@ -156,11 +140,11 @@ def test_a_client_aborting_mid_body_is_a_debug_line(
 
 
 def test_open_connections_are_capped(stack: Stack) -> None:
-    _start(stack, max_connections=4)
-    held = [_connect(stack) for _ in range(4)]
+    gateway_on_one_engine(stack, max_connections=4)
+    held = [raw_connection(stack) for _ in range(4)]
     for s in held:  # each keeps its connection busy, one header line at a time
         s.sendall(HEAD)
-    extra = _connect(stack)
+    extra = raw_connection(stack)
     started = time.monotonic()
     status, body, raw = _answer(extra)
     assert status == 503 and body["error"]["code"] == "server_busy"
@@ -213,15 +197,9 @@ def _exchange(sock: socket.socket) -> int:
 
 
 def test_an_idle_kept_alive_connection_is_closed_a_busy_one_is_not(stack: Stack) -> None:
-    engine = stack.engine("a")
-    stack.start_gateway(
-        {
-            "server": {"keep_alive_seconds": 0.3},
-            "providers": [provider("pa", engine)],
-            "deployments": [deployment("m", "pa")],
-        }
-    )
-    sock = _connect(stack)
+    gateway_on_one_engine(stack, keep_alive_seconds=0.3)
+    engine = stack.engines["a"]
+    sock = raw_connection(stack)
     assert _exchange(sock) == 200  # the connection's keep-alive timer is armed now
     engine.hold()
     _send_chat(sock)

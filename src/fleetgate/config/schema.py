@@ -522,8 +522,8 @@ class ServerConfig(_Strict):
     content), written off the request's path."""
     front: Literal["fleetgate", "uvicorn"] = "fleetgate"
     """The HTTP server front: the gateway's own (`fleetgate`), or uvicorn's protocol with
-    the same limits (`uvicorn`). Both serve every endpoint; the gateway's own costs about
-    half the CPU per proxied request."""
+    the same limits (`uvicorn`). Both serve every endpoint; the gateway's own spends about
+    half of uvicorn's CPU on a proxied request's HTTP handling."""
 
 
 class StorageConfig(_Strict):

@@ -1,6 +1,6 @@
 """The uvicorn front's connection: uvicorn's httptools protocol with the limits of
 `limits.py` (header and body deadlines, an early 413, a cap on open connections, one
-keep-alive timer per connection, `deadlines.py`), and two more things:
+keep-alive timer per connection, `guard.py`), and two more things:
 
 - A lost connection cancels the handling of its request at once, through a hook the app
   sets in the request's scope (`asgi.DISCONNECT_HOOK`): no task per request waits for it.
@@ -17,22 +17,13 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from fleetgate.errors import GatewayError
-from fleetgate.server.deadlines import BODY, DONE, HEAD, Deadlines
-from fleetgate.server.limits import (
-    close_refused,
-    declared_length,
-    declared_too_large,
-    limits_of,
-    no_delay,
-    refusal_bytes,
-    too_many_connections,
-)
+from fleetgate.server.guard import BODY, DONE, HEAD, ConnectionGuard
+from fleetgate.server.limits import declared_length, declared_too_large, limits_of
 from fleetgate.server.response_cycle import ResponseCycle
 from fleetgate.web.asgi import DISCONNECT_HOOK
 
 
-class GuardedHttpProtocol(Deadlines, HttpToolsProtocol):
+class GuardedHttpProtocol(ConnectionGuard, HttpToolsProtocol):
     """uvicorn's httptools protocol plus header and body deadlines, an early 413 and a cap
     on open connections (see the module docstring)."""
 
@@ -40,16 +31,11 @@ class GuardedHttpProtocol(Deadlines, HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self.limits = limits_of(self.app)
         self._phase = 0
-        self._refused = False
 
     # ---- the connection ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        no_delay(transport)
-        if len(self.connections) > self.limits.max_connections:
-            self._refuse(503, too_many_connections(self.limits))
-            return
-        self._arm(HEAD, self.limits.header_timeout)  # a silent connection is a slow one
+        self._admit(transport, len(self.connections))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_clocks()
@@ -124,20 +110,17 @@ class GuardedHttpProtocol(Deadlines, HttpToolsProtocol):
             return
         self._idle()
 
-    # ---- answering without the app ------------------------------------------------------
-    def _refuse(self, status: int, exc: GatewayError) -> None:
-        """Answer `exc` (when no response is under way) and close the connection."""
-        self._refused = True
-        self._disarm()
+    # ---- what a refusal asks (guard.py) ------------------------------------------------
+    def _answering(self) -> bool:
         cycle = self.cycle
-        busy = cycle is not None and cycle.response_started and not cycle.response_complete
-        if not busy:
-            self.transport.write(refusal_bytes(status, exc, getattr(self, "url", b"")))
+        return cycle is not None and cycle.response_started and not cycle.response_complete
+
+    def _refused_url(self) -> bytes:
+        return getattr(self, "url", b"")
+
+    def _abandon(self) -> None:
+        cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True  # the app, if it waits on the body, hears it at once
             cycle.message_event.set()
             self._tell_app()
-        if busy:
-            self.transport.close()
-        else:
-            close_refused(self.transport, self.loop)

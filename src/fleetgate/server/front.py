@@ -9,7 +9,7 @@ lifespan, signals, graceful shutdown, `--workers`): this class is what `server/r
 gives it as its `http` protocol.
 
 Per connection it keeps `limits.py`'s limits (header and body deadlines and the keep-alive
-timer of `deadlines.py`, the early 413 for a declared length and a 413 for a chunked body
+timer of `guard.py`, the early 413 for a declared length and a 413 for a chunked body
 that outgrows the limit, the cap on open connections), HTTP/1.1 keep-alive, pipelining
 (a request that arrives while one is answered waits, reading paused, until that one's
 answer has ended), `Expect: 100-continue`, flow control both ways (a stream waits while
@@ -27,20 +27,11 @@ from typing import Any
 
 import httptools
 
-from fleetgate.errors import GatewayError
 from fleetgate.ingress.routes import INGRESS_ROUTES
 from fleetgate.server.asgi_bridge import asgi_scope, run_asgi
-from fleetgate.server.deadlines import BODY, DONE, HEAD, Deadlines
 from fleetgate.server.front_request import FrontRequest, Outbox
-from fleetgate.server.limits import (
-    close_refused,
-    declared_too_large,
-    limits_of,
-    no_delay,
-    refusal_bytes,
-    served_app,
-    too_many_connections,
-)
+from fleetgate.server.guard import BODY, DONE, HEAD, ConnectionGuard
+from fleetgate.server.limits import declared_too_large, limits_of, served_app
 from fleetgate.web.asgi import DISCONNECT_HOOK, too_large
 
 log = logging.getLogger("fleetgate")
@@ -69,7 +60,7 @@ def _shared(server_state: Any, loop: asyncio.AbstractEventLoop, app: Any) -> _Sh
     return shared  # type: ignore[no-any-return]
 
 
-class FrontProtocol(Deadlines, asyncio.Protocol):
+class FrontProtocol(ConnectionGuard, asyncio.Protocol):
     """One client connection (see the module docstring). Made by uvicorn's server with
     its config, its state and the lifespan's state."""
 
@@ -102,17 +93,12 @@ class FrontProtocol(Deadlines, asyncio.Protocol):
         self.write_paused = False
         self._drained: asyncio.Future[None] | None = None
         self._phase = 0
-        self._refused = False
 
     # ---- the connection -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.connections.add(self)
-        no_delay(transport)
-        if len(self.connections) > self.limits.max_connections:
-            self._refuse(503, too_many_connections(self.limits))
-            return
-        self._arm(HEAD, self.limits.header_timeout)  # a silent connection is a slow one
+        self._admit(transport, len(self.connections))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
@@ -313,18 +299,15 @@ class FrontProtocol(Deadlines, asyncio.Protocol):
         self.transport.write(_BAD_REQUEST)
         self.transport.close()
 
-    def _refuse(self, status: int, exc: GatewayError) -> None:
-        """Answer `exc` (when no answer is under way) and close the connection."""
-        self._refused = True
-        self._disarm()
+    # ---- what a refusal asks (guard.py) ------------------------------------------------
+    def _answering(self) -> bool:
         current = self.current
-        busy = current is not None and current.started and not current.complete
-        if not busy:
-            url = self.reading.url if self.reading is not None else b""
-            self.transport.write(refusal_bytes(status, exc, url))
+        return current is not None and current.started and not current.complete
+
+    def _refused_url(self) -> bytes:
+        return self.reading.url if self.reading is not None else b""
+
+    def _abandon(self) -> None:
+        current = self.current
         if current is not None and not current.complete:
             current.lost()
-        if busy:
-            self.transport.close()
-        else:
-            close_refused(self.transport, self.loop)

@@ -1,8 +1,9 @@
-"""A client connection's clocks: the header and body deadlines of the request under way,
-and the keep-alive timer of an idle connection. Both server fronts' protocols have them
-(`front.py`, `connections.py`).
+"""What a client connection keeps of `limits.py`, in both server fronts' protocols
+(`front.py`, `connections.py`): the cap on open connections, the header and body
+deadlines of the request under way, the keep-alive timer of an idle connection, and the
+refusal that answers a broken limit and closes the connection.
 
-They cost nothing on the common path: a deadline is armed only while a request's head or
+The clocks cost nothing on the common path: a deadline is armed only while a request's head or
 body is incomplete after a read, which a client that sends its request at once never sees;
 the keep-alive timer is one per connection that re-arms itself while the connection is
 busy (uvicorn made a timer when each response ended and cancelled it when the next
@@ -14,13 +15,21 @@ from __future__ import annotations
 import asyncio
 
 from fleetgate.errors import GatewayError
-from fleetgate.server.limits import ConnectionLimits, timed_out
+from fleetgate.server.limits import (
+    ConnectionLimits,
+    close_refused,
+    no_delay,
+    refusal_bytes,
+    timed_out,
+    too_many_connections,
+)
 
 HEAD, BODY, DONE = 1, 2, 3  # where the current request stands (0: none begun yet)
 
 
-class Deadlines:
-    """Mixed into a protocol that has `loop`, `transport`, `limits` and `_refuse`."""
+class ConnectionGuard:
+    """Mixed into a protocol that has `loop`, `transport` and `limits`, and says what its
+    request under way is doing (`_answering`, `_abandon`, `_refused_url`)."""
 
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
@@ -29,9 +38,43 @@ class Deadlines:
     _deadline_for = 0  # the phase the armed deadline guards
     _idle_since: float | None = None  # when the last response ended; None: busy
     timeout_keep_alive_task: asyncio.TimerHandle | None = None
+    _refused = False
+
+    # ---- what the protocol says -------------------------------------------------------
+    def _answering(self) -> bool:
+        """Whether an answer has started and not ended."""
+        raise NotImplementedError
+
+    def _abandon(self) -> None:
+        """The request under way, if any, will get no more of its client: tell it."""
+        raise NotImplementedError
+
+    def _refused_url(self) -> bytes:
+        """The target of the request being read (its path picks the error's shape)."""
+        raise NotImplementedError
+
+    # ---- a new connection -------------------------------------------------------------
+    def _admit(self, transport: asyncio.BaseTransport, open_connections: int) -> None:
+        """A new connection: refused past `max_connections`, else its header deadline
+        runs (a silent connection is a slow one)."""
+        no_delay(transport)
+        if open_connections > self.limits.max_connections:
+            self._refuse(503, too_many_connections(self.limits))
+            return
+        self._arm(HEAD, self.limits.header_timeout)
 
     def _refuse(self, status: int, exc: GatewayError) -> None:
-        raise NotImplementedError
+        """Answer `exc` (when no answer is under way) and close the connection."""
+        self._refused = True
+        self._disarm()
+        busy = self._answering()
+        if not busy:
+            self.transport.write(refusal_bytes(status, exc, self._refused_url()))
+        self._abandon()
+        if busy:
+            self.transport.close()
+        else:
+            close_refused(self.transport, self.loop)
 
     def _after_read(self, phase: int, answering: bool) -> None:
         """Arm the deadline of what a read left incomplete; `answering`: the request is
