@@ -19,7 +19,8 @@ same N, and the process tree's peak RSS (the VmHWM of each process it started, s
 
 Run: `python3 -m benchmarks.paced_streams` (about 1 minute with the defaults); settings:
 `STREAMS`, `ROUNDS` (2), `PACE_MS` (20), `CHUNKS` (64), `STALL` (5), `TARGETS`
-("direct raw uvicorn fleetgate"), `GW_CPU` (1), `LOAD_CPU` (0), `OUT`.
+("direct raw uvicorn fleetgate"; `fleetgate-uvicorn` adds fleetgate on `server.front:
+uvicorn`), `GW_CPU` (1), `LOAD_CPU` (0), `OUT`.
 """
 
 from __future__ import annotations
@@ -181,7 +182,9 @@ def run() -> dict[str, Any]:
             else:
                 home = work / name
                 home.mkdir()
-                write_config(home / "fleet.yaml", up_port, port, "process", None)
+                # `fleetgate-uvicorn`: fleetgate with that `server.front`
+                front = name.removeprefix(f"{GATEWAY}-") if name != GATEWAY else "fleetgate"
+                write_config(home / "fleet.yaml", up_port, port, "process", None, front=front)
                 cmd = [py, "-m", "fleetgate", "serve", "--config", str(home / "fleet.yaml")]
                 cmd += ["--port", str(port)]
             log = out_dir / f"{stamp}-paced-{name}.log"
