@@ -4,10 +4,11 @@ it, and its answer.
 The answer is written the way a proxied answer needs, without ASGI messages: `whole` (a
 body of known length, head and body in one write), or `start`, `write` per part and `end`
 (chunked). What a request sends during one turn of the event loop leaves at the turn's
-end in one write, together with every other request's (the connection's `Outbox`); a
-whole answer and a stream's end leave at once. Nothing waits longer than the turn it was
-sent in. `write` returns whether the client reads slower than the gateway writes: the
-caller then awaits `drain`.
+end in one write, together with every other request's (the connection's `Outbox`): a
+stream's head and its first events go together. A whole answer, a stream's end, and a
+stream's later part that finds nothing waiting leave at once. Nothing waits longer than
+the turn it was sent in. `write` returns whether the client reads slower than the
+gateway writes: the caller then awaits `drain`.
 """
 
 from __future__ import annotations
@@ -123,8 +124,18 @@ class FrontRequest:
         self.begin(status, headers)
 
     def write(self, chunk: bytes) -> bool:
-        """One more part of a started answer; True when the caller should `drain`."""
-        self.part(chunk, more=True)
+        """One more part of a started answer; True when the caller should `drain`.
+
+        A part that finds nothing waiting (the head and the first events have left) is
+        written at once: a relayed stream resumes once per upstream read and sends one
+        part each time, so waiting for the turn's end would join nothing and cost the
+        loop one more pass per part."""
+        if self._pending is None and self.chunked and not (self.complete or self.disconnected):
+            transport = self.conn.transport
+            if chunk and not transport.is_closing():
+                transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        else:
+            self.part(chunk, more=True)
         return self.conn.write_paused
 
     async def drain(self) -> None:
