@@ -6,6 +6,7 @@ protocol."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import io
 import socket
@@ -15,9 +16,12 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import uvicorn
+from uvicorn.server import ServerState
 
 from fleetgate.server.app import Gateway
-from tests.harness import Stack, gateway_on_one_engine, raw_connection, wait_until
+from fleetgate.server.front import FrontProtocol
+from tests.harness import Stack, gateway_on_one_engine, raw_connection, until, wait_until
 
 CHAT = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
 
@@ -168,3 +172,74 @@ def test_a_graceful_stop_finishes_the_answer_under_way_and_closes(stack: Stack) 
     asking.join(5)
     assert answers and answers[0].status_code == 200
     assert answers[0].headers["connection"] == "close"
+
+
+class _Recording:
+    """A transport that keeps what each write call sent."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def writelines(self, parts: Any) -> None:
+        self.writes.append(b"".join(parts))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
+async def test_an_answer_leaves_in_as_few_writes_as_its_turns() -> None:
+    """A whole answer is one write; a stream's head goes with its first part, at the
+    turn's end; a later part, and the end, leave at once."""
+    turns: list[asyncio.Event] = [asyncio.Event() for _ in range(2)]
+
+    class Proxied:  # what the front calls for a proxied path (Gateway.proxied)
+        connection_limits = None
+
+        async def proxied(self, scope: Any, route: Any, body: bytes, reply: Any) -> None:
+            if orjson.loads(body).get("stream"):
+                await reply.start(200, [(b"content-type", b"text/event-stream")])
+                reply.write(b"data: 1\n\n")
+                await turns[0].wait()
+                reply.write(b"data: 2\n\n")
+                await turns[1].wait()
+                await reply.end()
+            else:
+                await reply.whole(200, b'{"ok":true}', [(b"x-request-id", b"r")])
+
+    config = uvicorn.Config(Proxied(), http=FrontProtocol, lifespan="off")
+    config.load()
+    state = ServerState()
+    protocol = FrontProtocol(config, state, {}, asyncio.get_running_loop())
+    transport = _Recording()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    protocol.data_received(_post(b"/v1/chat/completions", CHAT))
+    await until(lambda: bool(transport.writes), what="the answer")
+    assert len(transport.writes) == 1
+    assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert transport.writes[0].endswith(b'content-length: 11\r\n\r\n{"ok":true}')
+    transport.writes.clear()
+    protocol.data_received(_post(b"/v1/chat/completions", b'{"model": "m", "stream": true}'))
+    await until(lambda: bool(transport.writes), what="the stream's head")
+    head, first = transport.writes[0].split(b"\r\n\r\n", 1)
+    assert b"transfer-encoding: chunked" in head and first == b"9\r\ndata: 1\n\n\r\n"
+    turns[0].set()
+    await until(lambda: len(transport.writes) == 2, what="the second part")
+    assert transport.writes[1] == b"9\r\ndata: 2\n\n\r\n"
+    turns[1].set()
+    await until(lambda: len(transport.writes) == 3, what="the end")
+    assert transport.writes[2] == b"0\r\n\r\n" and not transport.closed
+    assert state.total_requests == 2
+    protocol.connection_lost(None)
