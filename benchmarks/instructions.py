@@ -12,10 +12,10 @@ Before that (unless `START=0`) each server is started once with collection on fr
 first instruction and counted until it first answers /readyz 200.
 
 Run: `python3 -m benchmarks.instructions` (env: `FRONT` "fleetgate" (fleetgate's
-`server.front`), `REQUESTS` 1500, `WARMUP` 200, `CONCS` "1 64", `KINDS` "plain stream",
-`START` 1). Needs valgrind and hey (`apt-get install -y
-valgrind hey`). Under valgrind everything runs about 50 times slower, so a run takes
-minutes; latency figures mean nothing here, only the counts.
+`server.front`), `RAW` 1 (the raw floor, `raw_floor.py`, counted too), `REQUESTS` 1500,
+`WARMUP` 200, `CONCS` "1 64", `KINDS` "plain stream", `START` 1). Needs valgrind and hey
+(`apt-get install -y valgrind hey`). Under valgrind everything runs about 50 times
+slower, so a run takes minutes; latency figures mean nothing here, only the counts.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from benchmarks.run import (
     BASELINE,
     CLIENT_MODELS,
     GATEWAY,
+    RAW_FLOOR,
     ROOT,
     STREAM_CHUNKS,
     BenchError,
@@ -189,11 +190,11 @@ def main() -> int:
 
 def _server_cmd(name: str, port: int, up_port: int, home: Path) -> list[str]:
     py = sys.executable
-    if name == BASELINE:
+    if name in (BASELINE, RAW_FLOOR):
         return [
             py,
             "-m",
-            "benchmarks.baseline",
+            "benchmarks.baseline" if name == BASELINE else "benchmarks.raw_floor",
             "--port",
             str(port),
             "--upstream",
@@ -249,7 +250,8 @@ def run() -> int:
             for name in (BASELINE, GATEWAY):
                 starts[name] = start_instructions(name, up_port, work, env)
         targets: list[Target] = []
-        for name in (BASELINE, GATEWAY) if kinds else ():
+        floors = (BASELINE, RAW_FLOOR) if os.environ.get("RAW", "1") == "1" else (BASELINE,)
+        for name in (*floors, GATEWAY) if kinds else ():
             port = _free_port()
             out_dir = work / f"cg-{name}"
             out_dir.mkdir()
@@ -294,6 +296,17 @@ def run() -> int:
             f"| {floor.idle_per_s / 1e6:.2f} / {gw.idle_per_s / 1e6:.2f} "
             f"| {gw.net_per_request / floor.net_per_request:.2f} |"
         )
+    raws = {scenario: row[RAW_FLOOR] for scenario, row in results.items() if RAW_FLOOR in row}
+    if raws:
+        print("\n| scenario | raw floor | fleetgate ÷ raw | net of the clock |")
+        print("|---|---:|---:|---:|")
+        for scenario, raw in raws.items():
+            gw = results[scenario][GATEWAY]
+            print(
+                f"| {scenario} | {raw.per_request / 1e6:.3f} M "
+                f"| {gw.per_request / raw.per_request:.2f} "
+                f"| {gw.net_per_request / raw.net_per_request:.2f} |"
+            )
     if starts:
         floor_start, gw_start = starts[BASELINE], starts[GATEWAY]
         print(
