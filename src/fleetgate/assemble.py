@@ -130,7 +130,8 @@ def serve(
             host=host,
             port=port,
             workers=workers,
-            **{**uvicorn_kwargs(config.server.front), "log_config": None},  # the lines go through `configure`
+            # the lines go through `configure`
+            **{**uvicorn_kwargs(config.server.front), "log_config": None},
         )
         return
     gateway = gateway_for(config, os.path.abspath(config_path))
