@@ -243,3 +243,36 @@ async def test_an_answer_leaves_in_as_few_writes_as_its_turns() -> None:
     assert transport.writes[2] == b"0\r\n\r\n" and not transport.closed
     assert state.total_requests == 2
     protocol.connection_lost(None)
+
+
+async def test_a_client_that_reads_slower_holds_the_stream_back() -> None:
+    """While the transport's buffer is full (`pause_writing`), a stream's writer is told
+    to drain and waits; it goes on once the client has read (`resume_writing`)."""
+    sent: list[int] = []
+
+    class Streaming:
+        connection_limits = None
+
+        async def proxied(self, scope: Any, route: Any, body: bytes, reply: Any) -> None:
+            await reply.start(200, [(b"content-type", b"text/event-stream")])
+            for n in range(3):
+                if reply.write(b"data: %d\n\n" % n):
+                    await reply.drain()
+                sent.append(n)
+            await reply.end()
+
+    config = uvicorn.Config(Streaming(), http=FrontProtocol, lifespan="off")
+    config.load()
+    protocol = FrontProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+    transport = _Recording()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    protocol.pause_writing()  # the client reads nothing
+    protocol.data_received(_post(b"/v1/chat/completions", b'{"model": "m", "stream": true}'))
+    await until(lambda: bool(transport.writes), what="the head and first part, flushed")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert sent == [] and b"data: 0" in transport.writes[0]
+    protocol.resume_writing()
+    await until(lambda: sent == [0, 1, 2], what="the rest, once the client reads")
+    assert transport.writes[-1] == b"0\r\n\r\n"
+    protocol.connection_lost(None)
