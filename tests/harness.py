@@ -167,6 +167,32 @@ def raw_connection(stack: Stack) -> socket.socket:
     return sock
 
 
+class Recording:
+    """A transport that keeps what each write call sent (no socket under it)."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def writelines(self, parts: Any) -> None:
+        self.writes.append(b"".join(parts))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
 class Served(Protocol):
     """An upstream on loopback: a fake engine, or one of the tests' own servers."""
 

@@ -21,7 +21,14 @@ from uvicorn.server import ServerState
 
 from fleetgate.server.app import Gateway
 from fleetgate.server.front import FrontProtocol
-from tests.harness import Stack, gateway_on_one_engine, raw_connection, until, wait_until
+from tests.harness import (
+    Recording,
+    Stack,
+    gateway_on_one_engine,
+    raw_connection,
+    until,
+    wait_until,
+)
 
 CHAT = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
 
@@ -174,32 +181,6 @@ def test_a_graceful_stop_finishes_the_answer_under_way_and_closes(stack: Stack) 
     assert answers[0].headers["connection"] == "close"
 
 
-class _Recording:
-    """A transport that keeps what each write call sent."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(bytes(data))
-
-    def writelines(self, parts: Any) -> None:
-        self.writes.append(b"".join(parts))
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
-
-
 async def test_an_answer_leaves_in_as_few_writes_as_its_turns() -> None:
     """A whole answer is one write; a stream's head goes with its first part, at the
     turn's end; a later part, and the end, leave at once."""
@@ -223,7 +204,7 @@ async def test_an_answer_leaves_in_as_few_writes_as_its_turns() -> None:
     config.load()
     state = ServerState()
     protocol = FrontProtocol(config, state, {}, asyncio.get_running_loop())
-    transport = _Recording()
+    transport = Recording()
     protocol.connection_made(transport)  # type: ignore[arg-type]
     protocol.data_received(_post(b"/v1/chat/completions", CHAT))
     await until(lambda: bool(transport.writes), what="the answer")
@@ -264,7 +245,7 @@ async def test_a_client_that_reads_slower_holds_the_stream_back() -> None:
     config = uvicorn.Config(Streaming(), http=FrontProtocol, lifespan="off")
     config.load()
     protocol = FrontProtocol(config, ServerState(), {}, asyncio.get_running_loop())
-    transport = _Recording()
+    transport = Recording()
     protocol.connection_made(transport)  # type: ignore[arg-type]
     protocol.pause_writing()  # the client reads nothing
     protocol.data_received(_post(b"/v1/chat/completions", b'{"model": "m", "stream": true}'))

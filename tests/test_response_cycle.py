@@ -15,27 +15,7 @@ from uvicorn.server import ServerState
 
 from fleetgate.server.connections import GuardedHttpProtocol
 from fleetgate.server.response_cycle import ResponseCycle
-from tests.harness import until
-
-
-class Recording:
-    """A transport that keeps what each write call sent."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(bytes(data))
-
-    def writelines(self, parts: Any) -> None:
-        self.writes.append(b"".join(parts))
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
+from tests.harness import Recording, until
 
 
 def cycle(method: str = "POST", keep_alive: bool = True) -> tuple[ResponseCycle, Recording]:
