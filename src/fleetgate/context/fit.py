@@ -40,7 +40,13 @@ import time
 from collections import deque
 from typing import Any
 
-from fleetgate.context.tally import FIELDS, N_FIELDS, TOKEN_IDS
+from fleetgate.context.tally import FIELDS, LAYOUT, N_FIELDS, TOKEN_IDS
+
+# template fields whose cost may be negative: a template can write less when a request has
+# tools, or a system turn of its own, than its default preamble, or render tool schemas in
+# fewer tokens than their JSON costs as text (or drop them)
+_SIGNED = ("tool_blocks", "schema_chars", "call_chars", "default_system")
+SIGNED = frozenset(FIELDS.index(f) for f in _SIGNED)
 
 HALF_LIFE = 200.0  # samples
 MIN_ANSWERS = 24  # answers before a fit without a fingerprint is the deployment's evidence
@@ -58,9 +64,19 @@ _RESCALE = 1e6  # the growing sample weight is folded back into the equations pa
 
 # kinds of text, by which group of fields costs the most tokens on the prior
 _GROUPS: dict[str, tuple[str, ...]] = {
-    "prose": ("chars", "upper", "words", "long_runs", "latin_ext", "newlines"),
+    "prose": (
+        "chars",
+        "upper",
+        "words",
+        "long_runs",
+        "letter_quads",
+        "caps_pairs",
+        "latin_ext",
+        "newlines",
+        "blank_lines",
+    ),
     "code": ("punct", "punct_runs", "tabs", "tab_runs", "space_runs", "case_changes"),
-    "digits": ("digits", "space_digits"),
+    "digits": ("digits", "space_digits", "digit_runs"),
     "cjk": ("kana", "han", "hangul", "fullwidth"),
     "script": (
         "greek",
@@ -263,6 +279,7 @@ class TokenizerFit:
     def dump(self) -> dict[str, Any]:
         return {
             "answers": self.answers,
+            "layout": LAYOUT,
             "recent": [[_sparse(x), y] for x, y in self._recent],
             "updated_at": self.updated_at,
         }
@@ -270,8 +287,8 @@ class TokenizerFit:
     def load(self, data: dict[str, Any]) -> None:
         """A stored or shared state (the answers; a fingerprint comes from its own store)."""
         recent = data.get("recent")
-        if not isinstance(recent, list):
-            return
+        if not isinstance(recent, list) or data.get("layout") != LAYOUT:
+            return  # none, or tallies of another layout of fields
         self._recent.clear()
         for item in recent:
             try:
@@ -328,8 +345,9 @@ def _solve(
         if not free:
             break
         solved = _ridge(a, b, prior, free, weights, ridge)
-        worst = min(range(len(free)), key=solved.__getitem__)
-        if solved[worst] >= 0:
+        bound = [p for p, i in enumerate(free) if i not in SIGNED]
+        worst = min(bound, key=solved.__getitem__) if bound else 0
+        if not bound or solved[worst] >= 0:
             for i, w in zip(free, solved, strict=True):
                 weights[i] = w
             break

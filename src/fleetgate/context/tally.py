@@ -31,7 +31,6 @@ tallies with each run counted as one character.
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -73,14 +72,25 @@ FIELDS = (
     "punct_runs",  # runs of ASCII punctuation and line breaks: a token each (`",`, `});`)
     "space_digits",  # a space before a digit: a token of its own (words take theirs along)
     "case_changes",  # a capital after a small letter (`camelCase`, base64): BPE splits there
+    "digit_runs",  # runs of digits (a tokenizer may take digits one, or three, at a time)
+    "letter_quads",  # each full 4 letters of a run (with `words` and `long_runs`: the cost
+    # of a word grows with its length in steps)
+    "caps_pairs",  # pairs of capitals (`HTTP`, `ERROR`: upper-case text splits finely)
+    "blank_lines",  # pairs of line breaks
     "token_ids",  # prompts given as token ids: one token each
     "messages",  # chat turns (each costs the template's per-message scaffolding)
+    "replies",  # assistant turns (a template may wrap a reply in more than a question)
+    "tool_turns",  # tool results turns
+    "call_chars",  # characters of tool calls' JSON, also counted as text above
     "tools",  # tool schemas (each costs the template's per-tool wrapping)
     "tool_blocks",  # 1 when the request carries tools (the template's tools preamble)
+    "schema_chars",  # characters of the tool schemas' JSON, also counted as text above: a
+    # template may render them in another layout than JSON, or drop them
     "default_system",  # 1 when a chat has no system turn (a template may add its own)
     "requests",  # always 1: the template's fixed cost (the generation prompt)
 )
 N_FIELDS = len(FIELDS)
+LAYOUT = ",".join(FIELDS)  # what a stored tally's numbers mean (another layout: dropped)
 CHARS, UPPER, WORDS, LONG_RUNS, DIGITS, PUNCT, NEWLINES = range(7)
 INDIC = FIELDS.index("indic")
 THAI = FIELDS.index("thai")
@@ -89,15 +99,30 @@ OTHER3 = FIELDS.index("other3")
 _SCRIPT_FIELDS = tuple(i for i, f in enumerate(FIELDS) if f not in ("thai",))[7:20]
 TOKEN_IDS = FIELDS.index("token_ids")
 MESSAGES = FIELDS.index("messages")
+REPLIES = FIELDS.index("replies")
+TOOL_TURNS = FIELDS.index("tool_turns")
+CALL_CHARS = FIELDS.index("call_chars")
 TOOLS = FIELDS.index("tools")
 TOOL_BLOCKS = FIELDS.index("tool_blocks")
+SCHEMA_CHARS = FIELDS.index("schema_chars")
 TABS = FIELDS.index("tabs")
 SPACE_RUNS = FIELDS.index("space_runs")
 PUNCT_RUNS = FIELDS.index("punct_runs")
 SPACE_DIGITS = FIELDS.index("space_digits")
 CASE_CHANGES = FIELDS.index("case_changes")
 TAB_RUNS = FIELDS.index("tab_runs")
-_RUN_FIELDS = (LONG_RUNS, CASE_CHANGES, SPACE_DIGITS, TAB_RUNS, SPACE_RUNS, PUNCT_RUNS)
+_RUN_FIELDS = (
+    LONG_RUNS,
+    CASE_CHANGES,
+    SPACE_DIGITS,
+    TAB_RUNS,
+    SPACE_RUNS,
+    PUNCT_RUNS,
+    FIELDS.index("digit_runs"),
+    FIELDS.index("letter_quads"),
+    FIELDS.index("caps_pairs"),
+    FIELDS.index("blank_lines"),
+)
 DEFAULT_SYSTEM = FIELDS.index("default_system")
 REQUESTS = FIELDS.index("requests")
 
@@ -160,6 +185,7 @@ _SHAPE_TABLE = bytes(
 )
 _WS_TABLE = bytes(ord("a") if b == 9 else ord("b") if b == 32 else ord(".") for b in range(256))
 _PUNCT_TABLE = bytes(ord("a") if _CLASS[b] in b".\n" else ord(" ") for b in range(256))
+_DIGIT_TABLE = bytes(ord("a") if _CLASS[b] == ord("0") else ord(" ") for b in range(256))
 _SAMPLE = 512  # bytes of text the run fields are counted on, in 4 pieces
 _PIECE = _SAMPLE // 4
 # four or more of one character that is no letter, digit or space (`_` included)
@@ -204,13 +230,18 @@ def count_runs(data: bytes, ascii: bool, chars: int, counts: list[int]) -> None:
     shape = sample.translate(_SHAPE_TABLE, b"" if ascii else _CONTINUATION)
     spaces = sample.translate(_WS_TABLE).title()  # `A`, `B` start a run of tabs, spaces
     punct = sample.translate(_PUNCT_TABLE).title()
+    letters = sample.translate(_WORD_TABLE, b"" if ascii else _CONTINUATION)
     runs = (
-        shape.count(b"aaaaaaaa"),
+        letters.count(b"aaaaaaaa"),
         shape.count(b"aA"),
         shape.count(b" 0"),
         spaces.count(b"A"),
         spaces.count(b"Bb"),
         punct.count(b"A"),
+        sample.translate(_DIGIT_TABLE).title().count(b"A"),
+        letters.count(b"aaaa"),
+        shape.count(b"AA"),
+        sample.count(b"\n\n"),
     )
     scale = 1.0 if sample is data else chars / len(shape)  # characters in all / sampled
     for field, n in zip(_RUN_FIELDS, runs, strict=True):
@@ -261,9 +292,13 @@ class _Walk:
         self.audio = 0
         self.counts = [0] * N_FIELDS
 
-    def json(self, value: Any) -> None:
-        with contextlib.suppress(TypeError):
+    def json(self, value: Any) -> bool:
+        """Add `value`'s JSON to the text; False when it has none."""
+        try:
             self.blobs.append(orjson.dumps(value))
+        except TypeError:
+            return False
+        return True
 
     def content(self, value: Any) -> None:
         """A message `content` (string or parts), a prompt, an input or a system value."""
@@ -305,7 +340,13 @@ class _Walk:
         self.json(part)
 
     def message(self, message: dict[str, Any]) -> None:
-        self.counts[MESSAGES] += 1
+        counts = self.counts
+        counts[MESSAGES] += 1
+        role = message.get("role")
+        if role == "assistant":
+            counts[REPLIES] += 1
+        elif role == "tool" or role == "function":
+            counts[TOOL_TURNS] += 1
         content = message.get("content")
         if type(content) is str:
             self.parts.append(content)
@@ -315,8 +356,8 @@ class _Walk:
             return
         for key in ("tool_calls", "function_call"):
             calls = message.get(key)
-            if calls:
-                self.json(calls)
+            if calls and self.json(calls):
+                counts[CALL_CHARS] += len(self.blobs[-1])
         for key in ("reasoning_content", "thinking"):  # chat's reasoning, Ollama's
             reasoning = message.get(key)
             if isinstance(reasoning, str):
@@ -415,5 +456,6 @@ def tally_body(body: dict[str, Any], endpoint: str, collapsed: bool = False) -> 
             walk.counts[TOOLS] += len(tools)
             walk.counts[TOOL_BLOCKS] = 1
             for tool in tools:
-                walk.json(tool)
+                if walk.json(tool):
+                    walk.counts[SCHEMA_CHARS] += len(walk.blobs[-1])
     return Tally(tuple(walk.finish(collapsed)), walk.images, walk.audio)

@@ -32,7 +32,7 @@ from typing import Any
 
 from fleetgate.context.calibration import CalibrationBook
 from fleetgate.context.families import FAMILIES
-from fleetgate.context.probes import CHATS, TEXTS, chat_tally, text_tally
+from fleetgate.context.probes import CHATS, MIXES, TEXTS, VERSION, chat_tally, text_tally
 from fleetgate.context.tally import Tally
 from fleetgate.discovery.background import BackgroundPoller
 from fleetgate.discovery.probes import ProbeCache
@@ -57,8 +57,12 @@ class FingerprintCache:
         self.on_new: Callable[[str, Probes], None] | None = None
 
     def load(self, stored: dict[str, Any]) -> None:
+        """The stored fingerprints of this probe set and tally (`VERSION`); one of another
+        is counted again."""
         for identity, data in stored.items():
-            probes = data.get("probes") if isinstance(data, dict) else None
+            if not isinstance(data, dict) or data.get("version") != VERSION:
+                continue
+            probes = data.get("probes")
             if isinstance(probes, list):
                 with contextlib.suppress(TypeError, ValueError):
                     self.by_identity[identity] = [(tuple(c), int(t)) for c, t in probes]
@@ -152,12 +156,12 @@ class FingerprintService(BackgroundPoller):
             answer = await self._ask(cache, dep, "/apply-template", chat)
             rendered.append(str(answer["prompt"]))
         content: list[Any] = []
-        for text in (*TEXTS, *rendered):
+        for text in (*TEXTS, *MIXES, *rendered):
             content.append(text)
             content.extend(_MARK)
         answer = await self._ask(cache, dep, "/tokenize", {"content": content})
-        counts = _split(answer["tokens"], len(TEXTS) + len(rendered))
-        tallies = [text_tally(t) for t in TEXTS] + [chat_tally(c) for c in CHATS]
+        counts = _split(answer["tokens"], len(TEXTS) + len(MIXES) + len(rendered))
+        tallies = [text_tally(t) for t in (*TEXTS, *MIXES)] + [chat_tally(c) for c in CHATS]
         return _pairs(tallies, counts)
 
     async def _per_call(self, cache: ProbeCache, dep: Deployment) -> Probes:
@@ -172,6 +176,11 @@ class FingerprintService(BackgroundPoller):
             for chat in CHATS:
                 body = {"model": model, **chat, "add_generation_prompt": True}
                 asks.append((chat_tally(chat), "/tokenize", body))
+        for text in MIXES[: max(MAX_CALLS - len(asks), 0)]:  # what the budget leaves
+            body = {"model": model, "prompt": text}
+            if kind == "vllm":
+                body["add_special_tokens"] = False
+            asks.append((text_tally(text), "/tokenize", body))
         gate = asyncio.Semaphore(4)
 
         async def one(path: str, body: dict[str, Any]) -> int:
