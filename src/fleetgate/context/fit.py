@@ -13,7 +13,8 @@ normal equations of a least-squares fit of those counts on the tally's fields:
 * decayed: each new sample weighs as much as the last `HALF_LIFE` together, so the fit
   follows a changed engine or a changed mix of traffic;
 * pulled to the prior: a ridge towards the family's weights that weighs as `PRIOR_SAMPLES`
-  samples, so a field the evidence never showed (an unseen script) keeps its prior weight,
+  samples (the template's fields `TEMPLATE_PULL` of that: templates differ more than
+  tokenizers), so a field the evidence never showed (an unseen script) keeps its prior weight,
   collinear fields (characters and words of prose) stay sensible while the samples are
   few, and the pull fades as they come; no weight goes below zero.
 
@@ -43,10 +44,29 @@ from typing import Any
 from fleetgate.context.tally import FIELDS, LAYOUT, N_FIELDS, TOKEN_IDS
 
 # template fields whose cost may be negative: a template can write less when a request has
-# tools, or a system turn of its own, than its default preamble, or render tool schemas in
+# tools, or a system turn of its own, than its default preamble, or render tool calls in
 # fewer tokens than their JSON costs as text (or drop them)
-_SIGNED = ("tool_blocks", "schema_chars", "call_chars", "default_system")
+_SIGNED = ("tool_blocks", "call_chars", "default_system")
 SIGNED = frozenset(FIELDS.index(f) for f in _SIGNED)
+
+# the template's fields: a family's template says little of an unknown model's (one writes
+# a default preamble of 500 tokens, one drops tool schemas), so its prior pulls them less
+_TEMPLATE = (
+    "messages",
+    "replies",
+    "tool_turns",
+    "call_chars",
+    "tools",
+    "tool_blocks",
+    "schema_chars",
+    "schema_words",
+    "schema_punct",
+    "schema_punct_runs",
+    "default_system",
+    "requests",
+)
+TEMPLATE_PULL = 0.05  # the prior's pull on a template field, to a text field's
+_PULL = tuple(TEMPLATE_PULL if f in _TEMPLATE else 1.0 for f in FIELDS)
 
 HALF_LIFE = 200.0  # samples
 MIN_ANSWERS = 24  # answers before a fit without a fingerprint is the deployment's evidence
@@ -377,8 +397,9 @@ def _ridge(
         rest = b[i] - sum(row[k] * fixed[k] for k in held if row[k])
         for q, j in enumerate(free):
             mat[p][q] = row[j] / (scale[p] * scale[q])
-        mat[p][p] += ridge
-        rhs[p] = rest / scale[p] + ridge * prior[i] * scale[p]
+        pull = ridge * _PULL[i]
+        mat[p][p] += pull
+        rhs[p] = rest / scale[p] + pull * prior[i] * scale[p]
     z = _cholesky_solve(mat, rhs)
     return [z[p] / scale[p] for p in range(m)]
 

@@ -155,6 +155,12 @@ _TOOL2 = {
         },
     },
 }
+
+
+def _renamed(tool: dict[str, Any], name: str) -> dict[str, Any]:
+    return {**tool, "function": {**tool["function"], "name": name}}
+
+
 _CALL = {
     "id": "call_1",
     "type": "function",
@@ -223,6 +229,10 @@ CHATS: tuple[dict[str, Any], ...] = (
             {"role": "tool", "tool_call_id": "call_2", "content": '{"cancelled": true}'},
         ],
         "tools": [_TOOL, _TOOL2],
+    },
+    {  # many tools: what each costs, apart from the block they are in
+        "messages": [{"role": "user", "content": _USER}],
+        "tools": [_TOOL, _TOOL2, *(_renamed(_TOOL, f"lookup_{n}") for n in ("user", "invoice"))],
     },
     {
         "messages": [

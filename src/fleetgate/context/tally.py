@@ -31,6 +31,7 @@ tallies with each run counted as one character.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -84,8 +85,12 @@ FIELDS = (
     "call_chars",  # characters of tool calls' JSON, also counted as text above
     "tools",  # tool schemas (each costs the template's per-tool wrapping)
     "tool_blocks",  # 1 when the request carries tools (the template's tools preamble)
-    "schema_chars",  # characters of the tool schemas' JSON, also counted as text above: a
-    # template may render them in another layout than JSON, or drop them
+    # the tool schemas' JSON, apart from the text: a template may render them as JSON, in
+    # another layout, or not at all
+    "schema_chars",
+    "schema_words",
+    "schema_punct",
+    "schema_punct_runs",
     "default_system",  # 1 when a chat has no system turn (a template may add its own)
     "requests",  # always 1: the template's fixed cost (the generation prompt)
 )
@@ -104,7 +109,10 @@ TOOL_TURNS = FIELDS.index("tool_turns")
 CALL_CHARS = FIELDS.index("call_chars")
 TOOLS = FIELDS.index("tools")
 TOOL_BLOCKS = FIELDS.index("tool_blocks")
-SCHEMA_CHARS = FIELDS.index("schema_chars")
+_SCHEMA_OF = (CHARS, WORDS, PUNCT, FIELDS.index("punct_runs"))
+_SCHEMA_FIELDS = tuple(
+    FIELDS.index(f) for f in ("schema_chars", "schema_words", "schema_punct", "schema_punct_runs")
+)
 TABS = FIELDS.index("tabs")
 SPACE_RUNS = FIELDS.index("space_runs")
 PUNCT_RUNS = FIELDS.index("punct_runs")
@@ -455,7 +463,12 @@ def tally_body(body: dict[str, Any], endpoint: str, collapsed: bool = False) -> 
         if tools and isinstance(tools, list):
             walk.counts[TOOLS] += len(tools)
             walk.counts[TOOL_BLOCKS] = 1
+            blobs = []
             for tool in tools:
-                if walk.json(tool):
-                    walk.counts[SCHEMA_CHARS] += len(walk.blobs[-1])
+                with contextlib.suppress(TypeError):
+                    blobs.append(orjson.dumps(tool))
+            schemas = [0] * N_FIELDS
+            count_text(b" ".join(blobs), schemas)
+            for field, i in zip(_SCHEMA_FIELDS, _SCHEMA_OF, strict=True):
+                walk.counts[field] += schemas[i]
     return Tally(tuple(walk.finish(collapsed)), walk.images, walk.audio)
