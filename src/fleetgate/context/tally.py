@@ -1,7 +1,7 @@
 """One walk over a request body: what it holds, counted by the classes tokenizers cost.
 
 The walk gathers every piece of text that reaches the model (message contents, tool calls,
-reasoning, system, instructions, prompt, input, suffix, tool schemas as JSON) and counts,
+reasoning, system, instructions, prompt, input, suffix) and counts,
 in one pass of C-level byte operations over their UTF-8 bytes:
 
 * digits, ASCII punctuation, newlines, tabs, other whitespace and words (runs of letters: ASCII
@@ -12,12 +12,15 @@ in one pass of C-level byte operations over their UTF-8 bytes:
   characters (emoji);
 * runs, where a byte-level BPE pre-tokenizer splits what the classes above cannot see
   (`count_runs`): runs of spaces, of tabs, of punctuation and line breaks, a space before a
-  digit, a capital after a small letter, and each full 8 letters of a long word. Runs take
-  a pass over a view of the text each, so they are counted on a sample of at most 512
-  bytes spread over the text and scaled up: their cost does not grow with the text;
+  digit, a capital after a small letter, each full 8 and each full 4 letters of a word,
+  runs of digits, pairs of capitals and blank lines. Runs take a pass over a view of the
+  text each, so they are counted on a sample of at most 512 bytes spread over the text and
+  scaled up: their cost does not grow with the text;
 
-and, by structure: token ids, messages, whether a chat has no system turn (Qwen2.5's template
-then writes its own default system prompt, about 20 tokens), tools, images and audio parts.
+and, by structure: token ids, messages, replies, tool turns, the characters of tool calls,
+whether a chat has no system turn (Qwen2.5's template then writes its own default system
+prompt, about 20 tokens), tools, their schemas' JSON apart from the text (a template
+renders or drops them its own way), images and audio parts.
 A tokenizer family (`families.py`) turns the tally into tokens with a dot product, so
 estimating for several deployments costs one walk. No text is kept: the tally is numbers only.
 

@@ -8,11 +8,11 @@ windows, or its guard refuses), on an engine with a tokenize endpoint, in the ba
   `GET /v1/models` (the model's `root`); plus the kind and the upstream model name;
 * unless that identity was fingerprinted before (this replica, or the store: another
   replica or a former run, `FingerprintCache`), the **counts** of the probe set:
-  - llama.cpp: one `POST /tokenize` of every probe text (as one list, each text tokenized
-    alone, a marker of token ids between them, so the answer splits per text) and of
-    every probe chat rendered by `POST /apply-template` (one call each): 7 calls;
+  - llama.cpp: one `POST /tokenize` of every probe text and mix (as one list, each text
+    tokenized alone, a marker of token ids between them, so the answer splits per text)
+    and of every probe chat rendered by `POST /apply-template` (one call each): 12 calls;
   - vLLM: `POST /tokenize` with `prompt` per text and with `messages` (and `tools`) per
-    chat, four at a time;
+    chat, then per mix as far as `MAX_CALLS` goes, four at a time;
   - SGLang: `POST /tokenize` per text (its template's part is left to the answers);
 * the counts go to the deployment's fit (`context/fit.py`) as its fingerprint.
 
