@@ -84,19 +84,9 @@ _RESCALE = 1e6  # the growing sample weight is folded back into the equations pa
 
 # kinds of text, by which group of fields costs the most tokens on the prior
 _GROUPS: dict[str, tuple[str, ...]] = {
-    "prose": (
-        "chars",
-        "upper",
-        "words",
-        "long_runs",
-        "letter_quads",
-        "caps_pairs",
-        "latin_ext",
-        "newlines",
-        "blank_lines",
-    ),
+    "prose": ("chars", "upper", "words", "long_runs", "latin_ext", "newlines"),
     "code": ("punct", "punct_runs", "tabs", "tab_runs", "space_runs", "case_changes"),
-    "digits": ("digits", "space_digits", "digit_runs"),
+    "digits": ("digits", "space_digits"),
     "cjk": ("kana", "han", "hangul", "fullwidth"),
     "script": (
         "greek",

@@ -12,10 +12,9 @@ in one pass of C-level byte operations over their UTF-8 bytes:
   characters (emoji);
 * runs, where a byte-level BPE pre-tokenizer splits what the classes above cannot see
   (`count_runs`): runs of spaces, of tabs, of punctuation and line breaks, a space before a
-  digit, a capital after a small letter, each full 8 and each full 4 letters of a word,
-  runs of digits, pairs of capitals and blank lines. Runs take a pass over a view of the
-  text each, so they are counted on a sample of at most 512 bytes spread over the text and
-  scaled up: their cost does not grow with the text;
+  digit, a capital after a small letter, and each full 8 letters of a long word. Runs take
+  a pass over a view of the text each, so they are counted on a sample of at most 512
+  bytes spread over the text and scaled up: their cost does not grow with the text;
 
 and, by structure: token ids, messages, replies, tool turns, the characters of tool calls,
 whether a chat has no system turn (Qwen2.5's template then writes its own default system
@@ -76,11 +75,6 @@ FIELDS = (
     "punct_runs",  # runs of ASCII punctuation and line breaks: a token each (`",`, `});`)
     "space_digits",  # a space before a digit: a token of its own (words take theirs along)
     "case_changes",  # a capital after a small letter (`camelCase`, base64): BPE splits there
-    "digit_runs",  # runs of digits (a tokenizer may take digits one, or three, at a time)
-    "letter_quads",  # each full 4 letters of a run (with `words` and `long_runs`: the cost
-    # of a word grows with its length in steps)
-    "caps_pairs",  # pairs of capitals (`HTTP`, `ERROR`: upper-case text splits finely)
-    "blank_lines",  # pairs of line breaks
     "token_ids",  # prompts given as token ids: one token each
     "messages",  # chat turns (each costs the template's per-message scaffolding)
     "replies",  # assistant turns (a template may wrap a reply in more than a question)
@@ -122,18 +116,7 @@ PUNCT_RUNS = FIELDS.index("punct_runs")
 SPACE_DIGITS = FIELDS.index("space_digits")
 CASE_CHANGES = FIELDS.index("case_changes")
 TAB_RUNS = FIELDS.index("tab_runs")
-_RUN_FIELDS = (
-    LONG_RUNS,
-    CASE_CHANGES,
-    SPACE_DIGITS,
-    TAB_RUNS,
-    SPACE_RUNS,
-    PUNCT_RUNS,
-    FIELDS.index("digit_runs"),
-    FIELDS.index("letter_quads"),
-    FIELDS.index("caps_pairs"),
-    FIELDS.index("blank_lines"),
-)
+_RUN_FIELDS = (LONG_RUNS, CASE_CHANGES, SPACE_DIGITS, TAB_RUNS, SPACE_RUNS, PUNCT_RUNS)
 DEFAULT_SYSTEM = FIELDS.index("default_system")
 REQUESTS = FIELDS.index("requests")
 
@@ -196,7 +179,6 @@ _SHAPE_TABLE = bytes(
 )
 _WS_TABLE = bytes(ord("a") if b == 9 else ord("b") if b == 32 else ord(".") for b in range(256))
 _PUNCT_TABLE = bytes(ord("a") if _CLASS[b] in b".\n" else ord(" ") for b in range(256))
-_DIGIT_TABLE = bytes(ord("a") if _CLASS[b] == ord("0") else ord(" ") for b in range(256))
 _SAMPLE = 512  # bytes of text the run fields are counted on, in 4 pieces
 _PIECE = _SAMPLE // 4
 # four or more of one character that is no letter, digit or space (`_` included)
@@ -241,18 +223,13 @@ def count_runs(data: bytes, ascii: bool, chars: int, counts: list[int]) -> None:
     shape = sample.translate(_SHAPE_TABLE, b"" if ascii else _CONTINUATION)
     spaces = sample.translate(_WS_TABLE).title()  # `A`, `B` start a run of tabs, spaces
     punct = sample.translate(_PUNCT_TABLE).title()
-    letters = sample.translate(_WORD_TABLE, b"" if ascii else _CONTINUATION)
     runs = (
-        letters.count(b"aaaaaaaa"),
+        shape.count(b"aaaaaaaa"),
         shape.count(b"aA"),
         shape.count(b" 0"),
         spaces.count(b"A"),
         spaces.count(b"Bb"),
         punct.count(b"A"),
-        sample.translate(_DIGIT_TABLE).title().count(b"A"),
-        letters.count(b"aaaa"),
-        shape.count(b"AA"),
-        sample.count(b"\n\n"),
     )
     scale = 1.0 if sample is data else chars / len(shape)  # characters in all / sampled
     for field, n in zip(_RUN_FIELDS, runs, strict=True):
