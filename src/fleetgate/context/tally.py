@@ -106,7 +106,6 @@ TOOL_TURNS = FIELDS.index("tool_turns")
 CALL_CHARS = FIELDS.index("call_chars")
 TOOLS = FIELDS.index("tools")
 TOOL_BLOCKS = FIELDS.index("tool_blocks")
-_SCHEMA_OF = (CHARS, WORDS, PUNCT, FIELDS.index("punct_runs"))
 _SCHEMA_FIELDS = tuple(
     FIELDS.index(f) for f in ("schema_chars", "schema_words", "schema_punct", "schema_punct_runs")
 )
@@ -235,6 +234,15 @@ def count_runs(data: bytes, ascii: bool, chars: int, counts: list[int]) -> None:
     for field, n in zip(_RUN_FIELDS, runs, strict=True):
         if n:
             counts[field] += round(n * scale)
+
+
+def _schema_counts(data: bytes) -> tuple[int, int, int, int]:
+    """The characters, words, ASCII punctuation and runs of it of tool schemas' JSON."""
+    ascii = data.isascii()
+    words = data.translate(_WORD_TABLE) if ascii else data.translate(_WORD_TABLE, _CONTINUATION)
+    punct = data.translate(_PUNCT_TABLE)
+    n_words = words.count(b" a") + (words[:1] == b"a")
+    return len(words), n_words, punct.count(b"a"), punct.title().count(b"A")
 
 
 def count_text(data: bytes, counts: list[int]) -> None:
@@ -447,8 +455,6 @@ def tally_body(body: dict[str, Any], endpoint: str, collapsed: bool = False) -> 
             for tool in tools:
                 with contextlib.suppress(TypeError):
                     blobs.append(orjson.dumps(tool))
-            schemas = [0] * N_FIELDS
-            count_text(b" ".join(blobs), schemas)
-            for field, i in zip(_SCHEMA_FIELDS, _SCHEMA_OF, strict=True):
-                walk.counts[field] += schemas[i]
+            for field, n in zip(_SCHEMA_FIELDS, _schema_counts(b" ".join(blobs)), strict=True):
+                walk.counts[field] += n
     return Tally(tuple(walk.finish(collapsed)), walk.images, walk.audio)
