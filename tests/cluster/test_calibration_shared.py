@@ -94,3 +94,38 @@ def test_replicas_learn_from_each_others_traffic(
     c = replica_b.start_gateway(fleet, dataclasses.replace(opts, database_url=fresh))
     wait_until(lambda: _samples(c) == 10, 10, "a new replica loaded the books")
     assert _bounds(c) == _bounds(a)
+
+
+def _answers(gw: Gateway, dep: str = "pa") -> int:
+    fit = gw.pipeline.state.calibration.public_fit(dep)
+    return fit["answers"] if fit is not None else 0
+
+
+def test_replicas_fit_the_tokenizer_on_each_others_answers(
+    stack: Stack,
+    replica_b: Stack,
+    pg_url: str,
+    redis_url: str,
+    redis_namespace: str,
+) -> None:
+    opts = ControlOptions(
+        database_url=pg_url,
+        redis_url=redis_url,
+        redis_namespace=redis_namespace,
+        admin_key=ADMIN_KEY,
+    )
+    fleet = two_tier_fleet(stack)
+    a = stack.start_gateway(fleet, opts)
+    replica_b.engines = {}  # B shares A's engines; only A's stack stops them
+    b = replica_b.start_gateway(fleet, opts)
+    _chat(stack, 6)  # on A only
+    _chat(replica_b, 4)  # on B only
+    # each answer's tally and prompt tokens reach the other replica's tokenizer fit
+    wait_until(lambda: _answers(a) == 10 and _answers(b) == 10, 10, "both fits have all ten")
+    fit_a = a.pipeline.state.calibration.public_fit("pa")
+    fit_b = b.pipeline.state.calibration.public_fit("pa")
+    assert fit_a is not None and fit_b is not None
+    # the same evidence, so the same weights (the order the answers came in aside)
+    assert fit_a["weights"].keys() == fit_b["weights"].keys()
+    for name, weight in fit_a["weights"].items():
+        assert fit_b["weights"][name] == pytest.approx(weight, rel=0.05, abs=0.01), name

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from fleetgate.context.probes import CHATS
 from fleetgate.testing.corpus import text_of
 from tests.engines import LlamaFactory, llama_provider
 from tests.harness import Stack, deployment, wait_until
@@ -74,7 +75,70 @@ def test_a_fingerprint_places_an_unknown_tokenizer_right_before_any_answer(
     assert resp.headers["x-fleetgate-attempts"] == "1"
     assert 0.9 <= true / _central(stack, resp, "small") <= 1.1
     # the fingerprint's calls were few, and one replica's restart asks nothing again
-    assert gateway.pipeline.fingerprints.calls <= 2 * 7
+    # (one template per probe chat, one tokenize of every text)
+    assert gateway.pipeline.fingerprints.calls <= 2 * (len(CHATS) + 1)
+
+
+# a chat template that drops tool schemas (as some models' do): each turn in ChatML
+NO_TOOLS_TEMPLATE = """{%- for m in messages -%}
+<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt -%}
+<|im_start|>assistant
+{% endif -%}
+"""
+
+
+def _tool(i: int) -> dict[str, Any]:
+    text = text_of("prose", random.Random(i), 240)
+    return {
+        "type": "function",
+        "function": {
+            "name": f"lookup_{i}",
+            "description": text,
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": text[:80]}},
+                "required": ["query"],
+            },
+        },
+    }
+
+
+def test_a_fingerprint_learns_a_template_that_drops_the_tool_schemas(
+    stack: Stack, client_for, llama: LlamaFactory, tmp_path: Any
+) -> None:
+    template = tmp_path / "no-tools.jinja"
+    template.write_text(NO_TOOLS_TEMPLATE)
+    flags = ("--chat-template-file", str(template))
+    small = llama(n_ctx=SMALL, alias=UNKNOWN, extra=flags)
+    large = llama(n_ctx=LARGE, alias=UNKNOWN, extra=flags)
+    gateway = stack.start_gateway(_fleet(small, large))
+    book = gateway.pipeline.state.calibration
+    wait_until(
+        lambda: all(book.own_fit(d) is not None for d in ("small", "large")),
+        20,
+        "both deployments fingerprinted",
+    )
+    # twelve tool schemas of about 1,000 tokens as text, which this template never writes,
+    # and a question of about 150: with the schemas costed as text, the estimate was seven
+    # times the prompt, beyond the small window
+    tools = [_tool(i) for i in range(12)]
+    question = text_of("prose", random.Random(3), 700)
+    messages = [{"role": "user", "content": question}]
+    templated = httpx.post(
+        small.root + "/apply-template", json={"messages": messages, "tools": tools}
+    ).json()
+    true = len(
+        httpx.post(small.root + "/tokenize", json={"content": templated["prompt"]}).json()["tokens"]
+    )
+    resp = client_for(stack).chat.completions.with_raw_response.create(
+        model="m", messages=messages, tools=tools, max_tokens=16
+    )
+    assert resp.headers["x-fleetgate-route"] == "small"
+    assert resp.headers["x-fleetgate-context-estimate"].endswith("; estimate")  # uncounted
+    assert 0.9 <= true / _central(stack, resp, "small") <= 1.1
 
 
 def test_a_refusal_waits_for_a_count_where_only_the_family_table_says_too_large(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetgate.context.fit import TokenizerFit
+from fleetgate.context.tally import LAYOUT, N_FIELDS
 
 MIN_SAMPLES = 8
 HALF_LIFE = 200.0  # samples
@@ -130,6 +131,8 @@ class CalibrationBook:
         self._stored_fits: dict[str, dict[str, Any]] = {}  # loaded, not yet asked for
         self._answers: dict[str, list[list[Any]]] = {}  # local answers not yet shared
         self._answers_size = 0
+        # other replicas' answers for a deployment that has no fit here yet
+        self._waiting: dict[str, list[tuple[tuple[int, ...], int, float]]] = {}
 
     def factors(self, deployment_id: str, prior: tuple[float, float]) -> tuple[float, float]:
         """(low, high) factors on a deployment's estimate: learned, else the family's."""
@@ -167,6 +170,8 @@ class CalibrationBook:
             stored = self._stored_fits.pop(deployment_id, None)
             if stored is not None:
                 fit.load(stored)
+            for counts, tokens, when in self._waiting.pop(deployment_id, ()):
+                fit.add(counts, tokens, when)
         return fit
 
     def own_fit(self, deployment_id: str) -> TokenizerFit | None:
@@ -192,6 +197,36 @@ class CalibrationBook:
             sparse = [[i, v] for i, v in enumerate(counts) if v]
             self._answers.setdefault(deployment_id, []).append([sparse, tokens, when])
             self._answers_size += 1
+
+    def observe_shared_answers(self, answers: dict[str, Any], layout: str | None) -> int:
+        """Another replica's answers (`take_answers`, tallies of `layout`); returns how many
+        were taken. A deployment without a fit here keeps them until its fit is made (the
+        prior is known then), up to `MAX_UNSHARED`."""
+        if layout != LAYOUT or not isinstance(answers, dict):
+            return 0  # tallies of another version's fields
+        taken = 0
+        for dep_id, rows in answers.items():
+            fit = self._fits.get(str(dep_id))
+            waiting = self._waiting.setdefault(str(dep_id), []) if fit is None else None
+            for row in rows if isinstance(rows, list) else ():
+                try:
+                    sparse, tokens, when = row
+                    counts = [0] * N_FIELDS
+                    for i, v in sparse:
+                        counts[int(i)] = int(v)
+                    sample = (tuple(counts), int(tokens), float(when))
+                except (TypeError, ValueError, IndexError):
+                    continue
+                if fit is not None:
+                    fit.add(*sample)
+                elif waiting is not None and len(waiting) < MAX_UNSHARED:
+                    waiting.append(sample)
+                taken += 1
+            if fit is not None:
+                self.changed.add(str(dep_id))
+        if taken:
+            self.version += 1
+        return taken
 
     def refit(self, now: float | None = None) -> int:
         """Refit the fits that are due (off the hot path); returns how many were."""

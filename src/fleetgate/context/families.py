@@ -165,6 +165,20 @@ _LLAMA3 = {
     "default_system": 0.0,
 }
 _O200K = {**_LLAMA3, "messages": 4.0, "requests": 3.0}
+
+
+def _with_schemas(weights: dict[str, float], scale: float) -> dict[str, float]:
+    """`weights` with the tool schemas' fields (`tally.py`: their JSON's characters, words,
+    punctuation and its runs, apart from the text): the text's weights of the same, scaled
+    so that the corpus' tool schemas cost what they did when their JSON was tallied as
+    text (the fields left out, capitals and digits, are in the scale)."""
+    parts = ("chars", "words", "punct", "punct_runs")
+    return {**weights, **{f"schema_{p}": scale * weights.get(p, 0.0) for p in parts}}
+
+
+_QWEN2 = _with_schemas(_QWEN2, 1.26)
+_LLAMA3 = _with_schemas(_LLAMA3, 1.22)
+_O200K = _with_schemas(_O200K, 1.22)
 _GENERIC = {f: max(_QWEN2.get(f, 0.0), _LLAMA3.get(f, 0.0)) for f in FIELDS}
 
 # The fewest tokens a unit costs, by the byte-level BPE pre-tokenizers' rules: a run of

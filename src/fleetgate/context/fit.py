@@ -13,7 +13,8 @@ normal equations of a least-squares fit of those counts on the tally's fields:
 * decayed: each new sample weighs as much as the last `HALF_LIFE` together, so the fit
   follows a changed engine or a changed mix of traffic;
 * pulled to the prior: a ridge towards the family's weights that weighs as `PRIOR_SAMPLES`
-  samples, so a field the evidence never showed (an unseen script) keeps its prior weight,
+  samples (the template's fields `TEMPLATE_PULL` of that: templates differ more than
+  tokenizers), so a field the evidence never showed (an unseen script) keeps its prior weight,
   collinear fields (characters and words of prose) stay sensible while the samples are
   few, and the pull fades as they come; no weight goes below zero.
 
@@ -40,7 +41,32 @@ import time
 from collections import deque
 from typing import Any
 
-from fleetgate.context.tally import FIELDS, N_FIELDS, TOKEN_IDS
+from fleetgate.context.tally import FIELDS, LAYOUT, N_FIELDS, TOKEN_IDS
+
+# template fields whose cost may be negative: a template can write less when a request has
+# tools, or a system turn of its own, than its default preamble, or render tool calls in
+# fewer tokens than their JSON costs as text (or drop them)
+_SIGNED = ("tool_blocks", "call_chars", "default_system")
+SIGNED = frozenset(FIELDS.index(f) for f in _SIGNED)
+
+# the template's fields: a family's template says little of an unknown model's (one writes
+# a default preamble of 500 tokens, one drops tool schemas), so its prior pulls them less
+_TEMPLATE = (
+    "messages",
+    "replies",
+    "tool_turns",
+    "call_chars",
+    "tools",
+    "tool_blocks",
+    "schema_chars",
+    "schema_words",
+    "schema_punct",
+    "schema_punct_runs",
+    "default_system",
+    "requests",
+)
+TEMPLATE_PULL = 0.05  # the prior's pull on a template field, to a text field's
+_PULL = tuple(TEMPLATE_PULL if f in _TEMPLATE else 1.0 for f in FIELDS)
 
 HALF_LIFE = 200.0  # samples
 MIN_ANSWERS = 24  # answers before a fit without a fingerprint is the deployment's evidence
@@ -263,6 +289,7 @@ class TokenizerFit:
     def dump(self) -> dict[str, Any]:
         return {
             "answers": self.answers,
+            "layout": LAYOUT,
             "recent": [[_sparse(x), y] for x, y in self._recent],
             "updated_at": self.updated_at,
         }
@@ -270,8 +297,8 @@ class TokenizerFit:
     def load(self, data: dict[str, Any]) -> None:
         """A stored or shared state (the answers; a fingerprint comes from its own store)."""
         recent = data.get("recent")
-        if not isinstance(recent, list):
-            return
+        if not isinstance(recent, list) or data.get("layout") != LAYOUT:
+            return  # none, or tallies of another layout of fields
         self._recent.clear()
         for item in recent:
             try:
@@ -328,8 +355,9 @@ def _solve(
         if not free:
             break
         solved = _ridge(a, b, prior, free, weights, ridge)
-        worst = min(range(len(free)), key=solved.__getitem__)
-        if solved[worst] >= 0:
+        bound = [p for p, i in enumerate(free) if i not in SIGNED]
+        worst = min(bound, key=solved.__getitem__) if bound else 0
+        if not bound or solved[worst] >= 0:
             for i, w in zip(free, solved, strict=True):
                 weights[i] = w
             break
@@ -359,8 +387,9 @@ def _ridge(
         rest = b[i] - sum(row[k] * fixed[k] for k in held if row[k])
         for q, j in enumerate(free):
             mat[p][q] = row[j] / (scale[p] * scale[q])
-        mat[p][p] += ridge
-        rhs[p] = rest / scale[p] + ridge * prior[i] * scale[p]
+        pull = ridge * _PULL[i]
+        mat[p][p] += pull
+        rhs[p] = rest / scale[p] + pull * prior[i] * scale[p]
     z = _cholesky_solve(mat, rhs)
     return [z[p] / scale[p] for p in range(m)]
 

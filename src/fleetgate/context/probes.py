@@ -2,8 +2,9 @@
 
 Short texts, a few per character class a tokenizer costs differently (prose, long words,
 digits, whitespace runs, punctuation, code, JSON and tool schemas, encodings, each script
-block, emoji), and a few chats that tell the template's cost apart: per message, per role
-step, the default system prompt, and the tools block. Each probe is a request body, so its
+block, emoji), fixed mixes of their pieces (`MIXES`), and a few chats that tell the
+template's cost apart: per message, per reply, per role step, the default system prompt,
+the tools block and each tool, tool calls and their results. Each probe is a request body, so its
 tally is taken the way a request's is (`tally.py`): the engine's count of it is one equation
 of the fit (`fit.py`). The texts are fixed, so a fingerprint is the same on every replica.
 """
@@ -11,9 +12,14 @@ of the fit (`fit.py`). The texts are fixed, so a fingerprint is the same on ever
 # ruff: noqa: RUF001  (the probes are meant to hold these scripts, as they are)
 from __future__ import annotations
 
+import hashlib
+import random
+import re
 from typing import Any
 
-from fleetgate.context.tally import Tally, tally_body
+import orjson
+
+from fleetgate.context.tally import LAYOUT, Tally, tally_body
 
 TEXTS: tuple[str, ...] = (
     # prose
@@ -39,6 +45,11 @@ TEXTS: tuple[str, ...] = (
     "gamma       1000       ms\n\n\n    indented  by   spaces    \n\t\ttabbed\tcolumns\t\there\n",
     "| id | name      | status  |\n|----|-----------|---------|\n| 1  | build     | passed  |\n"
     "| 2  | deploy    | failed  |\n| 3  | rollback  | pending |\n",
+    # a log file
+    "2024-11-05T12:45:09.123Z INFO  [worker-3] request_id=7f3a9c2e status=200 dur_ms=48\n"
+    "2024-11-05T12:45:09.871Z WARN  [worker-1] retrying upstream=10.0.4.17:8080 attempt=2\n"
+    "2024-11-05T12:45:10.002Z ERROR [worker-3] GET /v1/orders/88213 -> 503 (upstream timeout)\n"
+    "Nov  5 12:45:11 host-a kernel: [123456.789012] eth0: link up, 1000 Mbps, full duplex\n",
     # punctuation
     "Wait... what?! No way!!! (Really?) [yes] {maybe} <not> -- ok; fine: \"quoted\" 'single' "
     "`code` ~tilde~ ^caret^ *star* _under_ #hash @at $dollar %percent &amp | pipe \\ slash /",
@@ -97,6 +108,26 @@ TEXTS: tuple[str, ...] = (
     "`test_net` and `test_db`. 中文说明见附件。",
 )
 
+
+def _mixes(n: int, seed: int = 39) -> tuple[str, ...]:
+    """`n` texts mixed from pieces of `TEXTS` (lines, sentences), some said again and
+    again: each class of text next to the others in many proportions, so the fit can tell
+    their costs apart (a few texts per class leave the weights collinear). Fixed: the same
+    texts on every replica."""
+    pieces = [p for t in TEXTS for p in re.split(r"(?<=[.!?。\n])\s*", t) if len(p) > 8]
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        chosen = [rng.choice(pieces) for _ in range(rng.randint(1, 5))]
+        if rng.random() < 0.25:  # one piece said again and again
+            chosen = chosen[:1] * rng.randint(3, 12)
+        out.append(rng.choice((" ", "\n", "\n\n", ", ", "\t")).join(chosen))
+    return tuple(out)
+
+
+# what an engine that tokenizes a list of texts in one call counts besides `TEXTS`
+MIXES = _mixes(160)
+
 _SYSTEM = "You are a careful assistant. Answer briefly and cite the source."
 _TOOL = {
     "type": "function",
@@ -125,6 +156,23 @@ _TOOL2 = {
         },
     },
 }
+
+
+def _renamed(tool: dict[str, Any], name: str) -> dict[str, Any]:
+    return {**tool, "function": {**tool["function"], "name": name}}
+
+
+_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "lookup_order", "arguments": '{"number": "88213"}'},
+}
+_CALL2 = {
+    "id": "call_2",
+    "type": "function",
+    "function": {"name": "cancel_order", "arguments": '{"number": "88213", "reason": "late"}'},
+}
+_RESULT = '{"number": "88213", "status": "shipped", "carrier": "DHL", "eta": "2024-11-08"}'
 _USER = "Where is my order 88213? It was due on Monday."
 _ASSISTANT = "Let me check. Could you confirm the email address on the order?"
 
@@ -154,7 +202,53 @@ CHATS: tuple[dict[str, Any], ...] = (
         "messages": [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": _USER}],
         "tools": [_TOOL, _TOOL2],
     },
+    # replies and tool turns: a template may wrap each role in its own scaffolding
+    {
+        "messages": [
+            {"role": "user", "content": _USER},
+            {"role": "assistant", "content": _ASSISTANT},
+            {"role": "user", "content": "Yes."},
+            {"role": "assistant", "content": _ASSISTANT * 3},
+            {"role": "user", "content": "Well?"},
+        ]
+    },
+    {
+        "messages": [
+            {"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": _USER},
+            {"role": "assistant", "content": "", "tool_calls": [_CALL]},
+            {"role": "tool", "tool_call_id": "call_1", "content": _RESULT},
+            {"role": "user", "content": "And the other one, 88214?"},
+        ],
+        "tools": [_TOOL],
+    },
+    {
+        "messages": [
+            {"role": "user", "content": _USER},
+            {"role": "assistant", "content": "", "tool_calls": [_CALL, _CALL2]},
+            {"role": "tool", "tool_call_id": "call_1", "content": _RESULT},
+            {"role": "tool", "tool_call_id": "call_2", "content": '{"cancelled": true}'},
+        ],
+        "tools": [_TOOL, _TOOL2],
+    },
+    {  # many tools: what each costs, apart from the block they are in
+        "messages": [{"role": "user", "content": _USER}],
+        "tools": [_TOOL, _TOOL2, *(_renamed(_TOOL, f"lookup_{n}") for n in ("user", "invoice"))],
+    },
+    {
+        "messages": [
+            {"role": "system", "content": _SYSTEM * 6},
+            {"role": "user", "content": _USER},
+        ],
+        "tools": [_TOOL2],
+    },
 )
+
+
+# the probe set and the tally's fields: a fingerprint counted on another is counted again
+VERSION = hashlib.sha256(
+    orjson.dumps([LAYOUT, TEXTS, MIXES, CHATS], option=orjson.OPT_SORT_KEYS)
+).hexdigest()[:16]
 
 
 def text_tally(text: str) -> Tally:

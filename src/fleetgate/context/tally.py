@@ -1,7 +1,7 @@
 """One walk over a request body: what it holds, counted by the classes tokenizers cost.
 
 The walk gathers every piece of text that reaches the model (message contents, tool calls,
-reasoning, system, instructions, prompt, input, suffix, tool schemas as JSON) and counts,
+reasoning, system, instructions, prompt, input, suffix) and counts,
 in one pass of C-level byte operations over their UTF-8 bytes:
 
 * digits, ASCII punctuation, newlines, tabs, other whitespace and words (runs of letters: ASCII
@@ -16,8 +16,10 @@ in one pass of C-level byte operations over their UTF-8 bytes:
   a pass over a view of the text each, so they are counted on a sample of at most 512
   bytes spread over the text and scaled up: their cost does not grow with the text;
 
-and, by structure: token ids, messages, whether a chat has no system turn (Qwen2.5's template
-then writes its own default system prompt, about 20 tokens), tools, images and audio parts.
+and, by structure: token ids, messages, replies, tool turns, the characters of tool calls,
+whether a chat has no system turn (Qwen2.5's template then writes its own default system
+prompt, about 20 tokens), tools, their schemas' JSON apart from the text (a template
+renders or drops them its own way), images and audio parts.
 A tokenizer family (`families.py`) turns the tally into tokens with a dot product, so
 estimating for several deployments costs one walk. No text is kept: the tally is numbers only.
 
@@ -75,12 +77,22 @@ FIELDS = (
     "case_changes",  # a capital after a small letter (`camelCase`, base64): BPE splits there
     "token_ids",  # prompts given as token ids: one token each
     "messages",  # chat turns (each costs the template's per-message scaffolding)
+    "replies",  # assistant turns (a template may wrap a reply in more than a question)
+    "tool_turns",  # tool results turns
+    "call_chars",  # characters of tool calls' JSON, also counted as text above
     "tools",  # tool schemas (each costs the template's per-tool wrapping)
     "tool_blocks",  # 1 when the request carries tools (the template's tools preamble)
+    # the tool schemas' JSON, apart from the text: a template may render them as JSON, in
+    # another layout, or not at all
+    "schema_chars",
+    "schema_words",
+    "schema_punct",
+    "schema_punct_runs",
     "default_system",  # 1 when a chat has no system turn (a template may add its own)
     "requests",  # always 1: the template's fixed cost (the generation prompt)
 )
 N_FIELDS = len(FIELDS)
+LAYOUT = ",".join(FIELDS)  # what a stored tally's numbers mean (another layout: dropped)
 CHARS, UPPER, WORDS, LONG_RUNS, DIGITS, PUNCT, NEWLINES = range(7)
 INDIC = FIELDS.index("indic")
 THAI = FIELDS.index("thai")
@@ -89,8 +101,14 @@ OTHER3 = FIELDS.index("other3")
 _SCRIPT_FIELDS = tuple(i for i, f in enumerate(FIELDS) if f not in ("thai",))[7:20]
 TOKEN_IDS = FIELDS.index("token_ids")
 MESSAGES = FIELDS.index("messages")
+REPLIES = FIELDS.index("replies")
+TOOL_TURNS = FIELDS.index("tool_turns")
+CALL_CHARS = FIELDS.index("call_chars")
 TOOLS = FIELDS.index("tools")
 TOOL_BLOCKS = FIELDS.index("tool_blocks")
+_SCHEMA_FIELDS = tuple(
+    FIELDS.index(f) for f in ("schema_chars", "schema_words", "schema_punct", "schema_punct_runs")
+)
 TABS = FIELDS.index("tabs")
 SPACE_RUNS = FIELDS.index("space_runs")
 PUNCT_RUNS = FIELDS.index("punct_runs")
@@ -218,6 +236,15 @@ def count_runs(data: bytes, ascii: bool, chars: int, counts: list[int]) -> None:
             counts[field] += round(n * scale)
 
 
+def _schema_counts(data: bytes) -> tuple[int, int, int, int]:
+    """The characters, words, ASCII punctuation and runs of it of tool schemas' JSON."""
+    ascii = data.isascii()
+    words = data.translate(_WORD_TABLE) if ascii else data.translate(_WORD_TABLE, _CONTINUATION)
+    punct = data.translate(_PUNCT_TABLE)
+    n_words = words.count(b" a") + (words[:1] == b"a")
+    return len(words), n_words, punct.count(b"a"), punct.title().count(b"A")
+
+
 def count_text(data: bytes, counts: list[int]) -> None:
     """Add the character classes of UTF-8 `data` to `counts` (a tally vector)."""
     ascii = data.isascii()
@@ -261,9 +288,13 @@ class _Walk:
         self.audio = 0
         self.counts = [0] * N_FIELDS
 
-    def json(self, value: Any) -> None:
-        with contextlib.suppress(TypeError):
+    def json(self, value: Any) -> bool:
+        """Add `value`'s JSON to the text; False when it has none."""
+        try:
             self.blobs.append(orjson.dumps(value))
+        except TypeError:
+            return False
+        return True
 
     def content(self, value: Any) -> None:
         """A message `content` (string or parts), a prompt, an input or a system value."""
@@ -305,7 +336,13 @@ class _Walk:
         self.json(part)
 
     def message(self, message: dict[str, Any]) -> None:
-        self.counts[MESSAGES] += 1
+        counts = self.counts
+        counts[MESSAGES] += 1
+        role = message.get("role")
+        if role == "assistant":
+            counts[REPLIES] += 1
+        elif role == "tool" or role == "function":
+            counts[TOOL_TURNS] += 1
         content = message.get("content")
         if type(content) is str:
             self.parts.append(content)
@@ -315,8 +352,8 @@ class _Walk:
             return
         for key in ("tool_calls", "function_call"):
             calls = message.get(key)
-            if calls:
-                self.json(calls)
+            if calls and self.json(calls):
+                counts[CALL_CHARS] += len(self.blobs[-1])
         for key in ("reasoning_content", "thinking"):  # chat's reasoning, Ollama's
             reasoning = message.get(key)
             if isinstance(reasoning, str):
@@ -414,6 +451,10 @@ def tally_body(body: dict[str, Any], endpoint: str, collapsed: bool = False) -> 
         if tools and isinstance(tools, list):
             walk.counts[TOOLS] += len(tools)
             walk.counts[TOOL_BLOCKS] = 1
+            blobs = []
             for tool in tools:
-                walk.json(tool)
+                with contextlib.suppress(TypeError):
+                    blobs.append(orjson.dumps(tool))
+            for field, n in zip(_SCHEMA_FIELDS, _schema_counts(b" ".join(blobs)), strict=True):
+                walk.counts[field] += n
     return Tally(tuple(walk.finish(collapsed)), walk.images, walk.audio)

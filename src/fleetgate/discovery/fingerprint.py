@@ -8,11 +8,11 @@ windows, or its guard refuses), on an engine with a tokenize endpoint, in the ba
   `GET /v1/models` (the model's `root`); plus the kind and the upstream model name;
 * unless that identity was fingerprinted before (this replica, or the store: another
   replica or a former run, `FingerprintCache`), the **counts** of the probe set:
-  - llama.cpp: one `POST /tokenize` of every probe text (as one list, each text tokenized
-    alone, a marker of token ids between them, so the answer splits per text) and of
-    every probe chat rendered by `POST /apply-template` (one call each): 7 calls;
+  - llama.cpp: one `POST /tokenize` of every probe text and mix (as one list, each text
+    tokenized alone, a marker of token ids between them, so the answer splits per text)
+    and of every probe chat rendered by `POST /apply-template` (one call each): 12 calls;
   - vLLM: `POST /tokenize` with `prompt` per text and with `messages` (and `tools`) per
-    chat, four at a time;
+    chat, then per mix as far as `MAX_CALLS` goes, four at a time;
   - SGLang: `POST /tokenize` per text (its template's part is left to the answers);
 * the counts go to the deployment's fit (`context/fit.py`) as its fingerprint.
 
@@ -32,7 +32,7 @@ from typing import Any
 
 from fleetgate.context.calibration import CalibrationBook
 from fleetgate.context.families import FAMILIES
-from fleetgate.context.probes import CHATS, TEXTS, chat_tally, text_tally
+from fleetgate.context.probes import CHATS, MIXES, TEXTS, VERSION, chat_tally, text_tally
 from fleetgate.context.tally import Tally
 from fleetgate.discovery.background import BackgroundPoller
 from fleetgate.discovery.probes import ProbeCache
@@ -57,8 +57,12 @@ class FingerprintCache:
         self.on_new: Callable[[str, Probes], None] | None = None
 
     def load(self, stored: dict[str, Any]) -> None:
+        """The stored fingerprints of this probe set and tally (`VERSION`); one of another
+        is counted again."""
         for identity, data in stored.items():
-            probes = data.get("probes") if isinstance(data, dict) else None
+            if not isinstance(data, dict) or data.get("version") != VERSION:
+                continue
+            probes = data.get("probes")
             if isinstance(probes, list):
                 with contextlib.suppress(TypeError, ValueError):
                     self.by_identity[identity] = [(tuple(c), int(t)) for c, t in probes]
@@ -152,12 +156,12 @@ class FingerprintService(BackgroundPoller):
             answer = await self._ask(cache, dep, "/apply-template", chat)
             rendered.append(str(answer["prompt"]))
         content: list[Any] = []
-        for text in (*TEXTS, *rendered):
+        for text in (*TEXTS, *MIXES, *rendered):
             content.append(text)
             content.extend(_MARK)
         answer = await self._ask(cache, dep, "/tokenize", {"content": content})
-        counts = _split(answer["tokens"], len(TEXTS) + len(rendered))
-        tallies = [text_tally(t) for t in TEXTS] + [chat_tally(c) for c in CHATS]
+        counts = _split(answer["tokens"], len(TEXTS) + len(MIXES) + len(rendered))
+        tallies = [text_tally(t) for t in (*TEXTS, *MIXES)] + [chat_tally(c) for c in CHATS]
         return _pairs(tallies, counts)
 
     async def _per_call(self, cache: ProbeCache, dep: Deployment) -> Probes:
@@ -172,6 +176,11 @@ class FingerprintService(BackgroundPoller):
             for chat in CHATS:
                 body = {"model": model, **chat, "add_generation_prompt": True}
                 asks.append((chat_tally(chat), "/tokenize", body))
+        for text in MIXES[: max(MAX_CALLS - len(asks), 0)]:  # what the budget leaves
+            body = {"model": model, "prompt": text}
+            if kind == "vllm":
+                body["add_special_tokens"] = False
+            asks.append((text_tally(text), "/tokenize", body))
         gate = asyncio.Semaphore(4)
 
         async def one(path: str, body: dict[str, Any]) -> int:

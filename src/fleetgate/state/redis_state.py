@@ -11,7 +11,8 @@ In-flight counts are approximate: each replica publishes its own counts about tw
 second (while they change or are non-zero), and every replica's mirror holds its own
 count plus the others' last published ones; a replica that stops publishing drops out
 after a few seconds. The context estimate's calibration: each replica publishes the
-samples it observed every `CALIBRATION_INTERVAL` and every replica adds the others' to its
+samples it observed every `CALIBRATION_INTERVAL` (the ratios, and each answer's tally and
+prompt tokens for the deployment's tokenizer fit) and every replica adds the others' to its
 own book, so all learn from all traffic; the changed books go to a hash that a starting
 replica loads. Without Redis this is a `MemoryState`.
 """
@@ -28,6 +29,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from fleetgate.config.schema import CircuitConfig
+from fleetgate.context.tally import LAYOUT
 from fleetgate.logs import fields as log_fields
 from fleetgate.state.redis_link import RedisLink
 from fleetgate.state.runtime import (
@@ -171,15 +173,20 @@ class RedisState(MemoryState):
         for dep_id, samples in event.get("samples", {}).items():
             for ratio, when in samples:
                 self.calibration.observe(str(dep_id), float(ratio), float(when), shared=True)
+        answers = event.get("answers")
+        if answers and self.calibration.observe_shared_answers(answers, event.get("layout")):
+            self.calibration.refit()  # a replica without traffic of its own learns too
 
     def share_calibration(self) -> None:
         """Publish the samples observed here, and store the books they changed."""
         book = self.calibration
         samples = book.take_samples()
+        answers = book.take_answers()  # tallies and prompt tokens: each tokenizer's fit
         if self.link is None:
             return
-        if samples:
-            self.link.announce({"type": "calibration", "samples": samples})
+        if samples or answers:
+            event = {"type": "calibration", "samples": samples, "answers": answers}
+            self.link.announce({**event, "layout": LAYOUT})
         link = self.link
         for dep_id, data in book.take_changed().items():
             link.run_script(self._hset, [link.key("calibration")], [dep_id, orjson.dumps(data)])

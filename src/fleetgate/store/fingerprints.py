@@ -14,6 +14,7 @@ import time
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from fleetgate.context.probes import VERSION
 from fleetgate.discovery.fingerprint import FingerprintCache, Probes, encode
 from fleetgate.store.calibration import CalibrationStore
 from fleetgate.store.db import Database
@@ -45,7 +46,7 @@ class FingerprintKeeper:
     async def _save(self, identity: str, probes: Probes) -> None:
         try:
             stored = await self.store.load()  # another replica's may be there
-            stored[identity] = {"probes": encode(probes), "at": time.time()}
+            stored[identity] = {"probes": encode(probes), "version": VERSION, "at": time.time()}
             await self.store.save(stored)
         except (StoreUnavailable, SQLAlchemyError, OSError) as exc:
             log.info("tokenizer fingerprint not saved (%s)", type(exc).__name__)

@@ -144,13 +144,32 @@ async function signIn(event) {
 }
 
 // ---- Fleet -----------------------------------------------------------------------------
-function windowCell(w) {
+function windowCell(w, estimate) {
   const parts = [el("b", {}, fmt.int(w.effective))];
   parts.push(el("span", { class: "muted" }, ` ${w.source || "unknown"}`));
   if (w.clamped_by) parts.push(el("span", { class: "tag warn", title: "clamped" }, `clamped by ${w.clamped_by}`));
   if (w.model_max && w.model_max !== w.effective) parts.push(el("span", { class: "muted" }, ` (model max ${fmt.int(w.model_max)})`));
   const title = Object.entries(w).map(([k, v]) => `${k}: ${fmt.json(v)}`).join("\n");
-  return el("td", { title, class: "window" }, parts);
+  return el("td", { title, class: "window" }, parts, estimate);
+}
+
+// the context estimate of a deployment: its tokenizer fit's source and evidence (the
+// weights and the residual spread per kind of text in the tooltip), else its family
+function estimateLine(e) {
+  if (!e) return null;
+  const fit = e.fit;
+  if (!fit) return el("div", { class: "muted small estimate" }, `estimate: ${e.tokenizer_family} table`);
+  const evidence = [];
+  if (fit.probes) evidence.push(`${fmt.int(fit.probes)} probes`);
+  evidence.push(`${fmt.int(fit.answers)} answers`);
+  const spread = fit.spread && fit.spread["*"];
+  const title = [`source: ${fit.source}`, `fingerprint: ${fit.fingerprint || "none"}`,
+    "spread (true / estimate):",
+    ...Object.entries(fit.spread || {}).map(([k, [lo, hi]]) => `  ${k}: ${lo}–${hi}`),
+    "weights:", ...Object.entries(fit.weights || {}).map(([k, v]) => `  ${k}: ${v}`)].join("\n");
+  return el("div", { class: "muted small estimate", title, dataset: { source: fit.source } },
+    "estimate: ", el("b", {}, fit.source === "prior" ? `${e.tokenizer_family} table` : `fitted (${fit.source})`),
+    ` · ${evidence.join(", ")}`, spread ? ` · ${spread[0]}–${spread[1]}` : "");
 }
 
 function healthCell(h, now, enabled) {
@@ -234,7 +253,7 @@ function renderFleet(data, filter, act) {
         el("td", {}, el("b", {}, breakable(d.id)), el("div", { class: "muted small" }, breakable(d.upstream_model))),
         el("td", {}, breakable(d.provider), el("div", { class: "muted small" }, d.kind || p.kind || "")),
         el("td", { class: "tier" }, d.tier),
-        windowCell(d.context_window),
+        windowCell(d.context_window, estimateLine(d.context_estimate)),
         healthCell(d.health, now, d.enabled),
         el("td", { class: "num" }, fmt.int(d.inflight)),
         emaCell(d.ema),

@@ -1,0 +1,159 @@
+"""How close the learned estimate comes to a real tokenizer's count, without the gateway.
+
+For each model file given (tiny models carrying other real vocabularies and templates are
+written by `scripts/llama_engine/make_vocab_model.py`; none given: the build's own), starts
+one `llama-server`, counts with it (`/apply-template`, then `/tokenize`) the probe set
+(`context/probes.py`) and chat requests of two kinds of text:
+
+- the generated corpus (`fleetgate.testing.corpus`): seed 11 is the traffic whose answers
+  teach the fit, seeds 12 and 21 are held out;
+- foreign text, held out and unlike the corpus: chunks of llama.cpp's own docs, C++ and
+  Python source, JSON, chat templates and tokenizer test inputs (many scripts), from the
+  source tree the engine was built from.
+
+Then reports the share of held-out requests whose estimate lies within [0.9, 1.1] of the
+true count: the generic family table (no evidence), the fit on the fingerprint alone, and
+after 50 and 300 answers; per kind of corpus text with `--kinds`.
+
+    python3 benchmarks/estimate_accuracy.py [MODEL.gguf ...] [--kinds]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from fleetgate.context.families import FAMILIES
+from fleetgate.context.fit import TokenizerFit
+from fleetgate.context.probes import CHATS, MIXES, TEXTS, chat_tally, text_tally
+from fleetgate.context.tally import tally_body
+from fleetgate.testing.corpus import corpus
+from fleetgate.testing.llama import LlamaServer, find_llama
+
+TRAIN, HELD_OUT = (11, 400), ((12, 400), (21, 300))
+SIZES = (60, 9000)
+FOREIGN = {
+    "docs": "docs/**/*.md",
+    "cpp": "src/*.cpp",
+    "python": "gguf-py/gguf/*.py",
+    "json": "**/*.json",
+    "templates": "models/templates/*.jinja",
+    "scripts": "models/*.inp",
+}
+
+Counted = tuple[str, tuple[int, ...], int]  # kind, tally, true count
+
+
+def _post(root: str, path: str, payload: Any) -> Any:
+    request = urllib.request.Request(
+        root + path, json.dumps(payload).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def _count(root: str, body: dict[str, Any]) -> int:
+    prompt = _post(root, "/apply-template", body)["prompt"]
+    return len(_post(root, "/tokenize", {"content": prompt})["tokens"])
+
+
+def foreign_bodies(n_each: int = 30) -> list[tuple[str, dict[str, Any]]]:
+    source = find_llama().server.parent.parent / "build"
+    trees = sorted(source.glob("llama_cpp_python-*/vendor/llama.cpp"))
+    if not trees:
+        return []
+    rng = random.Random(4)
+    out = []
+    for kind, pattern in FOREIGN.items():
+        files = [f for f in sorted(trees[-1].glob(pattern)) if f.stat().st_size > 300]
+        for _ in range(n_each if files else 0):
+            text = rng.choice(files).read_text(errors="replace").replace("__ggml_vocab_test__", "")
+            size = rng.randint(200, 6000)
+            start = rng.randrange(max(1, len(text) - size))
+            messages = [{"role": "user", "content": text[start : start + size]}]
+            if rng.random() < 0.3:
+                messages.insert(0, {"role": "system", "content": "Review this carefully."})
+            out.append((kind, {"messages": messages}))
+    return out
+
+
+def measure(model: Path | None) -> dict[str, Any]:
+    with LlamaServer(n_ctx=512, model=model, alias="unnamed") as engine:
+        root = engine.root
+        probes = [(text_tally(t).counts, _count_text(root, t)) for t in (*TEXTS, *MIXES)]
+        probes += [(chat_tally(c).counts, _count(root, c)) for c in CHATS]
+
+        def counted(seed: int, n: int) -> list[Counted]:
+            return [
+                (s.kind, tally_body(s.body, "chat.completions").counts, _count(root, s.body))
+                for s in corpus(seed, n, SIZES)
+            ]
+
+        train = counted(*TRAIN)
+        held = [c for seed, n in HELD_OUT for c in counted(seed, n)]
+        foreign = [
+            (k, tally_body(b, "chat.completions").counts, _count(root, b))
+            for k, b in foreign_bodies()
+        ]
+    random.Random(5).shuffle(train)
+    sets = {"corpus": held, "foreign": foreign}
+    generic = FAMILIES["generic"]
+    result: dict[str, Any] = {
+        f"{name}: generic table": _share([n / max(generic.tokens(c), 1) for _, c, n in rows])
+        for name, rows in sets.items()
+    }
+    fit = TokenizerFit(generic.weights)
+    fit.set_fingerprint("probes", probes)
+    kinds: dict[str, dict[str, float]] = {}
+    taught = 0
+    for answers in (0, 50, 300):
+        for _, counts, tokens in train[taught:answers]:
+            fit.add(counts, tokens)
+        taught = max(taught, answers)
+        fit.refit()
+        label = "fingerprint" if not answers else f"fingerprint + {answers} answers"
+        for name, rows in sets.items():
+            ratios = [(kind, n / max(fit.tokens(c), 1)) for kind, c, n in rows]
+            result[f"{name}: {label}"] = _share([r for _, r in ratios])
+            if name == "corpus":
+                by_kind = collections.defaultdict(list)
+                for kind, r in ratios:
+                    by_kind[kind].append(r)
+                kinds[label] = {k: _share(v) for k, v in sorted(by_kind.items())}
+    result["kinds"] = kinds
+    result["requests"] = {"train": len(train), "corpus": len(held), "foreign": len(foreign)}
+    return result
+
+
+def _count_text(root: str, text: str) -> int:
+    return len(_post(root, "/tokenize", {"content": text})["tokens"])
+
+
+def _share(ratios: list[float]) -> float:
+    return round(sum(0.9 <= r <= 1.1 for r in ratios) / len(ratios), 3) if ratios else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", type=Path)
+    parser.add_argument("--kinds", action="store_true", help="per kind of corpus text too")
+    args = parser.parse_args()
+    for model in args.models or [None]:
+        result = measure(model)
+        kinds = result.pop("kinds")
+        print(f"{model.name if model else 'build model'}: {json.dumps(result)}")
+        if args.kinds:
+            for label, shares in kinds.items():
+                print(f"  {label}: " + " ".join(f"{k} {v:.2f}" for k, v in shares.items()))
+
+
+if __name__ == "__main__":
+    main()
