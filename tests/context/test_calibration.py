@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import random
 
-from fleetgate.context.calibration import CEILING, FLOOR, MIN_SAMPLES, CalibrationBook
+from fleetgate.context.calibration import (
+    CEILING,
+    FLOOR,
+    MAX_SHARED_ANSWERS,
+    MIN_SAMPLES,
+    CalibrationBook,
+)
 from fleetgate.context.refine import TEMPLATE_NOTE
+from fleetgate.context.tally import LAYOUT, N_FIELDS
 from fleetgate.context.template_costs import TemplateCosts, step_key
 from fleetgate.execute.outcome import Attempt
 from fleetgate.fleet import build_fleet
@@ -37,6 +44,25 @@ def test_bounds_follow_the_measured_ratios_and_stay_bounded() -> None:
         book.observe("d", 1.5)  # the traffic changed: old samples decay away
     assert book.factors("d", prior)[0] > 1.4
     assert book.factors("d", prior)[0] >= FLOOR
+
+
+def test_a_busy_replica_shares_a_bounded_number_of_answers_and_learns_from_all() -> None:
+    book = CalibrationBook()
+    prior = (0.25,) * N_FIELDS
+    for i in range(5 * MAX_SHARED_ANSWERS):
+        counts = tuple((i % 7) + j for j in range(N_FIELDS))
+        book.observe_answer("busy", prior, counts, 40 + i, now=1.0)
+    book.observe_answer("quiet", prior, (3,) * N_FIELDS, 30, now=1.0)
+    shared = book.take_answers()
+    assert len(shared["busy"]) == MAX_SHARED_ANSWERS  # a publication stays small
+    assert len(shared["quiet"]) == 1  # another deployment's room is its own
+    fit = book.fit("busy", prior)
+    assert fit.answers == 5 * MAX_SHARED_ANSWERS  # the local fit took every answer
+    other = CalibrationBook()
+    other.fit("busy", prior)
+    taken = other.observe_shared_answers(shared, LAYOUT)
+    assert taken == MAX_SHARED_ANSWERS + 1
+    assert book.take_answers() == {}  # taken once
 
 
 def test_the_book_round_trips_its_state() -> None:

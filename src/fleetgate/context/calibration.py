@@ -36,6 +36,9 @@ _LOG_FLOOR, _LOG_CEILING = math.log(FLOOR), math.log(CEILING)
 _STEP = (_LOG_CEILING - _LOG_FLOOR) / _BINS  # about 1 % of ratio a bin
 _DECAY = 0.5 ** (1 / HALF_LIFE)
 MAX_UNSHARED = 10_000  # local samples kept for sharing while none is taken
+# answers shared per deployment and publication: a fit learns enough from these, and a
+# publication stays a few kilobytes per deployment however busy the replica is
+MAX_SHARED_ANSWERS = 32
 
 
 def _bin(ratio: float) -> int:
@@ -193,9 +196,11 @@ class CalibrationBook:
         self.fit(deployment_id, prior).add(counts, tokens, when)
         self.changed.add(deployment_id)
         self.version += 1
-        if not shared and self._answers_size < MAX_UNSHARED:
-            sparse = [[i, v] for i, v in enumerate(counts) if v]
-            self._answers.setdefault(deployment_id, []).append([sparse, tokens, when])
+        if shared or self._answers_size >= MAX_UNSHARED:
+            return
+        rows = self._answers.setdefault(deployment_id, [])
+        if len(rows) < MAX_SHARED_ANSWERS:
+            rows.append([[[i, v] for i, v in enumerate(counts) if v], tokens, when])
             self._answers_size += 1
 
     def observe_shared_answers(self, answers: dict[str, Any], layout: str | None) -> int:
