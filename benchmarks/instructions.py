@@ -13,7 +13,9 @@ first instruction and counted until it first answers /readyz 200.
 
 Run: `python3 -m benchmarks.instructions` (env: `FRONT` "fleetgate" (fleetgate's
 `server.front`), `RAW` 1 (the raw floor, `raw_floor.py`, counted too), `REQUESTS` 1500,
-`WARMUP` 200, `CONCS` "1 64", `KINDS` "plain stream", `START` 1). Needs valgrind and hey
+`WARMUP` 200, `CONCS` "1 64", `KINDS` "plain stream", `START` 1, `TRACE_RATIOS` "": each
+ratio is one more fleetgate with OpenTelemetry on at that sample ratio, exporting to
+`benchmarks.otlp_sink`, its count also shown against tracing off). Needs valgrind and hey
 (`apt-get install -y valgrind hey`). Under valgrind everything runs about 50 times
 slower, so a run takes minutes; latency figures mean nothing here, only the counts.
 """
@@ -188,7 +190,13 @@ def main() -> int:
         return 2
 
 
-def _server_cmd(name: str, port: int, up_port: int, home: Path) -> list[str]:
+def _trace_name(ratio: float) -> str:
+    return f"{GATEWAY}-trace{ratio:g}"
+
+
+def _server_cmd(
+    name: str, port: int, up_port: int, home: Path, collector: str | None = None
+) -> list[str]:
     py = sys.executable
     if name in (BASELINE, RAW_FLOOR):
         return [
@@ -201,11 +209,21 @@ def _server_cmd(name: str, port: int, up_port: int, home: Path) -> list[str]:
             f"http://127.0.0.1:{up_port}",
         ]
     config = home / "fleet.yaml"
-    write_config(config, up_port, port, "process", None, front=os.environ.get("FRONT", "fleetgate"))
+    telemetry = None
+    if name.startswith(f"{GATEWAY}-trace") and collector is not None:
+        ratio = float(name.removeprefix(f"{GATEWAY}-trace"))
+        telemetry = {
+            "otlp": {"endpoint": collector, "protocol": "http/protobuf"},
+            "sample_ratio": ratio,
+        }
+    front = os.environ.get("FRONT", "fleetgate")
+    write_config(config, up_port, port, "process", None, telemetry, front=front)
     return [py, "-m", "fleetgate", "serve", "--config", str(config), "--port", str(port)]
 
 
-def start_instructions(name: str, up_port: int, work: Path, env: dict[str, str]) -> int:
+def start_instructions(
+    name: str, up_port: int, work: Path, env: dict[str, str], collector: str | None = None
+) -> int:
     """What the server process executes from its first instruction until it first answers
     /readyz 200 (interpreter start, imports, a new store's tables, the listener): the
     start-up figure that does not move with the machine's speed."""
@@ -213,7 +231,7 @@ def start_instructions(name: str, up_port: int, work: Path, env: dict[str, str])
     out_dir = home / "cg"
     out_dir.mkdir(parents=True)
     port = _free_port()
-    cmd = _callgrind(out_dir, at_start=True) + _server_cmd(name, port, up_port, home)
+    cmd = _callgrind(out_dir, at_start=True) + _server_cmd(name, port, up_port, home, collector)
     server = start_server(name, cmd, port, "/readyz", {1}, env, home, work / f"start-{name}.log")
     try:
         subprocess.run(
@@ -233,6 +251,7 @@ def run() -> int:
     warmup = int(os.environ.get("WARMUP", "200"))
     concs = [int(c) for c in os.environ.get("CONCS", "1 64").split()]
     kinds = os.environ.get("KINDS", "plain stream").split()
+    ratios = [float(r) for r in os.environ.get("TRACE_RATIOS", "").replace(",", " ").split()]
     work = Path(tempfile.mkdtemp(prefix="fleetgate-instr-"))
     env = checkout_env()
     py = sys.executable
@@ -245,13 +264,23 @@ def run() -> int:
         up_cmd += ["--chunks", str(STREAM_CHUNKS)]
         upstream = start_server("upstream", up_cmd, up_port, "/_stats", 0, env, ROOT, work / "up")
         started.append(upstream)
+        collector = None
+        if ratios:
+            sink_port = _free_port()
+            sink_cmd = [py, "-m", "benchmarks.otlp_sink", "--port", str(sink_port)]
+            sink = start_server(
+                "collector", sink_cmd, sink_port, "/_stats", 0, env, ROOT, work / "c"
+            )
+            started.append(sink)
+            collector = f"http://127.0.0.1:{sink_port}"
+        traced = [_trace_name(r) for r in ratios]
         if os.environ.get("START", "1") == "1":
             print("running start …", file=sys.stderr, flush=True)
-            for name in (BASELINE, GATEWAY):
-                starts[name] = start_instructions(name, up_port, work, env)
+            for name in (BASELINE, GATEWAY, *traced):
+                starts[name] = start_instructions(name, up_port, work, env, collector)
         targets: list[Target] = []
         floors = (BASELINE, RAW_FLOOR) if os.environ.get("RAW", "1") == "1" else (BASELINE,)
-        for name in (*floors, GATEWAY) if kinds else ():
+        for name in (*floors, GATEWAY, *traced) if kinds else ():
             port = _free_port()
             out_dir = work / f"cg-{name}"
             out_dir.mkdir()
@@ -259,7 +288,7 @@ def run() -> int:
             home.mkdir()
             server = start_server(
                 name,
-                _callgrind(out_dir) + _server_cmd(name, port, up_port, home),
+                _callgrind(out_dir) + _server_cmd(name, port, up_port, home, collector),
                 port,
                 "/readyz",
                 {1},
@@ -268,7 +297,7 @@ def run() -> int:
                 work / f"{name}.log",
             )
             started.append(server)
-            store = home / "data" / "fleetgate.db" if name == GATEWAY else None
+            store = home / "data" / "fleetgate.db" if name not in floors else None
             targets.append(Target(name, server, out_dir, store))
         for kind in kinds:
             for conc in concs:
@@ -306,6 +335,15 @@ def run() -> int:
                 f"| {scenario} | {raw.per_request / 1e6:.3f} M "
                 f"| {gw.per_request / raw.per_request:.2f} "
                 f"| {gw.net_per_request / raw.net_per_request:.2f} |"
+            )
+    for name in traced if results else ():
+        print(f"\n{name} against tracing off (instructions per request, ÷ off, net of the clock)")
+        for scenario, row in results.items():
+            off, on = row[GATEWAY], row[name]
+            print(
+                f"- {scenario}: {on.per_request / 1e6:.3f} M vs {off.per_request / 1e6:.3f} M, "
+                f"{on.per_request / off.per_request:.3f}, "
+                f"net {on.net_per_request / off.net_per_request:.3f}"
             )
     if starts:
         floor_start, gw_start = starts[BASELINE], starts[GATEWAY]
