@@ -16,6 +16,15 @@ from fleetgate.web.asgi import Headers, new_request_id
 
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 MAX_HEADER_VALUE = 256  # an X-Fleetgate-* header names a tier or a conversation: short
+# the headers read by name (besides the `x-fleetgate-` ones), each to its branch
+_REQUEST_ID, _ANTHROPIC_VERSION, _ANTHROPIC_BETA, _TRACEPARENT, _TRACESTATE = range(5)
+_READ = {
+    b"x-request-id": _REQUEST_ID,
+    b"anthropic-version": _ANTHROPIC_VERSION,
+    b"anthropic-beta": _ANTHROPIC_BETA,
+    b"traceparent": _TRACEPARENT,
+    b"tracestate": _TRACESTATE,
+}
 
 
 class Exchange:
@@ -50,27 +59,31 @@ class Exchange:
         anthropic_client = False
         beta: str | None = None
         for name, value in headers:
-            if name == b"x-request-id":
+            which = _READ.get(name)
+            if which is None:  # most headers: one lookup, and a prefix test
+                if name.startswith(b"x-fleetgate-"):
+                    if len(value) > MAX_HEADER_VALUE:
+                        header = name.decode("latin-1")
+                        self.refused = invalid(
+                            f"`{header}` is longer than {MAX_HEADER_VALUE} characters.", header
+                        )
+                    self.headers[name.decode("latin-1")] = value.decode("latin-1")
+            elif which == _REQUEST_ID:
                 request_id = value.decode("latin-1")
                 if not _REQUEST_ID_OK.match(request_id):
                     request_id = None  # outside the rule (and the log's column): ours instead
-            elif name.startswith(b"x-fleetgate-"):
-                if len(value) > MAX_HEADER_VALUE:
-                    header = name.decode("latin-1")
-                    self.refused = invalid(
-                        f"`{header}` is longer than {MAX_HEADER_VALUE} characters.", header
-                    )
-                self.headers[name.decode("latin-1")] = value.decode("latin-1")
-            elif name == b"anthropic-version":
+            elif which == _ANTHROPIC_VERSION:
                 anthropic_client = True
-            elif name == b"anthropic-beta" and value:
+            elif not value:
+                continue
+            elif which == _ANTHROPIC_BETA:
                 # several lines are one list, as Anthropic reads them (comma-separated)
                 more = value.decode("latin-1")
                 beta = f"{beta},{more}" if beta else more
-            elif name == b"traceparent":
+            elif which == _TRACEPARENT:
                 self.traceparent = value.decode("latin-1")
-            elif name == b"tracestate" and value:
-                more = value.decode("latin-1")  # several lines are one list, as for beta
+            else:  # tracestate: several lines are one list, as for beta
+                more = value.decode("latin-1")
                 self.tracestate = f"{self.tracestate},{more}" if self.tracestate else more
         # the shape errors are answered in
         self.protocol = error_protocol(path, anthropic_client)
