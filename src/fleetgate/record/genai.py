@@ -33,6 +33,7 @@ PROVIDER_NAMES: dict[str, str] = {
 }
 
 OTHER = "_OTHER"  # the conventions' value for what has no name of its own
+GATEWAY_WIRE = "gateway"  # an attempt's `wire` when a translation answered by itself
 
 
 def upstream_endpoint(attempt: Attempt, client_endpoint: str) -> str:
@@ -60,4 +61,4 @@ def error_type(attempt: Attempt) -> str | None:
 
 def called_upstream(attempt: Attempt) -> bool:
     """Whether the attempt was a call upstream (a translation may answer by itself)."""
-    return attempt.wire != "gateway"
+    return attempt.wire != GATEWAY_WIRE

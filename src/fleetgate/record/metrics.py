@@ -16,9 +16,9 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from fleetgate.context.truncation import CUT_SHORT_NOTE, TRUNCATION_NOTE
-from fleetgate.execute.outcome import CUT_SHORT
+from fleetgate.execute.outcome import CUT_SHORT, Attempt
 from fleetgate.fleet import Fleet
-from fleetgate.record.genai import called_upstream, operation_name, provider_name
+from fleetgate.record.genai import GATEWAY_WIRE, operation_name, provider_name
 from fleetgate.record.histograms import BatchHistogram
 from fleetgate.record.recorder import BatchSink, Recorder, RequestRecord
 from fleetgate.routing.auto import AUTO_MODEL
@@ -72,6 +72,7 @@ class _Tally:
         "fallbacks",
         "genai_duration",
         "genai_first_chunk",
+        "genai_labels",
         "genai_tokens",
         "latency",
         "models",
@@ -84,8 +85,9 @@ class _Tally:
 
     def __init__(self) -> None:
         self.models: dict[str, str] = {}  # requested name -> its label
-        self.requests: Counter_[tuple[str, ...]] = Counter_()
-        self.attempts: Counter_[tuple[str, ...]] = Counter_()
+        # label values as they come (status ints, ...): made strings at the flush
+        self.requests: Counter_[tuple[object, ...]] = Counter_()
+        self.attempts: Counter_[tuple[object, ...]] = Counter_()
         self.fallbacks: Counter_[str] = Counter_()
         self.latency: defaultdict[str, list[float]] = defaultdict(list)
         self.ttft: defaultdict[str, list[float]] = defaultdict(list)
@@ -95,6 +97,8 @@ class _Tally:
         self.genai_tokens: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
         self.genai_first_chunk: defaultdict[tuple[str, ...], list[float]] = defaultdict(list)
         self.tokens: Counter_[tuple[str, str]] = Counter_()  # (deployment, direction)
+        # an attempt's (deployment, model, wire, endpoint, error) -> its GenAI labels
+        self.genai_labels: dict[tuple[str | None, ...], tuple[str, ...]] = {}
 
 
 class Metrics(BatchSink):
@@ -225,7 +229,8 @@ class Metrics(BatchSink):
 
     def take(self, record: RequestRecord) -> None:
         """Tally the record; `flush` hands the tallies to prometheus_client, one call per
-        distinct label set (one per record would cost ten times as much)."""
+        distinct label set (one per record would cost ten times as much). Label values are
+        made strings there, once per label set."""
         tally = self._tally
         model = tally.models.get(record.requested_model)
         if model is None:
@@ -234,59 +239,70 @@ class Metrics(BatchSink):
                 fleet, record.requested_model
             )
         notes = record.notes
-        tier = str(notes.get("context_tier", "default"))
-        status = str(record.status)
-        tally.requests[(model, record.endpoint, status, record.error_code or "", tier)] += 1
+        error_code = record.error_code
+        attempts = record.attempts
+        tier = notes.get("context_tier", "default")
+        tally.requests[(model, record.endpoint, record.status, error_code or "", tier)] += 1
         tally.latency[model].append(record.latency)
         tally.overhead.append(max(record.overhead, 0.0))
-        if record.error_code is None and len(record.attempts) > 1:
+        if not attempts:
+            return
+        if error_code is None and len(attempts) > 1:
             tally.fallbacks[model] += 1
-        if TRUNCATION_NOTE in notes and record.deployment_id:
-            # rare (a suspected silent truncation): counted directly
-            self.truncations.labels(record.deployment_id).inc()
-        if CUT_SHORT_NOTE in notes and record.deployment_id:  # rare too
-            self.cut_short.labels(record.deployment_id).inc()
+        if record.deployment_id and (TRUNCATION_NOTE in notes or CUT_SHORT_NOTE in notes):
+            # rare (a suspected silent truncation, a window's cut): counted directly
+            if TRUNCATION_NOTE in notes:
+                self.truncations.labels(record.deployment_id).inc()
+            if CUT_SHORT_NOTE in notes:
+                self.cut_short.labels(record.deployment_id).inc()
         ctx = notes.get("provider_ctx") or {}
-        if record.attempts:
-            self._tally_genai(tally, record)
-        for a in record.attempts:
-            window = ctx.get(a.deployment_id, "unbounded") if isinstance(ctx, dict) else ""
-            status = str(a.status or "")
-            error = a.error_class or ""
-            tally.attempts[(a.deployment_id, a.provider_id, status, error, str(window))] += 1
+        windows = ctx if isinstance(ctx, dict) else None
+        endpoint, stream = record.endpoint, record.stream
+        genai_labels = tally.genai_labels
+        for a in attempts:
+            dep_id = a.deployment_id
+            error = a.error_class
+            window = windows.get(dep_id, "unbounded") if windows is not None else ""
+            tally.attempts[(dep_id, a.provider_id, a.status, error or "", window)] += 1
             if error == CUT_SHORT:  # a cut answer set aside for a larger window
-                self.cut_short.labels(a.deployment_id).inc()
+                self.cut_short.labels(dep_id).inc()
             if a.continuation is not None:  # rare: counted directly
                 self.continuations.labels(a.continuation).inc()
-            if a.ok and a.ttft is not None:
-                tally.ttft[a.deployment_id].append(a.ttft)
+            ttft = a.ttft
+            if error is None and ttft is not None:
+                tally.ttft[dep_id].append(ttft)
             tally.pool_wait[a.provider_id].append(a.pool_wait)
-            if a.prompt_tokens:
-                tally.tokens[(a.deployment_id, "input")] += a.prompt_tokens
-            if a.completion_tokens:
-                tally.tokens[(a.deployment_id, "output")] += a.completion_tokens
-
-    def _tally_genai(self, tally: _Tally, record: RequestRecord) -> None:
-        fleet = self.fleet() if self.fleet is not None else None
-        deployments = fleet.deployments if fleet is not None else {}
-        for a in record.attempts:
-            if not called_upstream(a):
+            prompt, completion = a.prompt_tokens, a.completion_tokens
+            if prompt:
+                tally.tokens[(dep_id, "input")] += prompt
+            if completion:
+                tally.tokens[(dep_id, "output")] += completion
+            if a.wire == GATEWAY_WIRE:  # a translation answered by itself: no GenAI call
                 continue
-            dep = deployments.get(a.deployment_id)
-            labels = (
-                operation_name(a, record.endpoint),
-                provider_name(dep.provider.kind if dep is not None else None),
-                a.upstream_model,
-                a.deployment_id,
-                a.error_class or "",
-            )
+            # the GenAI attributes of an attempt, worked out once per flush for each
+            # deployment, model, wire, endpoint and error
+            key = (dep_id, a.upstream_model, a.wire, endpoint, error)
+            labels = genai_labels.get(key)
+            if labels is None:
+                labels = genai_labels[key] = self._genai_labels(a, endpoint)
             tally.genai_duration[labels].append(a.latency)
-            if a.prompt_tokens is not None:
-                tally.genai_tokens[(*labels, "input")].append(a.prompt_tokens)
-            if a.completion_tokens is not None:
-                tally.genai_tokens[(*labels, "output")].append(a.completion_tokens)
-            if record.stream and a.ok and a.ttft is not None:
-                tally.genai_first_chunk[labels].append(a.ttft)
+            if prompt is not None:
+                tally.genai_tokens[(*labels, "input")].append(prompt)
+            if completion is not None:
+                tally.genai_tokens[(*labels, "output")].append(completion)
+            if stream and error is None and ttft is not None:
+                tally.genai_first_chunk[labels].append(ttft)
+
+    def _genai_labels(self, a: Attempt, endpoint: str) -> tuple[str, ...]:
+        fleet = self.fleet() if self.fleet is not None else None
+        dep = fleet.deployments.get(a.deployment_id) if fleet is not None else None
+        return (
+            operation_name(a, endpoint),
+            provider_name(dep.provider.kind if dep is not None else None),
+            a.upstream_model,
+            a.deployment_id,
+            a.error_class or "",
+        )
 
     async def flush(self) -> None:
         tally, self._tally = self._tally, _Tally()
@@ -296,10 +312,10 @@ class Metrics(BatchSink):
             self.genai_tokens.observe(labels, values)
         for labels, values in tally.genai_first_chunk.items():
             self.genai_first_chunk.observe(labels, values)
-        for labels, n in tally.requests.items():
-            self.requests.labels(*labels).inc(n)
-        for labels, n in tally.attempts.items():
-            self.attempts.labels(*labels).inc(n)
+        for (model, endpoint, status, code, tier), n in tally.requests.items():
+            self.requests.labels(model, endpoint, str(status), code, str(tier)).inc(n)
+        for (dep, provider, status, error, window), n in tally.attempts.items():
+            self.attempts.labels(dep, provider, str(status or ""), error, str(window)).inc(n)
         for model, n in tally.fallbacks.items():
             self.fallbacks.labels(model).inc(n)
         for model, values in tally.latency.items():
