@@ -23,15 +23,11 @@ _ZERO_SPAN = "0" * 16
 MAX_TRACESTATE = 512  # longer lists are dropped, as W3C allows, rather than cut
 
 
-def _new_id(bits: int) -> str:
-    while True:  # an all-zero id is invalid
-        value = random.getrandbits(bits)
-        if value:
-            return f"{value:0{bits // 4}x}"
+_LOW64 = (1 << 64) - 1
 
 
 def new_span_id() -> str:
-    return _new_id(64)
+    return f"{random.getrandbits(64) or 1:016x}"  # an all-zero id is invalid
 
 
 @dataclass(slots=True)
@@ -47,7 +43,7 @@ class TraceContext:
     state: str | None = None  # the client's `tracestate`, passed on unchanged
     path: str = ""  # the request's path (its SERVER span's route)
     perf: float = 0.0  # perf_counter at the request's start
-    wall_ns: int = 0  # the wall clock then, in ns
+    wall_ns: int = 0  # the wall clock then, in ns (only while sampled)
     # perf_counter marks: "plan", "planned", "refine", "refined" (only while sampled)
     marks: dict[str, float] = field(default_factory=dict)
     kept: tuple[str, ...] = ()  # the plan's candidates, in order (deployment ids)
@@ -104,14 +100,16 @@ class Tracing:
             trace_id, parent_id, sampled = parent
             if not self.parent_based:
                 sampled = self._keeps(trace_id)
+            state = tracestate if tracestate and len(tracestate) <= MAX_TRACESTATE else None
         else:
-            trace_id, parent_id = _new_id(128), None
-            sampled = self._keeps(trace_id)
-        state = tracestate if parent is not None and tracestate else None
-        if state is not None and len(state) > MAX_TRACESTATE:
-            state = None
+            value = random.getrandbits(128) or 1  # an all-zero id is invalid
+            trace_id, parent_id, state = f"{value:032x}", None, None
+            sampled = value & _LOW64 < self._bound  # the id's low 64 bits, as `_keeps`
+        span_id = f"{random.getrandbits(64) or 1:016x}"
+        if not sampled:  # its ids are passed on, nothing more: no span will be made
+            return TraceContext(trace_id, span_id, parent_id, False, state, path, perf)
         wall_ns = time.time_ns() - int((time.perf_counter() - perf) * 1e9)
-        return TraceContext(trace_id, new_span_id(), parent_id, sampled, state, path, perf, wall_ns)
+        return TraceContext(trace_id, span_id, parent_id, True, state, path, perf, wall_ns)
 
     def _keeps(self, trace_id: str) -> bool:
         return int(trace_id[16:], 16) < self._bound

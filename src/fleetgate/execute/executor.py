@@ -397,7 +397,7 @@ class Executor:
         resp: UpstreamResponse | None = None
         handed_over = False
         trace = profile.trace
-        if trace is not None:  # tracing on: the upstream joins the trace as this attempt's child
+        if trace is not None and trace.sampled:  # the upstream joins as this attempt's child
             attempt.span_id = new_span_id()
         try:
             while True:
@@ -407,9 +407,8 @@ class Executor:
                 )
                 if trace is None:
                     payload = wire.payload(profile, candidate)
-                else:
-                    assert attempt.span_id is not None
-                    headers = trace.upstream_headers(headers, attempt.span_id)
+                else:  # unsampled: no span of the attempt's, the request's id is passed
+                    headers = trace.upstream_headers(headers, attempt.span_id or trace.span_id)
                     payload = _traced_payload(wire, profile, candidate, attempt, trace.sampled)
                 resp = await client.http.request(
                     "POST",
