@@ -107,22 +107,19 @@ class SpanBuilder:
         end: int,
     ) -> bytes:
         route = trace.path
-        attrs = [
-            _attr("http.request.method", "POST"),
-            _attr("http.route", route),
-            _attr("url.path", route),
-            _attr("http.response.status_code", record.status),
-            _attr("fleetgate.endpoint", record.endpoint),
-            _attr("fleetgate.resolution", record.resolution),
-            _attr("fleetgate.deployment", record.deployment_id),
-            _attr("fleetgate.provider", record.provider_id),
-            _attr("fleetgate.attempts", len(record.attempts)),
-            _attr("error.type", record.error_code),
-            _unique("fleetgate.request.id", record.request_id),
-            _attr("fleetgate.requested_model", record.requested_model),
-            _attr("fleetgate.client_key", record.client_key_id),
-            _attr("fleetgate.virtual_model", record.virtual_model),
-        ]
+        attrs = _server_block(
+            route,
+            record.status,
+            record.endpoint,
+            record.resolution,
+            record.deployment_id,
+            record.provider_id,
+            len(record.attempts),
+            record.error_code,
+            record.requested_model,
+            record.client_key_id,
+            record.virtual_model,
+        ) + _unique("fleetgate.request.id", record.request_id)
         status = otlp.STATUS_ERROR if record.status >= 500 else 0
         return otlp.span(
             trace_id,
@@ -133,7 +130,7 @@ class SpanBuilder:
             otlp.SPAN_SERVER,
             start,
             end,
-            b"".join(attrs),
+            attrs,
             status,
         )
 
@@ -149,21 +146,20 @@ class SpanBuilder:
         dropped = [
             f"{d.get('deployment')}: {d.get('filter')}: {d.get('reason')}" for d in record.dropped
         ]
-        attrs = [
-            _attr("fleetgate.resolution", record.resolution),
-            _attr("fleetgate.tier", tier if isinstance(tier, str) else None),
-            _attr("fleetgate.context.tier", _text(notes.get("context_tier"))),
-            _attr("fleetgate.context.estimate", _count(notes.get("context_estimated"))),
-            _attr("fleetgate.context.tokens", _count(notes.get("context_estimate"))),
-            _attr("fleetgate.context.exact", _flag(notes.get("context_exact"))),
-            _attr("fleetgate.context.source", _text(refine) or "estimate"),
-            _attr(
-                "fleetgate.affinity",
+        attrs = (
+            _route_block(
+                record.resolution,
+                tier if isinstance(tier, str) else None,
+                _text(notes.get("context_tier")),
+                _flag(notes.get("context_exact")),
+                _text(refine) or "estimate",
                 _text(affinity.get("result")) if isinstance(affinity, dict) else None,
-            ),
-            _attr("fleetgate.candidates.kept", trace.kept or None),
-            _unique("fleetgate.candidates.dropped", dropped or None),
-        ]
+                trace.kept or None,
+            )
+            + _attr("fleetgate.context.estimate", _count(notes.get("context_estimated")))
+            + _attr("fleetgate.context.tokens", _count(notes.get("context_estimate")))
+            + _unique("fleetgate.candidates.dropped", dropped or None)
+        )
         route_id = _new_span_id()
         planned = trace.wall(marks["planned"]) if "planned" in marks else end
         failed = record.error_code is not None and not record.attempts
@@ -177,7 +173,7 @@ class SpanBuilder:
                 otlp.SPAN_INTERNAL,
                 trace.wall(marks["plan"]),
                 planned,
-                b"".join(attrs),
+                attrs,
                 otlp.STATUS_ERROR if failed and "planned" not in marks else 0,
             )
         ]
@@ -225,7 +221,7 @@ class SpanBuilder:
         served = a.deployment_id == record.deployment_id and a is record.attempts[-1]
         cut = a.error_class == CUT_SHORT or (served and CUT_SHORT_NOTE in record.notes)
         affinity = record.notes.get("affinity")
-        attrs = [
+        attrs = (
             _attempt_block(
                 operation,
                 provider_name(kind),
@@ -236,31 +232,28 @@ class SpanBuilder:
                 a.deployment_id,
                 a.provider_id,
                 a.wire,
-            ),
-            _attr("fleetgate.attempt.index", a.index),
-            _attr("fleetgate.cut_short", cut),
-            _attr("error.type", a.error_class),
-            _attr("http.response.status_code", a.status),
-            _attr("gen_ai.request.max_tokens", _count(params.get("max_tokens"))),
-            _attr("gen_ai.request.temperature", _real(params.get("temperature"))),
-            _attr("gen_ai.request.top_p", _real(params.get("top_p"))),
-            _attr("gen_ai.response.model", a.response_model),
-            _unique("gen_ai.response.id", a.response_id),
-            _attr("gen_ai.response.finish_reasons", (a.finish,) if a.finish else None),
-            _attr("gen_ai.usage.input_tokens", a.prompt_tokens),
-            _attr("gen_ai.usage.output_tokens", a.completion_tokens),
-            _attr("gen_ai.usage.cache_read.input_tokens", a.cache_read_tokens),
-            _seconds("gen_ai.response.time_to_first_chunk", a.ttft if record.stream else None),
-            _attr(
-                "fleetgate.fallback.reason", previous.error_class if previous is not None else None
-            ),
-            _attr(
-                "fleetgate.affinity",
+            )
+            + _attempt_outcome(
+                a.index,
+                cut,
+                a.error_class,
+                a.status,
+                _count(params.get("max_tokens")),
+                _real(params.get("temperature")),
+                _real(params.get("top_p")),
+                a.response_model,
+                a.finish,
+                previous.error_class if previous is not None else None,
                 affinity.get("result")
                 if isinstance(affinity, dict) and affinity.get("deployment") == a.deployment_id
                 else None,
-            ),
-        ]
+            )
+            + _attr("gen_ai.usage.input_tokens", a.prompt_tokens)
+            + _attr("gen_ai.usage.output_tokens", a.completion_tokens)
+            + _attr("gen_ai.usage.cache_read.input_tokens", a.cache_read_tokens)
+            + _unique("gen_ai.response.id", a.response_id)
+            + _seconds("gen_ai.response.time_to_first_chunk", a.ttft if record.stream else None)
+        )
         start = trace.wall(a.began)
         span_id = _id(a.span_id)
         out = [
@@ -273,7 +266,7 @@ class SpanBuilder:
                 otlp.SPAN_CLIENT,
                 start,
                 start + int(a.latency * 1e9),
-                b"".join(attrs),
+                attrs,
                 otlp.STATUS_ERROR if a.error_class and a.error_class != CUT_SHORT else 0,
             )
         ]
@@ -292,6 +285,100 @@ class SpanBuilder:
                 )
             )
         return out
+
+
+# Attribute blocks whose values repeat from request to request (the fleet's ids, statuses,
+# settings), each encoded once: one cached call a span instead of one call an attribute.
+
+
+@lru_cache(maxsize=1024, typed=True)
+def _server_block(
+    route: str,
+    status: int,
+    endpoint: str,
+    resolution: str,
+    deployment: str | None,
+    provider: str | None,
+    attempts: int,
+    error: str | None,
+    requested_model: str,
+    client_key: str | None,
+    virtual_model: str | None,
+) -> bytes:
+    """The SERVER span's attributes but the request's id."""
+    return b"".join(
+        (
+            _attr("http.request.method", "POST"),
+            _attr("http.route", route),
+            _attr("url.path", route),
+            _attr("http.response.status_code", status),
+            _attr("fleetgate.endpoint", endpoint),
+            _attr("fleetgate.resolution", resolution),
+            _attr("fleetgate.deployment", deployment),
+            _attr("fleetgate.provider", provider),
+            _attr("fleetgate.attempts", attempts),
+            _attr("error.type", error),
+            _attr("fleetgate.requested_model", requested_model),
+            _attr("fleetgate.client_key", client_key),
+            _attr("fleetgate.virtual_model", virtual_model),
+        )
+    )
+
+
+@lru_cache(maxsize=1024, typed=True)
+def _route_block(
+    resolution: str,
+    tier: str | None,
+    context_tier: str | None,
+    exact: bool | None,
+    source: str,
+    affinity: str | None,
+    kept: tuple[str, ...] | None,
+) -> bytes:
+    """The routing span's attributes but the counts and the dropped candidates."""
+    return b"".join(
+        (
+            _attr("fleetgate.resolution", resolution),
+            _attr("fleetgate.tier", tier),
+            _attr("fleetgate.context.tier", context_tier),
+            _attr("fleetgate.context.exact", exact),
+            _attr("fleetgate.context.source", source),
+            _attr("fleetgate.affinity", affinity),
+            _attr("fleetgate.candidates.kept", kept),
+        )
+    )
+
+
+@lru_cache(maxsize=2048, typed=True)
+def _attempt_outcome(
+    index: int,
+    cut: bool,
+    error: str | None,
+    status: int | None,
+    max_tokens: int | None,
+    temperature: float | None,
+    top_p: float | None,
+    response_model: str | None,
+    finish: str | None,
+    fallback: str | None,
+    affinity: str | None,
+) -> bytes:
+    """A CLIENT span's attributes of how the attempt went, but its counts and answer id."""
+    return b"".join(
+        (
+            _attr("fleetgate.attempt.index", index),
+            _attr("fleetgate.cut_short", cut),
+            _attr("error.type", error),
+            _attr("http.response.status_code", status),
+            _attr("gen_ai.request.max_tokens", max_tokens),
+            _attr("gen_ai.request.temperature", temperature),
+            _attr("gen_ai.request.top_p", top_p),
+            _attr("gen_ai.response.model", response_model),
+            _attr("gen_ai.response.finish_reasons", (finish,) if finish else None),
+            _attr("fleetgate.fallback.reason", fallback),
+            _attr("fleetgate.affinity", affinity),
+        )
+    )
 
 
 @lru_cache(maxsize=1024)
