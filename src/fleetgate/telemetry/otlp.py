@@ -125,9 +125,10 @@ def span(
     attrs: bytes,
     status: int = 0,
 ) -> bytes:
-    """A Span message; `attrs` are its attribute fields (tag 0x4A), already encoded. The
-    ids are 16 and 8 bytes, so their heads are constant."""
-    return b"".join(
+    """A Span message, as the `spans` field of a ScopeSpans (what `trace_request` joins);
+    `attrs` are its attribute fields (tag 0x4A), already encoded. The ids are 16 and 8
+    bytes, so their heads are constant."""
+    body = b"".join(
         (
             b"\x0a\x10",
             trace_id,
@@ -142,6 +143,7 @@ def span(
             _STATUS[status] if status else b"",
         )
     )
+    return field(0x12, body)
 
 
 @lru_cache(maxsize=512)
@@ -149,6 +151,17 @@ def _double_head(tag: int, key: str) -> bytes:
     """All of a double attribute's field but its 8 value bytes (their length is fixed)."""
     kv_head = _key(key) + b"\x12\x09\x21"
     return bytes((tag, len(kv_head) + 8)) + kv_head
+
+
+def string_attribute(tag: int, key: str, value: str) -> bytes:
+    """A string attribute whose value seldom repeats (an id): encoded each time, in one go."""
+    raw = value.encode()
+    n = len(raw)
+    kv_head = _key(key)
+    size = len(kv_head) + n + 4  # + the value's two heads (AnyValue, its string)
+    if size < 128:
+        return bytes((tag, size)) + kv_head + bytes((0x12, n + 2, 0x0A, n)) + raw
+    return field(tag, kv_head + field(0x12, field(0x0A, raw)))
 
 
 def double_attribute(tag: int, key: str, value: float) -> bytes:
@@ -160,8 +173,8 @@ SPAN_ATTR = 0x4A  # Span.attributes
 
 
 def trace_request(resource_block: bytes, scope_block: bytes, spans: Iterable[bytes]) -> bytes:
-    """An ExportTraceServiceRequest: one resource, one scope, these spans."""
-    scope_spans = field(0x0A, scope_block) + b"".join(field(0x12, s) for s in spans)
+    """An ExportTraceServiceRequest: one resource, one scope, these spans (`span`'s)."""
+    scope_spans = field(0x0A, scope_block) + b"".join(spans)
     return field(0x0A, field(0x0A, resource_block) + field(0x12, scope_spans))
 
 

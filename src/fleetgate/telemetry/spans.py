@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 from fleetgate.context.truncation import CUT_SHORT_NOTE
 from fleetgate.execute.outcome import CUT_SHORT, Attempt
-from fleetgate.fleet import Fleet
-from fleetgate.record.genai import called_upstream, operation_name, provider_name
+from fleetgate.fleet import Deployment, Fleet, Provider
+from fleetgate.record.genai import GATEWAY_WIRE, operation_name, provider_name
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.telemetry import otlp
 from fleetgate.telemetry.otlp import SPAN_ATTR, cached_attribute
@@ -23,10 +23,6 @@ COUNT_SPAN = "fleetgate.count_tokens"
 TRANSLATE_SPAN = "fleetgate.translate"
 # refine outcomes that called a counter (the others decided without one)
 _COUNTED = frozenset({"exact", "timeout", "failed"})
-
-
-def _id(hex_id: str) -> bytes:
-    return bytes.fromhex(hex_id)
 
 
 def _new_span_id() -> bytes:
@@ -49,15 +45,6 @@ def _attr(key: str, value: str | float | bool | tuple[str, ...] | None) -> bytes
     return b"" if value is None else cached_attribute(SPAN_ATTR, key, value)
 
 
-def _unique(key: str, value: str | list[str] | None) -> bytes:
-    """An attribute whose values seldom repeat (an answer's id): encoded each time."""
-    return b"" if value is None else otlp.field(SPAN_ATTR, otlp.key_value(key, value))
-
-
-def _seconds(key: str, value: float | None) -> bytes:
-    return b"" if value is None else otlp.double_attribute(SPAN_ATTR, key, value)
-
-
 class SpanBuilder:
     """Turns records into encoded spans (`otlp.span` messages)."""
 
@@ -67,45 +54,10 @@ class SpanBuilder:
     def spans(self, record: RequestRecord) -> list[bytes]:
         trace = record.trace
         assert trace is not None and trace.sampled
-        trace_id = _id(trace.trace_id)
-        server_id = _id(trace.span_id)
-        parent = _id(trace.parent_id) if trace.parent_id else None
+        trace_id = bytes.fromhex(trace.trace_id)
+        server_id = bytes.fromhex(trace.span_id)
         start = trace.wall_ns
-        end = trace.wall(trace.perf + record.latency)
-        out = [self._server_span(record, trace, trace_id, server_id, parent, start, end)]
-        marks = trace.marks
-        if "plan" in marks:
-            out.extend(self._routing_spans(record, trace, trace_id, server_id, end))
-        deployments = self.fleet().deployments
-        previous: Attempt | None = None
-        for attempt in record.attempts:
-            if called_upstream(attempt) and attempt.span_id is not None:
-                dep = deployments.get(attempt.deployment_id)
-                out.extend(
-                    self._attempt_spans(
-                        record,
-                        trace,
-                        attempt,
-                        previous,
-                        dep.provider.kind if dep is not None else None,
-                        dep.provider.base_url if dep is not None else None,
-                        trace_id,
-                        server_id,
-                    )
-                )
-            previous = attempt
-        return out
-
-    def _server_span(
-        self,
-        record: RequestRecord,
-        trace: TraceContext,
-        trace_id: bytes,
-        span_id: bytes,
-        parent: bytes | None,
-        start: int,
-        end: int,
-    ) -> bytes:
+        end = start + int(record.latency * 1e9)
         route = trace.path
         attrs = _server_block(
             route,
@@ -119,51 +71,84 @@ class SpanBuilder:
             record.requested_model,
             record.client_key_id,
             record.virtual_model,
-        ) + _unique("fleetgate.request.id", record.request_id)
-        status = otlp.STATUS_ERROR if record.status >= 500 else 0
-        return otlp.span(
-            trace_id,
-            span_id,
-            parent,
-            trace.state,
-            f"POST {route}",
-            otlp.SPAN_SERVER,
-            start,
-            end,
-            attrs,
-            status,
-        )
+        ) + otlp.string_attribute(SPAN_ATTR, "fleetgate.request.id", record.request_id)
+        out = [
+            otlp.span(
+                trace_id,
+                server_id,
+                bytes.fromhex(trace.parent_id) if trace.parent_id else None,
+                trace.state,
+                f"POST {route}",
+                otlp.SPAN_SERVER,
+                start,
+                end,
+                attrs,
+                otlp.STATUS_ERROR if record.status >= 500 else 0,
+            )
+        ]
+        if "plan" in trace.marks:
+            self._routing_spans(out, record, trace, trace_id, server_id, end)
+        deployments: dict[str, Deployment] | None = None
+        previous: Attempt | None = None
+        for attempt in record.attempts:
+            if attempt.span_id is not None and attempt.wire != GATEWAY_WIRE:
+                if deployments is None:
+                    deployments = self.fleet().deployments
+                dep = deployments.get(attempt.deployment_id)
+                self._attempt_spans(
+                    out,
+                    record,
+                    trace,
+                    attempt,
+                    previous,
+                    dep.provider if dep is not None else None,
+                    trace_id,
+                    server_id,
+                )
+            previous = attempt
+        return out
 
     def _routing_spans(
-        self, record: RequestRecord, trace: TraceContext, trace_id: bytes, parent: bytes, end: int
-    ) -> list[bytes]:
+        self,
+        out: list[bytes],
+        record: RequestRecord,
+        trace: TraceContext,
+        trace_id: bytes,
+        parent: bytes,
+        end: int,
+    ) -> None:
         marks = trace.marks
         notes = record.notes
         resolution = notes.get("resolution")
-        tier = resolution.get("tier") if isinstance(resolution, dict) else None
+        tier = resolution.get("tier") if type(resolution) is dict else None
         affinity = notes.get("affinity")
         refine = notes.get("context_refine")
-        dropped = [
-            f"{d.get('deployment')}: {d.get('filter')}: {d.get('reason')}" for d in record.dropped
-        ]
-        attrs = (
-            _route_block(
-                record.resolution,
-                tier if isinstance(tier, str) else None,
-                _text(notes.get("context_tier")),
-                _flag(notes.get("context_exact")),
-                _text(refine) or "estimate",
-                _text(affinity.get("result")) if isinstance(affinity, dict) else None,
-                trace.kept or None,
-            )
-            + _attr("fleetgate.context.estimate", _count(notes.get("context_estimated")))
-            + _attr("fleetgate.context.tokens", _count(notes.get("context_estimate")))
-            + _unique("fleetgate.candidates.dropped", dropped or None)
+        attrs = _route_block(
+            record.resolution,
+            tier if type(tier) is str else None,
+            _text(notes.get("context_tier")),
+            _flag(notes.get("context_exact")),
+            _text(refine) or "estimate",
+            _text(affinity.get("result")) if type(affinity) is dict else None,
+            trace.kept or None,
         )
+        estimated, tokens = notes.get("context_estimated"), notes.get("context_estimate")
+        if type(estimated) is int:
+            attrs += cached_attribute(SPAN_ATTR, "fleetgate.context.estimate", estimated)
+        if type(tokens) is int:
+            attrs += cached_attribute(SPAN_ATTR, "fleetgate.context.tokens", tokens)
+        if record.dropped:
+            dropped = [
+                f"{d.get('deployment')}: {d.get('filter')}: {d.get('reason')}"
+                for d in record.dropped
+            ]
+            attrs += otlp.field(SPAN_ATTR, otlp.key_value("fleetgate.candidates.dropped", dropped))
         route_id = _new_span_id()
-        planned = trace.wall(marks["planned"]) if "planned" in marks else end
+        wall, perf = trace.wall_ns, trace.perf
+        planned = marks.get("planned")
+        planned_ns = wall + int((planned - perf) * 1e9) if planned is not None else end
         failed = record.error_code is not None and not record.attempts
-        out = [
+        out.append(
             otlp.span(
                 trace_id,
                 route_id,
@@ -171,15 +156,15 @@ class SpanBuilder:
                 None,
                 ROUTE_SPAN,
                 otlp.SPAN_INTERNAL,
-                trace.wall(marks["plan"]),
-                planned,
+                wall + int((marks["plan"] - perf) * 1e9),
+                planned_ns,
                 attrs,
-                otlp.STATUS_ERROR if failed and "planned" not in marks else 0,
+                otlp.STATUS_ERROR if failed and planned is None else 0,
             )
-        ]
+        )
         if refine in _COUNTED and "refine" in marks:
             count_attrs = _attr("fleetgate.context.source", refine) + _attr(
-                "fleetgate.context.tokens", _count(notes.get("context_estimate"))
+                "fleetgate.context.tokens", _count(tokens)
             )
             out.append(
                 otlp.span(
@@ -189,28 +174,26 @@ class SpanBuilder:
                     None,
                     COUNT_SPAN,
                     otlp.SPAN_INTERNAL,
-                    trace.wall(marks["refine"]),
-                    planned,
+                    wall + int((marks["refine"] - perf) * 1e9),
+                    planned_ns,
                     count_attrs,
                     0 if refine == "exact" else otlp.STATUS_ERROR,
                 )
             )
-        return out
 
     def _attempt_spans(
         self,
+        out: list[bytes],
         record: RequestRecord,
         trace: TraceContext,
         a: Attempt,
         previous: Attempt | None,
-        kind: str | None,
-        base_url: str | None,
+        provider: Provider | None,
         trace_id: bytes,
         parent: bytes,
-    ) -> list[bytes]:
+    ) -> None:
         assert a.span_id is not None
         operation = operation_name(a, record.endpoint)
-        address, port = _server_of(base_url) if base_url else (None, None)
         params = trace.params
         if a.params:  # the route's own overrides are what the upstream got
             params = dict(params)
@@ -219,44 +202,48 @@ class SpanBuilder:
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     params[name] = value
         served = a.deployment_id == record.deployment_id and a is record.attempts[-1]
-        cut = a.error_class == CUT_SHORT or (served and CUT_SHORT_NOTE in record.notes)
+        error = a.error_class
+        cut = error == CUT_SHORT or (served and CUT_SHORT_NOTE in record.notes)
         affinity = record.notes.get("affinity")
-        attrs = (
-            _attempt_block(
-                operation,
-                provider_name(kind),
-                a.upstream_model,
-                record.stream,
-                address,
-                port,
-                a.deployment_id,
-                a.provider_id,
-                a.wire,
-            )
-            + _attempt_outcome(
-                a.index,
-                cut,
-                a.error_class,
-                a.status,
-                _count(params.get("max_tokens")),
-                _real(params.get("temperature")),
-                _real(params.get("top_p")),
-                a.response_model,
-                a.finish,
-                previous.error_class if previous is not None else None,
-                affinity.get("result")
-                if isinstance(affinity, dict) and affinity.get("deployment") == a.deployment_id
-                else None,
-            )
-            + _attr("gen_ai.usage.input_tokens", a.prompt_tokens)
-            + _attr("gen_ai.usage.output_tokens", a.completion_tokens)
-            + _attr("gen_ai.usage.cache_read.input_tokens", a.cache_read_tokens)
-            + _unique("gen_ai.response.id", a.response_id)
-            + _seconds("gen_ai.response.time_to_first_chunk", a.ttft if record.stream else None)
+        attrs = _attempt_block(
+            operation,
+            provider.kind if provider is not None else None,
+            a.upstream_model,
+            record.stream,
+            provider.base_url if provider is not None else None,
+            a.deployment_id,
+            a.provider_id,
+            a.wire,
+        ) + _attempt_outcome(
+            a.index,
+            cut,
+            error,
+            a.status,
+            _count(params.get("max_tokens")),
+            _real(params.get("temperature")),
+            _real(params.get("top_p")),
+            a.response_model,
+            a.finish,
+            previous.error_class if previous is not None else None,
+            affinity.get("result")
+            if type(affinity) is dict and affinity.get("deployment") == a.deployment_id
+            else None,
         )
-        start = trace.wall(a.began)
-        span_id = _id(a.span_id)
-        out = [
+        if a.prompt_tokens is not None:
+            attrs += cached_attribute(SPAN_ATTR, "gen_ai.usage.input_tokens", a.prompt_tokens)
+        if a.completion_tokens is not None:
+            attrs += cached_attribute(SPAN_ATTR, "gen_ai.usage.output_tokens", a.completion_tokens)
+        if a.cache_read_tokens is not None:
+            attrs += cached_attribute(
+                SPAN_ATTR, "gen_ai.usage.cache_read.input_tokens", a.cache_read_tokens
+            )
+        if a.response_id is not None:
+            attrs += otlp.string_attribute(SPAN_ATTR, "gen_ai.response.id", a.response_id)
+        if record.stream and a.ttft is not None:
+            attrs += otlp.double_attribute(SPAN_ATTR, "gen_ai.response.time_to_first_chunk", a.ttft)
+        start = trace.wall_ns + int((a.began - trace.perf) * 1e9)
+        span_id = bytes.fromhex(a.span_id)
+        out.append(
             otlp.span(
                 trace_id,
                 span_id,
@@ -267,9 +254,9 @@ class SpanBuilder:
                 start,
                 start + int(a.latency * 1e9),
                 attrs,
-                otlp.STATUS_ERROR if a.error_class and a.error_class != CUT_SHORT else 0,
+                otlp.STATUS_ERROR if error and error != CUT_SHORT else 0,
             )
-        ]
+        )
         if a.translated is not None:
             out.append(
                 otlp.span(
@@ -284,7 +271,6 @@ class SpanBuilder:
                     _attr("fleetgate.wire", a.wire),
                 )
             )
-        return out
 
 
 # Attribute blocks whose values repeat from request to request (the fleet's ids, statuses,
@@ -384,20 +370,20 @@ def _attempt_outcome(
 @lru_cache(maxsize=1024)
 def _attempt_block(
     operation: str,
-    provider: str,
+    kind: str | None,
     model: str,
     stream: bool,
-    address: str | None,
-    port: int | None,
+    base_url: str | None,
     deployment: str,
     provider_id: str,
     wire: str | None,
 ) -> bytes:
     """The attributes every attempt on one deployment shares, encoded once."""
+    address, port = _server_of(base_url) if base_url else (None, None)
     return b"".join(
         (
             _attr("gen_ai.operation.name", operation),
-            _attr("gen_ai.provider.name", provider),
+            _attr("gen_ai.provider.name", provider_name(kind)),
             _attr("gen_ai.request.model", model),
             _attr("gen_ai.request.stream", stream),
             _attr("server.address", address),
