@@ -24,6 +24,8 @@ MAX_TRACESTATE = 512  # longer lists are dropped, as W3C allows, rather than cut
 
 
 _LOW64 = (1 << 64) - 1
+# the marks and knobs of every unsampled trace: only a sampled one's are written
+_UNSAMPLED: dict[str, Any] = {}
 
 
 def new_span_id() -> str:
@@ -107,9 +109,11 @@ class Tracing:
             sampled = value & _LOW64 < self._bound  # the id's low 64 bits, as `_keeps`
         span_id = f"{random.getrandbits(64) or 1:016x}"
         if not sampled:  # its ids are passed on, nothing more: no span will be made
-            return TraceContext(trace_id, span_id, parent_id, False, state, path, perf)
+            return TraceContext(
+                trace_id, span_id, parent_id, False, state, path, perf, 0, _UNSAMPLED, _UNSAMPLED
+            )
         wall_ns = time.time_ns() - int((time.perf_counter() - perf) * 1e9)
-        return TraceContext(trace_id, span_id, parent_id, True, state, path, perf, wall_ns)
+        return TraceContext(trace_id, span_id, parent_id, True, state, path, perf, wall_ns, {}, {})
 
     def _keeps(self, trace_id: str) -> bool:
         return int(trace_id[16:], 16) < self._bound

@@ -370,7 +370,7 @@ def note_trace(trace: TraceContext, plan: RoutePlan | None, profile: RequestProf
     """What a sampled request's spans show that its record lacks: the candidates kept, and
     the sampling knobs the client set (numbers only)."""
     if plan is not None:
-        trace.kept = tuple(c.deployment.id for c in plan.candidates)
+        trace.kept = tuple([c.deployment.id for c in plan.candidates])
     body = profile.body
     for name in ("temperature", "top_p"):
         value = body.get(name)

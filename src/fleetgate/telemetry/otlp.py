@@ -172,10 +172,20 @@ def double_attribute(tag: int, key: str, value: float) -> bytes:
 SPAN_ATTR = 0x4A  # Span.attributes
 
 
-def trace_request(resource_block: bytes, scope_block: bytes, spans: Iterable[bytes]) -> bytes:
-    """An ExportTraceServiceRequest: one resource, one scope, these spans (`span`'s)."""
-    scope_spans = field(0x0A, scope_block) + b"".join(spans)
-    return field(0x0A, field(0x0A, resource_block) + field(0x12, scope_spans))
+def _head(tag: int, size: int) -> bytes:
+    """A length-delimited field's tag and length, for a payload of `size` bytes."""
+    return bytes((tag,)) + varint(size)
+
+
+def trace_request(resource_block: bytes, scope_block: bytes, spans: Sequence[bytes]) -> bytes:
+    """An ExportTraceServiceRequest: one resource, one scope, these spans (`span`'s). The
+    heads are worked out from the lengths, so the spans are copied once, into the result."""
+    resource = field(0x0A, resource_block)
+    scope = field(0x0A, scope_block)
+    scope_spans = len(scope) + sum(map(len, spans))
+    scope_head = _head(0x12, scope_spans)
+    resource_spans = len(resource) + len(scope_head) + scope_spans
+    return b"".join((_head(0x0A, resource_spans), resource, scope_head, scope, *spans))
 
 
 def histogram_point(
