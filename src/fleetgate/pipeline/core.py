@@ -357,9 +357,12 @@ class Pipeline:
             client_key_id=key.id if key is not None else None,
             notes=plan.notes if plan is not None else {},
         )
-        trace = record.trace = profile.trace
-        if trace is not None and trace.sampled:
-            note_trace(trace, plan, profile)
+        trace = profile.trace
+        if trace is not None:
+            record.trace_id = trace.trace_id
+            if trace.sampled:  # the telemetry sink makes its spans
+                record.trace = trace
+                note_trace(trace, plan, profile)
         self.recent.add(record)
         self.recorder.add(record)
         if key is not None and self.guard is not None:

@@ -39,11 +39,10 @@ class RequestRecord:
     dropped: list[dict[str, str]] = field(default_factory=list)
     client_key_id: str | None = None
     notes: dict[str, Any] = field(default_factory=dict)  # numbers and ids from the stages
-    trace: TraceContext | None = None  # with tracing on: the request's trace and span ids
-
-    @property
-    def trace_id(self) -> str | None:
-        return self.trace.trace_id if self.trace is not None else None
+    # with tracing on: the request's trace id, and while its spans are not yet made, its
+    # trace (ids, times, the knobs the spans show: the telemetry sink lets go of it)
+    trace_id: str | None = None
+    trace: TraceContext | None = None
 
     @property
     def virtual_model(self) -> str | None:
@@ -56,7 +55,6 @@ class RequestRecord:
         data = asdict(self)
         data["virtual_model"] = self.virtual_model
         data.pop("trace")
-        data["trace_id"] = self.trace_id
         for attempt in data["attempts"]:
             attempt.pop("message", None)
             attempt.pop("upstream_body", None)

@@ -104,10 +104,10 @@ class TelemetrySink:
 
     def take(self, record: RequestRecord) -> None:
         self._counted = True  # the metrics sink counted it: the next figures differ
-        trace = record.trace
-        if trace is None or not trace.sampled:
+        if record.trace is None:  # unsampled, or tracing was off
             return
         spans = self.builder.spans(record)
+        record.trace = None  # its spans are made: the ids, times and knobs are let go
         if self._queued + len(self._spans) + len(spans) > self.settings.max_queue_spans:
             self.dropped += len(spans)
             return

@@ -106,6 +106,7 @@ def scope(name: str, version: str) -> bytes:
 _TIMES = struct.Struct("<BQBQ")  # Span.start_time_unix_nano, end_time_unix_nano
 _KINDS = {kind: bytes((0x30, kind)) for kind in (SPAN_INTERNAL, SPAN_SERVER, SPAN_CLIENT)}
 _STATUS = {code: field(0x7A, bytes((0x18, code))) for code in (STATUS_OK, STATUS_ERROR)}
+_SPAN_TAG = b"\x12"  # ScopeSpans.spans
 
 
 @lru_cache(maxsize=1024)
@@ -143,6 +144,9 @@ def span(
             _STATUS[status] if status else b"",
         )
     )
+    n = len(body)
+    if n < 16384:  # a span's head: its tag and a one- or two-byte length
+        return (_HEADS[0x12][n] if n < 128 else _SPAN_TAG + _SMALL[n]) + body
     return field(0x12, body)
 
 

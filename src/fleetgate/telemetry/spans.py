@@ -21,6 +21,7 @@ from fleetgate.trace_context import TraceContext
 ROUTE_SPAN = "fleetgate.route"
 COUNT_SPAN = "fleetgate.count_tokens"
 TRANSLATE_SPAN = "fleetgate.translate"
+_REAL = (int, float)  # a knob's number (a bool is neither: `type` is not `isinstance`)
 # refine outcomes that called a counter (the others decided without one)
 _COUNTED = frozenset({"exact", "timeout", "failed"})
 
@@ -123,13 +124,15 @@ class SpanBuilder:
         tier = resolution.get("tier") if type(resolution) is dict else None
         affinity = notes.get("affinity")
         refine = notes.get("context_refine")
+        context_tier, exact = notes.get("context_tier"), notes.get("context_exact")
+        result = affinity.get("result") if type(affinity) is dict else None
         attrs = _route_block(
             record.resolution,
             tier if type(tier) is str else None,
-            _text(notes.get("context_tier")),
-            _flag(notes.get("context_exact")),
-            _text(refine) or "estimate",
-            _text(affinity.get("result")) if type(affinity) is dict else None,
+            context_tier if type(context_tier) is str else None,
+            exact if type(exact) is bool else None,
+            refine if type(refine) is str and refine else "estimate",
+            result if type(result) is str else None,
             trace.kept or None,
         )
         estimated, tokens = notes.get("context_estimated"), notes.get("context_estimate")
@@ -201,10 +204,19 @@ class SpanBuilder:
                 value = a.params.get(name)
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     params[name] = value
-        served = a.deployment_id == record.deployment_id and a is record.attempts[-1]
         error = a.error_class
-        cut = error == CUT_SHORT or (served and CUT_SHORT_NOTE in record.notes)
-        affinity = record.notes.get("affinity")
+        notes = record.notes
+        cut = error == CUT_SHORT or (
+            CUT_SHORT_NOTE in notes
+            and a is record.attempts[-1]
+            and a.deployment_id == record.deployment_id  # the attempt that served
+        )
+        affinity = notes.get("affinity")
+        max_tokens, temperature, top_p = (
+            params.get("max_tokens"),
+            params.get("temperature"),
+            params.get("top_p"),
+        )
         attrs = _attempt_block(
             operation,
             provider.kind if provider is not None else None,
@@ -219,9 +231,9 @@ class SpanBuilder:
             cut,
             error,
             a.status,
-            _count(params.get("max_tokens")),
-            _real(params.get("temperature")),
-            _real(params.get("top_p")),
+            max_tokens if type(max_tokens) is int else None,
+            float(temperature) if type(temperature) in _REAL else None,
+            float(top_p) if type(top_p) in _REAL else None,
             a.response_model,
             a.finish,
             previous.error_class if previous is not None else None,
@@ -397,15 +409,3 @@ def _attempt_block(
 
 def _count(value: object) -> int | None:
     return value if type(value) is int else None
-
-
-def _real(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _flag(value: object) -> bool | None:
-    return value if isinstance(value, bool) else None
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
