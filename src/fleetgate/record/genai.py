@@ -39,14 +39,22 @@ GATEWAY_WIRE = "gateway"  # an attempt's `wire` when a translation answered by i
 def upstream_endpoint(attempt: Attempt, client_endpoint: str) -> str:
     """What the attempt asked of the upstream: the client's endpoint, or the one a
     translation spoke (`wire` is "<client>→<upstream>")."""
-    wire = attempt.wire
+    return _spoken(attempt.wire, client_endpoint)
+
+
+def _spoken(wire: str | None, client_endpoint: str) -> str:
     if wire and "→" in wire:
         return wire.rpartition("→")[2]
     return client_endpoint
 
 
 def operation_name(attempt: Attempt, client_endpoint: str) -> str:
-    return OPERATIONS.get(upstream_endpoint(attempt, client_endpoint), OTHER)
+    return operation_of(attempt.wire, client_endpoint)
+
+
+def operation_of(wire: str | None, client_endpoint: str) -> str:
+    """`gen_ai.operation.name` of an attempt on `wire` for a client's endpoint."""
+    return OPERATIONS.get(_spoken(wire, client_endpoint), OTHER)
 
 
 def provider_name(kind: str | None) -> str:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from fleetgate.context.truncation import CUT_SHORT_NOTE
 from fleetgate.execute.outcome import CUT_SHORT, Attempt
 from fleetgate.fleet import Deployment, Fleet, Provider
-from fleetgate.record.genai import GATEWAY_WIRE, operation_name, provider_name
+from fleetgate.record.genai import GATEWAY_WIRE, operation_of, provider_name
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.telemetry import otlp
 from fleetgate.telemetry.otlp import SPAN_ATTR, cached_attribute
@@ -196,7 +196,6 @@ class SpanBuilder:
         parent: bytes,
     ) -> None:
         assert a.span_id is not None
-        operation = operation_name(a, record.endpoint)
         params = trace.params
         if a.params:  # the route's own overrides are what the upstream got
             params = dict(params)
@@ -217,8 +216,8 @@ class SpanBuilder:
             params.get("temperature"),
             params.get("top_p"),
         )
-        attrs = _attempt_block(
-            operation,
+        name, shared = _attempt_block(
+            record.endpoint,
             provider.kind if provider is not None else None,
             a.upstream_model,
             record.stream,
@@ -226,7 +225,8 @@ class SpanBuilder:
             a.deployment_id,
             a.provider_id,
             a.wire,
-        ) + _attempt_outcome(
+        )
+        attrs = shared + _attempt_outcome(
             a.index,
             cut,
             error,
@@ -261,7 +261,7 @@ class SpanBuilder:
                 span_id,
                 parent,
                 None,
-                f"{operation} {a.upstream_model}",
+                name,
                 otlp.SPAN_CLIENT,
                 start,
                 start + int(a.latency * 1e9),
@@ -381,7 +381,7 @@ def _attempt_outcome(
 
 @lru_cache(maxsize=1024)
 def _attempt_block(
-    operation: str,
+    endpoint: str,
     kind: str | None,
     model: str,
     stream: bool,
@@ -389,10 +389,12 @@ def _attempt_block(
     deployment: str,
     provider_id: str,
     wire: str | None,
-) -> bytes:
-    """The attributes every attempt on one deployment shares, encoded once."""
+) -> tuple[str, bytes]:
+    """The name of an attempt's span on one deployment, and the attributes every such
+    attempt shares, encoded once."""
+    operation = operation_of(wire, endpoint)
     address, port = _server_of(base_url) if base_url else (None, None)
-    return b"".join(
+    return f"{operation} {model}", b"".join(
         (
             _attr("gen_ai.operation.name", operation),
             _attr("gen_ai.provider.name", provider_name(kind)),
