@@ -407,7 +407,7 @@ class Executor:
                 )
                 if trace is None:
                     payload = wire.payload(profile, candidate)
-                else:  # unsampled: no span of the attempt's, the request's id is passed
+                else:  # an unsampled attempt has no span: it passes the request's span id
                     headers = trace.upstream_headers(headers, attempt.span_id or trace.span_id)
                     payload = _traced_payload(wire, profile, candidate, attempt, trace.sampled)
                 resp = await client.http.request(
