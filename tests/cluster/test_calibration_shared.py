@@ -47,6 +47,27 @@ def _bounds(gw: Gateway, dep: str = "pa") -> Any:
     return cal.bounds() if cal is not None else None
 
 
+def _on_redis(pg_url: str, redis_url: str, redis_namespace: str) -> ControlOptions:
+    return ControlOptions(
+        database_url=pg_url,
+        redis_url=redis_url,
+        redis_namespace=redis_namespace,
+        admin_key=ADMIN_KEY,
+    )
+
+
+def _two_replicas_with_traffic(
+    stack: Stack, replica_b: Stack, fleet: Any, opts: ControlOptions
+) -> tuple[Gateway, Gateway]:
+    """Replicas A and B on one store and Redis; six chats answered by A, four by B."""
+    a = stack.start_gateway(fleet, opts)
+    replica_b.engines = {}  # B shares A's engines; only A's stack stops them
+    b = replica_b.start_gateway(fleet, opts)
+    _chat(stack, 6)  # on A only
+    _chat(replica_b, 4)  # on B only
+    return a, b
+
+
 def test_the_calibration_survives_a_restart(stack: Stack, db_url: str) -> None:
     opts = ControlOptions(database_url=db_url, admin_key=ADMIN_KEY)
     gw = stack.start_gateway(two_tier_fleet(stack), opts)
@@ -74,18 +95,9 @@ def test_replicas_learn_from_each_others_traffic(
     redis_namespace: str,
     tmp_path: Path,
 ) -> None:
-    opts = ControlOptions(
-        database_url=pg_url,
-        redis_url=redis_url,
-        redis_namespace=redis_namespace,
-        admin_key=ADMIN_KEY,
-    )
+    opts = _on_redis(pg_url, redis_url, redis_namespace)
     fleet = two_tier_fleet(stack)
-    a = stack.start_gateway(fleet, opts)
-    replica_b.engines = {}  # B shares A's engines; only A's stack stops them
-    b = replica_b.start_gateway(fleet, opts)
-    _chat(stack, 6)  # on A only
-    _chat(replica_b, 4)  # on B only
+    a, b = _two_replicas_with_traffic(stack, replica_b, fleet, opts)
     wait_until(lambda: _samples(a) == 10 and _samples(b) == 10, 10, "both books have all ten")
     assert _bounds(a) == _bounds(b)
     # a third replica, on a store of its own, loads the shared books from Redis
@@ -108,18 +120,9 @@ def test_replicas_fit_the_tokenizer_on_each_others_answers(
     redis_url: str,
     redis_namespace: str,
 ) -> None:
-    opts = ControlOptions(
-        database_url=pg_url,
-        redis_url=redis_url,
-        redis_namespace=redis_namespace,
-        admin_key=ADMIN_KEY,
-    )
+    opts = _on_redis(pg_url, redis_url, redis_namespace)
     fleet = two_tier_fleet(stack)
-    a = stack.start_gateway(fleet, opts)
-    replica_b.engines = {}  # B shares A's engines; only A's stack stops them
-    b = replica_b.start_gateway(fleet, opts)
-    _chat(stack, 6)  # on A only
-    _chat(replica_b, 4)  # on B only
+    a, b = _two_replicas_with_traffic(stack, replica_b, fleet, opts)
     # each answer's tally and prompt tokens reach the other replica's tokenizer fit
     wait_until(lambda: _answers(a) == 10 and _answers(b) == 10, 10, "both fits have all ten")
     fit_a = a.pipeline.state.calibration.public_fit("pa")

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from fleetgate.context.probes import CHATS
+from fleetgate.server.app import Gateway
 from fleetgate.testing.corpus import text_of
 from tests.engines import LlamaFactory, llama_provider
 from tests.harness import Stack, deployment, wait_until
@@ -34,6 +35,18 @@ def _fleet(small: Any, large: Any, **context: Any) -> dict[str, Any]:
     }
 
 
+def _fingerprinted(stack: Stack, small: Any, large: Any) -> Gateway:
+    """A gateway on the two engines, once both deployments have their fingerprint."""
+    gateway = stack.start_gateway(_fleet(small, large))
+    book = gateway.pipeline.state.calibration
+    wait_until(
+        lambda: all(book.own_fit(d) is not None for d in ("small", "large")),
+        20,
+        "both deployments fingerprinted",
+    )
+    return gateway
+
+
 def _true_prompt(engine: Any, messages: list[dict[str, Any]]) -> int:
     """The engine's own count of a chat's prompt (its template, then its tokenizer)."""
     templated = httpx.post(engine.root + "/apply-template", json={"messages": messages}).json()
@@ -51,13 +64,8 @@ def test_a_fingerprint_places_an_unknown_tokenizer_right_before_any_answer(
     stack: Stack, client_for, llama: LlamaFactory
 ) -> None:
     small, large = llama(n_ctx=SMALL, alias=UNKNOWN), llama(n_ctx=LARGE, alias=UNKNOWN)
-    gateway = stack.start_gateway(_fleet(small, large))
+    gateway = _fingerprinted(stack, small, large)
     book = gateway.pipeline.state.calibration
-    wait_until(
-        lambda: all(book.own_fit(d) is not None for d in ("small", "large")),
-        20,
-        "both deployments fingerprinted",
-    )
     fit = book.public_fit("small")
     assert fit is not None and fit["source"] == "fingerprint" and fit["answers"] == 0
     assert fit["probes"] > 30 and fit["fingerprint"].startswith("llamacpp|" + UNKNOWN)
@@ -114,13 +122,7 @@ def test_a_fingerprint_learns_a_template_that_drops_the_tool_schemas(
     flags = ("--chat-template-file", str(template))
     small = llama(n_ctx=SMALL, alias=UNKNOWN, extra=flags)
     large = llama(n_ctx=LARGE, alias=UNKNOWN, extra=flags)
-    gateway = stack.start_gateway(_fleet(small, large))
-    book = gateway.pipeline.state.calibration
-    wait_until(
-        lambda: all(book.own_fit(d) is not None for d in ("small", "large")),
-        20,
-        "both deployments fingerprinted",
-    )
+    _fingerprinted(stack, small, large)
     # twelve tool schemas of about 1,000 tokens as text, which this template never writes,
     # and a question of about 150: with the schemas costed as text, the estimate was seven
     # times the prompt, beyond the small window
