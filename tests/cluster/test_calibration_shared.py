@@ -47,7 +47,9 @@ def _bounds(gw: Gateway, dep: str = "pa") -> Any:
     return cal.bounds() if cal is not None else None
 
 
-def _on_redis(pg_url: str, redis_url: str, redis_namespace: str) -> ControlOptions:
+@pytest.fixture
+def on_redis(pg_url: str, redis_url: str, redis_namespace: str) -> ControlOptions:
+    """Replicas' options: one PostgreSQL store and one Redis namespace."""
     return ControlOptions(
         database_url=pg_url,
         redis_url=redis_url,
@@ -88,14 +90,9 @@ def test_the_calibration_survives_a_restart(stack: Stack, db_url: str) -> None:
 
 
 def test_replicas_learn_from_each_others_traffic(
-    stack: Stack,
-    replica_b: Stack,
-    pg_url: str,
-    redis_url: str,
-    redis_namespace: str,
-    tmp_path: Path,
+    stack: Stack, replica_b: Stack, on_redis: ControlOptions, tmp_path: Path
 ) -> None:
-    opts = _on_redis(pg_url, redis_url, redis_namespace)
+    opts = on_redis
     fleet = two_tier_fleet(stack)
     a, b = _two_replicas_with_traffic(stack, replica_b, fleet, opts)
     wait_until(lambda: _samples(a) == 10 and _samples(b) == 10, 10, "both books have all ten")
@@ -114,13 +111,9 @@ def _answers(gw: Gateway, dep: str = "pa") -> int:
 
 
 def test_replicas_fit_the_tokenizer_on_each_others_answers(
-    stack: Stack,
-    replica_b: Stack,
-    pg_url: str,
-    redis_url: str,
-    redis_namespace: str,
+    stack: Stack, replica_b: Stack, on_redis: ControlOptions
 ) -> None:
-    opts = _on_redis(pg_url, redis_url, redis_namespace)
+    opts = on_redis
     fleet = two_tier_fleet(stack)
     a, b = _two_replicas_with_traffic(stack, replica_b, fleet, opts)
     # each answer's tally and prompt tokens reach the other replica's tokenizer fit
