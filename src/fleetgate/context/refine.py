@@ -130,14 +130,10 @@ class ContextRefiner:
             return None
         self.inflight += 1
         try:
-            async with asyncio.timeout(settings.refine.timeout_seconds):
-                counted = await count_prompt(self.counter, counter, profile, settings)
-                if (
-                    counted.estimated
-                    and counter.provider.kind in WHOLE_COUNTING_KINDS
-                    and _in_doubt(plan, estimate, counted)
-                ):
-                    counted = await self.counter.settle(counter, profile, counted)
+            # wait_for, not asyncio.timeout: the plan may be stepped outside a task (the
+            # picker answers in the turn the body came); the count runs in a task of its own
+            counting = self._count(plan, counter, profile, settings)
+            counted = await asyncio.wait_for(counting, settings.refine.timeout_seconds)
         except TimeoutError:
             plan.notes["context_refine"] = "timeout"
             return None
@@ -159,6 +155,20 @@ class ContextRefiner:
         record_estimate(exact, plan.headers, plan.notes)
         by_priority = plan.cache.get(FIT_BY_PRIORITY, True)
         plan.candidates = order_by_fit(plan.candidates, exact, plan.window_of, None, by_priority)
+        return counted
+
+    async def _count(
+        self, plan: RoutePlan, counter: Deployment, profile: RequestProfile, settings: ContextConfig
+    ) -> Counted:
+        estimate = profile.context
+        assert estimate is not None
+        counted = await count_prompt(self.counter, counter, profile, settings)
+        if (
+            counted.estimated
+            and counter.provider.kind in WHOLE_COUNTING_KINDS
+            and _in_doubt(plan, estimate, counted)
+        ):
+            counted = await self.counter.settle(counter, profile, counted)
         return counted
 
 
