@@ -4,6 +4,7 @@ HTTP side through Envoy, its gRPC health)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -13,9 +14,11 @@ from typing import Any
 import grpc
 import httpx
 import openai
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from fleetgate.control.plane import ControlOptions
+from fleetgate.epp.picker import Pick
 from fleetgate.epp.protocol import EXT_PROC_SERVICE
 from tests.epp.stack import EppStack
 from tests.harness import Stack, client_requests, deployment, provider, wait_until
@@ -98,6 +101,40 @@ def test_an_exact_count_is_asked_near_the_boundary(stack: Stack, epp: EppStack):
     assert answer.system_fingerprint == "fake-long"
     assert base.tokenize_calls == 1 and chat_calls(base) == 0  # counted, never sent there
     assert chat_calls(long) == 1
+
+
+@pytest.mark.parametrize("body_mode", ["FULL_DUPLEX_STREAMED", "BUFFERED"])
+def test_a_pick_that_needs_no_count_is_answered_in_the_turn_its_body_came(
+    stack: Stack, epp: EppStack, body_mode: str
+):
+    """A plan with nothing to await is made and answered where the body arrived, in no task
+    of its own; one that asks an exact count goes on in a task and is answered all the same."""
+    base = stack.engine("base", context_window=1000)
+    long = stack.engine("long", context_window=10000)
+    envoy = epp.start(tiered_config(base, long), body_mode=body_mode)
+    assert epp.picker is not None
+    picker = epp.picker.picker
+    pick = picker.pick
+    answered_in: list[asyncio.Task[Any] | None] = []
+
+    async def watched(*args: Any, **kwargs: Any) -> Pick:
+        made = await pick(*args, **kwargs)
+        answered_in.append(asyncio.current_task())
+        return made
+
+    picker.pick = watched  # type: ignore[method-assign]
+    client = _client(envoy.url)
+    short = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=10
+    )
+    assert short.system_fingerprint == "fake-base"
+    assert base.tokenize_calls == 0
+    near = [{"role": "user", "content": words(1200, ".")}]  # counted near the boundary
+    counted = client.chat.completions.create(model="m", messages=near, max_tokens=10)
+    assert counted.system_fingerprint == "fake-long"
+    assert base.tokenize_calls == 1
+    assert answered_in[0] is None  # no task: the turn the body came in
+    assert isinstance(answered_in[1], asyncio.Task)  # the count was awaited in one
 
 
 def test_grpc_health_says_serving_for_each_name(stack: Stack, epp: EppStack):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine, Generator
+from typing import Any
 
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
@@ -169,7 +171,14 @@ class _Pick:
 
     def _answer(self, body: bytes, step: str) -> None:
         self.done = self.busy = True
-        task = asyncio.get_running_loop().create_task(self._pick(body, step))
+        # answered in this loop turn when the plan needs no I/O (no exact count, no store):
+        # its first step runs here; only a pick that suspends goes on in a task of its own
+        pick = self._pick(body, step)
+        try:
+            waits_on = pick.send(None)
+        except StopIteration:
+            return
+        task = asyncio.get_running_loop().create_task(_rest(pick, waits_on))
         _RUNNING.add(task)
         task.add_done_callback(_RUNNING.discard)
 
@@ -299,6 +308,41 @@ class _Observe:
 
 
 _RUNNING: set[asyncio.Task[None]] = set()  # the picks being made (a task needs a holder)
+
+
+def _resume(coro: Coroutine[Any, Any, None], waits_on: Any) -> Generator[Any, Any, None]:
+    """The rest of a coroutine already stepped once and suspended on `waits_on`: what its
+    task is told (a future's result, a cancellation) is passed on to it."""
+    while True:
+        try:
+            sent = yield waits_on
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # a cancellation, thrown in by the task
+            try:
+                waits_on = coro.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                waits_on = coro.send(sent)
+            except StopIteration:
+                return
+
+
+class _Suspended:
+    __slots__ = ("coro", "waits_on")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], waits_on: Any) -> None:
+        self.coro, self.waits_on = coro, waits_on
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        return _resume(self.coro, self.waits_on)
+
+
+async def _rest(coro: Coroutine[Any, Any, None], waits_on: Any) -> None:
+    await _Suspended(coro, waits_on)
 
 
 def methods(picker: Picker) -> dict[str, Method]:
