@@ -19,7 +19,6 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
-from google.protobuf import struct_pb2
 
 from fleetgate.epp.evidence import ResponseWatch
 from fleetgate.epp.grpc_calls import INTERNAL, Call, Handler, Method
@@ -61,17 +60,34 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
     return None
 
 
-def _mutation(headers: list[tuple[str, str]], remove: tuple[str, ...] = ()) -> pb.HeaderMutation:
-    return pb.HeaderMutation(
-        remove_headers=remove,
-        set_headers=[
-            base_pb2.HeaderValueOption(
-                header=base_pb2.HeaderValue(key=k, raw_value=v.encode("latin-1")),
-                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-            )
-            for k, v in headers
-        ],
-    )
+# the response headers the answer's evidence needs
+_WATCHED = frozenset((":status", "content-type", "retry-after", SERVED))
+
+
+def _watched(msg: pb.HttpHeaders) -> dict[str, str]:
+    """The few response headers the evidence reads (not all of them, as `_headers` gives)."""
+    out = {}
+    for h in msg.headers.headers:
+        key = h.key.lower()
+        if key in _WATCHED:
+            out[key] = h.raw_value.decode("latin-1") if h.raw_value else h.value
+    return out
+
+
+OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+
+
+def _set_headers(
+    mutation: pb.HeaderMutation, headers: list[tuple[str, str]], remove: tuple[str, ...] = ()
+) -> None:
+    """Fills `mutation` in place (building sub-messages and copying them in costs twice)."""
+    if remove:
+        mutation.remove_headers.extend(remove)
+    add = mutation.set_headers.add
+    for key, value in headers:
+        option = add(append_action=OVERWRITE)
+        option.header.key = key
+        option.header.raw_value = value.encode("latin-1")
 
 
 def _subset(request: pb.ProcessingRequest) -> frozenset[str] | None:
@@ -85,23 +101,18 @@ def _subset(request: pb.ProcessingRequest) -> frozenset[str] | None:
     return frozenset(e.strip() for e in value.string_value.split(",") if e.strip())
 
 
-def _metadata(pick: Pick) -> struct_pb2.Struct:
-    meta = struct_pb2.Struct()
-    meta.update({LB_NAMESPACE: {DESTINATION: ",".join(pick.endpoints)}})
-    return meta
-
-
 def _refused(refusal: Refusal) -> pb.ProcessingResponse:
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in refusal.headers]
     headers.append(("content-type", "application/json"))
-    return pb.ProcessingResponse(
+    answer = pb.ProcessingResponse(
         immediate_response=pb.ImmediateResponse(
             status=http_status_pb2.HttpStatus(code=refusal.status),
-            headers=_mutation(headers),
             body=refusal.body,
             details="fleetgate_refused",
         )
     )
+    _set_headers(answer.immediate_response.headers, headers)
+    return answer
 
 
 # the answers that carry nothing: built once
@@ -205,39 +216,22 @@ class _Pick:
             pick = await self.picker.pick(path, headers, body, subset)
         except Refusal as refusal:
             return [_refused(refusal)]
-        mutation = _mutation(pick.header_mutations(), CLIENT_CREDENTIALS)
-        common = pb.CommonResponse(header_mutation=mutation)
-        meta = _metadata(pick)
-        if step == "headers":
-            return [
-                pb.ProcessingResponse(
-                    request_headers=pb.HeadersResponse(response=common), dynamic_metadata=meta
-                )
-            ]
-        if step == "body":
-            if pick.body is not None:
-                common.body_mutation.body = pick.body
-            return [
-                pb.ProcessingResponse(
-                    request_body=pb.BodyResponse(response=common), dynamic_metadata=meta
-                )
-            ]
+        answer = pb.ProcessingResponse()
+        phase = answer.request_body if step == "body" else answer.request_headers
+        common = phase.response
+        _set_headers(common.header_mutation, pick.header_mutations(), CLIENT_CREDENTIALS)
+        lb = answer.dynamic_metadata.fields[LB_NAMESPACE].struct_value
+        lb.fields[DESTINATION].string_value = ",".join(pick.endpoints)
+        if step == "body" and pick.body is not None:
+            common.body_mutation.body = pick.body
+        if step != "duplex":
+            return [answer]
         # full duplex: the headers' answer, then the body, whole, as Envoy left it
-        streamed = pb.StreamedBodyResponse(
-            body=pick.body if pick.body is not None else body, end_of_stream=True
-        )
-        return [
-            pb.ProcessingResponse(
-                request_headers=pb.HeadersResponse(response=common), dynamic_metadata=meta
-            ),
-            pb.ProcessingResponse(
-                request_body=pb.BodyResponse(
-                    response=pb.CommonResponse(
-                        body_mutation=pb.BodyMutation(streamed_response=streamed)
-                    )
-                )
-            ),
-        ]
+        rest = pb.ProcessingResponse()
+        streamed = rest.request_body.response.body_mutation.streamed_response
+        streamed.body = pick.body if pick.body is not None else body
+        streamed.end_of_stream = True
+        return [answer, rest]
 
     def end(self) -> None:
         if not self.busy:  # Envoy ended it before the request was whole
@@ -268,15 +262,14 @@ class _Observe:
             if self.pick is None:
                 self.call.finish()  # not a picked request (or its pick already given up on)
                 return
-            headers = _headers(request.response_headers)
-            status = _header(headers, b":status") or "0"
-            served = _header(headers, SERVED.encode())
+            headers = _watched(request.response_headers)
+            status = headers.get(":status", "0")
             watch = self.watch
-            watch.served = served or _attribute(request, UPSTREAM_ADDRESS)
+            watch.served = headers.get(SERVED) or _attribute(request, UPSTREAM_ADDRESS)
             watch.headers(
                 int(status) if status.isdigit() else 0,
-                _header(headers, b"content-type") or "",
-                _header(headers, b"retry-after"),
+                headers.get("content-type", ""),
+                headers.get("retry-after"),
             )
             if request.response_headers.end_of_stream:
                 self._finish()
