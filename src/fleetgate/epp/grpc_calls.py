@@ -101,16 +101,16 @@ class Call:
             self.conn.send_headers(self.stream_id, RESPONSE_HEADERS)
         self.conn.send_data(self.stream_id, b"\0" + len(message).to_bytes(4, "big") + message)
 
-    def finish(self, status: int = OK, message: str = "") -> None:
+    def finish(self, status: int = OK, message: str = "", lazy: bool = False) -> None:
+        """Ends the call; `lazy`: the client waits for nothing from its end (its status may
+        go out with the connection's next frames that are waited for)."""
         if self.done:
             return
         self.done = True
-        if self._started:
-            self.conn.send_headers(self.stream_id, trailers(status, message), end_stream=True)
-        else:  # trailers-only
-            self.conn.send_headers(
-                self.stream_id, RESPONSE_HEADERS + trailers(status, message), end_stream=True
-            )
+        block = trailers(status, message)
+        if not self._started:  # trailers-only
+            block = RESPONSE_HEADERS + block
+        self.conn.send_headers(self.stream_id, block, end_stream=True, lazy=lazy)
 
 
 class _Ignored:

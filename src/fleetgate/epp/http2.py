@@ -38,6 +38,9 @@ DEFAULT_FRAME = 16384
 OUR_FRAME = 1 << 20  # the largest frame we take: a whole prompt in few frames
 # the connection window we keep open: replenished once half of it is used
 WINDOW_REFILL = 1 << 30
+# how long frames nobody waits for (a call's end that only tidies up) may wait to go out
+# with the next frames that are waited for: one write (and one wake-up of the peer) less
+LAZY_SECONDS = 0.05
 
 _HEAD = struct.Struct(">IBI")  # length (24 bits) and type, flags, stream id
 _SETTING = struct.Struct(">HI")
@@ -106,6 +109,8 @@ class Http2Connection(asyncio.Protocol):
         self._continued: tuple[int, int, bytearray] | None = None  # (stream, flags, block)
         self._out: list[bytes] = []
         self._flushing = False
+        self._urgent = False  # something in `_out` is waited for
+        self._lazy_timer = False  # a flush of what nobody waits for is scheduled
         self._receiving = False
         self._peer_window = DEFAULT_WINDOW  # the peer's connection window for our DATA
         self._peer_initial = DEFAULT_WINDOW
@@ -139,7 +144,7 @@ class Http2Connection(asyncio.Protocol):
         except ProtocolError as exc:
             log.warning("HTTP/2 connection error %d: %s", exc.code, exc)
             self.goaway(exc.code, str(exc).encode())
-            self._flush()
+            self._flush(everything=True)
             if self.transport is not None:
                 self.transport.close()
             return
@@ -147,17 +152,31 @@ class Http2Connection(asyncio.Protocol):
             self._receiving = False
         self._flush()
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, lazy: bool = False) -> None:
         self._out.append(data)
+        if lazy:
+            if not self._lazy_timer:
+                self._lazy_timer = True
+                asyncio.get_running_loop().call_later(LAZY_SECONDS, self._flush_lazy)
+            return
+        self._urgent = True
         if not self._receiving and not self._flushing:
             self._flushing = True
             asyncio.get_running_loop().call_soon(self._flush)
 
-    def _flush(self) -> None:
+    def _flush(self, everything: bool = False) -> None:
+        """Writes what is gathered, when some of it is waited for (or `everything`)."""
         self._flushing = False
+        if not (self._urgent or everything):
+            return
+        self._urgent = False
         if self._out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(self._out))
         self._out.clear()
+
+    def _flush_lazy(self) -> None:
+        self._lazy_timer = False
+        self._flush(everything=True)
 
     # ---- frames in ----------------------------------------------------------------------
     def _receive(self, data: bytes) -> None:
@@ -329,9 +348,12 @@ class Http2Connection(asyncio.Protocol):
             log.exception("a stream's reset failed")
 
     # ---- frames out -------------------------------------------------------------------
-    def send_headers(self, stream_id: int, block: bytes, end_stream: bool = False) -> None:
+    def send_headers(
+        self, stream_id: int, block: bytes, end_stream: bool = False, lazy: bool = False
+    ) -> None:
         """A header block; one that follows data still waiting for a window (the trailers,
-        which always end the stream) waits behind it."""
+        which always end the stream) waits behind it. `lazy`: nobody waits for it (it may
+        go out with the next frames that are waited for, or within LAZY_SECONDS)."""
         stream = self.streams.get(stream_id)
         if stream is None or stream.local_closed:
             return
@@ -339,9 +361,9 @@ class Http2Connection(asyncio.Protocol):
             stream.pending.append((block, None))
             return
         flags = END_HEADERS | (END_STREAM if end_stream else 0)
-        self._write(frame(HEADERS, flags, stream_id, block))
+        self._write(frame(HEADERS, flags, stream_id, block), lazy)
         if end_stream:
-            self._local_end(stream_id, stream)
+            self._local_end(stream_id, stream, lazy)
 
     def send_data(self, stream_id: int, data: bytes, end_stream: bool = False) -> None:
         stream = self.streams.get(stream_id)
@@ -394,11 +416,11 @@ class Http2Connection(asyncio.Protocol):
             if stream.pending:
                 self._drain(stream_id, stream)
 
-    def _local_end(self, stream_id: int, stream: _Stream) -> None:
+    def _local_end(self, stream_id: int, stream: _Stream, lazy: bool = False) -> None:
         stream.local_closed = True
         if not stream.remote_closed:
             # the answer is complete: the rest of the request is not wanted (RFC 9113 8.1)
-            self._write(frame(RST_STREAM, 0, stream_id, _WORD.pack(NO_ERROR)))
+            self._write(frame(RST_STREAM, 0, stream_id, _WORD.pack(NO_ERROR)), lazy)
         self.streams.pop(stream_id, None)
         if self._idle is not None:
             self._check_idle()
@@ -425,7 +447,7 @@ class Http2Connection(asyncio.Protocol):
         self._write(frame(GOAWAY, 0, 0, payload))
 
     def close(self) -> None:
-        self._flush()
+        self._flush(everything=True)
         if self.transport is not None:
             self.transport.close()
 

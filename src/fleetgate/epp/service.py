@@ -260,7 +260,8 @@ class _Observe:
             request_id = _attribute(request, REQUEST_ID)
             self.pick = self.picker.claim(request_id) if request_id else None
             if self.pick is None:
-                self.call.finish()  # not a picked request (or its pick already given up on)
+                # not a picked request (or its pick already given up on)
+                self.call.finish(lazy=True)
                 return
             headers = _watched(request.response_headers)
             status = headers.get(":status", "0")
@@ -280,7 +281,7 @@ class _Observe:
 
     def _finish(self) -> None:
         pick, self.pick = self.pick, None
-        self.call.finish()
+        self.call.finish(lazy=True)  # Envoy waits for nothing from it
         if pick is None:
             return
         try:
