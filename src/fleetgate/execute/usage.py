@@ -110,11 +110,22 @@ def _sum(*parts: object) -> int | None:
     return total
 
 
-def _counts(data: object) -> tuple[object, object] | None:
-    """(prompt, completion) as a body or stream event reports them, unchecked; None when it
-    reports no usage. The prompt count is the whole prompt: Anthropic reports the tokens
-    read from its cache apart from `input_tokens` (llama.cpp's Messages API too), so they
-    are added."""
+def _cached(usage: dict[str, Any]) -> object:
+    """Prompt tokens read from the provider's cache, unchecked: OpenAI's
+    `prompt_tokens_details.cached_tokens`, Responses' `input_tokens_details.cached_tokens`,
+    Anthropic's `cache_read_input_tokens`; None when the usage does not say."""
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
+    if type(details) is dict and "cached_tokens" in details:
+        return details["cached_tokens"]
+    return usage.get("cache_read_input_tokens")
+
+
+def _counts(data: object) -> tuple[object, object, object] | None:
+    """(prompt, completion, read from cache) as a body or stream event reports them,
+    unchecked; None when it reports no usage. The prompt count is the whole prompt:
+    Anthropic reports the tokens read from its cache apart from `input_tokens` (llama.cpp's
+    Messages API too), so they are added; of these, the cache's share is the third count
+    (llama.cpp's `timings.cache_n` when no usage was asked for)."""
     if not isinstance(data, dict):
         return None
     usage = data.get("usage")
@@ -132,23 +143,28 @@ def _counts(data: object) -> tuple[object, object] | None:
                     usage.get("cache_read_input_tokens"),
                     usage.get("cache_creation_input_tokens"),
                 )
-        return prompt, usage.get("completion_tokens", usage.get("output_tokens"))
+        completion = usage.get("completion_tokens", usage.get("output_tokens"))
+        return prompt, completion, _cached(usage)
     if "prompt_eval_count" in data:  # Ollama native
-        return data.get("prompt_eval_count"), data.get("eval_count")
+        return data.get("prompt_eval_count"), data.get("eval_count"), None
     if isinstance(timings := data.get("timings"), dict):  # llama.cpp, no usage asked for
-        return _sum(timings.get("cache_n"), timings.get("prompt_n")), timings.get("predicted_n")
+        cached = timings.get("cache_n")
+        return _sum(cached, timings.get("prompt_n")), timings.get("predicted_n"), cached
     return None
 
 
-def _take(attempt: Attempt, prompt: object, completion: object) -> None:
+def _take(attempt: Attempt, prompt: object, completion: object, cached: object) -> None:
     if (n := token_count(prompt)) is not None:
         attempt.prompt_tokens = n
     if (n := token_count(completion)) is not None:
         attempt.completion_tokens = n
+    if (n := token_count(cached)) is not None:
+        attempt.cache_read_tokens = n
 
 
 def take_usage(attempt: Attempt, data: object) -> None:
-    """Token counts from an OpenAI, Anthropic, Responses or Ollama body or stream event."""
+    """Token counts (and the prompt's share read from a cache) from an OpenAI, Anthropic,
+    Responses or Ollama body or stream event."""
     counts = _counts(data)
     if counts is not None:
         _take(attempt, *counts)
@@ -186,7 +202,7 @@ def _last_usage_marker(block: bytes, end: int) -> int:
     )
 
 
-def _event_counts(data: bytes) -> tuple[object, object] | None:
+def _event_counts(data: bytes) -> tuple[object, object, object] | None:
     """The counts of one event's payload (it may be only the end of one: then its usage
     object, if it is whole)."""
     try:
@@ -207,12 +223,13 @@ def stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
     searched from the end, without a forward test of the whole block first; `\r` alone is
     looked for: one byte is found by `memchr`, two by a slower search). When that event
     has no prompt count (Anthropic's `message_delta`, the output count alone), the prompt
-    count is the one of the event before it that has one (`message_start`'s input)."""
+    count, and its share read from a cache, are the ones of the event before it that has
+    one (`message_start`'s input)."""
     if CR in block:
         block = block.replace(b"\r\n", b"\n")
     sep = framing.separator
     end = len(block)
-    last: tuple[object, object] | None = None  # the counts of the last event with usage
+    last: tuple[object, object, object] | None = None  # the last event with usage's counts
     while (at := _last_usage_marker(block, end)) >= 0:
         begin = block.rfind(sep, 0, at)
         begin = 0 if begin < 0 else begin + len(sep)
@@ -228,8 +245,8 @@ def stream_usage(attempt: Attempt, block: bytes, framing: Framing) -> None:
             continue
         if last is None:
             last = counts
-        elif token_count(counts[0]) is not None:
-            last = (counts[0], last[1])
+        elif token_count(counts[0]) is not None:  # the prompt's counts, from an earlier event
+            last = (counts[0], last[1], last[2] if last[2] is not None else counts[2])
         if token_count(last[0]) is not None:
             break
     if last is not None:
@@ -241,20 +258,9 @@ _ANSWER_ID = re.compile(rb'"id"\s*:\s*"([^"\\]{1,128})"')
 _ANSWER_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,255})"')
 
 
-def _cached(usage: object) -> int | None:
-    """Prompt tokens read from the provider's cache: OpenAI's
-    `prompt_tokens_details.cached_tokens`, Anthropic's `cache_read_input_tokens`."""
-    if not isinstance(usage, dict):
-        return None
-    details = usage.get("prompt_tokens_details")
-    if isinstance(details, dict) and (n := token_count(details.get("cached_tokens"))) is not None:
-        return n
-    return token_count(usage.get("cache_read_input_tokens"))
-
-
 def answer_facts(attempt: Attempt, data: dict[str, Any]) -> None:
-    """What a whole answer says of itself, for its trace span: its id, the model that
-    answered, the prompt tokens its cache served."""
+    """What a whole answer says of itself, for its trace span: its id and the model that
+    answered (its counts, cache reads included, are `take_usage`'s)."""
     inner = data.get("message")  # Anthropic's message_start (a stream's) holds them
     holder = inner if isinstance(inner, dict) and "id" in inner else data
     answer_id, model = holder.get("id"), holder.get("model")
@@ -262,7 +268,6 @@ def answer_facts(attempt: Attempt, data: dict[str, Any]) -> None:
         attempt.response_id = answer_id[:128]
     if isinstance(model, str):
         attempt.response_model = model[:255]
-    attempt.cache_read_tokens = _cached(holder.get("usage"))
 
 
 def stream_facts(attempt: Attempt, block: bytes) -> None:

@@ -91,6 +91,9 @@ class FakeAnthropic:
         self.host = host
         self.port = port
         self.requests: list[ReceivedRequest] = []
+        # prompt tokens each answer says were read from the cache (`cache_read_input_tokens`,
+        # apart from `input_tokens` as Anthropic reports them); 0: not reported
+        self.cache_read = 0
         self._overloads = 0
         self._runner: web.ServerRunner | None = None
 
@@ -231,8 +234,19 @@ class FakeAnthropic:
             "content": content,
             "stop_reason": stop,
             "stop_sequence": matched,
-            "usage": {"input_tokens": prompt, "output_tokens": words},
+            "usage": self._usage(prompt, words),
         }, pieces
+
+    def _usage(self, prompt: int, words: int) -> dict[str, int]:
+        if not self.cache_read:
+            return {"input_tokens": prompt, "output_tokens": words}
+        cached = min(self.cache_read, prompt)
+        return {
+            "input_tokens": prompt - cached,
+            "cache_read_input_tokens": cached,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": words,
+        }
 
     async def _stream(
         self, request: web.BaseRequest, message: dict[str, Any], pieces: list[str]
@@ -246,7 +260,7 @@ class FakeAnthropic:
 
         usage = message["usage"]
         start = {**message, "content": [], "stop_reason": None}
-        start["usage"] = {"input_tokens": usage["input_tokens"], "output_tokens": 1}
+        start["usage"] = {**usage, "output_tokens": 1}
         await send("message_start", {"message": start})
         await send("ping", {})
         for index, block in enumerate(message["content"]):

@@ -165,14 +165,18 @@ class _Reply:
     calls: list[tuple[str, str]] = field(default_factory=list)
     created: int = field(default_factory=lambda: int(time.time()))
     rid: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
+    cached_tokens: int | None = None  # of the prompt, read from a cache (reported when set)
 
     @property
-    def usage(self) -> dict[str, int]:
-        return {
+    def usage(self) -> dict[str, Any]:
+        usage: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
         }
+        if self.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return usage
 
 
 def _texts(value: Any) -> list[str]:
@@ -373,6 +377,9 @@ class FakeEngine:
         self.host = host
         self.port = port
         self.tokenize_delay = 0.0
+        # prompt tokens each answer says its cache served (`prompt_tokens_details`); None: no
+        # such detail, as most engines answer
+        self.cached_tokens: int | None = None
         # headers every answer carries besides its own (a `Set-Cookie`, say)
         self.response_headers: dict[str, str] = {}
         self.load: dict[str, float] = {}  # waiting / running / kv_cache, as /metrics says
@@ -621,7 +628,10 @@ class FakeEngine:
                 calls.append((str(fn.get("name", "tool")), _arguments(fn.get("parameters"), i)))
             finish = "tool_calls"
         model = self.answer_model or str(body.get("model") or self.served_model)
-        return _Reply(model, prompt, completion, finish, tool_name, calls)
+        reply = _Reply(model, prompt, completion, finish, tool_name, calls)
+        if self.cached_tokens is not None:
+            reply.cached_tokens = min(self.cached_tokens, prompt)
+        return reply
 
     def _pieces(self, reply: _Reply) -> list[str]:
         return [f"{self.name} says:"] + [f" w{i}" for i in range(1, reply.completion_tokens + 1)]
