@@ -46,10 +46,21 @@ class TraceContext:
     path: str = ""  # the request's path (its SERVER span's route)
     perf: float = 0.0  # perf_counter at the request's start
     wall_ns: int = 0  # the wall clock then, in ns (only while sampled)
-    # perf_counter marks: "plan", "planned", "refine", "refined" (only while sampled)
+    # perf_counter marks: "plan", "planned", "refine", and "count", "counted" around an
+    # exact count (only while sampled)
     marks: dict[str, float] = field(default_factory=dict)
     kept: tuple[str, ...] = ()  # the plan's candidates, in order (deployment ids)
     params: dict[str, Any] = field(default_factory=dict)  # max_tokens, temperature, top_p
+    count_span: str | None = None  # the exact count's span, the parent its calls name
+
+    def count_headers(self) -> dict[str, str]:
+        """The headers of an exact count's engine calls: the `traceparent` of the count's
+        own span (made here) when sampled, else of the request's span, as its attempts."""
+        span_id = self.span_id
+        if self.sampled:
+            span_id = self.count_span = new_span_id()
+            self.marks["count"] = time.perf_counter()
+        return self.upstream_headers({}, span_id)
 
     def traceparent(self, span_id: str) -> str:
         """The `traceparent` of a span of this trace (an attempt's, for its upstream)."""

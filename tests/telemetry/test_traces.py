@@ -327,6 +327,70 @@ def test_an_exact_count_has_its_span_under_routing(
     assert "m@long" in route_attrs["fleetgate.candidates.kept"]
 
 
+def count_calls(stack: Stack) -> list[Any]:
+    return [
+        r
+        for e in stack.engines.values()
+        for r in e.requests
+        if r.path in ("/tokenize", "/apply-template")
+    ]
+
+
+def count_near_the_boundary(stack: Stack, headers: dict[str, str] | None = None) -> None:
+    # 1200 lone full stops: the estimate straddles the 1k window, so the engine counts them
+    body = {"model": "m", "messages": [{"role": "user", "content": " ".join(["."] * 1200)}]}
+    resp = httpx.post(
+        f"{stack.url}/v1/chat/completions",
+        json={**body, "max_tokens": 10},
+        headers=headers,
+        timeout=10,
+    )
+    assert resp.headers["x-fleetgate-context-estimate"] == "1211; exact"
+
+
+def tiered(stack: Stack, telemetry_block: dict[str, Any] | None) -> None:
+    base = stack.engine("base", context_window=BASE_WINDOW)
+    long = stack.engine("long", context_window=LONG_WINDOW)
+    config = tiered_config(base, long)
+    if telemetry_block is not None:
+        config["telemetry"] = telemetry_block
+    stack.start_gateway(config)
+
+
+def test_the_exact_count_call_names_its_span_as_parent(
+    stack: Stack, grpc_receiver: GrpcReceiver
+) -> None:
+    tiered(stack, telemetry(grpc_receiver.endpoint, "grpc"))
+    count_near_the_boundary(stack, {"traceparent": traceparent(), "tracestate": "vendor=abc"})
+    spans = spans_of(grpc_receiver, CLIENT_TRACE, 4)
+    (count,) = [s for s in spans.values() if s.name == "fleetgate.count_tokens"]
+    (calls,) = count_calls(stack)  # an engine that traces joins the trace under the count
+    assert calls.headers["traceparent"] == f"00-{CLIENT_TRACE}-{count.span_id.hex()}-01"
+    assert calls.headers["tracestate"] == "vendor=abc"
+    (client,) = [s for s in spans.values() if s.kind == CLIENT]
+    assert count.span_id != client.span_id
+
+
+def test_an_unsampled_count_call_carries_the_trace_and_an_untraced_one_nothing(
+    stack: Stack, grpc_receiver: GrpcReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiered(stack, telemetry(grpc_receiver.endpoint, "grpc"))
+    unsampled = "11111111111111111111111111111111"
+    count_near_the_boundary(stack, {"traceparent": traceparent(unsampled, flags="00")})
+    (calls,) = count_calls(stack)
+    assert calls.headers["traceparent"].startswith(f"00-{unsampled}-")
+    assert calls.headers["traceparent"].endswith("-00")
+    stack.stop_gateway()
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    for engine in stack.engines.values():
+        engine.reset_counters()
+    tiered_off = tiered_config(stack.engines["base"], stack.engines["long"])
+    stack.start_gateway(tiered_off)
+    count_near_the_boundary(stack, {"traceparent": traceparent()})
+    (calls,) = count_calls(stack)
+    assert "traceparent" not in calls.headers
+
+
 def test_a_translated_attempt_has_a_translation_span(
     stack: Stack, grpc_receiver: GrpcReceiver
 ) -> None:

@@ -18,7 +18,8 @@
   estimates it.
 
 Counts are cached by a hash of what was counted and where (a retried or repeated request
-costs no call). Upstream calls never follow redirects.
+costs no call). Upstream calls never follow redirects; each carries the headers the count
+was given (the request's `traceparent`, naming the count's span as its parent).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import asyncio
 import hashlib
 import logging
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import orjson
@@ -187,6 +189,17 @@ def _anthropic_count_body(body: dict[str, Any], model: str) -> dict[str, Any]:
     return out
 
 
+class _Calls:
+    """One count's engine calls: how many it made, and the headers each carries (the
+    request's `traceparent`, so an engine that traces joins the request's trace)."""
+
+    __slots__ = ("headers", "made")
+
+    def __init__(self, headers: Mapping[str, str] | None) -> None:
+        self.made = 0
+        self.headers = headers
+
+
 class Counted(NamedTuple):
     tokens: int
     calls: int  # the engine calls it took (0: a cache hit or a local tokenizer)
@@ -287,36 +300,46 @@ class ExactCounter:
         return None
 
     async def count(
-        self, dep: Deployment, profile: RequestProfile, settings: ContextConfig
+        self,
+        dep: Deployment,
+        profile: RequestProfile,
+        settings: ContextConfig,
+        headers: Mapping[str, str] | None = None,
     ) -> Counted:
-        """The prompt tokens of `profile` on `dep`; raises on any failure (the caller keeps
-        the estimate)."""
+        """The prompt tokens of `profile` on `dep`, each engine call with `headers`; raises
+        on any failure (the caller keeps the estimate)."""
         keys = self._keys(dep, profile)
         cached = self._cache.get(keys[-1])
         if cached is not None:
             self._cache.move_to_end(keys[-1])
             return Counted(cached, 0)
-        spent = [0]  # this count's engine calls (others may count at the same time)
-        counted = await self._step(dep, profile, keys, spent)
+        calls = _Calls(headers)  # this count's (others may count at the same time)
+        counted = await self._step(dep, profile, keys, calls)
         if counted is None:
-            counted = await self._whole(dep, profile, spent)
+            counted = await self._whole(dep, profile, calls)
         if not counted.estimated:  # a guessed scaffolding is no count to keep
             self._remember(keys[-1], counted.tokens)
         return counted
 
-    async def settle(self, dep: Deployment, profile: RequestProfile, counted: Counted) -> Counted:
+    async def settle(
+        self,
+        dep: Deployment,
+        profile: RequestProfile,
+        counted: Counted,
+        headers: Mapping[str, str] | None = None,
+    ) -> Counted:
         """A count whose scaffolding was guessed, made exact by the engine's own count of
         the whole request (`WHOLE_COUNTING_KINDS`), which teaches the shape's scaffolding."""
-        spent = [0]
-        tokens = await self._engine_count(dep, profile, spent)
+        calls = _Calls(headers)
+        tokens = await self._engine_count(dep, profile, calls)
         if counted.basis is not None:
             key, text = counted.basis
             self.template.learn(key, tokens - text)
         self._remember(self._keys(dep, profile)[-1], tokens)
-        return Counted(tokens, counted.calls + spent[0], counted.basis)
+        return Counted(tokens, counted.calls + calls.made, counted.basis)
 
     async def _step(
-        self, dep: Deployment, profile: RequestProfile, keys: list[bytes], spent: list[int]
+        self, dep: Deployment, profile: RequestProfile, keys: list[bytes], calls: _Calls
     ) -> Counted | None:
         """A conversation whose earlier messages were counted: their count, the new
         messages' text and the template's framing of them (learned: see the module doc)."""
@@ -334,17 +357,17 @@ class ExactCounter:
         key = step_key(dep, messages[k - 1], messages[k:])
         framing = self.template.get(key)
         if framing is None and dep.tokenizer is None:  # the first time: counted whole too
-            whole, _ = await self._learn_framing(dep, profile, key, texts, before, spent)
-            return Counted(whole, spent[0])
-        text = await self._text_count(dep, texts, spent)
+            whole, _ = await self._learn_framing(dep, profile, key, texts, before, calls)
+            return Counted(whole, calls.made)
+        text = await self._text_count(dep, texts, calls)
         if framing is not None:
-            return Counted(before + text + framing, spent[0], (key, before + text))
+            return Counted(before + text + framing, calls.made, (key, before + text))
         # a local tokenizer: the family's figure until usage teaches it
         per_message = FAMILIES[dep.tokenizer_family].weights[FIELDS.index("messages")]
         guess = round(per_message * (len(messages) - k))
-        return Counted(before + text + guess, spent[0], (key, before + text), guess)
+        return Counted(before + text + guess, calls.made, (key, before + text), guess)
 
-    async def _text_count(self, dep: Deployment, texts: list[str], spent: list[int]) -> int:
+    async def _text_count(self, dep: Deployment, texts: list[str], calls: _Calls) -> int:
         """Tokens of each text alone, summed (no merges across them)."""
         if dep.tokenizer is not None:
             # long texts, and a tokenizer still to load, off the event loop
@@ -353,21 +376,21 @@ class ExactCounter:
             return _local_count(dep.tokenizer, texts)
         root = _server_root(self.pool.client(dep.provider).base_url)
         # llama.cpp tokenizes each string of a list apart
-        return _count(await self._post(dep, root + "/tokenize", {"content": texts}, spent))
+        return _count(await self._post(dep, root + "/tokenize", {"content": texts}, calls))
 
-    async def _whole(self, dep: Deployment, profile: RequestProfile, spent: list[int]) -> Counted:
+    async def _whole(self, dep: Deployment, profile: RequestProfile, calls: _Calls) -> Counted:
         if dep.tokenizer is not None:
-            text = await self._text_count(dep, _texts(profile), spent)
+            text = await self._text_count(dep, _texts(profile), calls)
             return self._with_scaffolding(dep, profile, text)
         if dep.provider.kind == "sglang":
-            return await self._sglang_count(dep, profile, spent)
+            return await self._sglang_count(dep, profile, calls)
         texts = _framable(profile) if dep.provider.kind == "llamacpp" else None
         if texts is not None:
-            return await self._framed(dep, profile, texts, spent)
-        return Counted(await self._engine_count(dep, profile, spent), spent[0])
+            return await self._framed(dep, profile, texts, calls)
+        return Counted(await self._engine_count(dep, profile, calls), calls.made)
 
     async def _framed(
-        self, dep: Deployment, profile: RequestProfile, texts: list[str], spent: list[int]
+        self, dep: Deployment, profile: RequestProfile, texts: list[str], calls: _Calls
     ) -> Counted:
         """A plain-text chat on llama.cpp: its texts' tokens plus its shape's framing (the
         roles' scaffolding and the rendered tools), learned the first time from the whole
@@ -375,10 +398,10 @@ class ExactCounter:
         key = whole_key(dep, profile.body)
         framing = self.template.get(key)
         if framing is not None:
-            text = await self._text_count(dep, texts, spent)
-            return Counted(text + framing, spent[0], (key, text))
-        whole, text = await self._learn_framing(dep, profile, key, texts, 0, spent)
-        return Counted(whole, spent[0], (key, text))
+            text = await self._text_count(dep, texts, calls)
+            return Counted(text + framing, calls.made, (key, text))
+        whole, text = await self._learn_framing(dep, profile, key, texts, 0, calls)
+        return Counted(whole, calls.made, (key, text))
 
     async def _learn_framing(
         self,
@@ -387,13 +410,13 @@ class ExactCounter:
         key: Key,
         texts: list[str],
         before: int,
-        spent: list[int],
+        calls: _Calls,
     ) -> tuple[int, int]:
         """The engine's whole count beside the count of `texts` (both at once): what the
         whole holds beyond them and `before` (counted earlier) is `key`'s framing, learned.
         Returns (whole, texts)."""
         whole, text = await asyncio.gather(
-            self._engine_count(dep, profile, spent), self._text_count(dep, texts, spent)
+            self._engine_count(dep, profile, calls), self._text_count(dep, texts, calls)
         )
         self.template.learn(key, whole - before - text)
         return whole, text
@@ -410,19 +433,16 @@ class ExactCounter:
         guess = _scaffolding(dep, profile)
         return Counted(text + guess, 0, (key, text), guess)
 
-    async def _post(
-        self, dep: Deployment, url: str, payload: dict[str, Any], spent: list[int]
-    ) -> Any:
+    async def _post(self, dep: Deployment, url: str, payload: dict[str, Any], calls: _Calls) -> Any:
         self.calls += 1
-        spent[0] += 1
-        status, raw = await call(self.pool.client(dep.provider), "POST", url, orjson.dumps(payload))
+        calls.made += 1
+        client = self.pool.client(dep.provider)
+        status, raw = await call(client, "POST", url, orjson.dumps(payload), calls.headers)
         if status != 200:
             raise TokenizeError(f"tokenize answered {status}")
         return orjson.loads(raw)
 
-    async def _engine_count(
-        self, dep: Deployment, profile: RequestProfile, spent: list[int]
-    ) -> int:
+    async def _engine_count(self, dep: Deployment, profile: RequestProfile, calls: _Calls) -> int:
         client = self.pool.client(dep.provider)
         root = _server_root(client.base_url)
         body = profile.body
@@ -438,12 +458,12 @@ class ExactCounter:
                     payload["tools"] = tools
             else:
                 payload["prompt"] = body.get("prompt")
-            return _count(await self._post(dep, root + "/tokenize", payload, spent))
+            return _count(await self._post(dep, root + "/tokenize", payload, calls))
         if kind == "llamacpp":
             if not chat:
                 content = "".join(_texts(profile))
                 return _count(
-                    await self._post(dep, root + "/tokenize", {"content": content}, spent)
+                    await self._post(dep, root + "/tokenize", {"content": content}, calls)
                 )
             messages = body["messages"]
             if _plain_chat(messages):
@@ -451,7 +471,7 @@ class ExactCounter:
                     dep,
                     root + "/v1/messages/count_tokens",
                     _anthropic_count_body(body, dep.upstream_model),
-                    spent,
+                    calls,
                 )
                 return _count(answer)
             payload = {"messages": messages}
@@ -459,28 +479,33 @@ class ExactCounter:
                 payload["tools"] = tools
                 if body.get("tool_choice") is not None:
                     payload["tool_choice"] = body["tool_choice"]
-            templated = await self._post(dep, root + "/apply-template", payload, spent)
+            templated = await self._post(dep, root + "/apply-template", payload, calls)
             text = templated.get("prompt") if isinstance(templated, dict) else None
             if not isinstance(text, str):
                 raise TokenizeError("no prompt in the apply-template answer")
-            return _count(await self._post(dep, root + "/tokenize", {"content": text}, spent))
+            return _count(await self._post(dep, root + "/tokenize", {"content": text}, calls))
         raise TokenizeError(f"{kind} engines are not counted here")
 
     async def _sglang_count(
-        self, dep: Deployment, profile: RequestProfile, spent: list[int]
+        self, dep: Deployment, profile: RequestProfile, calls: _Calls
     ) -> Counted:
         """SGLang counts text only: the template's scaffolding is learned, or estimated."""
         client = self.pool.client(dep.provider)
         payload = {"model": dep.upstream_model, "prompt": "\n".join(_texts(profile))}
-        text = _count(await self._post(dep, client.base_url + "/tokenize", payload, spent))
+        text = _count(await self._post(dep, client.base_url + "/tokenize", payload, calls))
         counted = self._with_scaffolding(dep, profile, text)
-        return counted._replace(calls=spent[0])
+        return counted._replace(calls=calls.made)
 
 
 async def count_prompt(
-    counter: ExactCounter, dep: Deployment, profile: RequestProfile, settings: ContextConfig
+    counter: ExactCounter,
+    dep: Deployment,
+    profile: RequestProfile,
+    settings: ContextConfig,
+    headers: Mapping[str, str] | None = None,
 ) -> Counted:
-    """The exact prompt tokens of a request on a deployment (raises when it cannot tell)."""
+    """The exact prompt tokens of a request on a deployment (raises when it cannot tell);
+    every engine call carries `headers` (the count's `traceparent`)."""
     if profile.endpoint not in COUNTABLE_ENDPOINTS:
         raise TokenizeError(f"{profile.endpoint} requests are not counted")
-    return await counter.count(dep, profile, settings)
+    return await counter.count(dep, profile, settings, headers)

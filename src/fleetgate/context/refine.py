@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from dataclasses import replace
 
 import orjson
@@ -129,10 +130,12 @@ class ContextRefiner:
             plan.notes["context_refine"] = "skipped_busy"
             return None
         self.inflight += 1
+        trace = profile.trace  # the count's calls join the request's trace
+        headers = trace.count_headers() if trace is not None else None
         try:
             # wait_for, not asyncio.timeout: the plan may be stepped outside a task (the
             # picker answers in the turn the body came); the count runs in a task of its own
-            counting = self._count(plan, counter, profile, settings)
+            counting = self._count(plan, counter, profile, settings, headers)
             counted = await asyncio.wait_for(counting, settings.refine.timeout_seconds)
         except TimeoutError:
             plan.notes["context_refine"] = "timeout"
@@ -142,6 +145,8 @@ class ContextRefiner:
             return None
         finally:
             self.inflight -= 1
+            if trace is not None and trace.sampled:
+                trace.marks["counted"] = time.perf_counter()
         exact = replace(estimate, prompt_tokens=counted.tokens, exact=True)
         profile.context = exact
         plan.notes["context_refine"] = "exact"
@@ -158,17 +163,22 @@ class ContextRefiner:
         return counted
 
     async def _count(
-        self, plan: RoutePlan, counter: Deployment, profile: RequestProfile, settings: ContextConfig
+        self,
+        plan: RoutePlan,
+        counter: Deployment,
+        profile: RequestProfile,
+        settings: ContextConfig,
+        headers: dict[str, str] | None,
     ) -> Counted:
         estimate = profile.context
         assert estimate is not None
-        counted = await count_prompt(self.counter, counter, profile, settings)
+        counted = await count_prompt(self.counter, counter, profile, settings, headers)
         if (
             counted.estimated
             and counter.provider.kind in WHOLE_COUNTING_KINDS
             and _in_doubt(plan, estimate, counted)
         ):
-            counted = await self.counter.settle(counter, profile, counted)
+            counted = await self.counter.settle(counter, profile, counted, headers)
         return counted
 
 

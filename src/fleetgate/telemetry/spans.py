@@ -165,20 +165,22 @@ class SpanBuilder:
                 otlp.STATUS_ERROR if failed and planned is None else 0,
             )
         )
-        if refine in _COUNTED and "refine" in marks:
+        if refine in _COUNTED and "count" in marks:
             count_attrs = _attr("fleetgate.context.source", refine) + _attr(
                 "fleetgate.context.tokens", _count(tokens)
             )
+            counted = marks.get("counted")
             out.append(
                 otlp.span(
                     trace_id,
-                    _new_span_id(),
+                    # the id the count's engine calls named as their parent
+                    bytes.fromhex(trace.count_span) if trace.count_span else _new_span_id(),
                     route_id,
                     None,
                     COUNT_SPAN,
                     otlp.SPAN_INTERNAL,
-                    wall + int((marks["refine"] - perf) * 1e9),
-                    planned_ns,
+                    wall + int((marks["count"] - perf) * 1e9),
+                    wall + int((counted - perf) * 1e9) if counted is not None else planned_ns,
                     count_attrs,
                     0 if refine == "exact" else otlp.STATUS_ERROR,
                 )
