@@ -39,10 +39,13 @@ def _gauge(stack: Stack, name: str) -> float:
 @pytest.mark.parametrize("wire", ["grpc", "http/protobuf"])
 def test_a_dead_collector_costs_no_request(stack: Stack, wire: str) -> None:
     endpoint = f"http://127.0.0.1:{_closed_port()}"
-    fallback_fleet(stack, telemetry(endpoint, wire))
+    block = telemetry(endpoint, wire)
+    block["otlp"].update(retries=1, retry_backoff_seconds=0.05)  # given up soon
+    fallback_fleet(stack, block)
     for _ in range(10):
         assert chat(stack, headers={"traceparent": traceparent()}).status_code == 200
     wait_until(lambda: _gauge(stack, "fleetgate_spans_failed") > 0, 10, "failed exports counted")
+    assert _gauge(stack, "fleetgate_otlp_retries") > 0  # each was sent again first
     assert _gauge(stack, "fleetgate_spans_exported") == 0
     assert chat(stack).status_code == 200
 

@@ -573,6 +573,13 @@ class OtlpConfig(_Strict):
     Unset: `OTEL_EXPORTER_OTLP_HEADERS`."""
     timeout_seconds: PositiveFloat | None = None
     """One export's deadline. Unset: `OTEL_EXPORTER_OTLP_TIMEOUT` (ms), else 10."""
+    retries: NonNegativeInt = 5
+    """How many times a batch is sent again when the collector is down or busy (gRPC
+    `UNAVAILABLE`/`RESOURCE_EXHAUSTED`, HTTP 429/502/503/504, a refused connection); 0
+    sends each once."""
+    retry_backoff_seconds: PositiveFloat = 1.0
+    """The first wait before a batch is sent again, doubled for each retry up to 30 s (with
+    jitter); a delay the collector asks for (`Retry-After`, gRPC `RetryInfo`) comes first."""
 
     @model_validator(mode="after")
     def _endpoint_is_url(self) -> OtlpConfig:

@@ -5,7 +5,10 @@ A record's spans are encoded in `take` (the loop turn after the request ended, l
 sink's share); `flush` hands the spans gathered to the export thread once per export
 interval, as one request. The thread only sends (gRPC and socket I/O release the GIL). The
 spans waiting are bounded (`max_queue_spans`): past it new spans are dropped and counted,
-never waited for, so a collector that is down or slow costs no request anything.
+never waited for, so a collector that is down or slow costs no request anything. A batch
+the collector may take later is sent again after a backoff (`retry.py`), a bounded number
+of times; it stays counted in the queue meanwhile, so retries never let it grow past its
+bound.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from fleetgate.record.metrics import Metrics
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.telemetry import otlp
 from fleetgate.telemetry.metrics import genai_metrics
+from fleetgate.telemetry.retry import delay
 from fleetgate.telemetry.settings import TelemetrySettings
 from fleetgate.telemetry.spans import SpanBuilder
 from fleetgate.telemetry.transport import METRICS, TRACES, ExportFailed, Transport, transport_for
@@ -81,6 +85,7 @@ class TelemetrySink:
         self.dropped = 0  # spans dropped: the queue was full
         self.failed = 0  # spans the collector did not take
         self.exported = 0  # spans the collector took
+        self.retries = 0  # batches sent again (the collector was down or busy)
         registry = metrics.registry
         Gauge(
             "fleetgate_spans_dropped",
@@ -95,6 +100,11 @@ class TelemetrySink:
         Gauge(
             "fleetgate_spans_exported", "Spans the collector took.", registry=registry
         ).set_function(lambda: self.exported)
+        Gauge(
+            "fleetgate_otlp_retries",
+            "OTLP exports sent again: the collector was down or busy.",
+            registry=registry,
+        ).set_function(lambda: self.retries)
 
     # ---- the serving loop's side ------------------------------------------------------
     @property
@@ -165,23 +175,40 @@ class TelemetrySink:
                 if not self._batches:
                     break
                 signal, body, spans = self._batches[0]
-            try:
-                transport.send(signal, body)
-            except ExportFailed as exc:
-                self.failed += spans
-                log.warning(
-                    "telemetry: %s export to %s failed: %s", signal, self.settings.endpoint, exc
-                )
-            except Exception:
-                self.failed += spans
-                log.exception("telemetry: %s export failed", signal)
-            else:
-                self.exported += spans
+            self._send(transport, signal, body, spans)
             with self._ready:
                 self._batches.popleft()
                 self._queued -= spans
                 self._ready.notify_all()
         transport.close()
+
+    def _send(self, transport: Transport, signal: str, body: bytes, spans: int) -> None:
+        """One batch, sent again while the collector may take it later, `retries` times at
+        most; a stop gives up the waits (the last batches get one send each)."""
+        retry = 0
+        while True:
+            try:
+                transport.send(signal, body)
+            except ExportFailed as exc:
+                settings = self.settings
+                if exc.retryable and retry < settings.retries:
+                    retry += 1
+                    if self._pause(delay(retry, settings.retry_backoff, exc.after)):
+                        self.retries += 1
+                        continue
+                self.failed += spans
+                log.warning("telemetry: %s export to %s failed: %s", signal, settings.endpoint, exc)
+            except Exception:
+                self.failed += spans
+                log.exception("telemetry: %s export failed", signal)
+            else:
+                self.exported += spans
+            return
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait before a send again; False when the sink stops meanwhile."""
+        with self._ready:
+            return not self._ready.wait_for(lambda: self._stopping, seconds)
 
     async def stop(self) -> None:
         """Send what is gathered (the last spans and figures), then end the thread: waits

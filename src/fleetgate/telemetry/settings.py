@@ -27,6 +27,8 @@ class TelemetrySettings:
     protocol: str  # "grpc" | "http/protobuf"
     headers: tuple[tuple[str, str], ...]
     timeout: float  # seconds
+    retries: int  # sends again of a batch the collector may take later
+    retry_backoff: float  # seconds: the first wait before one
     service_name: str
     sample_ratio: float
     parent_based: bool
@@ -121,6 +123,8 @@ def telemetry_settings(
         protocol=protocol,
         headers=tuple((k.lower(), v) for k, v in headers),
         timeout=otlp.timeout_seconds or _ms(env, "OTEL_EXPORTER_OTLP_TIMEOUT") or 10.0,
+        retries=otlp.retries,
+        retry_backoff=otlp.retry_backoff_seconds,
         service_name=service,
         sample_ratio=ratio,
         parent_based=parent_based,

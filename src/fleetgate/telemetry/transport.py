@@ -8,6 +8,12 @@ import logging
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from fleetgate.telemetry.retry import (
+    RETRYABLE_GRPC,
+    RETRYABLE_HTTP,
+    grpc_retry_delay,
+    retry_after,
+)
 from fleetgate.telemetry.settings import TelemetrySettings
 
 log = logging.getLogger("fleetgate.telemetry")
@@ -20,7 +26,14 @@ _GRPC_METHODS = {
 
 
 class ExportFailed(Exception):
-    """The collector did not take a request (unreachable, slow, or it refused it)."""
+    """The collector did not take a request (unreachable, slow, or it refused it);
+    `retryable` when it may take it later (`retry.py`), `after` the seconds it asked to
+    wait first."""
+
+    def __init__(self, reason: str, retryable: bool = False, after: float | None = None) -> None:
+        super().__init__(reason)
+        self.retryable = retryable
+        self.after = after
 
 
 class Transport(Protocol):
@@ -55,7 +68,13 @@ class GrpcTransport:
         try:
             self._calls[signal](body, timeout=self._timeout, metadata=self._metadata)
         except self._grpc.RpcError as exc:
-            raise ExportFailed(f"{exc.code().name}") from None  # type: ignore[attr-defined]
+            name = exc.code().name  # type: ignore[attr-defined]
+            details = None
+            for key, value in exc.trailing_metadata() or ():  # type: ignore[attr-defined]
+                if key == "grpc-status-details-bin" and isinstance(value, bytes):
+                    details = value
+            after = grpc_retry_delay(details)
+            raise ExportFailed(name, name in RETRYABLE_GRPC, after) from None
 
     def close(self) -> None:
         self._channel.close()
@@ -96,10 +115,15 @@ class HttpTransport:
             except (OSError, http.client.HTTPException) as exc:
                 self.close()
                 if retry or isinstance(exc, TimeoutError):
-                    raise ExportFailed(type(exc).__name__) from None
+                    # refused or reset: the collector may be back later; a deadline passed
+                    # on one that is stuck is not waited for again
+                    raise ExportFailed(
+                        type(exc).__name__, isinstance(exc, ConnectionError)
+                    ) from None
                 continue
             if not 200 <= resp.status < 300:
-                raise ExportFailed(f"HTTP {resp.status}")
+                after = retry_after(resp.getheader("Retry-After"))
+                raise ExportFailed(f"HTTP {resp.status}", resp.status in RETRYABLE_HTTP, after)
             return
 
     def close(self) -> None:
