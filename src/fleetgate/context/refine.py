@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 
 import orjson
@@ -111,10 +112,17 @@ class ContextRefiner:
             elif evidence is not estimate and fits_nowhere(everyone, estimate, of):
                 plan.notes["context_guard"] = "scaffolding_estimated"  # not refused either
 
-    async def count(self, dep: Deployment, profile: RequestProfile, settings: ContextConfig) -> int:
-        """The exact prompt count of a chat or completions request on `dep` (tools counted);
-        raises on any failure. `POST /v1/messages/count_tokens` uses it."""
-        return (await count_prompt(self.counter, dep, profile, settings)).tokens
+    async def count(
+        self,
+        dep: Deployment,
+        profile: RequestProfile,
+        settings: ContextConfig,
+        headers: Mapping[str, str] | None = None,
+    ) -> int:
+        """The exact prompt count of a chat or completions request on `dep` (tools counted),
+        each engine call with `headers`; raises on any failure. `POST
+        /v1/messages/count_tokens` uses it."""
+        return (await count_prompt(self.counter, dep, profile, settings, headers)).tokens
 
     async def _refine(
         self, plan: RoutePlan, profile: RequestProfile, settings: ContextConfig

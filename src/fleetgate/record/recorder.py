@@ -162,6 +162,11 @@ class Recorder:
             asyncio.get_running_loop().call_soon(self._take)
         self._wake.set()
 
+    def wake(self) -> None:
+        """A sink gathered something outside a record (a span of a non-proxied endpoint):
+        flush soon, as after a record."""
+        self._wake.set()
+
     def _take(self) -> None:
         fresh, self._fresh = self._fresh, []
         for sink in self.sinks:

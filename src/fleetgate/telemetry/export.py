@@ -28,8 +28,9 @@ from fleetgate.telemetry import otlp
 from fleetgate.telemetry.metrics import genai_metrics
 from fleetgate.telemetry.retry import delay
 from fleetgate.telemetry.settings import TelemetrySettings
-from fleetgate.telemetry.spans import SpanBuilder
+from fleetgate.telemetry.spans import SpanBuilder, endpoint_spans
 from fleetgate.telemetry.transport import METRICS, TRACES, ExportFailed, Transport, transport_for
+from fleetgate.trace_context import TraceContext
 
 log = logging.getLogger("fleetgate.telemetry")
 
@@ -118,6 +119,22 @@ class TelemetrySink:
             return
         spans = self.builder.spans(record)
         record.trace = None  # its spans are made: the ids, times and knobs are let go
+        self._keep(spans)
+
+    def take_endpoint(
+        self,
+        trace: TraceContext,
+        status: int,
+        error: str | None,
+        latency: float,
+        attrs: tuple[tuple[str, object], ...],
+    ) -> None:
+        """The spans of a request to a non-proxied endpoint (`endpoint_spans`), sampled."""
+        if not trace.sampled:
+            return
+        self._keep(endpoint_spans(trace, status, error, latency, attrs))
+
+    def _keep(self, spans: list[bytes]) -> None:
         if self._queued + len(self._spans) + len(spans) > self.settings.max_queue_spans:
             self.dropped += len(spans)
             return

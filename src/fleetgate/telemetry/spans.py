@@ -287,6 +287,60 @@ class SpanBuilder:
             )
 
 
+def endpoint_spans(
+    trace: TraceContext,
+    status: int,
+    error: str | None,
+    latency: float,
+    attrs: tuple[tuple[str, object], ...],
+) -> list[bytes]:
+    """The SERVER span of a request to an endpoint that works for the client without being
+    proxied (a token count, a routing explanation), with its exact count's span when it
+    counted: ids, numbers and the fleet's names only, as every span."""
+    trace_id = bytes.fromhex(trace.trace_id)
+    server_id = bytes.fromhex(trace.span_id)
+    start = trace.wall_ns
+    route = trace.path
+    head = (
+        ("http.request.method", "POST"),
+        ("http.route", route),
+        ("url.path", route),
+        ("http.response.status_code", status),
+        ("error.type", error),
+    )
+    out = [
+        otlp.span(
+            trace_id,
+            server_id,
+            bytes.fromhex(trace.parent_id) if trace.parent_id else None,
+            trace.state,
+            f"POST {route}",
+            otlp.SPAN_SERVER,
+            start,
+            start + int(latency * 1e9),
+            otlp.attributes(SPAN_ATTR, head + attrs),
+            otlp.STATUS_ERROR if status >= 500 else 0,
+        )
+    ]
+    marks = trace.marks
+    if trace.count_span is not None and "count" in marks:
+        counted = marks.get("counted", marks["count"])
+        out.append(
+            otlp.span(
+                trace_id,
+                bytes.fromhex(trace.count_span),
+                server_id,
+                None,
+                COUNT_SPAN,
+                otlp.SPAN_INTERNAL,
+                trace.wall(marks["count"]),
+                trace.wall(counted),
+                b"",
+            )
+        )
+    return out
+
+
 # Attribute blocks whose values repeat from request to request (the fleet's ids, statuses,
 # settings), each encoded once: one cached call a span instead of one call an attribute.
 
