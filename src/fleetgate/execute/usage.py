@@ -114,10 +114,12 @@ def _cached(usage: dict[str, Any]) -> object:
     """Prompt tokens read from the provider's cache, unchecked: OpenAI's
     `prompt_tokens_details.cached_tokens`, Responses' `input_tokens_details.cached_tokens`,
     Anthropic's `cache_read_input_tokens`; None when the usage does not say."""
-    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
-    if type(details) is dict and "cached_tokens" in details:
-        return details["cached_tokens"]
-    return usage.get("cache_read_input_tokens")
+    details = usage.get("prompt_tokens_details")
+    if details is None:
+        details = usage.get("input_tokens_details")
+        if details is None:
+            return usage.get("cache_read_input_tokens")
+    return details.get("cached_tokens") if type(details) is dict else None
 
 
 def _counts(data: object) -> tuple[object, object, object] | None:
@@ -158,7 +160,7 @@ def _take(attempt: Attempt, prompt: object, completion: object, cached: object) 
         attempt.prompt_tokens = n
     if (n := token_count(completion)) is not None:
         attempt.completion_tokens = n
-    if (n := token_count(cached)) is not None:
+    if cached is not None and (n := token_count(cached)) is not None:
         attempt.cache_read_tokens = n
 
 
