@@ -1,6 +1,7 @@
 """Prompt tokens read from the provider's cache reach the attempt's span
 (`gen_ai.usage.cache_read.input_tokens`) for streamed answers as for whole ones, from the
-usage each protocol's stream ends with; checked on a real OTLP/gRPC receiver."""
+usage each protocol's stream ends with (fake engines, and the real llama.cpp engine's own
+prefix cache); checked on a real OTLP/gRPC receiver."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import openai
+import orjson
 import pytest
 
+from tests.engines import LlamaFactory, llama_fleet
 from tests.harness import Stack, anthropic_provider, deployment, provider, wait_until
 from tests.telemetry.receivers import GrpcReceiver, attributes
 
@@ -128,3 +132,38 @@ def test_anthropic_cache_reads_reach_the_span(
     # the whole prompt: what was read from the cache and what was not
     assert span["gen_ai.usage.input_tokens"] == message.usage.input_tokens + 3
     assert span["gen_ai.usage.output_tokens"] == message.usage.output_tokens
+
+
+def test_a_real_engine_s_prefix_cache_reaches_the_streamed_attempt_span(
+    stack: Stack, receiver: GrpcReceiver, llama: LlamaFactory
+) -> None:
+    config = llama_fleet([llama()])
+    config["telemetry"] = telemetry(receiver)
+    stack.start_gateway(config)
+    # a prompt of its own: the engine's cache holds its prefix after the first request
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "cache read trace check: alpha beta gamma"}],
+        "max_tokens": 2,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    seen: dict[str, int] = {}  # each answer's id: the cached tokens its usage reported
+    for _ in range(3):
+        # read to the stream's end (the openai SDK closes on `[DONE]`, before llama.cpp
+        # ends its stream, and the gateway reads the usage at that end)
+        resp = httpx.post(f"{stack.url}/v1/chat/completions", json=body, timeout=30)
+        events = [
+            orjson.loads(line[6:]) for line in resp.text.splitlines() if line.startswith("data: {")
+        ]
+        usage = events[-1]["usage"]
+        seen[events[-1]["id"]] = usage["prompt_tokens_details"]["cached_tokens"]
+    # llama.cpp read the prompt's prefix from its cache after the first time
+    assert max(seen.values()) > 0
+
+    def spans() -> dict[str, dict[str, Any]]:
+        found = [attributes(s.attributes) for s in receiver.spans() if s.kind == CLIENT]
+        return {a["gen_ai.response.id"]: a for a in found}
+
+    wait_until(lambda: len(spans()) == 3, 10, "the attempts' spans")
+    assert {answer: span[CACHED] for answer, span in spans().items()} == seen
