@@ -301,7 +301,7 @@ def run() -> int:
             targets.append(Target(name, server, out_dir, store))
         for kind in kinds:
             for conc in concs:
-                scenario = f"{'stream-' if kind == 'stream' else ''}c{conc}"
+                scenario = f"c{conc}" if kind == "plain" else f"{kind}-c{conc}"
                 print(f"running {scenario} …", file=sys.stderr, flush=True)
                 for t in targets:
                     counts = measure(t, kind, conc, n, warmup)

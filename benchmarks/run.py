@@ -52,6 +52,10 @@ CLIENT_MODELS = {
     # streams that could be continued (a second deployment of the model, on a kind that
     # continues): the first answer's relay holds back its ends; nothing is cut
     "resumable": "bench-model-resumable",
+    # its control: the same two deployments, the second on a kind that cannot continue
+    # (`openai`), so the plan, routing and balancing of two candidates cost the same and
+    # only the continuation differs
+    "twin": "bench-model-twin",
 }
 UPSTREAM_MODELS = {k: v.replace("bench-model", "upstream-bench") for k, v in CLIENT_MODELS.items()}
 # the real llama.cpp server (`ENGINE_CONCS`): a short chat, the same model name both ways
@@ -82,6 +86,7 @@ class Settings:
     stream_concs: list[int] = field(default_factory=lambda: [1, 64])
     paced_concs: list[int] = field(default_factory=lambda: [16])
     resumable_concs: list[int] = field(default_factory=list)  # as stream, but continuable
+    twin_concs: list[int] = field(default_factory=list)  # as resumable, not continuable
     gap_ms: float = 1.0
     engine_concs: list[int] = field(default_factory=list)  # real llama.cpp scenarios
     engine_max_tokens: int = 4
@@ -112,6 +117,7 @@ class Settings:
         s.stream_concs = _ints(env.get("STREAM_CONCS"), s.stream_concs)
         s.paced_concs = _ints(env.get("PACED_CONCS"), s.paced_concs)
         s.resumable_concs = _ints(env.get("RESUMABLE_CONCS"), s.resumable_concs)
+        s.twin_concs = _ints(env.get("TWIN_CONCS"), s.twin_concs)
         s.gap_ms = float(env.get("GAP_MS", s.gap_ms))
         s.engine_concs = _ints(env.get("ENGINE_CONCS"), s.engine_concs)
         s.engine_max_tokens = int(env.get("ENGINE_MAX_TOKENS", s.engine_max_tokens))
@@ -157,6 +163,7 @@ def scenarios(s: Settings) -> list[Scenario]:
     out += [Scenario(f"stream-c{c}", "stream", c) for c in s.stream_concs]
     out += [Scenario(f"paced-c{c}", "paced", c) for c in s.paced_concs]
     out += [Scenario(f"resumable-c{c}", "resumable", c) for c in s.resumable_concs]
+    out += [Scenario(f"twin-c{c}", "twin", c) for c in s.twin_concs]
     out += [Scenario(f"engine-c{c}", "engine", c) for c in s.engine_concs]
     return out
 
@@ -625,7 +632,7 @@ def target_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
         if r["target"] != GATEWAY:
             continue
         limit = cpu_target(r["kind"])
-        streams = ("stream", "paced", "resumable")
+        streams = ("stream", "paced", "resumable", "twin")
         what = "CPU per 20-chunk stream" if r["kind"] in streams else "CPU per request"
         us = r["cpu_us_per_req"]
         if us is None:
@@ -873,18 +880,26 @@ def write_config(
     }
     # the resumable model's second deployment: the same upstream, as an engine that can
     # continue an answer (vLLM), so the first one's streams are relayed as continuable
-    config["providers"].append(
-        {"id": "bench-upstream-vllm", "kind": "vllm", "base_url": f"{base}/v1", "api_key": "x"}
-    )
-    config["deployments"].append(
-        {
-            "model": CLIENT_MODELS["resumable"],
-            "upstream_model": UPSTREAM_MODELS["resumable"],
-            "provider": "bench-upstream-vllm",
-            "context_window": 32768,
-            "priority": 1,
-        }
-    )
+    # (priority 1: the first deployment serves every stream); the twin model's second
+    # deployment is the same on an `openai` provider, which cannot continue
+    for kind, provider in (("resumable", "vllm"), ("twin", "openai")):
+        config["providers"].append(
+            {
+                "id": f"bench-upstream-{provider}",
+                "kind": provider,
+                "base_url": f"{base}/v1",
+                "api_key": "x",
+            }
+        )
+        config["deployments"].append(
+            {
+                "model": CLIENT_MODELS[kind],
+                "upstream_model": UPSTREAM_MODELS[kind],
+                "provider": f"bench-upstream-{provider}",
+                "context_window": 32768,
+                "priority": 1,
+            }
+        )
     if engine is not None:
         config["providers"].append({"id": "bench-llama", "kind": "llamacpp", "base_url": engine})
         config["deployments"].append(

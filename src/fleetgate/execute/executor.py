@@ -25,6 +25,7 @@ from fleetgate.config.schema import CircuitConfig
 from fleetgate.context.truncation import CUT_SHORT_NOTE, Cut
 from fleetgate.errors import GatewayError
 from fleetgate.execute.context_errors import parse_context_error
+from fleetgate.execute.event_check import EndCheck
 from fleetgate.execute.failures import (
     classify_exception,
     client_error,
@@ -64,7 +65,6 @@ from fleetgate.execute.resume import (
     switched,
 )
 from fleetgate.execute.resume import ENDPOINTS as RESUMED_ENDPOINTS
-from fleetgate.execute.rewrite import ModelRewriter
 from fleetgate.execute.sse import CR, DONE
 from fleetgate.execute.upstream import UpstreamPool, request_headers
 from fleetgate.execute.usage import (
@@ -444,14 +444,16 @@ class Executor:
             content_type = resp.headers.get("content-type", "application/json")
             framing = framing_for(content_type) if profile.stream else None
             if framing is not None:
+                # a continuable answer's check also finds the events that may end it
+                ends = None if cont is None else EndCheck(framing, wire.endpoint)
                 first = await self._first_events(
                     resp,
-                    rewriter,
                     framing,
                     attempt,
                     started,
                     client.redactor,
                     trace is not None and trace.sampled,
+                    ends,
                 )
                 if first is None:
                     return None
@@ -469,7 +471,7 @@ class Executor:
                     attempt,
                     wire.endpoint,
                     finish,
-                    None if cont is None else (cont, profile, dep),
+                    None if cont is None or ends is None else (cont, profile, dep, ends),
                     inline,
                 )
                 return Outcome(
@@ -538,18 +540,19 @@ class Executor:
     async def _first_events(
         self,
         resp: UpstreamResponse,
-        rewriter: ModelRewriter,
         framing: Framing,
         attempt: Attempt,
         started: float,
         redactor: Redactor,
         sampled: bool = False,
+        ends: EndCheck | None = None,
     ) -> tuple[bytes, bytes, int] | None:
-        """Read until the first whole data event: the whole events read so far (the
-        client's model set), the start of the next one, and how many data events the
-        first hold. None when the first event is an error, when an event is not JSON, or
-        when the stream ends before any event. A `sampled` attempt notes what the answer
-        says of itself (its span shows it)."""
+        """Read until the first whole data event: the whole events read so far (as the
+        upstream sent them: the relay sets the client's model), the start of the next one,
+        and how many data events the first hold. None when the first event is an error,
+        when an event is not JSON, or when the stream ends before any event. A `sampled`
+        attempt notes what the answer says of itself (its span shows it). With `ends` (a
+        continuable answer) the one check of the events also notes where they may end."""
         buffer = b""
         sep = framing.separator
         while chunk := await resp.read_some():
@@ -560,7 +563,7 @@ class Executor:
             if cut < 0:
                 continue
             whole = buffer[: cut + len(sep)]
-            events = self._check_head(whole, framing, attempt, started, redactor)
+            events = self._check_head(whole, framing, attempt, started, redactor, ends)
             if events is None:
                 continue  # comments only, so far
             if not events:
@@ -568,14 +571,14 @@ class Executor:
             attempt.ttft = time.perf_counter() - started
             if sampled:
                 stream_facts(attempt, whole)
-            return framing.rewrite(rewriter, whole), buffer[len(whole) :], events
+            return whole, buffer[len(whole) :], events
         # the stream ended: what it sent is all there is
-        events = self._check_head(buffer, framing, attempt, started, redactor)
+        events = self._check_head(buffer, framing, attempt, started, redactor, ends)
         if events:
             attempt.ttft = time.perf_counter() - started
             if sampled:
                 stream_facts(attempt, buffer)
-            return framing.rewrite(rewriter, buffer), b"", events
+            return buffer, b"", events
         if events is None:
             self._fail(
                 attempt,
@@ -593,10 +596,12 @@ class Executor:
         attempt: Attempt,
         started: float,
         redactor: Redactor,
+        ends: EndCheck | None = None,
     ) -> int | None:
         """How many data events a stream's first whole events hold when they may go to the
         client (one at least); 0 when they may not (the first is an error event, or an
-        event is not JSON); None while no data event has come."""
+        event is not JSON); None while no data event has come. Checked by `ends` when
+        given (`EndCheck.events`, which notes where the answer may end)."""
         sep = framing.separator
         at = 0
         while at < len(block):  # event by event, up to the first that carries data
@@ -614,7 +619,7 @@ class Executor:
                 attempt.upstream_body = data
                 attempt.latency = time.perf_counter() - started
                 return 0
-            events = framing.json_events(block)
+            events = framing.json_events(block) if ends is None else ends.events(block)
             if events is None:
                 self._fail(
                     attempt,

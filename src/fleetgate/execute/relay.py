@@ -37,12 +37,13 @@ async def relay(
     attempt: Attempt,
     endpoint: str,
     finish: Callable[..., None],
-    cont: tuple[Continuation, RequestProfile, Deployment] | None = None,
+    cont: tuple[Continuation, RequestProfile, Deployment, EndCheck] | None = None,
     inline: bool = False,
 ) -> AsyncIterator[bytes]:
-    """The rest of a stream whose `head` (whole events, the start of the next one, their
-    data events) is in hand; `cont` when a continuation may take the answer over (with
-    the request and deployment of this attempt).
+    """The stream from its `head` on: its first whole events as read (checked, not yet
+    rewritten), the start of the next one, their data events; `cont` when a continuation
+    may take the answer over (with the request and deployment of this attempt, and the
+    check that read the head: where its ends are is known).
 
     The relay of a continuable first answer that the client gets as relayed (`inline`,
     `Continuation.inline`) keeps what it yields for the continuation and, once cut, goes
@@ -62,13 +63,14 @@ async def relay(
     count = framing.json_events
     keep: Callable[[bytes], None] | None = None  # the client's bytes, kept when `inline`
     if cont is not None:
-        ends = EndCheck(framing, endpoint)
+        ends = cont[3]
         count = ends.events
-        ends.events(first)  # checked already: where its ends are
-        if ends.pending:
+        if ends.pending:  # the head's ends, held
             first = ends.take(first)
         if inline:
             keep = cont[0].relayed.append
+    if first:
+        first = framing.rewrite(rewriter, first)
     cut_by: str | None = None  # why a continuation takes over (`inline`)
     try:
         try:
@@ -127,7 +129,7 @@ async def relay(
                 stream_usage(attempt, tail, framing)
             attempt.finish = stop_in_stream(tail)
             if cont is not None and ends is not None:
-                continuation, profile, dep = cont
+                continuation, profile, dep, _ = cont
                 if not ends.errored and continuation.after_end(profile, dep, attempt):
                     attempt.error_class = CUT_SHORT
                     raise StreamCut(WINDOW)
