@@ -11,7 +11,7 @@ chunks of one token and its end, read from an in-memory response; nothing is con
 
 Run under valgrind (`--tool=callgrind`) for instruction counts: `--kind K` runs one kind.
 
-Run: python3 benchmarks/bench_resume.py [--blocks N] [--rounds R]
+Run: python3 benchmarks/bench_resume.py [--blocks N] [--rounds R] [--whole]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from fleetgate.execute.event_check import EndCheck
 from fleetgate.execute.framing import SSE
 from fleetgate.execute.outcome import Attempt
 from fleetgate.execute.relay import relay
@@ -90,16 +91,22 @@ def _ended(*_args: Any) -> None:
     pass
 
 
-async def _one(kind: str, blocks: list[bytes]) -> float:
+async def _one(kind: str, blocks: list[bytes], whole: bool = False) -> float:
+    """One stream relayed: its first block checked as the executor checks it, the rest
+    read one block at a time (`whole`: the stream is its first block, as an upstream whose
+    answer comes in one read sends it)."""
     rewriter = rewriter_for("up", "m")
     attempt = Attempt(0, "d", "p", "up", "model")
-    head = (blocks[0], b"", 1)
-    response: Any = _Response([*blocks[1:], _END])
+    first, rest = (b"".join([*blocks, _END]), []) if whole else (blocks[0], [*blocks[1:], _END])
+    response: Any = _Response(rest)
     started = time.perf_counter()
     if kind == "plain":
+        head = (first, b"", SSE.json_events(first) or 0)
         stream = relay(response, rewriter, SSE, head, attempt, "chat.completions", _ended)
     else:
-        cont: Any = (_NeverContinued(), None, None)
+        ends = EndCheck(SSE, "chat.completions")
+        head = (first, b"", ends.events(first) or 0)
+        cont: Any = (_NeverContinued(), None, None, ends)
         inline = kind == "continuable"
         stream = relay(
             response, rewriter, SSE, head, attempt, "chat.completions", _ended, cont, inline
@@ -111,22 +118,23 @@ async def _one(kind: str, blocks: list[bytes]) -> float:
     return time.perf_counter() - started
 
 
-async def main(n: int, rounds: int, reps: int, kinds: tuple[str, ...]) -> None:
+async def main(n: int, rounds: int, reps: int, kinds: tuple[str, ...], whole: bool) -> None:
     blocks = [_chunk(i) for i in range(n)]
     if len(kinds) == 1:  # counted from outside (callgrind): just run it
         for _ in range(reps):
-            await _one(kinds[0], blocks)
+            await _one(kinds[0], blocks, whole)
         return
     for kind in kinds:  # warm up
         for _ in range(reps // 10):
-            await _one(kind, blocks)
+            await _one(kind, blocks, whole)
     runs: dict[str, list[float]] = {kind: [] for kind in kinds}
     for _ in range(rounds):
         for kind, seconds in runs.items():
-            total = sum([await _one(kind, blocks) for _ in range(reps)])
+            total = sum([await _one(kind, blocks, whole) for _ in range(reps)])
             seconds.append(total / reps / (n + 1) * 1e6)
     floor = statistics.median(runs["plain"])
-    print(f"{n + 1} blocks a stream, {rounds} rounds of {reps} streams, median per block:")
+    shape = "in one read" if whole else "a stream"
+    print(f"{n + 1} blocks {shape}, {rounds} rounds of {reps} streams, median per block:")
     for kind, seconds in runs.items():
         per_block = statistics.median(seconds)
         print(f"  {kind:12} {per_block:6.2f} µs   {per_block / floor:.2f} x the plain relay")
@@ -138,5 +146,9 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reps", type=int, default=300)
     parser.add_argument("--kind", choices=KINDS, help="run only these streams, reps times")
+    parser.add_argument(
+        "--whole", action="store_true", help="each stream comes in one read (its first block)"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.blocks, args.rounds, args.reps, (args.kind,) if args.kind else KINDS))
+    kinds = (args.kind,) if args.kind else KINDS
+    asyncio.run(main(args.blocks, args.rounds, args.reps, kinds, args.whole))

@@ -103,6 +103,15 @@ def _index(parts: list[bytes], part: bytes) -> int:
     return next(i for i, p in enumerate(parts) if p is part)
 
 
+def _decodes(decode: Decode, data: bytes) -> bool:
+    """Whether `data` is a normal event (JSON of the normal type)."""
+    try:
+        decode(data)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
 def _parsed(data: bytes) -> object:
     try:
         return orjson.loads(data)
@@ -175,10 +184,12 @@ class EndCheck:
         events: int,
     ) -> int | None:
         """`events` of a block whose part `i` is not a normal event: the parts before it are
-        (`events` data events), the rest are read one by one. A part takes its bytes and
-        `framing` bytes of the block (`payload` reads its data; None: it is the data)."""
+        (`events` data events), the rest are read one by one (part `i` is not decoded as a
+        normal event again). A part takes its bytes and `framing` bytes of the block
+        (`payload` reads its data; None: it is the data)."""
         at = sum(map(len, parts[:i])) + i * framing  # where part `i` starts in the block
         decode = self._decode
+        odd = parts[i]
         try:
             for part in parts[i:]:
                 data = part if payload is None else payload(part)
@@ -186,9 +197,7 @@ class EndCheck:
                     events += 1
                     if data != DONE:
                         utf8(data)
-                        try:
-                            decode(data)
-                        except msgspec.ValidationError:
+                        if part is odd or not _decodes(decode, data):
                             check_json(data)
                             self._note(_parsed(data), at)
                 at += len(part) + framing
