@@ -125,6 +125,26 @@ def test_streamed_usage_reaches_the_record(stack: Stack, client_for):
     assert (attempt["prompt_tokens"], attempt["completion_tokens"]) == (4, 6)
 
 
+def test_streamed_usage_counts_when_the_client_leaves_at_done(stack: Stack, client_for):
+    # the SDK closes its connection once it reads [DONE]; an engine that ends its body a
+    # moment later must not take the answer's usage with it
+    a = stack.engine("a", reply_words=6, tokens_per_second=200)
+    a.linger = 30.0
+    stack.start_gateway({"providers": [provider("pa", a)], "deployments": [deployment("m", "pa")]})
+    raw = client_for(stack).chat.completions.with_raw_response.create(
+        model="m",
+        messages=[{"role": "user", "content": "three words here"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(raw.parse())
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == 4
+    rid = raw.headers["x-request-id"]
+    wait_until(lambda: httpx.get(f"{stack.url}/v1/requests/{rid}").status_code == 200, 10)
+    attempt = httpx.get(f"{stack.url}/v1/requests/{rid}").json()["attempts"][0]
+    assert (attempt["prompt_tokens"], attempt["completion_tokens"]) == (4, 6)
+
+
 def test_a_caller_that_has_its_answer_can_read_its_record(stack: Stack, client_for, pg_url):
     a = stack.engine("a")
     stack.start_gateway(

@@ -154,6 +154,11 @@ async def relay(
                 f"({type(exc).__name__}); retry the request.",
             )
         finally:
+            if not completed and more:
+                # the client left (or the stream broke) after what was read: a client that
+                # has its last events may leave before the upstream ends its body, and the
+                # usage those events carried was spent all the same
+                stream_usage(attempt, tail, framing)
             finish(completed, severe, events)
     except StreamCut as taken:
         if cont is None or not inline:

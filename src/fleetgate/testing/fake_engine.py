@@ -35,7 +35,9 @@ each call's id and name, then its arguments in two pieces.
 
 Timing: ``latency`` is awaited before every JSON answer of the inference endpoints
 (success or error); ``ttft`` after the stream's headers and before its first event;
-``1 / tokens_per_second`` between stream events. ``tokenize_delay`` delays ``/tokenize``.
+``1 / tokens_per_second`` between stream events; ``linger`` after a stream's last event
+and before its body ends (llama.cpp ends its body a moment after ``[DONE]``, and a client
+that has its ``[DONE]`` may leave first). ``tokenize_delay`` delays ``/tokenize``.
 :meth:`FakeEngine.hold` keeps those JSON answers, and streams after their headers, waiting
 until :meth:`FakeEngine.release` (from any thread), so a test can keep a request in flight
 for exactly as long as it needs.
@@ -366,6 +368,7 @@ class FakeEngine:
         self.latency = latency
         self.ttft = ttft
         self.tokens_per_second = tokens_per_second
+        self.linger = 0.0  # seconds between a stream's last event and the end of its body
         self.reply_words = reply_words
         self.error_style = cast(ErrorStyle, error_style)
         self.served_model = served_model
@@ -763,6 +766,8 @@ class FakeEngine:
             await self._cut(request, fault, call)
         if kind not in _EVENT_KINDS:
             await resp.write(b"data: [DONE]\n\n")
+        if self.linger:
+            await asyncio.sleep(self.linger)
         await resp.write_eof()
         return resp
 
