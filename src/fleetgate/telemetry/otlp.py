@@ -103,45 +103,54 @@ def scope(name: str, version: str) -> bytes:
     return field(0x0A, name.encode()) + field(0x12, version.encode())
 
 
-_TIMES = struct.Struct("<BQBQ")  # Span.start_time_unix_nano, end_time_unix_nano
-_KINDS = {kind: bytes((0x30, kind)) for kind in (SPAN_INTERNAL, SPAN_SERVER, SPAN_CLIENT)}
-_STATUS = {code: field(0x7A, bytes((0x18, code))) for code in (STATUS_OK, STATUS_ERROR)}
+# Span.span_id and its start and end times, packed in one go (a message's fields may come in
+# any order: the id, which changes with every span, sits with the times)
+_ID_TIMES = struct.Struct("<BB8sBQBQ")
+_STATUS = {
+    0: b"",  # unset: not written
+    **{code: field(0x7A, bytes((0x18, code))) for code in (STATUS_OK, STATUS_ERROR)},
+}
 _SPAN_TAG = b"\x12"  # ScopeSpans.spans
 
 
+def trace_field(trace_id: bytes) -> bytes:
+    """Span.trace_id (16 bytes), written once per trace and shared by its spans."""
+    return b"\x0a\x10" + trace_id
+
+
+def parent_field(parent_id: bytes | None, state: str | None = None) -> bytes:
+    """Span.parent_span_id (8 bytes) and Span.trace_state, when there are."""
+    out = b"\x22\x08" + parent_id if parent_id is not None else b""
+    return out + field(0x1A, state.encode()) if state else out
+
+
 @lru_cache(maxsize=1024)
-def _name(name: str) -> bytes:
-    return field(0x2A, name.encode())
+def span_head(name: str, kind: int) -> bytes:
+    """Span.name and Span.kind, the same for every span of one kind and name."""
+    return field(0x2A, name.encode()) + bytes((0x30, kind))
 
 
 def span(
-    trace_id: bytes,
+    trace: bytes,
     span_id: bytes,
-    parent_id: bytes | None,
-    state: str | None,
-    name: str,
-    kind: int,
+    parent: bytes,
+    head: bytes,
     start_ns: int,
     end_ns: int,
     attrs: bytes,
     status: int = 0,
 ) -> bytes:
-    """A Span message, as the `spans` field of a ScopeSpans (what `trace_request` joins);
-    `attrs` are its attribute fields (tag 0x4A), already encoded. The ids are 16 and 8
-    bytes, so their heads are constant."""
+    """A Span message, as the `spans` field of a ScopeSpans (what `trace_request` joins):
+    `trace` is its `trace_field`, `parent` its `parent_field`, `head` its `span_head`,
+    `attrs` its attribute fields (tag 0x4A), all already encoded; `span_id` is 8 bytes."""
     body = b"".join(
         (
-            b"\x0a\x10",
-            trace_id,
-            b"\x12\x08",
-            span_id,
-            field(0x1A, state.encode()) if state else b"",
-            b"\x22\x08" + parent_id if parent_id is not None else b"",
-            _name(name),
-            _KINDS[kind],
-            _TIMES.pack(0x39, start_ns, 0x41, max(end_ns, start_ns)),
+            trace,
+            _ID_TIMES.pack(0x12, 8, span_id, 0x39, start_ns, 0x41, max(end_ns, start_ns)),
+            parent,
+            head,
             attrs,
-            _STATUS[status] if status else b"",
+            _STATUS[status],
         )
     )
     n = len(body)
@@ -157,15 +166,20 @@ def _double_head(tag: int, key: str) -> bytes:
     return bytes((tag, len(kv_head) + 8)) + kv_head
 
 
+@lru_cache(maxsize=1024)
+def _string_head(tag: int, key: str, n: int) -> bytes:
+    """All of a string attribute's field but its value's `n` bytes."""
+    value_head = bytes((0x0A,)) + varint(n)  # AnyValue.string_value
+    any_head = bytes((0x12,)) + varint(len(value_head) + n)  # KeyValue.value
+    kv_head = _key(key) + any_head + value_head
+    return bytes((tag,)) + varint(len(kv_head) + n) + kv_head
+
+
 def string_attribute(tag: int, key: str, value: str) -> bytes:
-    """A string attribute whose value seldom repeats (an id): encoded each time, in one go."""
+    """A string attribute whose value seldom repeats (an id): only its head is cached (by
+    the value's length, which an id's seldom changes)."""
     raw = value.encode()
-    n = len(raw)
-    kv_head = _key(key)
-    size = len(kv_head) + n + 4  # + the value's two heads (AnyValue, its string)
-    if size < 128:
-        return bytes((tag, size)) + kv_head + bytes((0x12, n + 2, 0x0A, n)) + raw
-    return field(tag, kv_head + field(0x12, field(0x0A, raw)))
+    return _string_head(tag, key, len(raw)) + raw
 
 
 def double_attribute(tag: int, key: str, value: float) -> bytes:

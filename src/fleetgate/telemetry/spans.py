@@ -26,6 +26,11 @@ _REAL = (int, float)  # a knob's number (a bool is neither: `type` is not `isins
 _COUNTED = frozenset({"exact", "timeout", "failed"})
 
 
+_ROUTE_HEAD = otlp.span_head(ROUTE_SPAN, otlp.SPAN_INTERNAL)
+_COUNT_HEAD = otlp.span_head(COUNT_SPAN, otlp.SPAN_INTERNAL)
+_TRANSLATE_HEAD = otlp.span_head(TRANSLATE_SPAN, otlp.SPAN_INTERNAL)
+
+
 def _new_span_id() -> bytes:
     return random.getrandbits(64).to_bytes(8, "big") or b"\x00" * 7 + b"\x01"
 
@@ -39,6 +44,12 @@ def _server_of(base_url: str) -> tuple[str | None, int | None]:
     except ValueError:
         return None, None
     return url.hostname, port
+
+
+@lru_cache(maxsize=64)
+def _server_head(route: str) -> bytes:
+    """The SERVER span's name and kind, per route."""
+    return otlp.span_head(f"POST {route}", otlp.SPAN_SERVER)
 
 
 def _attr(key: str, value: str | float | bool | tuple[str, ...] | None) -> bytes:
@@ -55,7 +66,7 @@ class SpanBuilder:
     def spans(self, record: RequestRecord) -> list[bytes]:
         trace = record.trace
         assert trace is not None and trace.sampled
-        trace_id = bytes.fromhex(trace.trace_id)
+        trace_head = otlp.trace_field(bytes.fromhex(trace.trace_id))
         server_id = bytes.fromhex(trace.span_id)
         start = trace.wall_ns
         end = start + int(record.latency * 1e9)
@@ -75,12 +86,12 @@ class SpanBuilder:
         ) + otlp.string_attribute(SPAN_ATTR, "fleetgate.request.id", record.request_id)
         out = [
             otlp.span(
-                trace_id,
+                trace_head,
                 server_id,
-                bytes.fromhex(trace.parent_id) if trace.parent_id else None,
-                trace.state,
-                f"POST {route}",
-                otlp.SPAN_SERVER,
+                otlp.parent_field(
+                    bytes.fromhex(trace.parent_id) if trace.parent_id else None, trace.state
+                ),
+                _server_head(route),
                 start,
                 end,
                 attrs,
@@ -88,7 +99,7 @@ class SpanBuilder:
             )
         ]
         if "plan" in trace.marks:
-            self._routing_spans(out, record, trace, trace_id, server_id, end)
+            self._routing_spans(out, record, trace, trace_head, server_id, end)
         deployments: dict[str, Deployment] | None = None
         previous: Attempt | None = None
         for attempt in record.attempts:
@@ -103,7 +114,7 @@ class SpanBuilder:
                     attempt,
                     previous,
                     dep.provider if dep is not None else None,
-                    trace_id,
+                    trace_head,
                     server_id,
                 )
             previous = attempt
@@ -114,7 +125,7 @@ class SpanBuilder:
         out: list[bytes],
         record: RequestRecord,
         trace: TraceContext,
-        trace_id: bytes,
+        trace_head: bytes,
         parent: bytes,
         end: int,
     ) -> None:
@@ -153,12 +164,10 @@ class SpanBuilder:
         failed = record.error_code is not None and not record.attempts
         out.append(
             otlp.span(
-                trace_id,
+                trace_head,
                 route_id,
-                parent,
-                None,
-                ROUTE_SPAN,
-                otlp.SPAN_INTERNAL,
+                b"\x22\x08" + parent,
+                _ROUTE_HEAD,
                 wall + int((marks["plan"] - perf) * 1e9),
                 planned_ns,
                 attrs,
@@ -172,13 +181,11 @@ class SpanBuilder:
             counted = marks.get("counted")
             out.append(
                 otlp.span(
-                    trace_id,
+                    trace_head,
                     # the id the count's engine calls named as their parent
                     bytes.fromhex(trace.count_span) if trace.count_span else _new_span_id(),
-                    route_id,
-                    None,
-                    COUNT_SPAN,
-                    otlp.SPAN_INTERNAL,
+                    b"\x22\x08" + route_id,
+                    _COUNT_HEAD,
                     wall + int((marks["count"] - perf) * 1e9),
                     wall + int((counted - perf) * 1e9) if counted is not None else planned_ns,
                     count_attrs,
@@ -194,7 +201,7 @@ class SpanBuilder:
         a: Attempt,
         previous: Attempt | None,
         provider: Provider | None,
-        trace_id: bytes,
+        trace_head: bytes,
         parent: bytes,
     ) -> None:
         assert a.span_id is not None
@@ -218,7 +225,7 @@ class SpanBuilder:
             params.get("temperature"),
             params.get("top_p"),
         )
-        name, shared = _attempt_block(
+        head, shared = _attempt_block(
             record.endpoint,
             provider.kind if provider is not None else None,
             a.upstream_model,
@@ -259,12 +266,10 @@ class SpanBuilder:
         span_id = bytes.fromhex(a.span_id)
         out.append(
             otlp.span(
-                trace_id,
+                trace_head,
                 span_id,
-                parent,
-                None,
-                name,
-                otlp.SPAN_CLIENT,
+                b"\x22\x08" + parent,
+                head,
                 start,
                 start + int(a.latency * 1e9),
                 attrs,
@@ -274,12 +279,10 @@ class SpanBuilder:
         if a.translated is not None:
             out.append(
                 otlp.span(
-                    trace_id,
+                    trace_head,
                     _new_span_id(),
-                    span_id,
-                    None,
-                    TRANSLATE_SPAN,
-                    otlp.SPAN_INTERNAL,
+                    b"\x22\x08" + span_id,
+                    _TRANSLATE_HEAD,
                     start,
                     start + int(a.translated * 1e9),
                     _attr("fleetgate.wire", a.wire),
@@ -297,7 +300,7 @@ def endpoint_spans(
     """The SERVER span of a request to an endpoint that works for the client without being
     proxied (a token count, a routing explanation), with its exact count's span when it
     counted: ids, numbers and the fleet's names only, as every span."""
-    trace_id = bytes.fromhex(trace.trace_id)
+    trace_head = otlp.trace_field(bytes.fromhex(trace.trace_id))
     server_id = bytes.fromhex(trace.span_id)
     start = trace.wall_ns
     route = trace.path
@@ -310,12 +313,12 @@ def endpoint_spans(
     )
     out = [
         otlp.span(
-            trace_id,
+            trace_head,
             server_id,
-            bytes.fromhex(trace.parent_id) if trace.parent_id else None,
-            trace.state,
-            f"POST {route}",
-            otlp.SPAN_SERVER,
+            otlp.parent_field(
+                bytes.fromhex(trace.parent_id) if trace.parent_id else None, trace.state
+            ),
+            _server_head(route),
             start,
             start + int(latency * 1e9),
             otlp.attributes(SPAN_ATTR, head + attrs),
@@ -327,12 +330,10 @@ def endpoint_spans(
         counted = marks.get("counted", marks["count"])
         out.append(
             otlp.span(
-                trace_id,
+                trace_head,
                 bytes.fromhex(trace.count_span),
-                server_id,
-                None,
-                COUNT_SPAN,
-                otlp.SPAN_INTERNAL,
+                b"\x22\x08" + server_id,
+                _COUNT_HEAD,
                 trace.wall(marks["count"]),
                 trace.wall(counted),
                 b"",
@@ -445,12 +446,12 @@ def _attempt_block(
     deployment: str,
     provider_id: str,
     wire: str | None,
-) -> tuple[str, bytes]:
-    """The name of an attempt's span on one deployment, and the attributes every such
-    attempt shares, encoded once."""
+) -> tuple[bytes, bytes]:
+    """An attempt's span on one deployment: its name and kind, and the attributes every
+    such attempt shares, encoded once."""
     operation = operation_of(wire, endpoint)
     address, port = _server_of(base_url) if base_url else (None, None)
-    return f"{operation} {model}", b"".join(
+    return otlp.span_head(f"{operation} {model}", otlp.SPAN_CLIENT), b"".join(
         (
             _attr("gen_ai.operation.name", operation),
             _attr("gen_ai.provider.name", provider_name(kind)),
