@@ -71,6 +71,8 @@ class SpanBuilder:
         start = trace.wall_ns
         end = start + int(record.latency * 1e9)
         route = trace.path
+        resolution = record.notes.get("resolution")  # the record's `virtual_model`, inline
+        virtual = resolution.get("virtual_model") if type(resolution) is dict else None
         attrs = _server_block(
             route,
             record.status,
@@ -82,7 +84,7 @@ class SpanBuilder:
             record.error_code,
             record.requested_model,
             record.client_key_id,
-            record.virtual_model,
+            virtual if type(virtual) is str else None,
         ) + otlp.string_attribute(SPAN_ATTR, "fleetgate.request.id", record.request_id)
         out = [
             otlp.span(
@@ -146,11 +148,8 @@ class SpanBuilder:
             result if type(result) is str else None,
             trace.kept or None,
         )
-        estimated, tokens = notes.get("context_estimated"), notes.get("context_estimate")
-        if type(estimated) is int:
-            attrs += cached_attribute(SPAN_ATTR, "fleetgate.context.estimate", estimated)
-        if type(tokens) is int:
-            attrs += cached_attribute(SPAN_ATTR, "fleetgate.context.tokens", tokens)
+        tokens = notes.get("context_estimate")
+        attrs += _context_counts(_count(notes.get("context_estimated")), _count(tokens))
         if record.dropped:
             dropped = [
                 f"{d.get('deployment')}: {d.get('filter')}: {d.get('reason')}"
@@ -250,14 +249,7 @@ class SpanBuilder:
             if type(affinity) is dict and affinity.get("deployment") == a.deployment_id
             else None,
         )
-        if a.prompt_tokens is not None:
-            attrs += cached_attribute(SPAN_ATTR, "gen_ai.usage.input_tokens", a.prompt_tokens)
-        if a.completion_tokens is not None:
-            attrs += cached_attribute(SPAN_ATTR, "gen_ai.usage.output_tokens", a.completion_tokens)
-        if a.cache_read_tokens is not None:
-            attrs += cached_attribute(
-                SPAN_ATTR, "gen_ai.usage.cache_read.input_tokens", a.cache_read_tokens
-            )
+        attrs += _usage(a.prompt_tokens, a.completion_tokens, a.cache_read_tokens)
         if a.response_id is not None:
             attrs += otlp.string_attribute(SPAN_ATTR, "gen_ai.response.id", a.response_id)
         if record.stream and a.ttft is not None:
@@ -344,9 +336,10 @@ def endpoint_spans(
 
 # Attribute blocks whose values repeat from request to request (the fleet's ids, statuses,
 # settings), each encoded once: one cached call a span instead of one call an attribute.
+# Not `typed`: no argument takes both a bool and a number (True and 1 would share a key).
 
 
-@lru_cache(maxsize=1024, typed=True)
+@lru_cache(maxsize=1024)
 def _server_block(
     route: str,
     status: int,
@@ -380,7 +373,7 @@ def _server_block(
     )
 
 
-@lru_cache(maxsize=1024, typed=True)
+@lru_cache(maxsize=1024)
 def _route_block(
     resolution: str,
     tier: str | None,
@@ -404,7 +397,7 @@ def _route_block(
     )
 
 
-@lru_cache(maxsize=2048, typed=True)
+@lru_cache(maxsize=2048)
 def _attempt_outcome(
     index: int,
     cut: bool,
@@ -464,6 +457,22 @@ def _attempt_block(
             _attr("fleetgate.wire", wire),
         )
     )
+
+
+@lru_cache(maxsize=4096)
+def _usage(input_tokens: int | None, output_tokens: int | None, cache_read: int | None) -> bytes:
+    """An attempt's token counts (the pairs repeat: short prompts, capped answers)."""
+    return (
+        _attr("gen_ai.usage.input_tokens", input_tokens)
+        + _attr("gen_ai.usage.output_tokens", output_tokens)
+        + _attr("gen_ai.usage.cache_read.input_tokens", cache_read)
+    )
+
+
+@lru_cache(maxsize=4096)
+def _context_counts(estimate: int | None, tokens: int | None) -> bytes:
+    """The routing span's counts: the estimate, and the count the plan used."""
+    return _attr("fleetgate.context.estimate", estimate) + _attr("fleetgate.context.tokens", tokens)
 
 
 def _count(value: object) -> int | None:
