@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import psycopg
 from prometheus_client.parser import text_string_to_metric_families
@@ -109,28 +111,12 @@ def test_requests_refused_before_any_upstream_call_are_recorded(stack: Stack):
     assert a.requests == []
 
 
-def test_streamed_usage_reaches_the_record(stack: Stack, client_for):
-    a = stack.engine("a", reply_words=6)
-    stack.start_gateway({"providers": [provider("pa", a)], "deployments": [deployment("m", "pa")]})
-    raw = client_for(stack).chat.completions.with_raw_response.create(
-        model="m",
-        messages=[{"role": "user", "content": "three words here"}],
-        stream=True,
-        stream_options={"include_usage": True},
+def _streamed_usage_in_the_record(stack: Stack, client_for, engine) -> tuple[Any, Any]:
+    """A streamed chat with usage through the gateway to `engine`: the usage of the last
+    chunk the client read, and the prompt and completion tokens its record's attempt holds."""
+    stack.start_gateway(
+        {"providers": [provider("pa", engine)], "deployments": [deployment("m", "pa")]}
     )
-    list(raw.parse())
-    rid = raw.headers["x-request-id"]
-    wait_until(lambda: httpx.get(f"{stack.url}/v1/requests/{rid}").status_code == 200, 5)
-    attempt = httpx.get(f"{stack.url}/v1/requests/{rid}").json()["attempts"][0]
-    assert (attempt["prompt_tokens"], attempt["completion_tokens"]) == (4, 6)
-
-
-def test_streamed_usage_counts_when_the_client_leaves_at_done(stack: Stack, client_for):
-    # the SDK closes its connection once it reads [DONE]; an engine that ends its body a
-    # moment later must not take the answer's usage with it
-    a = stack.engine("a", reply_words=6, tokens_per_second=200)
-    a.linger = 30.0
-    stack.start_gateway({"providers": [provider("pa", a)], "deployments": [deployment("m", "pa")]})
     raw = client_for(stack).chat.completions.with_raw_response.create(
         model="m",
         messages=[{"role": "user", "content": "three words here"}],
@@ -138,11 +124,26 @@ def test_streamed_usage_counts_when_the_client_leaves_at_done(stack: Stack, clie
         stream_options={"include_usage": True},
     )
     chunks = list(raw.parse())
-    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == 4
     rid = raw.headers["x-request-id"]
     wait_until(lambda: httpx.get(f"{stack.url}/v1/requests/{rid}").status_code == 200, 10)
     attempt = httpx.get(f"{stack.url}/v1/requests/{rid}").json()["attempts"][0]
-    assert (attempt["prompt_tokens"], attempt["completion_tokens"]) == (4, 6)
+    return chunks[-1].usage, (attempt["prompt_tokens"], attempt["completion_tokens"])
+
+
+def test_streamed_usage_reaches_the_record(stack: Stack, client_for):
+    a = stack.engine("a", reply_words=6)
+    _, recorded = _streamed_usage_in_the_record(stack, client_for, a)
+    assert recorded == (4, 6)
+
+
+def test_streamed_usage_counts_when_the_client_leaves_at_done(stack: Stack, client_for):
+    # the SDK closes its connection once it reads [DONE]; an engine that ends its body a
+    # moment later must not take the answer's usage with it
+    a = stack.engine("a", reply_words=6, tokens_per_second=200)
+    a.linger = 30.0
+    sent, recorded = _streamed_usage_in_the_record(stack, client_for, a)
+    assert sent is not None and sent.prompt_tokens == 4  # the client had its usage
+    assert recorded == (4, 6)
 
 
 def test_a_caller_that_has_its_answer_can_read_its_record(stack: Stack, client_for, pg_url):

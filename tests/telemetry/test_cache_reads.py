@@ -46,12 +46,7 @@ def client_span(receiver: GrpcReceiver, stream: bool) -> dict[str, Any]:
     return span
 
 
-@pytest.mark.parametrize("stream", [True, False])
-def test_openai_cached_tokens_reach_the_span(
-    stack: Stack, receiver: GrpcReceiver, stream: bool
-) -> None:
-    engine = stack.engine("a")
-    engine.cached_tokens = 4
+def _traced_gateway(stack: Stack, receiver: GrpcReceiver, engine: Any) -> None:
     stack.start_gateway(
         {
             "providers": [provider("pa", engine)],
@@ -59,6 +54,15 @@ def test_openai_cached_tokens_reach_the_span(
             "telemetry": telemetry(receiver),
         }
     )
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_openai_cached_tokens_reach_the_span(
+    stack: Stack, receiver: GrpcReceiver, stream: bool
+) -> None:
+    engine = stack.engine("a")
+    engine.cached_tokens = 4
+    _traced_gateway(stack, receiver, engine)
     client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="x", max_retries=0, timeout=10)
     messages: Any = [{"role": "user", "content": "one two three four five six"}]
     if stream:
@@ -84,14 +88,7 @@ def test_openai_cached_tokens_reach_the_span(
 def test_a_stream_without_cache_details_has_no_cache_attribute(
     stack: Stack, receiver: GrpcReceiver
 ) -> None:
-    engine = stack.engine("a")
-    stack.start_gateway(
-        {
-            "providers": [provider("pa", engine)],
-            "deployments": [deployment("m", "pa", upstream_model="up")],
-            "telemetry": telemetry(receiver),
-        }
-    )
+    _traced_gateway(stack, receiver, stack.engine("a"))
     client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="x", max_retries=0, timeout=10)
     stream = client.chat.completions.create(
         model="m",

@@ -86,20 +86,7 @@ class SpanBuilder:
             record.client_key_id,
             virtual if type(virtual) is str else None,
         ) + otlp.string_attribute(SPAN_ATTR, "fleetgate.request.id", record.request_id)
-        out = [
-            otlp.span(
-                trace_head,
-                server_id,
-                otlp.parent_field(
-                    bytes.fromhex(trace.parent_id) if trace.parent_id else None, trace.state
-                ),
-                _server_head(route),
-                start,
-                end,
-                attrs,
-                otlp.STATUS_ERROR if record.status >= 500 else 0,
-            )
-        ]
+        out = [_server_span(trace, trace_head, server_id, start, end, attrs, record.status)]
         if "plan" in trace.marks:
             self._routing_spans(out, record, trace, trace_head, server_id, end)
         deployments: dict[str, Deployment] | None = None
@@ -282,6 +269,29 @@ class SpanBuilder:
             )
 
 
+def _server_span(
+    trace: TraceContext,
+    trace_head: bytes,
+    server_id: bytes,
+    start: int,
+    end: int,
+    attributes: bytes,
+    status: int,
+) -> bytes:
+    """A request's SERVER span: a child of the client's span when it sent one."""
+    parent = bytes.fromhex(trace.parent_id) if trace.parent_id else None
+    return otlp.span(
+        trace_head,
+        server_id,
+        otlp.parent_field(parent, trace.state),
+        _server_head(trace.path),
+        start,
+        end,
+        attributes,
+        otlp.STATUS_ERROR if status >= 500 else 0,
+    )
+
+
 def endpoint_spans(
     trace: TraceContext,
     status: int,
@@ -303,20 +313,9 @@ def endpoint_spans(
         ("http.response.status_code", status),
         ("error.type", error),
     )
-    out = [
-        otlp.span(
-            trace_head,
-            server_id,
-            otlp.parent_field(
-                bytes.fromhex(trace.parent_id) if trace.parent_id else None, trace.state
-            ),
-            _server_head(route),
-            start,
-            start + int(latency * 1e9),
-            otlp.attributes(SPAN_ATTR, head + attrs),
-            otlp.STATUS_ERROR if status >= 500 else 0,
-        )
-    ]
+    end = start + int(latency * 1e9)
+    attributes = otlp.attributes(SPAN_ATTR, head + attrs)
+    out = [_server_span(trace, trace_head, server_id, start, end, attributes, status)]
     marks = trace.marks
     if trace.count_span is not None and "count" in marks:
         counted = marks.get("counted", marks["count"])
