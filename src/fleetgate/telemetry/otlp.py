@@ -103,14 +103,16 @@ def scope(name: str, version: str) -> bytes:
     return field(0x0A, name.encode()) + field(0x12, version.encode())
 
 
-# Span.span_id and its start and end times, packed in one go (a message's fields may come in
-# any order: the id, which changes with every span, sits with the times)
-_ID_TIMES = struct.Struct("<BB8sBQBQ")
+# Span.trace_id (its `trace_field`), span_id and start and end times, packed in one go (a
+# message's fields may come in any order: the id, which changes with every span, sits with
+# the times)
+_ID_TIMES = struct.Struct("<18sBB8sBQBQ")
 _STATUS = {
     0: b"",  # unset: not written
     **{code: field(0x7A, bytes((0x18, code))) for code in (STATUS_OK, STATUS_ERROR)},
 }
 _SPAN_TAG = b"\x12"  # ScopeSpans.spans
+_SPAN_HEADS = _HEADS[0x12]
 
 
 def trace_field(trace_id: bytes) -> bytes:
@@ -143,10 +145,11 @@ def span(
     """A Span message, as the `spans` field of a ScopeSpans (what `trace_request` joins):
     `trace` is its `trace_field`, `parent` its `parent_field`, `head` its `span_head`,
     `attrs` its attribute fields (tag 0x4A), all already encoded; `span_id` is 8 bytes."""
+    if end_ns < start_ns:
+        end_ns = start_ns
     body = b"".join(
         (
-            trace,
-            _ID_TIMES.pack(0x12, 8, span_id, 0x39, start_ns, 0x41, max(end_ns, start_ns)),
+            _ID_TIMES.pack(trace, 0x12, 8, span_id, 0x39, start_ns, 0x41, end_ns),
             parent,
             head,
             attrs,
@@ -154,8 +157,10 @@ def span(
         )
     )
     n = len(body)
-    if n < 16384:  # a span's head: its tag and a one- or two-byte length
-        return (_HEADS[0x12][n] if n < 128 else _SPAN_TAG + _SMALL[n]) + body
+    if n < 128:  # a span's head: its tag and a one- or two-byte length
+        return _SPAN_HEADS[n] + body
+    if n < 16384:
+        return _SPAN_TAG + _SMALL[n] + body
     return field(0x12, body)
 
 

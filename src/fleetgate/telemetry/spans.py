@@ -73,7 +73,7 @@ class SpanBuilder:
         route = trace.path
         resolution = record.notes.get("resolution")  # the record's `virtual_model`, inline
         virtual = resolution.get("virtual_model") if type(resolution) is dict else None
-        attrs = _server_block(
+        head, attrs = _server_block(
             route,
             record.status,
             record.endpoint,
@@ -85,10 +85,12 @@ class SpanBuilder:
             record.requested_model,
             record.client_key_id,
             virtual if type(virtual) is str else None,
-        ) + otlp.string_attribute(SPAN_ATTR, "fleetgate.request.id", record.request_id)
-        out = [_server_span(trace, trace_head, server_id, start, end, attrs, record.status)]
+        )
+        attrs += otlp.string_attribute(SPAN_ATTR, "fleetgate.request.id", record.request_id)
+        out = [_server_span(trace, trace_head, server_id, head, start, end, attrs, record.status)]
+        child = b"\x22\x08" + server_id  # the parent field of the server span's children
         if "plan" in trace.marks:
-            self._routing_spans(out, record, trace, trace_head, server_id, end)
+            self._routing_spans(out, record, trace, trace_head, child, end)
         deployments: dict[str, Deployment] | None = None
         previous: Attempt | None = None
         for attempt in record.attempts:
@@ -104,7 +106,7 @@ class SpanBuilder:
                     previous,
                     dep.provider if dep is not None else None,
                     trace_head,
-                    server_id,
+                    child,
                 )
             previous = attempt
         return out
@@ -136,7 +138,10 @@ class SpanBuilder:
             trace.kept or None,
         )
         tokens = notes.get("context_estimate")
-        attrs += _context_counts(_count(notes.get("context_estimated")), _count(tokens))
+        estimated = notes.get("context_estimated")
+        if type(tokens) is not int:
+            tokens = None
+        attrs += _context_counts(estimated if type(estimated) is int else None, tokens)
         if record.dropped:
             dropped = [
                 f"{d.get('deployment')}: {d.get('filter')}: {d.get('reason')}"
@@ -147,22 +152,24 @@ class SpanBuilder:
         wall, perf = trace.wall_ns, trace.perf
         planned = marks.get("planned")
         planned_ns = wall + int((planned - perf) * 1e9) if planned is not None else end
-        failed = record.error_code is not None and not record.attempts
         out.append(
             otlp.span(
                 trace_head,
                 route_id,
-                b"\x22\x08" + parent,
+                parent,
                 _ROUTE_HEAD,
                 wall + int((marks["plan"] - perf) * 1e9),
                 planned_ns,
                 attrs,
-                otlp.STATUS_ERROR if failed and planned is None else 0,
+                # failed before it planned: no attempt, an error
+                otlp.STATUS_ERROR
+                if planned is None and record.error_code is not None and not record.attempts
+                else 0,
             )
         )
         if refine in _COUNTED and "count" in marks:
             count_attrs = _attr("fleetgate.context.source", refine) + _attr(
-                "fleetgate.context.tokens", _count(tokens)
+                "fleetgate.context.tokens", tokens
             )
             counted = marks.get("counted")
             out.append(
@@ -211,7 +218,7 @@ class SpanBuilder:
             params.get("temperature"),
             params.get("top_p"),
         )
-        head, shared = _attempt_block(
+        head, attrs = _attempt_block(
             record.endpoint,
             provider.kind if provider is not None else None,
             a.upstream_model,
@@ -220,8 +227,6 @@ class SpanBuilder:
             a.deployment_id,
             a.provider_id,
             a.wire,
-        )
-        attrs = shared + _attempt_outcome(
             a.index,
             cut,
             error,
@@ -247,7 +252,7 @@ class SpanBuilder:
             otlp.span(
                 trace_head,
                 span_id,
-                b"\x22\x08" + parent,
+                parent,
                 head,
                 start,
                 start + int(a.latency * 1e9),
@@ -273,18 +278,21 @@ def _server_span(
     trace: TraceContext,
     trace_head: bytes,
     server_id: bytes,
+    head: bytes,
     start: int,
     end: int,
     attributes: bytes,
     status: int,
 ) -> bytes:
     """A request's SERVER span: a child of the client's span when it sent one."""
-    parent = bytes.fromhex(trace.parent_id) if trace.parent_id else None
+    parent_id, state = trace.parent_id, trace.state
     return otlp.span(
         trace_head,
         server_id,
-        otlp.parent_field(parent, trace.state),
-        _server_head(trace.path),
+        otlp.parent_field(bytes.fromhex(parent_id) if parent_id else None, state)
+        if parent_id or state
+        else b"",
+        head,
         start,
         end,
         attributes,
@@ -315,7 +323,8 @@ def endpoint_spans(
     )
     end = start + int(latency * 1e9)
     attributes = otlp.attributes(SPAN_ATTR, head + attrs)
-    out = [_server_span(trace, trace_head, server_id, start, end, attributes, status)]
+    head = _server_head(route)
+    out = [_server_span(trace, trace_head, server_id, head, start, end, attributes, status)]
     marks = trace.marks
     if trace.count_span is not None and "count" in marks:
         counted = marks.get("counted", marks["count"])
@@ -351,9 +360,9 @@ def _server_block(
     requested_model: str,
     client_key: str | None,
     virtual_model: str | None,
-) -> bytes:
-    """The SERVER span's attributes but the request's id."""
-    return b"".join(
+) -> tuple[bytes, bytes]:
+    """The SERVER span's name and kind, and its attributes but the request's id."""
+    return _server_head(route), b"".join(
         (
             _attr("http.request.method", "POST"),
             _attr("http.route", route),
@@ -397,7 +406,15 @@ def _route_block(
 
 
 @lru_cache(maxsize=2048)
-def _attempt_outcome(
+def _attempt_block(
+    endpoint: str,
+    kind: str | None,
+    model: str,
+    stream: bool,
+    base_url: str | None,
+    deployment: str,
+    provider_id: str,
+    wire: str | None,
     index: int,
     cut: bool,
     error: str | None,
@@ -409,10 +426,15 @@ def _attempt_outcome(
     finish: str | None,
     fallback: str | None,
     affinity: str | None,
-) -> bytes:
-    """A CLIENT span's attributes of how the attempt went, but its counts and answer id."""
-    return b"".join(
+) -> tuple[bytes, bytes]:
+    """A CLIENT span's name and kind, and its attributes but its counts, answer id and
+    time to first chunk: those of its deployment, then those of how the attempt went."""
+    head, shared = _deployment_block(
+        endpoint, kind, model, stream, base_url, deployment, provider_id, wire
+    )
+    return head, b"".join(
         (
+            shared,
             _attr("fleetgate.attempt.index", index),
             _attr("fleetgate.cut_short", cut),
             _attr("error.type", error),
@@ -428,8 +450,8 @@ def _attempt_outcome(
     )
 
 
-@lru_cache(maxsize=1024)
-def _attempt_block(
+@lru_cache(maxsize=256)
+def _deployment_block(
     endpoint: str,
     kind: str | None,
     model: str,
@@ -472,7 +494,3 @@ def _usage(input_tokens: int | None, output_tokens: int | None, cache_read: int 
 def _context_counts(estimate: int | None, tokens: int | None) -> bytes:
     """The routing span's counts: the estimate, and the count the plan used."""
     return _attr("fleetgate.context.estimate", estimate) + _attr("fleetgate.context.tokens", tokens)
-
-
-def _count(value: object) -> int | None:
-    return value if type(value) is int else None
