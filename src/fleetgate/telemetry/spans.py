@@ -31,8 +31,8 @@ _COUNT_HEAD = otlp.span_head(COUNT_SPAN, otlp.SPAN_INTERNAL)
 _TRANSLATE_HEAD = otlp.span_head(TRANSLATE_SPAN, otlp.SPAN_INTERNAL)
 
 
-def _new_span_id() -> bytes:
-    return random.getrandbits(64).to_bytes(8, "big") or b"\x00" * 7 + b"\x01"
+def _new_span_id(_bits: Callable[[int], int] = random.getrandbits) -> bytes:
+    return (_bits(64) or 1).to_bytes(8, "big")  # an all-zero id is invalid
 
 
 @lru_cache(maxsize=1024)
