@@ -172,7 +172,7 @@ def _double_head(tag: int, key: str) -> bytes:
 
 
 @lru_cache(maxsize=1024)
-def _string_head(tag: int, key: str, n: int) -> bytes:
+def string_head(tag: int, key: str, n: int) -> bytes:
     """All of a string attribute's field but its value's `n` bytes."""
     value_head = bytes((0x0A,)) + varint(n)  # AnyValue.string_value
     any_head = bytes((0x12,)) + varint(len(value_head) + n)  # KeyValue.value
@@ -184,7 +184,7 @@ def string_attribute(tag: int, key: str, value: str) -> bytes:
     """A string attribute whose value seldom repeats (an id): only its head is cached (by
     the value's length, which an id's seldom changes)."""
     raw = value.encode()
-    return _string_head(tag, key, len(raw)) + raw
+    return string_head(tag, key, len(raw)) + raw
 
 
 def double_attribute(tag: int, key: str, value: float) -> bytes:

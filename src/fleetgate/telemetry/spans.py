@@ -15,7 +15,7 @@ from fleetgate.fleet import Deployment, Fleet, Provider
 from fleetgate.record.genai import GATEWAY_WIRE, operation_of, provider_name
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.telemetry import otlp
-from fleetgate.telemetry.otlp import SPAN_ATTR, cached_attribute
+from fleetgate.telemetry.otlp import SPAN_ATTR, cached_attribute, string_head
 from fleetgate.trace_context import TraceContext
 
 ROUTE_SPAN = "fleetgate.route"
@@ -66,7 +66,7 @@ class SpanBuilder:
     def spans(self, record: RequestRecord) -> list[bytes]:
         trace = record.trace
         assert trace is not None and trace.sampled
-        trace_head = otlp.trace_field(bytes.fromhex(trace.trace_id))
+        trace_head = b"\x0a\x10" + bytes.fromhex(trace.trace_id)  # its `otlp.trace_field`
         server_id = bytes.fromhex(trace.span_id)
         start = trace.wall_ns
         end = start + int(record.latency * 1e9)
@@ -86,7 +86,8 @@ class SpanBuilder:
             record.client_key_id,
             virtual if type(virtual) is str else None,
         )
-        attrs += otlp.string_attribute(SPAN_ATTR, "fleetgate.request.id", record.request_id)
+        request_id = record.request_id.encode()  # its `otlp.string_attribute`, inline
+        attrs += string_head(SPAN_ATTR, "fleetgate.request.id", len(request_id)) + request_id
         out = [_server_span(trace, trace_head, server_id, head, start, end, attrs, record.status)]
         child = b"\x22\x08" + server_id  # the parent field of the server span's children
         if "plan" in trace.marks:
