@@ -31,14 +31,43 @@ async def resolve_names(names: set[str]) -> dict[str, tuple[str, ...]]:
     return out
 
 
-class ReplicaNames:
+class NamesRefresher:
+    """Resolves names when started, then every `REFRESH_SECONDS` until stopped: `refresh`
+    says what is resolved and what follows from it. A refresh that fails is logged and the
+    loop goes on."""
+
+    _task: asyncio.Task[None] | None = None
+
+    async def refresh(self) -> object:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        await self.refresh()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_SECONDS)
+            try:
+                await self.refresh()
+            except Exception:  # a bad answer must not end the loop
+                log.exception("%s: refresh failed", type(self).__name__)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+class ReplicaNames(NamesRefresher):
     """Resolves the fleet's replica names now and then; `rebuild()` swaps in the fleet built
     again from the holder's config when they resolve to other addresses."""
 
     def __init__(self, config: Callable[[], FleetConfig], rebuild: Callable[[], None]) -> None:
         self._config = config
         self._rebuild = rebuild
-        self._task: asyncio.Task[None] | None = None
 
     async def refresh(self) -> bool:
         """Resolve once; True when the replicas changed (and the fleet was rebuilt)."""
@@ -51,22 +80,3 @@ class ReplicaNames:
             RESOLVED.update(found)
             self._rebuild()
         return changed
-
-    async def start(self) -> None:
-        await self.refresh()
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(REFRESH_SECONDS)
-            try:
-                await self.refresh()
-            except Exception:  # a bad answer must not end the loop
-                log.exception("replicas: refresh failed")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None

@@ -1,30 +1,24 @@
 """The `ip:port` each provider is reached at, as the data plane must be told it.
 
 An IP in the base URL is its own endpoint. A name (a Kubernetes headless Service, say) is
-resolved, every A/AAAA record a replica, and resolved again every `REFRESH_SECONDS`, so
-replicas that come and go are followed without a restart. Names are resolved by the same
-function as the providers' `endpoints` names (`discovery/replicas.py`).
+resolved, every A/AAAA record a replica, and resolved again every few seconds, so replicas
+that come and go are followed without a restart: by the same resolver and refresh loop as
+the providers' `endpoints` names (`discovery/replicas.py`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 from fleetgate.config.addresses import endpoint_text, host_port, is_ip
-from fleetgate.discovery.replicas import resolve_names
+from fleetgate.discovery.replicas import NamesRefresher, resolve_names
 from fleetgate.fleet import Fleet, FleetHolder, Provider
 from fleetgate.fleet.data_plane import provider_blocker
 
-REFRESH_SECONDS = 5.0
 
-
-class EndpointBook:
+class EndpointBook(NamesRefresher):
     def __init__(self, holder: FleetHolder) -> None:
         self.holder = holder
         self._by_provider: dict[str, tuple[str, ...]] = {}
         self._names: dict[str, tuple[str, int]] = {}  # provider id -> the name to resolve
-        self._task: asyncio.Task[None] | None = None
         self._index(holder.fleet)
         holder.on_swap(lambda _old, new: self._index(new))
 
@@ -47,26 +41,10 @@ class EndpointBook:
         """The provider's endpoints (empty: none the data plane can be sent to)."""
         return self._by_provider.get(provider.id, ())
 
-    async def resolve(self) -> None:
+    async def refresh(self) -> None:
         names = self._names
         found = await resolve_names({host for host, _port in names.values()})
         for provider_id, (host, port) in list(names.items()):
             if host in found:
                 addresses = found[host]
                 self._by_provider[provider_id] = tuple(endpoint_text(a, port) for a in addresses)
-
-    async def start(self) -> None:
-        await self.resolve()
-        self._task = asyncio.get_running_loop().create_task(self._refresh())
-
-    async def _refresh(self) -> None:
-        while True:
-            await asyncio.sleep(REFRESH_SECONDS)
-            await self.resolve()
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
