@@ -240,18 +240,7 @@ class RedisState(MemoryState):
         """One half-open probe for the whole cluster: the replica that sets the claim
         first sends it; the others route around the deployment until its result is shared.
         While Redis is down, each replica probes on its own (local state is the truth)."""
-        link = self.link
-        if link is None or not link.healthy:
-            return True
-        hold = max(1, int(min(hold_seconds, MAX_PROBE_HOLD) * 1000))
-        try:
-            claimed = await link.client.set(
-                link.key("probe", deployment_id), link.replica, nx=True, px=hold
-            )
-        except (RedisError, OSError) as exc:
-            link.fail(exc)
-            return True
-        return bool(claimed)
+        return await self._claim("probe", deployment_id, min(hold_seconds, MAX_PROBE_HOLD))
 
     def _end_probe(self, deployment_id: str) -> None:
         """The probe's result is in: free the claim (the next probe, after the next
@@ -300,14 +289,17 @@ class RedisState(MemoryState):
     async def claim_check(self, provider_id: str, hold_seconds: float) -> bool:
         """One replica checks a provider per interval: whichever sets the claim first
         (while Redis is down, each replica checks on its own)."""
+        return await self._claim("check", provider_id, hold_seconds)
+
+    async def _claim(self, kind: str, name: str, hold_seconds: float) -> bool:
+        """Whether this replica set the cluster-wide claim `kind` on `name` first (held
+        `hold_seconds`); True while Redis is down: each replica acts on its own then."""
         link = self.link
         if link is None or not link.healthy:
             return True
         hold = max(1, int(hold_seconds * 1000))
         try:
-            claimed = await link.client.set(
-                link.key("check", provider_id), link.replica, nx=True, px=hold
-            )
+            claimed = await link.client.set(link.key(kind, name), link.replica, nx=True, px=hold)
         except (RedisError, OSError) as exc:
             link.fail(exc)
             return True
