@@ -28,6 +28,37 @@ EMBED, LAYERS, HEADS, KV_HEADS, FFN = 64, 2, 4, 2, 128
 TRAINED_CONTEXT = 32768  # what the model advertises, like Qwen2.5
 
 
+def write_tiny_weights(writer: gguf.GGUFWriter, n_vocab: int, seed: int) -> None:
+    """The tiny model's random weights (embeddings tied with the output), then the file:
+    the tokenizer and template are what the tests read, the weights only have to run."""
+    rng = np.random.default_rng(seed)
+
+    def weights(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    head = EMBED // HEADS
+    writer.add_tensor("token_embd.weight", weights(n_vocab, EMBED))
+    writer.add_tensor("output_norm.weight", ones(EMBED))
+    for layer in range(LAYERS):
+        blk = f"blk.{layer}."
+        writer.add_tensor(blk + "attn_norm.weight", ones(EMBED))
+        writer.add_tensor(blk + "attn_q.weight", weights(HEADS * head, EMBED))
+        writer.add_tensor(blk + "attn_k.weight", weights(KV_HEADS * head, EMBED))
+        writer.add_tensor(blk + "attn_v.weight", weights(KV_HEADS * head, EMBED))
+        writer.add_tensor(blk + "attn_output.weight", weights(EMBED, HEADS * head))
+        writer.add_tensor(blk + "ffn_norm.weight", ones(EMBED))
+        writer.add_tensor(blk + "ffn_gate.weight", weights(FFN, EMBED))
+        writer.add_tensor(blk + "ffn_up.weight", weights(FFN, EMBED))
+        writer.add_tensor(blk + "ffn_down.weight", weights(EMBED, FFN))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def main(source: Path, model_out: Path, tokenizer_out: Path) -> None:
     reader = gguf.GGUFReader(str(source / "models" / "ggml-vocab-qwen2.gguf"))
 
@@ -66,32 +97,7 @@ def main(source: Path, model_out: Path, tokenizer_out: Path) -> None:
     writer.add_add_bos_token(False)
     writer.add_chat_template(template)
 
-    rng = np.random.default_rng(20261201)
-
-    def weights(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
-    head = EMBED // HEADS
-    writer.add_tensor("token_embd.weight", weights(len(tokens), EMBED))  # tied with output
-    writer.add_tensor("output_norm.weight", ones(EMBED))
-    for layer in range(LAYERS):
-        blk = f"blk.{layer}."
-        writer.add_tensor(blk + "attn_norm.weight", ones(EMBED))
-        writer.add_tensor(blk + "attn_q.weight", weights(HEADS * head, EMBED))
-        writer.add_tensor(blk + "attn_k.weight", weights(KV_HEADS * head, EMBED))
-        writer.add_tensor(blk + "attn_v.weight", weights(KV_HEADS * head, EMBED))
-        writer.add_tensor(blk + "attn_output.weight", weights(EMBED, HEADS * head))
-        writer.add_tensor(blk + "ffn_norm.weight", ones(EMBED))
-        writer.add_tensor(blk + "ffn_gate.weight", weights(FFN, EMBED))
-        writer.add_tensor(blk + "ffn_up.weight", weights(FFN, EMBED))
-        writer.add_tensor(blk + "ffn_down.weight", weights(EMBED, FFN))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_tiny_weights(writer, len(tokens), seed=20261201)
 
     # the same vocabulary for the `tokenizers` library (token type 3: control tokens)
     special = [

@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 
 import gguf
-import numpy as np
+from make_model import EMBED, FFN, HEADS, KV_HEADS, LAYERS, write_tiny_weights  # beside it
 
-EMBED, LAYERS, HEADS, KV_HEADS, FFN = 64, 2, 4, 2, 128
 TRAINED_CONTEXT = 32768
 
 
@@ -63,32 +62,7 @@ def main(source: Path, vocab: str, template: str, name: str, out: Path) -> None:
     writer.add_vocab_size(n_vocab)
     writer.add_chat_template(chat)
 
-    rng = np.random.default_rng(20261205)
-
-    def weights(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
-    head = EMBED // HEADS
-    writer.add_tensor("token_embd.weight", weights(n_vocab, EMBED))
-    writer.add_tensor("output_norm.weight", ones(EMBED))
-    for layer in range(LAYERS):
-        blk = f"blk.{layer}."
-        writer.add_tensor(blk + "attn_norm.weight", ones(EMBED))
-        writer.add_tensor(blk + "attn_q.weight", weights(HEADS * head, EMBED))
-        writer.add_tensor(blk + "attn_k.weight", weights(KV_HEADS * head, EMBED))
-        writer.add_tensor(blk + "attn_v.weight", weights(KV_HEADS * head, EMBED))
-        writer.add_tensor(blk + "attn_output.weight", weights(EMBED, HEADS * head))
-        writer.add_tensor(blk + "ffn_norm.weight", ones(EMBED))
-        writer.add_tensor(blk + "ffn_gate.weight", weights(FFN, EMBED))
-        writer.add_tensor(blk + "ffn_up.weight", weights(FFN, EMBED))
-        writer.add_tensor(blk + "ffn_down.weight", weights(EMBED, FFN))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_tiny_weights(writer, n_vocab, seed=20261205)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {n_vocab} tokens)")
 
 
