@@ -72,6 +72,19 @@ def _pairs(raw: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _sendable(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The headers a request can carry: one whose name or value holds a line break or a
+    NUL (it would end the header block early, or be refused by gRPC) is left out, named in
+    a warning (its value may be a secret: not shown)."""
+    kept = []
+    for key, value in headers:
+        if any(c in key + value for c in "\r\n\0"):
+            log.warning("OTLP header %r holds a line break or a NUL; it is not sent", key)
+        else:
+            kept.append((key, value))
+    return tuple(kept)
+
+
 def _sampler(env: Mapping[str, str]) -> tuple[float, bool]:
     """(ratio, parent-based) from `OTEL_TRACES_SAMPLER[_ARG]`; (1.0, True) by default."""
     name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or "parentbased_always_on"
@@ -111,6 +124,7 @@ def telemetry_settings(
         headers = tuple((k, resolve_secret(v) or "") for k, v in otlp.headers.items())
     else:
         headers = _pairs(env.get("OTEL_EXPORTER_OTLP_HEADERS"))
+    headers = _sendable(headers)
     ratio, parent_based = _sampler(env)
     if config.sample_ratio is not None:
         ratio, parent_based = config.sample_ratio, True
