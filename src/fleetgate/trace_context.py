@@ -28,8 +28,9 @@ _LOW64 = (1 << 64) - 1
 _UNSAMPLED: dict[str, Any] = {}
 
 
-def new_span_id() -> str:
-    return f"{random.getrandbits(64) or 1:016x}"  # an all-zero id is invalid
+def new_span_id(_bits: Any = random.getrandbits) -> str:
+    # an all-zero id is invalid; `to_bytes().hex()` is a third of a `:016x` format's cost
+    return (_bits(64) or 1).to_bytes(8, "big").hex()
 
 
 @dataclass(slots=True)
@@ -46,7 +47,7 @@ class TraceContext:
     path: str = ""  # the request's path (its SERVER span's route)
     perf: float = 0.0  # perf_counter at the request's start
     wall_ns: int = 0  # the wall clock then, in ns (only while sampled)
-    # perf_counter marks: "plan", "planned", "refine", and "count", "counted" around an
+    # perf_counter marks: "plan", "planned", and "count", "counted" around an
     # exact count (only while sampled)
     marks: dict[str, float] = field(default_factory=dict)
     kept: tuple[str, ...] = ()  # the plan's candidates, in order (deployment ids)
@@ -114,11 +115,16 @@ class Tracing:
             if not self.parent_based:
                 sampled = self._keeps(trace_id)
             state = tracestate if tracestate and len(tracestate) <= MAX_TRACESTATE else None
+            span_id = new_span_id()
         else:
-            value = random.getrandbits(128) or 1  # an all-zero id is invalid
-            trace_id, parent_id, state = f"{value:032x}", None, None
-            sampled = value & _LOW64 < self._bound  # the id's low 64 bits, as `_keeps`
-        span_id = f"{random.getrandbits(64) or 1:016x}"
+            # the trace id and the span id from one draw: 128 bits, then 64 (neither may be
+            # all zeros)
+            value = random.getrandbits(192)
+            if not value >> 64 or not value & _LOW64:
+                value |= 1 << 64 | 1
+            ids = value.to_bytes(24, "big").hex()
+            trace_id, span_id, parent_id, state = ids[:32], ids[32:], None, None
+            sampled = value >> 64 & _LOW64 < self._bound  # the id's low 64 bits, as `_keeps`
         if not sampled:  # its ids are passed on, nothing more: no span will be made
             return TraceContext(
                 trace_id, span_id, parent_id, False, state, path, perf, 0, _UNSAMPLED, _UNSAMPLED
