@@ -191,11 +191,8 @@ class Pipeline:
                 loads=self.loads,
             )
             require_route(plan)
-            if marks is None:
-                await self.refiner.refine(plan, profile, fleet)  # exact count near a boundary
-            else:
-                marks["refine"] = time.perf_counter()
-                await self.refiner.refine(plan, profile, fleet)
+            await self.refiner.refine(plan, profile, fleet)  # exact count near a boundary
+            if marks is not None:
                 marks["planned"] = time.perf_counter()
             if ex.client_key is not None and self.guard is not None:
                 ex.hold = await self.guard.hold(ex.client_key, plan, profile, fleet)
