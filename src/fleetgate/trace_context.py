@@ -46,7 +46,9 @@ class TraceContext:
     state: str | None = None  # the client's `tracestate`, passed on unchanged
     path: str = ""  # the request's path (its SERVER span's route)
     perf: float = 0.0  # perf_counter at the request's start
-    wall_ns: int = 0  # the wall clock then, in ns (only while sampled)
+    # the wall clock then, in ns: set once the request has ended (its end's wall clock less
+    # its latency), when its spans are made
+    wall_ns: int = 0
     # perf_counter marks: "plan", "planned", and "count", "counted" around an
     # exact count (only while sampled)
     marks: dict[str, float] = field(default_factory=dict)
@@ -100,10 +102,11 @@ class Tracing:
     kept (or not) as it says; a new trace is kept when its id falls under `ratio`, the
     rule of OpenTelemetry's trace-id ratio sampler, so every replica decides alike."""
 
-    __slots__ = ("_bound", "parent_based")
+    __slots__ = ("_all", "_bound", "parent_based")
 
     def __init__(self, ratio: float, parent_based: bool = True) -> None:
         self._bound = round(max(0.0, min(1.0, ratio)) * (1 << 64))
+        self._all = self._bound > _LOW64
         self.parent_based = parent_based
 
     def begin(
@@ -117,20 +120,20 @@ class Tracing:
             state = tracestate if tracestate and len(tracestate) <= MAX_TRACESTATE else None
             span_id = new_span_id()
         else:
-            # the trace id and the span id from one draw: 128 bits, then 64 (neither may be
-            # all zeros)
+            # the trace id and the span id from one draw: 128 bits, then 64
             value = random.getrandbits(192)
-            if not value >> 64 or not value & _LOW64:
-                value |= 1 << 64 | 1
             ids = value.to_bytes(24, "big").hex()
             trace_id, span_id, parent_id, state = ids[:32], ids[32:], None, None
-            sampled = value >> 64 & _LOW64 < self._bound  # the id's low 64 bits, as `_keeps`
+            if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:  # invalid ids: once in 2^64
+                value |= 1 << 64 | 1
+                trace_id, span_id = f"{value >> 64:032x}", f"{value & _LOW64:016x}"
+            # the id's low 64 bits, as `_keeps` (a ratio of 1 keeps every trace)
+            sampled = self._all or value >> 64 & _LOW64 < self._bound
         if not sampled:  # its ids are passed on, nothing more: no span will be made
             return TraceContext(
                 trace_id, span_id, parent_id, False, state, path, perf, 0, _UNSAMPLED, _UNSAMPLED
             )
-        wall_ns = time.time_ns() - int((time.perf_counter() - perf) * 1e9)
-        return TraceContext(trace_id, span_id, parent_id, True, state, path, perf, wall_ns, {}, {})
+        return TraceContext(trace_id, span_id, parent_id, True, state, path, perf, 0, {}, {})
 
     def _keeps(self, trace_id: str) -> bool:
         return int(trace_id[16:], 16) < self._bound

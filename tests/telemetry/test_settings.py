@@ -103,3 +103,21 @@ def test_sampling_is_parent_based_and_by_trace_id() -> None:
     )
     kept = sum(Tracing(0.25).begin(None, None, 0.0).sampled for _ in range(4000))
     assert 800 < kept < 1200
+
+
+def test_new_ids_are_hex_of_their_width_and_never_all_zeros(monkeypatch) -> None:
+    ids = {Tracing(1.0).begin(None, None, 0.0).trace_id for _ in range(200)}
+    assert len(ids) == 200
+    assert all(len(i) == 32 and int(i, 16) > 0 and i == i.lower() for i in ids)
+    draws = iter([0, 1 << 64, 5])  # an all-zero trace id, then an all-zero span id
+    monkeypatch.setattr("fleetgate.trace_context.random.getrandbits", lambda _bits: next(draws))
+    first = Tracing(1.0).begin(None, None, 0.0)
+    second = Tracing(1.0).begin(None, None, 0.0)
+    for trace in (first, second):
+        assert parse_traceparent(trace.traceparent(trace.span_id)) is not None
+    assert (first.trace_id, first.span_id) == (f"{1:032x}", f"{1:016x}")
+    assert (second.trace_id, second.span_id) == (f"{1:032x}", f"{1:016x}")
+    monkeypatch.undo()
+    # a ratio of 1 keeps every trace, 0 none, whatever the id
+    assert Tracing(1.0).begin(None, None, 0.0).sampled
+    assert not Tracing(0.0).begin(None, None, 0.0).sampled

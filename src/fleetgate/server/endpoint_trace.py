@@ -33,6 +33,7 @@ def end(
     if trace is None or sink is None or not trace.sampled:
         return
     latency = time.perf_counter() - ex.started
+    trace.wall_ns = time.time_ns() - int(latency * 1e9)  # its start, on the wall clock
     recorder = ctx.pipeline.recorder
 
     def take() -> None:

@@ -68,8 +68,11 @@ class SpanBuilder:
         assert trace is not None and trace.sampled
         trace_head = b"\x0a\x10" + bytes.fromhex(trace.trace_id)  # its `otlp.trace_field`
         server_id = bytes.fromhex(trace.span_id)
-        start = trace.wall_ns
-        end = start + int(record.latency * 1e9)
+        latency_ns = int(record.latency * 1e9)
+        # the record's wall clock is its end's (taken as it was made): the start is that less
+        # the latency, and every mark of the request's own clock is placed from there
+        end = int(record.time * 1e9)
+        start = trace.wall_ns = end - latency_ns
         route = trace.path
         resolution = record.notes.get("resolution")  # the record's `virtual_model`, inline
         virtual = resolution.get("virtual_model") if type(resolution) is dict else None
