@@ -15,7 +15,8 @@ Run: `python3 -m benchmarks.instructions` (env: `FRONT` "fleetgate" (fleetgate's
 `server.front`), `RAW` 1 (the raw floor, `raw_floor.py`, counted too), `REQUESTS` 1500,
 `WARMUP` 200, `CONCS` "1 64", `KINDS` "plain stream", `START` 1, `TRACE_RATIOS` "": each
 ratio is one more fleetgate with OpenTelemetry on at that sample ratio, exporting to
-`benchmarks.otlp_sink`, its count also shown against tracing off). Needs valgrind and hey
+`benchmarks.otlp_sink` over `OTLP_PROTOCOL` (http/protobuf, or grpc), its count also shown
+against tracing off). Needs valgrind and hey
 (`apt-get install -y valgrind hey`). Under valgrind everything runs about 50 times
 slower, so a run takes minutes; latency figures mean nothing here, only the counts.
 """
@@ -49,8 +50,10 @@ from benchmarks.run import (
     chat_body,
     checkout_env,
     descendants,
+    otlp_collector,
     start_server,
     stop,
+    telemetry_block,
     write_config,
 )
 
@@ -212,10 +215,7 @@ def _server_cmd(
     telemetry = None
     if name.startswith(f"{GATEWAY}-trace") and collector is not None:
         ratio = float(name.removeprefix(f"{GATEWAY}-trace"))
-        telemetry = {
-            "otlp": {"endpoint": collector, "protocol": "http/protobuf"},
-            "sample_ratio": ratio,
-        }
+        telemetry = telemetry_block(collector, ratio)
     front = os.environ.get("FRONT", "fleetgate")
     write_config(config, up_port, port, "process", None, telemetry, front=front)
     return [py, "-m", "fleetgate", "serve", "--config", str(config), "--port", str(port)]
@@ -266,13 +266,11 @@ def run() -> int:
         started.append(upstream)
         collector = None
         if ratios:
-            sink_port = _free_port()
-            sink_cmd = [py, "-m", "benchmarks.otlp_sink", "--port", str(sink_port)]
+            sink_cmd, sink_port, collector = otlp_collector(py)
             sink = start_server(
                 "collector", sink_cmd, sink_port, "/_stats", 0, env, ROOT, work / "c"
             )
             started.append(sink)
-            collector = f"http://127.0.0.1:{sink_port}"
         traced = [_trace_name(r) for r in ratios]
         if os.environ.get("START", "1") == "1":
             print("running start …", file=sys.stderr, flush=True)

@@ -101,7 +101,7 @@ class Settings:
     workers_cpus: set[int] = field(default_factory=set)  # for -wN targets; empty: GW_CPU
     fronts: list[str] = field(default_factory=lambda: ["fleetgate"])  # server.front values
     # OpenTelemetry sample ratios, each one more target (`fleetgate-trace<ratio>`) exporting
-    # to a local OTLP/HTTP collector (benchmarks/otlp_sink.py, on LOAD_CPU)
+    # to a local collector (benchmarks/otlp_sink.py, on LOAD_CPU) over OTLP_PROTOCOL
     trace_ratios: list[float] = field(default_factory=list)
     gateway_cmd: list[str] = field(default_factory=lambda: [sys.executable, "-m", "fleetgate"])
     out: Path = HERE / "results"
@@ -179,6 +179,27 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def otlp_collector(py: str) -> tuple[list[str], int, str]:
+    """The benchmark collector (`benchmarks.otlp_sink`): its command, the port of its
+    `/_stats`, and the endpoint a gateway exports to with `OTLP_PROTOCOL` ("http/protobuf",
+    the default, or "grpc")."""
+    port = _free_port()
+    cmd = [py, "-m", "benchmarks.otlp_sink", "--port", str(port)]
+    if otlp_protocol() == "grpc":
+        grpc_port = _free_port()
+        return [*cmd, "--grpc-port", str(grpc_port)], port, f"http://127.0.0.1:{grpc_port}"
+    return cmd, port, f"http://127.0.0.1:{port}"
+
+
+def otlp_protocol() -> str:
+    return os.environ.get("OTLP_PROTOCOL", "http/protobuf")
+
+
+def telemetry_block(endpoint: str, ratio: float) -> dict[str, Any]:
+    """The `telemetry` section of a traced gateway's config."""
+    return {"otlp": {"endpoint": endpoint, "protocol": otlp_protocol()}, "sample_ratio": ratio}
 
 
 def _pinned(cpu: int | set[int]) -> Any:
@@ -970,10 +991,9 @@ def run(s: Settings) -> dict[str, Any]:
         if engine is not None:
             started.append(engine)
         engine_url = engine.url("/v1") if engine is not None else None
-        collector = None
+        collector, collector_endpoint = None, ""
         if s.trace_ratios:  # where the tracing targets export, on the load's CPU
-            sink_port = _free_port()
-            cmd = [py, "-m", "benchmarks.otlp_sink", "--port", str(sink_port)]
+            cmd, sink_port, collector_endpoint = otlp_collector(py)
             collector = start_server(
                 "collector", cmd, sink_port, "/_stats", s.load_cpu, env, ROOT, work / "sink.log"
             )
@@ -986,10 +1006,7 @@ def run(s: Settings) -> dict[str, Any]:
             config_path = home / "fleet.yaml"
             telemetry = None
             if v.trace_ratio is not None and collector is not None:
-                telemetry = {
-                    "otlp": {"endpoint": collector.url(""), "protocol": "http/protobuf"},
-                    "sample_ratio": v.trace_ratio,
-                }
+                telemetry = telemetry_block(collector_endpoint, v.trace_ratio)
             write_config(
                 config_path, up_port, gw_port, v.log_writer, engine_url, telemetry, v.front
             )
