@@ -22,10 +22,10 @@ from sqlalchemy import Boolean, text
 
 from fleetgate.execute.outcome import Attempt
 from fleetgate.record.recorder import RequestRecord
-from fleetgate.store import log_writer, writer_sched
+from fleetgate.store import log_writer, writer_child, writer_sched
 from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.db import Database
-from fleetgate.store.log_rows import BOOLEAN, COLUMNS
+from fleetgate.store.log_statements import BOOLEAN, COLUMNS
 from fleetgate.store.log_writer import LogWriterProcess
 from fleetgate.store.request_log import RequestLog, row_of
 from fleetgate.store.tables import requests
@@ -158,13 +158,18 @@ async def test_a_row_the_database_refuses_is_counted_and_the_others_are_written(
 # the writer's own imports, as its first lines run them, then the modules they loaded
 _CHILD_IMPORTS = """
 import json, sys
-from fleetgate.store.log_writer import child_main
+from fleetgate.store.writer_child import child_main
 print(json.dumps(sorted(sys.modules)))
 """
 # what the writer must not load: a database driver is all it needs (SQLAlchemy alone holds
 # about 20 MB), not the config schema nor the HTTP stack, nor the email package (the parser
-# of a Retry-After date: ~1 MB)
+# of a Retry-After date: ~1 MB), nor an event loop and its thread pool (asyncio: ~5 MB), nor
+# the records it receives only as rows
 _NOT_IN_WRITER = (
+    "asyncio",
+    "concurrent",
+    "fleetgate.record",
+    "fleetgate.execute",
     "sqlalchemy",
     "pydantic",
     "fleetgate.config",
@@ -340,7 +345,7 @@ async def test_a_frame_larger_than_the_pipe_reaches_the_store(
     writer = _started(url)
     records = _batch(0, 2000)
     frame = sum(len(orjson.dumps(row_of(r))) + 1 for r in records)
-    assert frame > log_writer.PIPE_BYTES
+    assert frame > writer_child.PIPE_BYTES
     await writer.write(records)
     await until(lambda: writer.written == 2000, 20, "the child wrote the whole frame")
     await writer.stop()
@@ -423,7 +428,7 @@ async def test_a_child_that_is_behind_writes_without_yielding_the_core(
     url, db = store
     yields: list[int] = []
     monkeypatch.setattr(os, "sched_yield", lambda: yields.append(1))
-    monkeypatch.setattr(log_writer, "WRITE_INTERVAL", 0.0)
+    monkeypatch.setattr(writer_child, "WRITE_INTERVAL", 0.0)
     rows_r, rows_w = os.pipe()
     status_r, status_w = os.pipe()
     frames = [
@@ -433,12 +438,12 @@ async def test_a_child_that_is_behind_writes_without_yielding_the_core(
     os.close(rows_w)  # and nothing more comes
     try:
         # 200 rows a flush: the first flush yields (7 times), the next ones are behind
-        await log_writer._child_write(url, 200, rows_r, status_w, buf)
+        writer_child.child_write(url, 200, rows_r, status_w, buf)
     finally:
         for fd in (rows_r, status_r, status_w):
             os.close(fd)
     assert len(await _ids(db)) == 1000
-    assert len(yields) == 200 // log_writer.YIELD_EVERY - 1
+    assert len(yields) == 200 // writer_child.YIELD_EVERY - 1
 
 
 def _classes(pid: int) -> set[int]:
@@ -538,6 +543,6 @@ async def test_a_quiet_writer_wakes_for_its_writes_not_for_each_frame(
     await writer.write(_batch(102, 2))
     began = time.monotonic()
     await writer.stop()  # nudged out of its rest: it does not sleep the rest out
-    assert time.monotonic() - began < log_writer.QUIET_INTERVAL
+    assert time.monotonic() - began < writer_child.QUIET_INTERVAL
     assert (writer.written, writer.dropped) == (104, 0)
     assert await _ids(db) == [f"req-{i:05d}" for i in range(104)]
