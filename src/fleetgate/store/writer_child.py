@@ -45,9 +45,10 @@ QUIET_INTERVAL = 0.5
 # The rows the child holds decoded at most (one transaction's): a decoded row is about
 # three times its frame's bytes, and a child behind by the log's whole capacity (10,000
 # rows) grew by ~20 MB. Beyond these, rows wait as frames: in the pipe, then in the serving
-# process, whose queue holds `capacity`, as before. A transaction of 2,000 rows costs its
-# begin and commit (about 15 rows' worth) once in over a hundred rows.
-CHILD_ROWS = 2_000
+# process, whose queue holds `capacity`, as before. A transaction of 500 rows costs its
+# begin and commit (about 15 rows' worth) once in over thirty rows; behind by 10,000 rows,
+# the child peaked 2.8 MB lower than with transactions of 2,000.
+CHILD_ROWS = 500
 # the child offers the core back after each so many rows of a transaction: a server that
 # shares its core waits for one such piece (~0.1 ms on SQLite), not a whole transaction.
 # Not while it is behind (more rows waiting than one flush took): each yield hands a busy
