@@ -14,7 +14,7 @@ descriptor the server had open, the listening socket among them, so the port sta
 taken (and accepted nothing) after the server was gone, and connections it had open
 never closed; forking a process that runs threads copies locks other threads hold, too.
 Its settings (the store's URL may carry a password) come as the first line of the rows
-pipe, never on its command line.
+pipe (JSON), never on its command line; the rows follow, each as `row_pipe.py` writes it.
 
 Nothing is lost on the way: rows the pipe cannot take yet wait in the serving process
 (up to the log's capacity, the oldest dropped and counted, as `RequestLog` does while the
@@ -44,6 +44,7 @@ import orjson
 from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.store.driver_log import DriverLog
 from fleetgate.store.log_rows import row_of
+from fleetgate.store.row_pipe import decode_rows, encode_row
 from fleetgate.store.writer_child import NUDGE, PIPE_BYTES, STOP_TIMEOUT
 from fleetgate.store.writer_sched import is_idle, may_leave_idle, set_idle
 
@@ -159,7 +160,7 @@ class LogWriterProcess(BatchSink):
 
     def take(self, record: RequestRecord) -> None:
         """The record's row, encoded now (one request's share, not a batch's at once)."""
-        self._rows.append(orjson.dumps(row_of(record)))
+        self._rows.append(encode_row(row_of(record)))
         if len(self._rows) + self._queued > self.capacity:
             self._drop_oldest()
 
@@ -174,7 +175,7 @@ class LogWriterProcess(BatchSink):
         """The rows taken since the last flush, as one frame for the pipe."""
         rows, self._rows = self._rows, deque()
         if rows:
-            self._frames.append((b"[" + b",".join(rows) + b"]\n", len(rows)))
+            self._frames.append((b"".join(rows), len(rows)))
             self._queued += len(rows)
 
     def _drop_oldest(self) -> None:
@@ -335,7 +336,7 @@ class LogWriterProcess(BatchSink):
         """In the fallback's thread: its rows are touched there alone."""
         assert self._fallback is not None
         for frame in frames:
-            self._fallback.queue(orjson.loads(frame))
+            self._fallback.queue(decode_rows(frame, len(frame))[0])
         self._fallback.flush()
 
     async def _in_fallback_thread(self, call: Callable[[], None]) -> None:

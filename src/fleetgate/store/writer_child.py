@@ -12,6 +12,7 @@ signal.
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import select
@@ -22,10 +23,9 @@ import termios
 import time
 import traceback
 
-import orjson
-
 from fleetgate.gc_tuning import tune_gc
 from fleetgate.store.driver_log import DriverLog
+from fleetgate.store.row_pipe import decode_rows
 from fleetgate.store.writer_sched import is_idle, set_idle
 
 log = logging.getLogger("fleetgate.record")
@@ -73,7 +73,7 @@ def child_main(rows_fd: int, status_fd: int) -> None:
                 os._exit(0)
             buf.extend(data)
         end = buf.index(b"\n")
-        settings = orjson.loads(buf[:end])
+        settings = json.loads(buf[:end])
         del buf[: end + 1]
         os.nice(settings["nice"])
         idle = bool(settings.get("idle"))
@@ -164,17 +164,14 @@ class _Writer:
         self.retry_at: float | None = None
 
     def take(self) -> None:
-        """Complete frames into the log while it holds fewer than `capacity` rows."""
-        buf, request_log = self.buf, self.log
-        while request_log.pending < self.capacity:
-            end = buf.find(b"\n")
-            if end < 0:
-                return
-            try:
-                request_log.queue(orjson.loads(buf[:end]))  # each row as a list
-            except orjson.JSONDecodeError:  # cannot happen unless the pipe broke a frame
-                log.error("request log writer: dropped a frame it cannot read")
-            del buf[: end + 1]
+        """Whole rows into the log while it holds fewer than `capacity`."""
+        request_log = self.log
+        rows, used, broken = decode_rows(self.buf, self.capacity - request_log.pending)
+        if used:
+            del self.buf[:used]
+            request_log.queue(rows)
+        if broken:
+            log.error("request log writer: dropped %d row(s) it cannot read", broken)
 
     def read_while_room(self) -> None:
         """Read while the buffer is below the pipe's size, and beyond it while the log has
@@ -239,7 +236,7 @@ class _Writer:
             "rejected": request_log.rejected,
             "pending": request_log.pending,
         }
-        os.write(self.status_fd, orjson.dumps(status) + b"\n")
+        os.write(self.status_fd, json.dumps(status).encode() + b"\n")
 
     def run(self) -> None:
         request_log = self.log
