@@ -164,9 +164,12 @@ print(json.dumps(sorted(sys.modules)))
 # what the writer must not load: a database driver is all it needs (SQLAlchemy alone holds
 # about 20 MB), not the config schema nor the HTTP stack, nor the email package (the parser
 # of a Retry-After date: ~1 MB), nor an event loop and its thread pool (asyncio: ~5 MB), nor
-# the records it receives only as rows, nor a JSON library for them (orjson: 1.6 MB)
+# the records it receives only as rows, nor a JSON library for them (orjson: 1.6 MB), nor
+# `logging` for its few lines (with `traceback`, about 1 MB)
 _NOT_IN_WRITER = (
     "orjson",
+    "logging",
+    "traceback",
     "asyncio",
     "concurrent",
     "fleetgate.record",
@@ -308,8 +311,10 @@ async def test_a_writer_stopped_before_it_spawned_leaves_nothing_open(
 
 
 async def test_rows_wait_in_the_child_through_a_store_outage(
-    store: tuple[str, Database],
+    store: tuple[str, Database], capfd: pytest.CaptureFixture[str]
 ) -> None:
+    """...and the child tells the outage's start and end on the stderr it shares with the
+    serving process, once each."""
     url, db = store
     writer = _started(url)
     try:
@@ -328,6 +333,12 @@ async def test_rows_wait_in_the_child_through_a_store_outage(
         await writer.stop()
     assert writer.dropped == 0
     assert await _ids(db) == [f"req-{i:05d}" for i in range(50)]
+    lines = capfd.readouterr().err.splitlines()
+    error = "UndefinedTable" if url.startswith("postgresql") else "OperationalError"
+    assert [line for line in lines if "the store is unreachable" in line] == [
+        f"the store is unreachable ({error}); request-log rows and spend wait in memory"
+    ]
+    assert len([line for line in lines if line.startswith("The store is reachable again")]) == 1
 
 
 async def test_shutdown_during_an_outage_counts_what_it_could_not_write(

@@ -14,6 +14,7 @@ import contextlib
 import sqlite3
 from typing import Any
 
+from fleetgate.outage import Log
 from fleetgate.store.log_statements import Row, bound, chunks, copy_rows, placeholder
 from fleetgate.store.row_queue import RowQueue
 from fleetgate.store.sqlite_setup import BUSY_TIMEOUT, register_adapters, set_pragmas, sqlite_path
@@ -25,8 +26,8 @@ class DriverLog(RowQueue):
     """A `RowQueue` written through the driver of the store at `url` (as
     `database.database_url` returns it)."""
 
-    def __init__(self, url: str, capacity: int, yield_every: int = 0) -> None:
-        super().__init__(capacity, None, yield_every)
+    def __init__(self, url: str, capacity: int, log: Log, yield_every: int = 0) -> None:
+        super().__init__(capacity, None, yield_every, log)
         self.postgres = url.startswith(_PSYCOPG)
         if self.postgres:
             import psycopg

@@ -9,6 +9,7 @@ records and event loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import orjson
@@ -18,6 +19,8 @@ from fleetgate.outage import Outage
 from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.store.log_statements import Row
 from fleetgate.store.row_queue import RowQueue, next_batch
+
+log = logging.getLogger("fleetgate.record")
 
 
 def _attempt(a: Attempt) -> dict[str, Any]:
@@ -102,7 +105,7 @@ class RowBatches(RowQueue, BatchSink):
     transaction."""
 
     def __init__(self, capacity: int, outage: Outage | None, yield_every: int) -> None:
-        super().__init__(capacity, outage, yield_every)
+        super().__init__(capacity, outage, yield_every, log)
         # one flush at a time: a second one begun while the first waits on the database
         # would write the same rows again, then take them off `_pending` a second time
         self._flushing = asyncio.Lock()

@@ -321,7 +321,7 @@ class LogWriterProcess(BatchSink):
         """Write what is left (and what comes) in this process."""
         self._frame()
         if self._fallback is None:
-            self._fallback = DriverLog(self.url, self.capacity)
+            self._fallback = DriverLog(self.url, self.capacity, log)
             self._fallback.dropped = 0
             # one thread: a sqlite3 connection serves only the thread that opened it, and
             # one flush runs at a time

@@ -9,14 +9,11 @@ plain.
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from collections.abc import Callable, Generator
 
-from fleetgate.outage import Outage
+from fleetgate.outage import Log, Outage
 from fleetgate.store.log_statements import Row
-
-log = logging.getLogger("fleetgate.record")
 
 # a flush: each batch it yields is written by the caller (a failure thrown back in there)
 Batches = Generator[list[Row], None, None]
@@ -40,11 +37,13 @@ class RowQueue:
     REJECTED: tuple[type[BaseException], ...] = ()
     UNREACHABLE: tuple[type[BaseException], ...] = (OSError,)
 
-    def __init__(self, capacity: int, outage: Outage | None, yield_every: int) -> None:
+    def __init__(self, capacity: int, outage: Outage | None, yield_every: int, log: Log) -> None:
         """`yield_every`: within a transaction, give the CPU to any runnable process after
         each so many rows (the log writer process, which shares a core with the server;
-        it may change it between flushes)."""
+        it may change it between flushes). `log`: where a refused row and an outage are
+        told (the serving process's `fleetgate.record` logger)."""
         self.capacity = capacity
+        self.log = log
         self.outage = outage or Outage("the store", log)
         self.written = 0
         self.dropped = 0  # rows lost because the database stayed unreachable
@@ -122,7 +121,7 @@ class RowQueue:
                     todo += [(mid, hi), (lo, mid)]
                     continue
                 self.rejected += 1
-                log.warning(
+                self.log.warning(
                     "request log: the database refused request %.128r (%s); row dropped",
                     batch[lo][0],
                     type(getattr(exc, "orig", None) or exc).__name__,
