@@ -4,13 +4,19 @@ operations (a 10 s outage is thousands of them under load)."""
 
 from __future__ import annotations
 
-import logging
 import time
-from typing import Any
+from typing import Any, Protocol
+
+
+class Log(Protocol):
+    """Where an outage's lines go: a `logging.Logger`, or what stands for one where
+    `logging` is not loaded (the request log's writer process)."""
+
+    def warning(self, msg: str, *args: Any) -> None: ...
 
 
 class Outage:
-    def __init__(self, what: str, log: logging.Logger, where: str = "") -> None:
+    def __init__(self, what: str, log: Log, where: str = "") -> None:
         self.what = what  # "the store", "Redis"
         self.where = where  # a password-free address, for the log line
         self.log = log

@@ -16,18 +16,18 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import orjson
 import pytest
 from sqlalchemy import Boolean, text
 
 from fleetgate.execute.outcome import Attempt
 from fleetgate.record.recorder import RequestRecord
-from fleetgate.store import log_writer, writer_sched
+from fleetgate.store import log_writer, writer_child, writer_sched
 from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.db import Database
-from fleetgate.store.log_rows import BOOLEAN, COLUMNS
+from fleetgate.store.log_statements import BOOLEAN, COLUMNS
 from fleetgate.store.log_writer import LogWriterProcess
 from fleetgate.store.request_log import RequestLog, row_of
+from fleetgate.store.row_pipe import decode_rows, encode_row
 from fleetgate.store.tables import requests
 from tests.harness import Stack, until, wait_until
 from tests.test_serve import chat, serving
@@ -158,13 +158,22 @@ async def test_a_row_the_database_refuses_is_counted_and_the_others_are_written(
 # the writer's own imports, as its first lines run them, then the modules they loaded
 _CHILD_IMPORTS = """
 import json, sys
-from fleetgate.store.log_writer import child_main
+from fleetgate.store.writer_child import child_main
 print(json.dumps(sorted(sys.modules)))
 """
 # what the writer must not load: a database driver is all it needs (SQLAlchemy alone holds
 # about 20 MB), not the config schema nor the HTTP stack, nor the email package (the parser
-# of a Retry-After date: ~1 MB)
+# of a Retry-After date: ~1 MB), nor an event loop and its thread pool (asyncio: ~5 MB), nor
+# the records it receives only as rows, nor a JSON library for them (orjson: 1.6 MB), nor
+# `logging` for its few lines (with `traceback`, about 1 MB)
 _NOT_IN_WRITER = (
+    "orjson",
+    "logging",
+    "traceback",
+    "asyncio",
+    "concurrent",
+    "fleetgate.record",
+    "fleetgate.execute",
     "sqlalchemy",
     "pydantic",
     "fleetgate.config",
@@ -183,6 +192,36 @@ def test_the_rows_columns_are_the_tables() -> None:
     assert tuple(c.name for c in requests.columns if c.name != "seq") == COLUMNS
     booleans = {i for i, n in enumerate(COLUMNS) if isinstance(requests.c[n].type, Boolean)}
     assert booleans == BOOLEAN
+
+
+def test_rows_cross_the_pipe_whole_and_in_order() -> None:
+    """A row comes out as it went in, value for value and type for type (a str subclass as
+    its text); a row not wholly arrived waits for its end; one the pipe broke is counted,
+    never read as another."""
+
+    class Name(str):
+        pass
+
+    rows = [row_of(r) for r in _batch(0, 3)]
+    odd = ("req-odd", 1.5, Name("key"), True, None, 7)
+    data = b"".join(encode_row(r) for r in [*rows, odd])
+    got, used, broken = decode_rows(data, 10)
+    assert got[:3] == rows
+    assert [type(v) for v in got[0]] == [type(v) for v in rows[0]]
+    assert list(got[3]) == ["req-odd", 1.5, "key", True, None, 7]
+    assert (used, broken) == (len(data), 0)
+    # at most `limit`; a row cut short is left for the next read
+    assert decode_rows(data, 2)[:2] == (rows[:2], len(encode_row(rows[0])) * 2)
+    first = len(encode_row(rows[0]))
+    assert decode_rows(data[: first + 5], 10) == ([rows[0]], first, 0)
+    # a row whose bytes the pipe broke (its length intact)
+    bad = encode_row(rows[1])
+    broken_row = bad[:4] + b"\xff" * (len(bad) - 4)
+    assert decode_rows(encode_row(rows[0]) + broken_row + encode_row(rows[2]), 10) == (
+        [rows[0], rows[2]],
+        first + len(bad) + len(encode_row(rows[2])),
+        1,
+    )
 
 
 def test_the_writer_process_imports_a_driver_not_the_gateway() -> None:
@@ -272,8 +311,10 @@ async def test_a_writer_stopped_before_it_spawned_leaves_nothing_open(
 
 
 async def test_rows_wait_in_the_child_through_a_store_outage(
-    store: tuple[str, Database],
+    store: tuple[str, Database], capfd: pytest.CaptureFixture[str]
 ) -> None:
+    """...and the child tells the outage's start and end on the stderr it shares with the
+    serving process, once each."""
     url, db = store
     writer = _started(url)
     try:
@@ -292,6 +333,12 @@ async def test_rows_wait_in_the_child_through_a_store_outage(
         await writer.stop()
     assert writer.dropped == 0
     assert await _ids(db) == [f"req-{i:05d}" for i in range(50)]
+    lines = capfd.readouterr().err.splitlines()
+    error = "UndefinedTable" if url.startswith("postgresql") else "OperationalError"
+    assert [line for line in lines if "the store is unreachable" in line] == [
+        f"the store is unreachable ({error}); request-log rows and spend wait in memory"
+    ]
+    assert len([line for line in lines if line.startswith("The store is reachable again")]) == 1
 
 
 async def test_shutdown_during_an_outage_counts_what_it_could_not_write(
@@ -339,8 +386,8 @@ async def test_a_frame_larger_than_the_pipe_reaches_the_store(
     url, db = store
     writer = _started(url)
     records = _batch(0, 2000)
-    frame = sum(len(orjson.dumps(row_of(r))) + 1 for r in records)
-    assert frame > log_writer.PIPE_BYTES
+    frame = sum(len(encode_row(row_of(r))) for r in records)
+    assert frame > writer_child.PIPE_BYTES
     await writer.write(records)
     await until(lambda: writer.written == 2000, 20, "the child wrote the whole frame")
     await writer.stop()
@@ -423,22 +470,20 @@ async def test_a_child_that_is_behind_writes_without_yielding_the_core(
     url, db = store
     yields: list[int] = []
     monkeypatch.setattr(os, "sched_yield", lambda: yields.append(1))
-    monkeypatch.setattr(log_writer, "WRITE_INTERVAL", 0.0)
+    monkeypatch.setattr(writer_child, "WRITE_INTERVAL", 0.0)
     rows_r, rows_w = os.pipe()
     status_r, status_w = os.pipe()
-    frames = [
-        orjson.dumps([row_of(r) for r in _batch(i, 100)]) + b"\n" for i in range(0, 1000, 100)
-    ]
+    frames = [b"".join(encode_row(row_of(r)) for r in _batch(i, 100)) for i in range(0, 1000, 100)]
     buf = bytearray(b"".join(frames))  # ten frames already waiting: the child is behind
     os.close(rows_w)  # and nothing more comes
     try:
         # 200 rows a flush: the first flush yields (7 times), the next ones are behind
-        await log_writer._child_write(url, 200, rows_r, status_w, buf)
+        writer_child.child_write(url, 200, rows_r, status_w, buf)
     finally:
         for fd in (rows_r, status_r, status_w):
             os.close(fd)
     assert len(await _ids(db)) == 1000
-    assert len(yields) == 200 // log_writer.YIELD_EVERY - 1
+    assert len(yields) == 200 // writer_child.YIELD_EVERY - 1
 
 
 def _classes(pid: int) -> set[int]:
@@ -538,6 +583,6 @@ async def test_a_quiet_writer_wakes_for_its_writes_not_for_each_frame(
     await writer.write(_batch(102, 2))
     began = time.monotonic()
     await writer.stop()  # nudged out of its rest: it does not sleep the rest out
-    assert time.monotonic() - began < log_writer.QUIET_INTERVAL
+    assert time.monotonic() - began < writer_child.QUIET_INTERVAL
     assert (writer.written, writer.dropped) == (104, 0)
     assert await _ids(db) == [f"req-{i:05d}" for i in range(104)]

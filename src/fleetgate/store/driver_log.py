@@ -1,31 +1,33 @@
 """The request log's rows written with the database driver alone: the writer process's.
 
-The same statements as the serving process's `RequestLog` (`log_rows.py`), through one
-connection of sqlite3 or psycopg opened in a thread of its own, and no SQLAlchemy: the
-writer process holds about a quarter of the memory it would with it. A connection that
-fails is closed, and the next batch opens a new one.
+The same statements as the serving process's `RequestLog` (`log_statements.py`), through
+one connection of sqlite3 or psycopg, and no SQLAlchemy, nor an event loop: the writer
+process calls it, and holds about a quarter of the memory it would with SQLAlchemy. (When
+the serving process writes with it, in place of a writer that died, it calls it from one
+thread of its own: a sqlite3 connection serves only the thread that opened it.) A
+connection that fails is closed, and the next batch opens a new one.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sqlite3
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fleetgate.store.log_rows import Row, RowBatches, bound, chunks, copy_rows, placeholder
+from fleetgate.outage import Log
+from fleetgate.store.log_statements import Row, bound, chunks, copy_rows, placeholder
+from fleetgate.store.row_queue import RowQueue
 from fleetgate.store.sqlite_setup import BUSY_TIMEOUT, register_adapters, set_pragmas, sqlite_path
 
 _PSYCOPG = "postgresql+psycopg://"  # what `database.database_url` gives for PostgreSQL
 
 
-class DriverLog(RowBatches):
-    """`RowBatches` written through the driver of the store at `url` (as
+class DriverLog(RowQueue):
+    """A `RowQueue` written through the driver of the store at `url` (as
     `database.database_url` returns it)."""
 
-    def __init__(self, url: str, capacity: int, yield_every: int = 0) -> None:
-        super().__init__(capacity, None, yield_every)
+    def __init__(self, url: str, capacity: int, log: Log, yield_every: int = 0) -> None:
+        super().__init__(capacity, None, yield_every, log)
         self.postgres = url.startswith(_PSYCOPG)
         if self.postgres:
             import psycopg
@@ -38,12 +40,11 @@ class DriverLog(RowBatches):
             self.UNREACHABLE = (sqlite3.Error, OSError)
             self._conninfo = sqlite_path(url)
             register_adapters()
-        self._conn: Any = None  # opened by the first batch, in the thread
-        # one thread: a sqlite3 connection serves only the thread that opened it
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="fleetgate-log")
+        self._conn: Any = None  # opened by the first batch
 
-    async def _write(self, rows: list[Row]) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._transaction, rows)
+    def flush(self) -> None:
+        """Write every pending row in one transaction (kept pending when that fails)."""
+        self.write_pending(self._transaction)
 
     def _transaction(self, rows: list[Row]) -> None:
         conn = self._conn
@@ -81,7 +82,6 @@ class DriverLog(RowBatches):
             with contextlib.suppress(Exception):  # a broken one may fail to close: it is gone
                 conn.close()
 
-    async def close(self) -> None:
-        """Close the connection and the thread."""
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._close)
-        self._thread.shutdown(wait=True)
+    def close(self) -> None:
+        """Close the connection."""
+        self._close()

@@ -14,7 +14,7 @@ descriptor the server had open, the listening socket among them, so the port sta
 taken (and accepted nothing) after the server was gone, and connections it had open
 never closed; forking a process that runs threads copies locks other threads hold, too.
 Its settings (the store's URL may carry a password) come as the first line of the rows
-pipe, never on its command line.
+pipe (JSON), never on its command line; the rows follow, each as `row_pipe.py` writes it.
 
 Nothing is lost on the way: rows the pipe cannot take yet wait in the serving process
 (up to the log's capacity, the oldest dropped and counted, as `RequestLog` does while the
@@ -28,23 +28,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import time
-import traceback
 from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 
-from fleetgate.gc_tuning import tune_gc
 from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.store.driver_log import DriverLog
 from fleetgate.store.log_rows import row_of
+from fleetgate.store.row_pipe import decode_rows, encode_row
+from fleetgate.store.writer_child import NUDGE, PIPE_BYTES, STOP_TIMEOUT
 from fleetgate.store.writer_sched import is_idle, may_leave_idle, set_idle
 
 log = logging.getLogger("fleetgate.record")
@@ -56,32 +57,6 @@ log = logging.getLogger("fleetgate.record")
 # where a saturated gateway's log needs under a tenth (at nice 10 it would get 10 %, too
 # close).
 NICE = 5
-PIPE_BYTES = 1 << 20  # what the pipe holds before rows wait in the serving process
-# the child writes at most this often: fewer, larger transactions (a transaction costs
-# about as much as 15 rows on SQLite)
-WRITE_INTERVAL = 0.2
-# After a transaction of fewer rows than QUIET_ROWS (under ~1,000 rows/s), the child rests
-# QUIET_INTERVAL with the pipe unread: rows gather there (1 MB holds ~1,500 rows of ~700
-# bytes; beyond that they wait in the serving process, whose queue holds `capacity`), and it
-# wakes twice a second, not for each of the recorder's flushes. At 94 requests/s a writer
-# woken every 50 ms spent 90 µs of CPU a request, for 0.059 M instructions, run cold. The
-# serving process nudges a resting child (`_NUDGE`) when the pipe is full and when it stops.
-QUIET_ROWS = 200
-QUIET_INTERVAL = 0.5
-# The rows the child holds decoded at most (one transaction's): a decoded row is about
-# three times its frame's bytes, and a child behind by the log's whole capacity (10,000
-# rows) grew by ~20 MB. Beyond these, rows wait as frames: in the pipe, then in the serving
-# process, whose queue holds `capacity`, as before. A transaction of 2,000 rows costs its
-# begin and commit (about 15 rows' worth) once in over a hundred rows.
-CHILD_ROWS = 2_000
-# the child offers the core back after each so many rows of a transaction: a server that
-# shares its core waits for one such piece (~0.1 ms on SQLite), not a whole transaction.
-# Not while it is behind (more rows waiting than one flush took): each yield hands a busy
-# server a whole time slice, which capped the writer near 7,000 rows/s on a core the
-# server saturated, and the serving process then dropped the oldest rows.
-YIELD_EVERY = 25
-RETRY_INTERVAL = 1.0  # while the database is down
-STOP_TIMEOUT = 10.0  # at shutdown, how long the child may keep trying to write
 
 
 def can_fork_writer(url: str) -> bool:
@@ -108,7 +83,8 @@ class LogWriterProcess(BatchSink):
         self._child: dict[str, int] = {}  # the child's last report
         self._lost = 0  # rows a dead child took with it
         self._dropped = 0  # rows dropped here because the child was behind
-        self._fallback: DriverLog | None = None
+        self._fallback: DriverLog | None = None  # writes here once the child is gone
+        self._fallback_thread: ThreadPoolExecutor | None = None
         self._rows_fd = self._status_fd = -1
         self._status_buf = b""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -184,7 +160,7 @@ class LogWriterProcess(BatchSink):
 
     def take(self, record: RequestRecord) -> None:
         """The record's row, encoded now (one request's share, not a batch's at once)."""
-        self._rows.append(orjson.dumps(row_of(record)))
+        self._rows.append(encode_row(row_of(record)))
         if len(self._rows) + self._queued > self.capacity:
             self._drop_oldest()
 
@@ -199,7 +175,7 @@ class LogWriterProcess(BatchSink):
         """The rows taken since the last flush, as one frame for the pipe."""
         rows, self._rows = self._rows, deque()
         if rows:
-            self._frames.append((b"[" + b",".join(rows) + b"]\n", len(rows)))
+            self._frames.append((b"".join(rows), len(rows)))
             self._queued += len(rows)
 
     def _drop_oldest(self) -> None:
@@ -280,7 +256,7 @@ class LogWriterProcess(BatchSink):
         reaped (`_exit`): its pid may then be another process's."""
         if self.pid is not None and self._exited is not None and not self._exited.done():
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, _NUDGE)
+                os.kill(self.pid, NUDGE)
 
     def _hurry(self) -> None:
         """The pipe is full: an idle child is starved by a busy core; back to SCHED_BATCH
@@ -345,18 +321,33 @@ class LogWriterProcess(BatchSink):
         """Write what is left (and what comes) in this process."""
         self._frame()
         if self._fallback is None:
-            self._fallback = DriverLog(self.url, self.capacity)
+            self._fallback = DriverLog(self.url, self.capacity, log)
             self._fallback.dropped = 0
-        while self._frames:
-            frame, _ = self._frames.popleft()
-            self._fallback.queue(orjson.loads(frame))
+            # one thread: a sqlite3 connection serves only the thread that opened it, and
+            # one flush runs at a time
+            self._fallback_thread = ThreadPoolExecutor(1, thread_name_prefix="fleetgate-log")
+        frames = [frame for frame, _ in self._frames]
+        self._frames.clear()
         self._queued = 0
         self._head_sent = 0
-        await self._fallback.flush()
+        await self._in_fallback_thread(functools.partial(self._write_here, frames))
+
+    def _write_here(self, frames: list[bytes]) -> None:
+        """In the fallback's thread: its rows are touched there alone."""
+        assert self._fallback is not None
+        for frame in frames:
+            self._fallback.queue(decode_rows(frame, len(frame))[0])
+        self._fallback.flush()
+
+    async def _in_fallback_thread(self, call: Callable[[], None]) -> None:
+        assert self._loop is not None and self._fallback_thread is not None
+        await self._loop.run_in_executor(self._fallback_thread, call)
 
     async def close(self) -> None:
         if self._fallback is not None:
-            await self._fallback.close()
+            await self._in_fallback_thread(self._fallback.close)
+            assert self._fallback_thread is not None
+            self._fallback_thread.shutdown(wait=True)
 
 
 # ---- the child ---------------------------------------------------------------------------
@@ -366,8 +357,8 @@ class LogWriterProcess(BatchSink):
 # imports are most of its start), deaf to the signals meant for the server, which were
 # blocked in it from the spawn on (`_spawn_child`) so that none lands in between, and the
 # collector off until its store is open (`child_main`), as in a `fleetgate` command. A
-# child that writes SQLite needs no TLS: asyncio imports `ssl` only to offer it, if it is
-# there, and OpenSSL's start holds about 4 MB resident; a PostgreSQL driver may use it.
+# child that writes SQLite needs no TLS, and OpenSSL's start holds about 4 MB resident: no
+# import may load it there (a PostgreSQL driver may use it).
 _CHILD_CODE = """\
 import gc, os, signal, sys
 gc.disable()
@@ -380,13 +371,10 @@ except (AttributeError, OSError):
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-from fleetgate.store.log_writer import child_main
+from fleetgate.store.writer_child import child_main
 child_main(int(sys.argv[1]), int(sys.argv[2]))
 """
 _DEAF_TO = {signal.SIGINT, signal.SIGTERM}
-# ends a child's rest; blocked from the spawn on until the child handles it (its default
-# action would end the child)
-_NUDGE = signal.SIGUSR1
 
 
 def _spawn_child(rows_fd: int, status_fd: int, sqlite: bool) -> subprocess.Popen[bytes]:
@@ -400,8 +388,8 @@ def _spawn_child(rows_fd: int, status_fd: int, sqlite: bool) -> subprocess.Popen
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     # the child inherits this thread's signal mask through the exec; it unblocks the two
     # once it ignores them (a signal meanwhile stays pending, then is discarded), and
-    # `_NUDGE` once it handles it (`_child_write`)
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _DEAF_TO | {_NUDGE})
+    # `NUDGE` once it handles it (`writer_child.child_write`)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _DEAF_TO | {NUDGE})
     try:
         return subprocess.Popen(
             [
@@ -422,155 +410,3 @@ def _spawn_child(rows_fd: int, status_fd: int, sqlite: bool) -> subprocess.Popen
         )
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-
-
-def child_main(rows_fd: int, status_fd: int) -> None:
-    """The child's body: settings from the rows pipe's first line, then rows until EOF."""
-    code = 1
-    try:
-        buf = bytearray()
-        while b"\n" not in buf:
-            data = os.read(rows_fd, 1 << 16)
-            if not data:  # the server went away before it said anything
-                os._exit(0)
-            buf.extend(data)
-        end = buf.index(b"\n")
-        settings = orjson.loads(buf[:end])
-        del buf[: end + 1]
-        os.nice(settings["nice"])
-        idle = bool(settings.get("idle"))
-        tune_gc()  # what it imported lives as long as it does
-        if idle:
-            set_idle(os.getpid(), True)
-        asyncio.run(
-            _child_write(
-                settings["url"],
-                min(settings["capacity"], CHILD_ROWS),
-                rows_fd,
-                status_fd,
-                buf,
-                idle,
-            )
-        )
-        code = 0
-    except BaseException:
-        traceback.print_exc(file=sys.stderr)
-    finally:
-        os._exit(code)
-
-
-def _unread(fd: int) -> int:
-    """Bytes waiting in the pipe `fd` reads from."""
-    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
-
-
-async def _child_write(
-    url: str,
-    capacity: int,
-    rows_fd: int,
-    status_fd: int,
-    buf: bytearray,
-    idle: bool = False,
-) -> None:
-    """Write the rows that come through `rows_fd` until EOF. `idle`: run SCHED_IDLE
-    whenever nothing is waiting (the serving process raises this process when its pipe is
-    full)."""
-    # bounded by reading no more: the rows wait in the pipe, then in the serving process,
-    # whose queue drops (and counts) the oldest beyond its capacity
-    request_log = DriverLog(url, capacity=sys.maxsize, yield_every=YIELD_EVERY)
-    loop = asyncio.get_running_loop()
-    arrived = asyncio.Event()
-    nudged = asyncio.Event()
-    loop.add_signal_handler(_NUDGE, nudged.set)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {_NUDGE})  # one sent meanwhile lands now
-    eof = False
-    reading = False
-    resting = False  # quiet, between writes: rows wait in the pipe, unread
-
-    def take() -> None:
-        """Complete frames into the log while it holds fewer than `capacity` rows."""
-        while request_log.pending < capacity:
-            end = buf.find(b"\n")
-            if end < 0:
-                return
-            try:
-                request_log.queue(orjson.loads(buf[:end]))  # each row as a list
-            except orjson.JSONDecodeError:  # cannot happen unless the pipe broke a frame
-                log.error("request log writer: dropped a frame it cannot read")
-            del buf[: end + 1]
-
-    def read_while_room() -> None:
-        """Read while the buffer is below the pipe's size, and beyond it while the log has
-        room: `take` then left no whole frame in it, so its first frame (one flush's rows,
-        as large as they came) has not all arrived yet, and only reading brings its end."""
-        nonlocal reading
-        want = not (eof or resting) and (len(buf) < PIPE_BYTES or request_log.pending < capacity)
-        if want and not reading:
-            loop.add_reader(rows_fd, readable)
-        elif reading and not want:
-            loop.remove_reader(rows_fd)
-        reading = want
-
-    def readable() -> None:
-        nonlocal eof
-        data = os.read(rows_fd, 1 << 16)
-        if data:
-            buf.extend(data)
-        else:
-            eof = True
-        take()
-        read_while_room()
-        arrived.set()
-
-    def report() -> None:
-        status = {
-            "written": request_log.written,
-            "dropped": request_log.dropped,
-            "failures": request_log.failures,
-            "rejected": request_log.rejected,
-            "pending": request_log.pending,
-        }
-        os.write(status_fd, orjson.dumps(status) + b"\n")
-
-    if buf:  # rows that came with the settings
-        take()
-        arrived.set()
-    read_while_room()
-    deadline: float | None = None
-    try:
-        while True:
-            await arrived.wait()
-            arrived.clear()
-            failures, written = request_log.failures, request_log.written
-            await request_log.flush()
-            take()
-            read_while_room()
-            report()
-            # behind: rows waited beyond this flush; the next one writes without yielding
-            behind = bool(request_log.pending or buf) or (not eof and _unread(rows_fd) > 0)
-            if idle and not behind and not is_idle():
-                set_idle(os.getpid(), True)
-            # an idle writer needs no yields: the server preempts it whenever it wakes
-            request_log.yield_every = 0 if behind or idle else YIELD_EVERY
-            if eof:
-                deadline = deadline or time.monotonic() + STOP_TIMEOUT - 1
-                if not (request_log.pending or buf) or time.monotonic() >= deadline:
-                    return
-            if request_log.failures > failures:
-                loop.call_later(RETRY_INTERVAL, arrived.set)  # the database is down: retry
-            elif request_log.pending:
-                arrived.set()  # more than one batch was waiting
-            if request_log.written - written < QUIET_ROWS and not (eof or behind):
-                resting = True  # gather the rows that arrive meanwhile in the pipe
-                read_while_room()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(nudged.wait(), QUIET_INTERVAL)
-                nudged.clear()
-                resting = False
-                read_while_room()
-            else:
-                # gather the rows that arrive meanwhile; a child behind has a transaction's
-                # rows waiting already (`CHILD_ROWS`): it goes on, once its reads have run
-                await asyncio.sleep(0 if behind else WRITE_INTERVAL)
-    finally:
-        await request_log.close()

@@ -20,16 +20,8 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyErro
 from fleetgate.outage import Outage
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.store.db import Database
-from fleetgate.store.log_rows import (
-    COPY_SQL,
-    Row,
-    RowBatches,
-    bound,
-    chunks,
-    copy_rows,
-    placeholder,
-    row_of,
-)
+from fleetgate.store.log_rows import RowBatches, row_of
+from fleetgate.store.log_statements import COPY_SQL, Row, bound, chunks, copy_rows, placeholder
 from fleetgate.store.tables import requests
 
 log = logging.getLogger("fleetgate.record")

@@ -20,7 +20,7 @@ def register_adapters() -> None:
     `__conform__`), each formatting an AttributeError: two fifths of the log writer's
     instructions per row (a row has three bools and about ten NULLs). A registered
     adapter is found first, and binds the same. (The request log's batches leave most of
-    those values unbound: `log_rows.bound`; these adapters bind what remains, and every
+    those values unbound: `log_statements.bound`; these adapters bind what remains, and every
     other table's.)"""
     sqlite3.register_adapter(bool, int)
     sqlite3.register_adapter(type(None), _null)
