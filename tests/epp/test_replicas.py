@@ -119,3 +119,23 @@ def test_explain_and_the_picker_agree_on_what_stays_with_the_proxy(stack: Stack,
     answer = httpx.post(envoy.url + "/v1/chat/completions", json=body, timeout=20)
     assert answer.status_code == 200
     assert answer.json()["system_fingerprint"] == "fake-local"
+
+
+def test_a_provider_that_needs_credentials_after_a_swap_stays_with_the_proxy(
+    stack: Stack, epp: EppStack
+):
+    """What the picker can hand to the data plane is judged again for each new fleet."""
+    engine = stack.engine("e")
+    config = {
+        "providers": [{"id": "e", "kind": "vllm", "base_url": engine.url + "/v1"}],
+        "deployments": [{"model": "m", "provider": "e", "id": "e"}],
+    }
+    envoy = epp.start(config)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    assert httpx.post(envoy.url + "/v1/chat/completions", json=body).status_code == 200
+    config["providers"][0]["api_key"] = "sk-upstream"
+    assert epp.picker is not None
+    epp.picker.pipeline.holder.swap(build_fleet(fleet_config(config)))
+    refused = httpx.post(envoy.url + "/v1/chat/completions", json=body)
+    assert refused.status_code == 503
+    assert "credentials" in refused.json()["error"]["message"]

@@ -18,6 +18,8 @@ class EndpointBook(NamesRefresher):
     def __init__(self, holder: FleetHolder) -> None:
         self.holder = holder
         self._by_provider: dict[str, tuple[str, ...]] = {}
+        # why a provider cannot be handed to the data plane, judged once a fleet (not a pick)
+        self._blocked: dict[str, str] = {}
         self._names: dict[str, tuple[str, int]] = {}  # provider id -> the name to resolve
         self._index(holder.fleet)
         holder.on_swap(lambda _old, new: self._index(new))
@@ -25,8 +27,13 @@ class EndpointBook(NamesRefresher):
     def _index(self, fleet: Fleet) -> None:
         book: dict[str, tuple[str, ...]] = {}
         names: dict[str, tuple[str, int]] = {}
+        blocked: dict[str, str] = {}
         for provider in fleet.providers.values():
-            where = host_port(provider.base_url) if provider_blocker(provider) is None else None
+            reason = provider_blocker(provider)
+            if reason is not None:
+                blocked[provider.id] = reason
+                continue
+            where = host_port(provider.base_url)
             if where is None:
                 continue
             host, port = where
@@ -35,7 +42,12 @@ class EndpointBook(NamesRefresher):
             else:
                 names[provider.id] = where
                 book[provider.id] = self._by_provider.get(provider.id, ())
-        self._by_provider, self._names = book, names
+        self._by_provider, self._names, self._blocked = book, names, blocked
+
+    def blocker(self, provider: Provider) -> str | None:
+        """Why the provider cannot be handed to the data plane (None: it can), as
+        `provider_blocker` says, read from the fleet's index."""
+        return self._blocked.get(provider.id)
 
     def of(self, provider: Provider) -> tuple[str, ...]:
         """The provider's endpoints (empty: none the data plane can be sent to)."""

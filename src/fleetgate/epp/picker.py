@@ -27,7 +27,6 @@ from fleetgate.execute.failures import (
 )
 from fleetgate.execute.outcome import CLIENT_ERROR, CONNECT, CONTEXT_EXCEEDED, SERVER_ERROR
 from fleetgate.fleet import Provider
-from fleetgate.fleet.data_plane import provider_blocker
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.ingress.routes import INGRESS_ROUTES
 from fleetgate.pipeline.core import Pipeline
@@ -172,7 +171,7 @@ class Picker:
         full: list[str] = []  # at their worker's concurrency limit: the picker holds no queue
         for candidate in plan.candidates:
             dep = candidate.deployment
-            reason = provider_blocker(dep.provider)
+            reason = self.book.blocker(dep.provider)
             if reason is None and self._at_limit(dep.provider):
                 full.append(dep.id)
                 reason = "worker at its concurrency limit"
