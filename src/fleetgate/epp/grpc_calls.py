@@ -10,6 +10,7 @@ through the call: `send(bytes)` then `finish(status)`.
 from __future__ import annotations
 
 import logging
+import struct
 import urllib.parse
 from collections.abc import Callable
 from typing import Protocol
@@ -23,6 +24,7 @@ log = logging.getLogger("fleetgate.epp")
 OK, UNKNOWN, NOT_FOUND, UNIMPLEMENTED, INTERNAL = 0, 2, 5, 12, 13
 RESPONSE_HEADERS = literal_block([(b":status", b"200"), (b"content-type", b"application/grpc")])
 TRAILERS_OK = literal_block([(b"grpc-status", b"0")])
+_PREFIX = struct.Struct(">BI")  # a message's compressed flag and length
 
 
 def trailers(status: int, message: str = "") -> bytes:
@@ -57,6 +59,16 @@ class Call:
 
     # ---- the HTTP/2 stream's side -------------------------------------------------------
     def data(self, chunk: bytes) -> None:
+        if not self._buf and len(chunk) >= 5:  # most often: one whole message
+            compressed, length = _PREFIX.unpack_from(chunk)
+            if length == len(chunk) - 5 and not compressed:
+                if not self.done:
+                    try:
+                        self.handler.message(chunk[5:])
+                    except Exception:
+                        log.exception("a gRPC call's message failed")
+                        self.finish(INTERNAL, "the picker failed on this message")
+                return
         if self._buf:
             chunk = self._buf + chunk
             self._buf = b""
@@ -93,13 +105,19 @@ class Call:
             self.handler.cancel()
 
     # ---- the handler's side -----------------------------------------------------------
-    def send(self, message: bytes) -> None:
+    def send(self, *messages: bytes) -> None:
+        """Sends the messages, in one DATA frame when the peer's windows allow."""
         if self.done:
             return
         if not self._started:
             self._started = True
             self.conn.send_headers(self.stream_id, RESPONSE_HEADERS)
-        self.conn.send_data(self.stream_id, b"\0" + len(message).to_bytes(4, "big") + message)
+        if len(messages) == 1:
+            message = messages[0]
+            data = b"\0" + len(message).to_bytes(4, "big") + message
+        else:
+            data = b"".join(b"\0" + len(m).to_bytes(4, "big") + m for m in messages)
+        self.conn.send_data(self.stream_id, data)
 
     def finish(self, status: int = OK, message: str = "", lazy: bool = False) -> None:
         """Ends the call; `lazy`: the client waits for nothing from its end (its status may

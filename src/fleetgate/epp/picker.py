@@ -72,11 +72,12 @@ class Pick:
     def endpoints(self) -> list[str]:
         return list(dict.fromkeys(e for _c, ends in self.handed for e in ends))
 
-    def header_mutations(self) -> list[tuple[str, str]]:
-        endpoints = self.endpoints
+    def header_mutations(self, endpoints: list[str], destination: str) -> list[tuple[str, str]]:
+        """The headers the pick sets: `endpoints` and their comma-joined `destination`
+        (`self.endpoints`, made once by the caller, who needs them too)."""
         head = self.handed[0][0].deployment.provider
         headers = [
-            ("x-gateway-destination-endpoint", ",".join(endpoints)),
+            ("x-gateway-destination-endpoint", destination),
             ("x-request-id", self.ex.request_id),
             ("x-envoy-max-retries", str(len(endpoints) - 1)),
             ("x-envoy-upstream-rq-timeout-ms", str(int(head.timeouts.total * 1000))),

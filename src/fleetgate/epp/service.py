@@ -20,13 +20,12 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 
+from fleetgate.epp.answers import header_options, pick_answer, removed_headers, streamed_body
 from fleetgate.epp.evidence import ResponseWatch
 from fleetgate.epp.grpc_calls import INTERNAL, Call, Handler, Method
 from fleetgate.epp.picker import CLIENT_CREDENTIALS, Pick, Picker, Refusal
 from fleetgate.epp.protocol import (
-    DESTINATION,
     EXT_PROC_SERVICE,
-    LB_NAMESPACE,
     REQUEST_ID,
     ROLE_HEADER,
     ROLE_OBSERVE,
@@ -46,11 +45,10 @@ ROLE_OBSERVE_BYTES = ROLE_OBSERVE.encode()
 
 def _headers(msg: pb.HttpHeaders) -> list[tuple[bytes, bytes]]:
     """Envoy's headers as (lower-case name, value) bytes, as ASGI gives them."""
-    out = []
-    for h in msg.headers.headers:
-        value = h.raw_value if h.raw_value else h.value.encode("latin-1")
-        out.append((h.key.lower().encode("latin-1"), value))
-    return out
+    return [
+        (h.key.lower().encode("latin-1"), h.raw_value or h.value.encode("latin-1"))
+        for h in msg.headers.headers
+    ]
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
@@ -115,6 +113,9 @@ def _refused(refusal: Refusal) -> pb.ProcessingResponse:
     return answer
 
 
+# the client's credentials, removed from every request the pick sends on
+_REMOVED = removed_headers(CLIENT_CREDENTIALS)
+
 # the answers that carry nothing: built once
 HEADERS_PASS = pb.ProcessingResponse(request_headers=pb.HeadersResponse()).SerializeToString()
 TRAILERS_PASS = pb.ProcessingResponse(request_trailers=pb.TrailersResponse()).SerializeToString()
@@ -162,8 +163,9 @@ class _Pick:
             elif not self.duplex:
                 self._send(HEADERS_PASS)
         elif kind == "request_body":
-            self.body += request.request_body.body
-            if request.request_body.end_of_stream and not self.done:
+            chunk = request.request_body
+            self.body += chunk.body
+            if chunk.end_of_stream and not self.done:
                 self._answer(bytes(self.body), "duplex" if self.duplex else "body")
         elif kind == "request_trailers":
             if not self.done:  # a full-duplex body ends with its trailers
@@ -195,8 +197,7 @@ class _Pick:
 
     async def _pick(self, body: bytes, step: str) -> None:
         try:
-            for response in await self._responses(body, step):
-                self.call.send(response.SerializeToString())
+            self.call.send(*await self._responses(body, step))
         except Exception:
             log.exception("the pick failed")
             self.call.finish(INTERNAL, "the picker failed on this request")
@@ -209,29 +210,22 @@ class _Pick:
         # the request (and does not send the response phases a gateway may ask for)
         self.call.finish()
 
-    async def _responses(self, body: bytes, step: str) -> list[pb.ProcessingResponse]:
+    async def _responses(self, body: bytes, step: str) -> list[bytes]:
         headers, subset = self.headers, self.subset
         path = _header(headers, b":path") or "/"
         try:
             pick = await self.picker.pick(path, headers, body, subset)
         except Refusal as refusal:
-            return [_refused(refusal)]
-        answer = pb.ProcessingResponse()
-        phase = answer.request_body if step == "body" else answer.request_headers
-        common = phase.response
-        _set_headers(common.header_mutation, pick.header_mutations(), CLIENT_CREDENTIALS)
-        lb = answer.dynamic_metadata.fields[LB_NAMESPACE].struct_value
-        lb.fields[DESTINATION].string_value = ",".join(pick.endpoints)
-        if step == "body" and pick.body is not None:
-            common.body_mutation.body = pick.body
+            return [_refused(refusal).SerializeToString()]
+        endpoints = pick.endpoints
+        destination = ",".join(endpoints)
+        mutation = header_options(pick.header_mutations(endpoints, destination))
+        in_body = step == "body"
+        answer = pick_answer(in_body, mutation + _REMOVED, destination, pick.body)
         if step != "duplex":
             return [answer]
         # full duplex: the headers' answer, then the body, whole, as Envoy left it
-        rest = pb.ProcessingResponse()
-        streamed = rest.request_body.response.body_mutation.streamed_response
-        streamed.body = pick.body if pick.body is not None else body
-        streamed.end_of_stream = True
-        return [answer, rest]
+        return [answer, streamed_body(pick.body if pick.body is not None else body)]
 
     def end(self) -> None:
         if not self.busy:  # Envoy ended it before the request was whole
@@ -257,7 +251,7 @@ class _Observe:
         request = pb.ProcessingRequest.FromString(data)
         kind = request.WhichOneof("request")
         if kind == "response_headers":
-            request_id = _attribute(request, REQUEST_ID)
+            request_id, upstream = _attributes(request)
             self.pick = self.picker.claim(request_id) if request_id else None
             if self.pick is None:
                 # not a picked request (or its pick already given up on)
@@ -266,7 +260,7 @@ class _Observe:
             headers = _watched(request.response_headers)
             status = headers.get(":status", "0")
             watch = self.watch
-            watch.served = headers.get(SERVED) or _attribute(request, UPSTREAM_ADDRESS)
+            watch.served = headers.get(SERVED) or upstream
             watch.headers(
                 int(status) if status.isdigit() else 0,
                 headers.get("content-type", ""),
@@ -275,8 +269,9 @@ class _Observe:
             if request.response_headers.end_of_stream:
                 self._finish()
         elif kind == "response_body" and self.pick is not None:
-            self.watch.chunk(request.response_body.body)
-            if request.response_body.end_of_stream:
+            chunk = request.response_body
+            self.watch.chunk(chunk.body)
+            if chunk.end_of_stream:
                 self._finish()
 
     def _finish(self) -> None:
@@ -350,10 +345,16 @@ def methods(picker: Picker) -> dict[str, Method]:
     return {PROCESS_PATH: process}
 
 
-def _attribute(request: pb.ProcessingRequest, name: str) -> str | None:
-    """An attribute Envoy sent with the message (the upstream that answered, the request id)."""
+def _attributes(request: pb.ProcessingRequest) -> tuple[str | None, str | None]:
+    """The request id and the upstream that answered, as attributes Envoy sent with the
+    response headers (read in one pass)."""
+    request_id = upstream = None
     for attributes in request.attributes.values():
-        value = attributes.fields.get(name)
-        if value is not None and value.string_value:
-            return value.string_value
-    return None
+        fields = attributes.fields
+        if request_id is None:
+            value = fields.get(REQUEST_ID)
+            request_id = value.string_value or None if value is not None else None
+        if upstream is None:
+            value = fields.get(UPSTREAM_ADDRESS)
+            upstream = value.string_value or None if value is not None else None
+    return request_id, upstream

@@ -1,0 +1,69 @@
+"""The pick's answers, written by hand in protobuf's wire format, read back by Envoy's own
+protobuf classes as the messages they stand for (the Envoy path tests send them to the
+real Envoy: `test_envoy_path.py`)."""
+
+from __future__ import annotations
+
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+from fleetgate.epp.answers import header_options, pick_answer, removed_headers, streamed_body
+from fleetgate.epp.protocol import DESTINATION, LB_NAMESPACE
+
+OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+HEADERS = [
+    (DESTINATION, "10.0.0.5:8000,10.0.0.6:8000"),
+    ("x-request-id", "ca228181-ca8d-4ee0-a195-6e4640c1ef31"),
+    ("x-envoy-max-retries", "1"),
+    ("content-length", "300"),
+]
+REMOVED = ("authorization", "x-api-key")
+
+
+def _expected(in_body: bool, body: bytes | None) -> pb.ProcessingResponse:
+    """The same answer built field by field with the protobuf classes."""
+    answer = pb.ProcessingResponse()
+    common = (answer.request_body if in_body else answer.request_headers).response
+    for key, value in HEADERS:
+        option = common.header_mutation.set_headers.add(append_action=OVERWRITE)
+        option.header.key = key
+        option.header.raw_value = value.encode()
+    common.header_mutation.remove_headers.extend(REMOVED)
+    if in_body and body is not None:
+        common.body_mutation.body = body
+    lb = answer.dynamic_metadata.fields[LB_NAMESPACE].struct_value
+    lb.fields[DESTINATION].string_value = "10.0.0.5:8000,10.0.0.6:8000"
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("in_body", "body"),
+    [(False, None), (True, None), (True, b'{"model":"m"}'), (True, b"x" * 70000)],
+)
+def test_the_pick_reads_as_the_message_it_stands_for(in_body: bool, body: bytes | None):
+    mutation = header_options(HEADERS) + removed_headers(REMOVED)
+    data = pick_answer(in_body, mutation, "10.0.0.5:8000,10.0.0.6:8000", body)
+    assert pb.ProcessingResponse.FromString(data) == _expected(in_body, body)
+
+
+@pytest.mark.parametrize("body", [b"", b'{"model":"m"}', "é".encode() * 100])
+def test_the_streamed_body_reads_as_the_message_it_stands_for(body: bytes):
+    expected = pb.ProcessingResponse()
+    streamed = expected.request_body.response.body_mutation.streamed_response
+    streamed.body = body
+    streamed.end_of_stream = True
+    assert pb.ProcessingResponse.FromString(streamed_body(body)) == expected
+
+
+def test_headers_kept_from_pick_to_pick_read_the_same_past_the_bound():
+    """The header options' bytes are kept a bounded number; past it they are made again."""
+    for n in range(1200):
+        headers = [("x-request-id", f"id-{n}"), (DESTINATION, f"10.0.0.{n % 7}:8000")]
+        data = pick_answer(False, header_options(headers), headers[1][1], None)
+        answer = pb.ProcessingResponse.FromString(data)
+        options = answer.request_headers.response.header_mutation.set_headers
+        assert [(o.header.key, o.header.raw_value.decode()) for o in options] == headers
+        assert all(o.append_action == OVERWRITE for o in options)
+        lb = answer.dynamic_metadata.fields[LB_NAMESPACE].struct_value
+        assert lb.fields[DESTINATION].string_value == headers[1][1]
