@@ -15,7 +15,7 @@ continuation takes over raises `StreamCut` in place of the stream's end.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fleetgate.execute.event_check import EndCheck
 from fleetgate.execute.framing import Framing, NotJson, stream_error_event
@@ -29,6 +29,17 @@ from fleetgate.fleet import Deployment
 from fleetgate.ingress.profile import RequestProfile
 
 
+class Tap:
+    """Where a plain relay's events go when the client's side can take them in a callback:
+    `write` (True: the client reads slower; the relay awaits `drain` before the next)."""
+
+    __slots__ = ("drain", "write")
+
+    def __init__(self) -> None:
+        self.write: Callable[[bytes], bool] | None = None
+        self.drain: Callable[[], Awaitable[None]] | None = None
+
+
 async def relay(
     resp: UpstreamResponse,
     rewriter: ModelRewriter,
@@ -39,6 +50,7 @@ async def relay(
     finish: Callable[..., None],
     cont: tuple[Continuation, RequestProfile, Deployment, EndCheck] | None = None,
     inline: bool = False,
+    tap: Tap | None = None,
 ) -> AsyncIterator[bytes]:
     """The stream from its `head` on: its first whole events as read (checked, not yet
     rewritten), the start of the next one, their data events; `cont` when a continuation
@@ -49,7 +61,12 @@ async def relay(
     `Continuation.inline`) keeps what it yields for the continuation and, once cut, goes
     on with the continuations itself (`Continuation.go_on`): no generator stands between
     it and the client. Any other raises `StreamCut` to `Continuation.stream`, which does
-    the same from there."""
+    the same from there.
+
+    A `tap` whose writer the client's side sets before the stream's first step has each
+    read's events written by the upstream connection's callback (`UpstreamResponse.pipe`);
+    what the stream yields then is its head and its end. Not for a continuable answer."""
+    assert tap is None or cont is None
     completed = False
     severe = False
     first, carry, events = head
@@ -72,28 +89,55 @@ async def relay(
     if first:
         first = framing.rewrite(rewriter, first)
     cut_by: str | None = None  # why a continuation takes over (`inline`)
+
+    def checked(chunk: bytes) -> bytes | None:
+        """One read's whole events, checked and counted (None: no event ends in it yet);
+        keeps what follows them, and the stream's tail. Raises NotJson."""
+        nonlocal more, tail, carry, events
+        more = True
+        tail = (tail + chunk)[-USAGE_TAIL:]
+        block = carry + chunk
+        if CR in block:
+            block = block.replace(b"\r\n", b"\n")
+        cut = block.rfind(sep)
+        if cut < 0:
+            carry = block
+            return None
+        end = cut + len(sep)
+        whole, carry = block[:end], block[end:]
+        if (n := count(whole)) is None:
+            raise NotJson
+        events += n
+        return whole
+
     try:
         try:
             if first:
                 if keep is not None:
                     keep(first)
                 yield first
+            if tap is not None and tap.write is not None:
+                # the client's writer takes the events in the upstream's own callback: the
+                # task wakes for the client's back-pressure, and for the body's end
+                write = tap.write
+                refused: list[NotJson] = []
+
+                def piped(chunk: bytes) -> bool:
+                    try:
+                        whole = checked(chunk)
+                    except NotJson as exc:
+                        refused.append(exc)
+                        return True
+                    return whole is not None and write(framing.rewrite(rewriter, whole))
+
+                while await resp.pipe(piped):
+                    if refused:
+                        raise refused[0]
+                    await tap.drain()
             if ends is None or not ends.errored:  # nothing after an error event is read
                 while chunk := await resp.read_some():
-                    more = True
-                    tail = (tail + chunk)[-USAGE_TAIL:]
-                    block = carry + chunk
-                    if CR in block:
-                        block = block.replace(b"\r\n", b"\n")
-                    cut = block.rfind(sep)
-                    if cut < 0:
-                        carry = block
+                    if (whole := checked(chunk)) is None:
                         continue
-                    end = cut + len(sep)
-                    whole, carry = block[:end], block[end:]
-                    if (n := count(whole)) is None:
-                        raise NotJson
-                    events += n
                     if ends is not None and ends.pending:
                         whole = ends.take(whole)
                         if ends.errored:
