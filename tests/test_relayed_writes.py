@@ -55,6 +55,14 @@ def _read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
     return head, body
 
 
+def _request_id(head: bytes) -> str:
+    return next(
+        line.split(b": ", 1)[1].decode()
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"x-request-id:")
+    )
+
+
 def _record(stack: Stack, rid: str) -> dict[str, Any]:
     url = f"{stack.url}/v1/requests/{rid}"
     wait_until(lambda: httpx.get(url).status_code == 200, 10, "the request's record")
@@ -90,12 +98,7 @@ def test_a_plain_streams_events_are_written_in_the_upstreams_callback(
     # the head's events went with the task that answers; every later read, in a callback
     assert writers[0] is not None and len(writers) > 5
     assert all(task is None for task in writers[1:])
-    rid = next(
-        line.split(b": ", 1)[1].decode()
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"x-request-id:")
-    )
-    attempt = _record(stack, rid)["attempts"][0]
+    attempt = _record(stack, _request_id(head))["attempts"][0]
     assert (attempt["prompt_tokens"], attempt["completion_tokens"]) == (4, 12)
 
 
@@ -134,7 +137,7 @@ def test_a_slow_client_holds_the_upstream_back_and_gets_the_whole_stream(
     assert front.write_paused
     buffered = front.transport.get_write_buffer_size()
     assert buffered < 1 << 20, f"{buffered} bytes wait for the client in the gateway"
-    _, body = _read_answer(sock)
+    head, body = _read_answer(sock)
     sock.close()
     events = _events(body)
     assert events[-1] == b"[DONE]"
@@ -142,3 +145,6 @@ def test_a_slow_client_holds_the_upstream_back_and_gets_the_whole_stream(
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text == "a says: " + " ".join(f"w{i}" for i in range(1, words + 1))  # in order
     assert chunks[-1]["usage"]["completion_tokens"] == words
+    # the usage at the end of a megabyte of reads reaches the record
+    attempt = _record(stack, _request_id(head))["attempts"][0]
+    assert attempt["completion_tokens"] == words

@@ -28,6 +28,8 @@ from fleetgate.execute.usage import USAGE_TAIL, stop_in_stream, stream_usage
 from fleetgate.fleet import Deployment
 from fleetgate.ingress.profile import RequestProfile
 
+_TRIM_AT = 2 * USAGE_TAIL  # the bytes of reads kept before they are cut to the tail
+
 
 class Tap:
     """Where a plain relay's events go when the client's side can take them in a callback:
@@ -74,7 +76,10 @@ async def relay(
     # data events (NDJSON lines) after the first one: tokens for the throughput EMA
     events -= 1
     stream_usage(attempt, first, framing)  # Anthropic's message_start: input tokens
-    tail = (first + carry)[-USAGE_TAIL:]  # the stream's end: usage, stop reason
+    # the stream's end (usage, stop reason): the reads since the last trim, joined and
+    # cut to the last USAGE_TAIL bytes once they hold twice that (`tail`)
+    reads = [(first + carry)[-USAGE_TAIL:]]
+    size = len(reads[0])
     more = False  # bytes after the head: else its usage was read above already
     ends: EndCheck | None = None
     count = framing.json_events
@@ -90,12 +95,19 @@ async def relay(
         first = framing.rewrite(rewriter, first)
     cut_by: str | None = None  # why a continuation takes over (`inline`)
 
+    def tail() -> bytes:
+        return b"".join(reads)[-USAGE_TAIL:]
+
     def checked(chunk: bytes) -> bytes | None:
         """One read's whole events, checked and counted (None: no event ends in it yet);
         keeps what follows them, and the stream's tail. Raises NotJson."""
-        nonlocal more, tail, carry, events
+        nonlocal more, size, carry, events
         more = True
-        tail = (tail + chunk)[-USAGE_TAIL:]
+        reads.append(chunk)
+        size += len(chunk)
+        if size > _TRIM_AT:
+            reads[:] = [tail()]
+            size = len(reads[0])
         block = carry + chunk
         if CR in block:
             block = block.replace(b"\r\n", b"\n")
@@ -169,9 +181,10 @@ async def relay(
                 attempt.message = "upstream stream sent an error event after output had started"
                 raise StreamCut(INTERRUPTED)
             completed = True
+            ending = tail()
             if more or carry:
-                stream_usage(attempt, tail, framing)
-            attempt.finish = stop_in_stream(tail)
+                stream_usage(attempt, ending, framing)
+            attempt.finish = stop_in_stream(ending)
             if cont is not None and ends is not None:
                 continuation, profile, dep, _ = cont
                 if not ends.errored and continuation.after_end(profile, dep, attempt):
@@ -202,7 +215,7 @@ async def relay(
                 # the client left (or the stream broke) after what was read: a client that
                 # has its last events may leave before the upstream ends its body, and the
                 # usage those events carried was spent all the same
-                stream_usage(attempt, tail, framing)
+                stream_usage(attempt, tail(), framing)
             finish(completed, severe, events)
     except StreamCut as taken:
         if cont is None or not inline:
