@@ -21,8 +21,9 @@ uses, spends about 20. It does what the proxied path needs and no more:
   body short), gzip (members one after another too) and deflate (zlib, or raw); a
   provider's own `Accept-Encoding` is narrowed to these; a body that decompresses to more
   than 64 MiB and 200 times its size is refused as a bomb;
-- answers read whole or chunk by chunk as they arrive, reading paused while 256 KiB wait
-  unread (a slow client slows the upstream, it does not fill memory);
+- answers read whole or chunk by chunk as they arrive, or handed read by read to a sink
+  in the connection's own callback (`pipe`: no task woken per read), reading paused
+  while 256 KiB wait unread (a slow client slows the upstream, it does not fill memory);
 - three deadlines: connect (TCP and TLS), `read` (silence from the server while a read is
   awaited: the first byte, and between chunks), and `total` (the whole exchange, from the
   call: the wait for a free connection, the connect and a resend are inside it); one timer

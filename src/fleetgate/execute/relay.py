@@ -6,6 +6,13 @@ this relays the rest, block of whole events by block: each is checked (every eve
 the client's model name; the stream's end gives its usage and stop reason. A stream that
 breaks, stalls or sends an event that is not JSON ends with a `stream_interrupted` event.
 
+On the gateway's own front, a stream that is neither translated nor continuable is
+relayed in the upstream connection's callback (`Tap`, `UpstreamResponse.pipe`): each read
+is checked, counted, renamed and written to the client as it arrives, with no task woken
+for it; the task that answers wakes when the client reads slower than the upstream sends
+(it awaits the client's drain; the upstream waits, paused at 256 KiB unread), and at the
+body's end or break, which it handles as any relay does.
+
 An answer a later candidate could continue (`cont`, `execute/resume.py`) takes the same
 loop with one more duty, done by the same check (`event_check.EndCheck`): the events that
 may end the answer (a stop reason, a Messages block or message end, Ollama's last line, an
