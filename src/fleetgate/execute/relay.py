@@ -135,10 +135,12 @@ async def relay(
                 if keep is not None:
                     keep(first)
                 yield first
-            if tap is not None and tap.write is not None:
+            write = None if tap is None else tap.write
+            drain = None if tap is None else tap.drain
+            if write is not None and drain is not None:
                 # the client's writer takes the events in the upstream's own callback: the
                 # task wakes for the client's back-pressure, and for the body's end
-                write = tap.write
+                send: Callable[[bytes], bool] = write
                 refused: list[NotJson] = []
 
                 def piped(chunk: bytes) -> bool:
@@ -147,12 +149,12 @@ async def relay(
                     except NotJson as exc:
                         refused.append(exc)
                         return True
-                    return whole is not None and write(framing.rewrite(rewriter, whole))
+                    return whole is not None and send(framing.rewrite(rewriter, whole))
 
                 while await resp.pipe(piped):
                     if refused:
                         raise refused[0]
-                    await tap.drain()
+                    await drain()
             if ends is None or not ends.errored:  # nothing after an error event is read
                 while chunk := await resp.read_some():
                     if (whole := checked(chunk)) is None:
