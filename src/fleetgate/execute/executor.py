@@ -54,7 +54,7 @@ from fleetgate.execute.outcome import (
     parse_retry_after,
     redirect_message,
 )
-from fleetgate.execute.relay import relay
+from fleetgate.execute.relay import Tap, relay
 from fleetgate.execute.resume import (
     CHAT_KINDS,
     WINDOW,
@@ -132,6 +132,8 @@ class Outcome:
     extra_headers: dict[str, str] = field(default_factory=dict)
     cut: Cut | None = None  # a window cut this whole answer (judged by `Executor.judge_cut`)
     judged: bool = False  # a stream's end was judged already (by its continuation)
+    # where the stream, when it is a plain relay, takes a writer for the client's side
+    tap: Tap | None = None
 
 
 class ChainExhausted(GatewayError):
@@ -463,6 +465,8 @@ class Executor:
                 inline = False
                 if cont is not None and cont.outcome is None and wire.passes_through:
                     cont.inline = inline = True
+                # a plain relay the client gets as it is may write in the upstream's callback
+                tap = Tap() if cont is None else None
                 upstream = relay(
                     resp,
                     rewriter,
@@ -473,14 +477,17 @@ class Executor:
                     finish,
                     None if cont is None or ends is None else (cont, profile, dep, ends),
                     inline,
+                    tap,
                 )
+                stream = wire.stream(upstream, profile.model, profile.body, started_ns)
                 return Outcome(
                     attempts=[],
                     candidate=candidate,
                     status=resp.status,
                     content_type=wire.content_type(content_type),
-                    stream=wire.stream(upstream, profile.model, profile.body, started_ns),
+                    stream=stream,
                     end_stream=finish,
+                    tap=tap if stream is upstream else None,
                 )
             body = await resp.read()
             try:

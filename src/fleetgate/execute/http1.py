@@ -21,8 +21,9 @@ uses, spends about 20. It does what the proxied path needs and no more:
   body short), gzip (members one after another too) and deflate (zlib, or raw); a
   provider's own `Accept-Encoding` is narrowed to these; a body that decompresses to more
   than 64 MiB and 200 times its size is refused as a bomb;
-- answers read whole or chunk by chunk as they arrive, reading paused while 256 KiB wait
-  unread (a slow client slows the upstream, it does not fill memory);
+- answers read whole or chunk by chunk as they arrive, or handed read by read to a sink
+  in the connection's own callback (`pipe`: no task woken per read), reading paused
+  while 256 KiB wait unread (a slow client slows the upstream, it does not fill memory);
 - three deadlines: connect (TCP and TLS), `read` (silence from the server while a read is
   awaited: the first byte, and between chunks), and `total` (the whole exchange, from the
   call: the wait for a free connection, the connect and a resend are inside it); one timer
@@ -41,7 +42,7 @@ import re
 import ssl
 import zlib
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -127,6 +128,7 @@ class UpstreamResponse:
         "_done",
         "_error",
         "_held",
+        "_sink",
         "_unread",
         "_waiter",
         "_wbits",
@@ -148,6 +150,7 @@ class UpstreamResponse:
         self._decoder: zlib._Decompress | None = None  # made at the body's first byte
         self._wbits = 0  # the body's zlib format (0: not compressed)
         self._held = b""  # a deflate body's first byte, until the second tells its format
+        self._sink: Callable[[bytes], bool] | None = None  # takes each read (`pipe`)
         self._coded = self._decoded = 0  # a compressed body's bytes in and out so far
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding in _ENCODINGS:
@@ -163,6 +166,12 @@ class UpstreamResponse:
             except zlib.error as exc:  # fails the exchange (raised in a parser callback)
                 raise ConnectionBroken(f"a body that does not decompress: {exc}") from None
         if not data:  # nothing new (b"" would mean the end to `read_some`)
+            return
+        sink = self._sink
+        if sink is not None:
+            if sink(data):  # the sink stops: its caller goes on
+                self._sink = None
+                self._wake()
             return
         self._chunks.append(data)
         self._unread += len(data)
@@ -268,6 +277,25 @@ class UpstreamResponse:
                 self._release()
                 return b""
             await self._wait()
+
+    async def pipe(self, sink: Callable[[bytes], bool]) -> bool:
+        """Hands what arrives of the body to `sink` in the connection's own callback, as
+        it arrives (what had arrived before first), with no task woken per read, until
+        `sink` says stop (True: returned True) or the body ends or fails (False: its end
+        or its error is for `read_some`). Silence while it waits counts as a read's."""
+        if self._chunks:
+            chunks = self._take()
+            if sink(chunks[0] if len(chunks) == 1 else b"".join(chunks)):
+                return True
+        self._sink = sink
+        try:
+            while self._sink is not None:
+                if self._done or self._error is not None:
+                    return False
+                await self._wait()
+        finally:
+            self._sink = None
+        return True
 
     def _take(self) -> list[bytes]:
         chunks = list(self._chunks)

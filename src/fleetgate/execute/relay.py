@@ -6,6 +6,13 @@ this relays the rest, block of whole events by block: each is checked (every eve
 the client's model name; the stream's end gives its usage and stop reason. A stream that
 breaks, stalls or sends an event that is not JSON ends with a `stream_interrupted` event.
 
+On the gateway's own front, a stream that is neither translated nor continuable is
+relayed in the upstream connection's callback (`Tap`, `UpstreamResponse.pipe`): each read
+is checked, counted, renamed and written to the client as it arrives, with no task woken
+for it; the task that answers wakes when the client reads slower than the upstream sends
+(it awaits the client's drain; the upstream waits, paused at 256 KiB unread), and at the
+body's end or break, which it handles as any relay does.
+
 An answer a later candidate could continue (`cont`, `execute/resume.py`) takes the same
 loop with one more duty, done by the same check (`event_check.EndCheck`): the events that
 may end the answer (a stop reason, a Messages block or message end, Ollama's last line, an
@@ -15,7 +22,7 @@ continuation takes over raises `StreamCut` in place of the stream's end.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fleetgate.execute.event_check import EndCheck
 from fleetgate.execute.framing import Framing, NotJson, stream_error_event
@@ -28,6 +35,19 @@ from fleetgate.execute.usage import USAGE_TAIL, stop_in_stream, stream_usage
 from fleetgate.fleet import Deployment
 from fleetgate.ingress.profile import RequestProfile
 
+_TRIM_AT = 2 * USAGE_TAIL  # the bytes of reads kept before they are cut to the tail
+
+
+class Tap:
+    """Where a plain relay's events go when the client's side can take them in a callback:
+    `write` (True: the client reads slower; the relay awaits `drain` before the next)."""
+
+    __slots__ = ("drain", "write")
+
+    def __init__(self) -> None:
+        self.write: Callable[[bytes], bool] | None = None
+        self.drain: Callable[[], Awaitable[None]] | None = None
+
 
 async def relay(
     resp: UpstreamResponse,
@@ -39,6 +59,7 @@ async def relay(
     finish: Callable[..., None],
     cont: tuple[Continuation, RequestProfile, Deployment, EndCheck] | None = None,
     inline: bool = False,
+    tap: Tap | None = None,
 ) -> AsyncIterator[bytes]:
     """The stream from its `head` on: its first whole events as read (checked, not yet
     rewritten), the start of the next one, their data events; `cont` when a continuation
@@ -49,7 +70,12 @@ async def relay(
     `Continuation.inline`) keeps what it yields for the continuation and, once cut, goes
     on with the continuations itself (`Continuation.go_on`): no generator stands between
     it and the client. Any other raises `StreamCut` to `Continuation.stream`, which does
-    the same from there."""
+    the same from there.
+
+    A `tap` whose writer the client's side sets before the stream's first step has each
+    read's events written by the upstream connection's callback (`UpstreamResponse.pipe`);
+    what the stream yields then is its head and its end. Not for a continuable answer."""
+    assert tap is None or cont is None
     completed = False
     severe = False
     first, carry, events = head
@@ -57,7 +83,10 @@ async def relay(
     # data events (NDJSON lines) after the first one: tokens for the throughput EMA
     events -= 1
     stream_usage(attempt, first, framing)  # Anthropic's message_start: input tokens
-    tail = (first + carry)[-USAGE_TAIL:]  # the stream's end: usage, stop reason
+    # the stream's end (usage, stop reason): the reads since the last trim, joined and
+    # cut to the last USAGE_TAIL bytes once they hold twice that (`tail`)
+    reads = [(first + carry)[-USAGE_TAIL:]]
+    size = len(reads[0])
     more = False  # bytes after the head: else its usage was read above already
     ends: EndCheck | None = None
     count = framing.json_events
@@ -72,28 +101,64 @@ async def relay(
     if first:
         first = framing.rewrite(rewriter, first)
     cut_by: str | None = None  # why a continuation takes over (`inline`)
+
+    def tail() -> bytes:
+        return b"".join(reads)[-USAGE_TAIL:]
+
+    def checked(chunk: bytes) -> bytes | None:
+        """One read's whole events, checked and counted (None: no event ends in it yet);
+        keeps what follows them, and the stream's tail. Raises NotJson."""
+        nonlocal more, size, carry, events
+        more = True
+        reads.append(chunk)
+        size += len(chunk)
+        if size > _TRIM_AT:
+            reads[:] = [tail()]
+            size = len(reads[0])
+        block = carry + chunk
+        if CR in block:
+            block = block.replace(b"\r\n", b"\n")
+        cut = block.rfind(sep)
+        if cut < 0:
+            carry = block
+            return None
+        end = cut + len(sep)
+        whole, carry = block[:end], block[end:]
+        if (n := count(whole)) is None:
+            raise NotJson
+        events += n
+        return whole
+
     try:
         try:
             if first:
                 if keep is not None:
                     keep(first)
                 yield first
+            write = None if tap is None else tap.write
+            drain = None if tap is None else tap.drain
+            if write is not None and drain is not None:
+                # the client's writer takes the events in the upstream's own callback: the
+                # task wakes for the client's back-pressure, and for the body's end
+                send: Callable[[bytes], bool] = write
+                refused: list[NotJson] = []
+
+                def piped(chunk: bytes) -> bool:
+                    try:
+                        whole = checked(chunk)
+                    except NotJson as exc:
+                        refused.append(exc)
+                        return True
+                    return whole is not None and send(framing.rewrite(rewriter, whole))
+
+                while await resp.pipe(piped):
+                    if refused:
+                        raise refused[0]
+                    await drain()
             if ends is None or not ends.errored:  # nothing after an error event is read
                 while chunk := await resp.read_some():
-                    more = True
-                    tail = (tail + chunk)[-USAGE_TAIL:]
-                    block = carry + chunk
-                    if CR in block:
-                        block = block.replace(b"\r\n", b"\n")
-                    cut = block.rfind(sep)
-                    if cut < 0:
-                        carry = block
+                    if (whole := checked(chunk)) is None:
                         continue
-                    end = cut + len(sep)
-                    whole, carry = block[:end], block[end:]
-                    if (n := count(whole)) is None:
-                        raise NotJson
-                    events += n
                     if ends is not None and ends.pending:
                         whole = ends.take(whole)
                         if ends.errored:
@@ -125,9 +190,10 @@ async def relay(
                 attempt.message = "upstream stream sent an error event after output had started"
                 raise StreamCut(INTERRUPTED)
             completed = True
+            ending = tail()
             if more or carry:
-                stream_usage(attempt, tail, framing)
-            attempt.finish = stop_in_stream(tail)
+                stream_usage(attempt, ending, framing)
+            attempt.finish = stop_in_stream(ending)
             if cont is not None and ends is not None:
                 continuation, profile, dep, _ = cont
                 if not ends.errored and continuation.after_end(profile, dep, attempt):
@@ -158,7 +224,7 @@ async def relay(
                 # the client left (or the stream broke) after what was read: a client that
                 # has its last events may leave before the upstream ends its body, and the
                 # usage those events carried was spent all the same
-                stream_usage(attempt, tail, framing)
+                stream_usage(attempt, tail(), framing)
             finish(completed, severe, events)
     except StreamCut as taken:
         if cont is None or not inline:

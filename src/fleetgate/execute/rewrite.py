@@ -25,15 +25,15 @@ class ModelRewriter:
     rewritten (at the top level and in those two objects).
     """
 
-    __slots__ = ("_client", "_client_json", "_patterns", "_replacements", "identity")
+    __slots__ = ("_client", "_client_json", "_pairs", "identity")
 
     def __init__(self, upstream: str, client: str) -> None:
         self.identity = upstream == client
         self._client = client
         up = orjson.dumps(upstream)
         cl = orjson.dumps(client)
-        self._patterns = (b'"model":' + up, b'"model": ' + up)
-        self._replacements = (b'"model":' + cl, b'"model": ' + cl)
+        # the upstream's name after the key, and the client's that replaces it
+        self._pairs = ((b'"model":' + up, b'"model":' + cl), (b'"model": ' + up, b'"model": ' + cl))
         self._client_json = cl
 
     def json(self, body: bytes, parsed: object = None) -> bytes:
@@ -41,9 +41,12 @@ class ModelRewriter:
         is the document already decoded, when the caller has it (it may be changed)."""
         if self.identity and b'"model"' not in body:
             return body
-        for pattern, replacement in zip(self._patterns, self._replacements, strict=True):
-            if pattern in body:
-                return body.replace(pattern, replacement)
+        for pattern, replacement in self._pairs:
+            # one pass, no search before it: `replace` gives `body` itself back when it
+            # finds nothing
+            rewritten = body.replace(pattern, replacement)
+            if rewritten is not body:
+                return rewritten
         if b'"model"' not in body:
             return body
         rewritten = self._plain_values(body)

@@ -87,6 +87,7 @@ class FrontRequest:
         "started",
         "url",
     )
+    writes_at_once = True  # `write` is a transport's write: safe from any callback
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn

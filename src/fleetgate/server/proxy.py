@@ -104,6 +104,9 @@ async def _send_stream(
         # stream is then dropped unstarted, and `end_stream` frees its connection
         await reply.start(outcome.status, headers)
         write = reply.write
+        tap = outcome.tap
+        if tap is not None and reply.writes_at_once:  # the relay writes the events itself
+            tap.write, tap.drain = write, reply.drain
         async for chunk in stream:
             if write(chunk):
                 await reply.drain()

@@ -5,7 +5,9 @@ app's `send`).
 A stream's parts go through `write`, which is not a coroutine: it returns whether the
 caller must await `drain` before the next part (the client reads slower than the gateway
 writes, or, behind ASGI, every part is sent by `drain`). A relayed event costs no
-coroutine call of the front's.
+coroutine call of the front's; on the gateway's own front (`writes_at_once`) a plain
+relay calls `write` from the upstream connection's callback, and costs no task wake-up
+either.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ from fleetgate.web.asgi import (
 
 
 class Reply(Protocol):
+    # whether `write` may be called from any callback of the loop, not only by the task
+    # that answers (a relay then writes each upstream read's events as it arrives)
+    writes_at_once: bool
+
     async def whole(
         self, status: int, body: bytes, headers: Headers, content_type: bytes = JSON
     ) -> None:
@@ -49,6 +55,7 @@ class AsgiReply:
     """A `Reply` behind an ASGI server: each call is an ASGI message."""
 
     __slots__ = ("_part", "receive", "scope", "send")
+    writes_at_once = False  # each part is an ASGI message, sent by `drain`
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
