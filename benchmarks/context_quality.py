@@ -367,6 +367,8 @@ def score(items: list[Item], outcomes: list[Outcome], guard: str) -> dict[str, A
         "counted_requests": sum(o.counted for o in outcomes),
         "count_calls": calls,
         "count_calls_per_request": calls / len(items),
+        # where the counts went: by the tier each request belongs on (none: fits nowhere)
+        "count_calls_by_tier": _calls_by_tier(items, outcomes),
         "misses": wrong[:20],
     }
     if guard == "reject":
@@ -388,6 +390,17 @@ def score(items: list[Item], outcomes: list[Outcome], guard: str) -> dict[str, A
             if o.counted and o.direct_seconds is not None
         ]
     return result
+
+
+def _calls_by_tier(items: list[Item], outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
+    """Exact-count engine calls and counted requests, by the tier each request belongs on."""
+    out: dict[str, dict[str, int]] = {}
+    for item, o in zip(items, outcomes, strict=True):
+        row = out.setdefault(str(item.tier), {"requests": 0, "counted": 0, "calls": 0})
+        row["requests"] += 1
+        row["counted"] += o.counted
+        row["calls"] += o.count_calls
+    return out
 
 
 def _over_direct(o: Outcome, seconds: float, engine: float, outside: bool) -> float:
@@ -496,6 +509,13 @@ def checks(results: list[dict[str, Any]]) -> list[str]:
             f"cut short {r['cut_short']} (0), refused while a tier fits "
             f"{r['refused_while_fits']} (0), exact-count calls/request "
             f"{r['count_calls_per_request']:.3f} (<= 0.3)"
+        )
+        lines.append(
+            f"{g}: calls (counted requests) by the tier a request belongs on: "
+            + ", ".join(
+                f"{tier}: {row['calls']} ({row['counted']} of {row['requests']})"
+                for tier, row in sorted(r["count_calls_by_tier"].items())
+            )
         )
         est = r.get("estimate")
         if est:
