@@ -113,6 +113,21 @@ def test_a_kind_without_its_own_residuals_takes_all_of_them_widened_and_in_order
     assert shares == sorted(shares) and shares[0] == 0.0 and shares[-1] == 1.0
 
 
+def test_a_kinds_few_residuals_are_pulled_towards_all_of_them() -> None:
+    # ten prose samples the fit costs 5 % under; all samples spread from 0.8 to 1.2: a
+    # prose request the fit costs right is still possible (the residuals are the samples
+    # the fit was made from), though less likely than for a text of no kind of its own
+    fit = TokenizerFit(tuple(1.0 if f == "chars" else 0.0 for f in FIELDS))
+    fit.weights = fit.prior
+    every = sorted([1.05] * 10 + [0.8 + 0.01 * i for i in range(41)])
+    fit.residuals = {"prose": [1.05] * 10, "*": every}
+    prose = tuple(1000 if f == "chars" else 0 for f in FIELDS)
+    at_one = fit.share_within(prose, 1.0)
+    assert 0.1 < at_one < 0.5
+    assert at_one < fit.share_within(prose, 1.06) < fit.share_within(prose, 1.3) == 1.0
+    assert fit.share_within(prose, 0.7) == 0.0
+
+
 def test_a_calibrations_share_within_follows_its_samples() -> None:
     book = CalibrationBook()
     assert book.share_within("d", 1.0) is None
