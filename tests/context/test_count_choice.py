@@ -113,6 +113,26 @@ def test_a_kind_without_its_own_residuals_takes_all_of_them_widened_and_in_order
     assert shares == sorted(shares) and shares[0] == 0.0 and shares[-1] == 1.0
 
 
+def test_the_first_answers_add_to_the_fingerprints_spread_rather_than_replace_it() -> None:
+    # probes the fit costs 0.8 to 1.2 times their count; then one answer it costs right:
+    # the spread was that one answer's (a band of one token), it stays the probes' and its
+    fit = TokenizerFit(tuple(1.0 if f == "chars" else 0.0 for f in FIELDS))
+    chars = FIELDS.index("chars")
+
+    def text(n: int) -> tuple[int, ...]:
+        return tuple(n if i == chars else 0 for i in range(N_FIELDS))
+
+    rng = random.Random(5)
+    probes = [(text(n), round(n * rng.uniform(0.8, 1.2))) for n in range(100, 3300, 100)]
+    fit.set_fingerprint("engine", probes)
+    wide = fit.spread["*"]
+    fit.add(text(1000), fit.tokens(text(1000)))
+    fit.refit()
+    low, high = fit.spread["*"]
+    assert low < 0.9 and high > 1.1 and (low, high) != (1.0, 1.0)
+    assert abs(low - wide[0]) < 0.05 and abs(high - wide[1]) < 0.05
+
+
 def test_a_kinds_few_residuals_are_pulled_towards_all_of_them() -> None:
     # ten prose samples the fit costs 5 % under; all samples spread from 0.8 to 1.2: a
     # prose request the fit costs right is still possible (the residuals are the samples

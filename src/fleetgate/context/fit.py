@@ -257,9 +257,13 @@ class TokenizerFit:
         self.spread = _spread(self.residuals)
 
     def _residuals(self, weights: tuple[float, ...]) -> dict[str, list[float]]:
-        """The kept samples' true / estimate under `weights`, sorted, per kind of text with
-        `MIN_KIND` of them at least, and of all of them under "*"."""
-        samples = list(self._recent) or self._probes
+        """The samples' true / estimate under `weights`, sorted, per kind of text with
+        `MIN_KIND` of them at least, and of all of them under "*". The kept answers once
+        there are `MIN_ANSWERS` of them; until then the fingerprint's probes beside them (the
+        first answers alone made a spread of one or two samples: a band one token wide)."""
+        samples = list(self._recent)
+        if len(samples) < MIN_ANSWERS:
+            samples.extend(self._probes)
         by_kind: dict[str, list[float]] = {}
         every: list[float] = []
         for x, y in samples:
