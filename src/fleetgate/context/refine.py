@@ -7,11 +7,10 @@ whose window the request may not fit. Where the estimate's spread was measured (
 tokenizer's residuals, a usage calibration), a count is made only when it is likely to
 change what happens: to put another deployment first, or to refuse
 (`placement.change_probability`, `refine.min_change`). The count comes from a base-tier
-deployment that can
-count (a local tokenizer first, then an engine; see `counts.py`), under a time budget and a
-cap on counts in flight; when the cap is full, on timeout or on any failure, the estimate
-stands. Requests with image or audio parts keep the estimate (counting them would make the
-engine fetch and process the media).
+deployment that can count (a local tokenizer first, then an engine; see `counts.py`), under
+a time budget and a cap on counts in flight; when the cap is full, on timeout or on any
+failure, the estimate stands. Requests with image or audio parts keep the estimate
+(counting them would make the engine fetch and process the media).
 
 Afterwards: a refusal happens only on evidence (an exact count, of which a scaffolding the
 family estimated is left out, or a lower bound that fits nowhere); silent workers the
