@@ -42,6 +42,7 @@ engine the same whichever of its two sends comes first.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -367,6 +368,9 @@ def score(items: list[Item], outcomes: list[Outcome], guard: str) -> dict[str, A
         "counted_requests": sum(o.counted for o in outcomes),
         "count_calls": calls,
         "count_calls_per_request": calls / len(items),
+        # where the counts went: by the tier each request belongs on (none: fits nowhere)
+        "count_calls_by_tier": _calls_by_tier(items, outcomes),
+        "weighed": _weighed(items, outcomes, guard),
         "misses": wrong[:20],
     }
     if guard == "reject":
@@ -388,6 +392,44 @@ def score(items: list[Item], outcomes: list[Outcome], guard: str) -> dict[str, A
             if o.counted and o.direct_seconds is not None
         ]
     return result
+
+
+def _calls_by_tier(items: list[Item], outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
+    """Exact-count engine calls and counted requests, by the tier each request belongs on."""
+    out: dict[str, dict[str, int]] = {}
+    for item, o in zip(items, outcomes, strict=True):
+        row = out.setdefault(str(item.tier), {"requests": 0, "counted": 0, "calls": 0})
+        row["requests"] += 1
+        row["counted"] += o.counted
+        row["calls"] += o.count_calls
+    return out
+
+
+BINS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.01)
+
+
+def _weighed(items: list[Item], outcomes: list[Outcome], guard: str) -> list[dict[str, Any]]:
+    """The requests whose count was weighed (`context_change_probability`), by that
+    probability: how many, how many were counted and their calls, the moves predicted (the
+    sum of the probabilities) and those that happened. A weighed request's estimate puts
+    the 2048 engine first, so its count moves it when it belongs on 512, or, with a refusal
+    pending (`reject`), when it fits nowhere."""
+    rows = [
+        {"from": lo, "to": min(hi, 1.0), "n": 0, "counted": 0, "calls": 0}
+        | {"predicted": 0.0, "moved": 0}
+        for lo, hi in itertools.pairwise(BINS)
+    ]
+    for item, o in zip(items, outcomes, strict=True):
+        p = o.notes.get("context_change_probability")
+        if p is None:
+            continue
+        row = next(r for r, hi in zip(rows, BINS[1:], strict=False) if p < hi)
+        row["n"] += 1
+        row["counted"] += o.counted
+        row["calls"] += o.count_calls
+        row["predicted"] = round(row["predicted"] + p, 3)
+        row["moved"] += item.tier == WINDOWS[0] or (guard == "reject" and item.tier is None)
+    return rows
 
 
 def _over_direct(o: Outcome, seconds: float, engine: float, outside: bool) -> float:
@@ -496,6 +538,23 @@ def checks(results: list[dict[str, Any]]) -> list[str]:
             f"cut short {r['cut_short']} (0), refused while a tier fits "
             f"{r['refused_while_fits']} (0), exact-count calls/request "
             f"{r['count_calls_per_request']:.3f} (<= 0.3)"
+        )
+        lines.append(
+            f"{g}: calls (counted requests) by the tier a request belongs on: "
+            + ", ".join(
+                f"{tier}: {row['calls']} ({row['counted']} of {row['requests']})"
+                for tier, row in sorted(r["count_calls_by_tier"].items())
+            )
+        )
+        lines.append(
+            f"{g}: weighed counts by probability [from, to): n, counted (calls), moves "
+            "predicted / moved: "
+            + "; ".join(
+                f"[{w['from']}, {w['to']}): {w['n']}, {w['counted']} ({w['calls']}), "
+                f"{w['predicted']:.1f} / {w['moved']}"
+                for w in r["weighed"]
+                if w["n"]
+            )
         )
         est = r.get("estimate")
         if est:

@@ -411,6 +411,10 @@ class RefineConfig(_Strict):
     band_high: PositiveFloat = 1.3
     """The widest band counted: an exact count is asked for when a window lies between the
     request's calibrated lower and upper bounds, never outside [low, high] x the estimate."""
+    min_change: Annotated[float, Field(ge=0, le=1)] = 0.1
+    """Where the estimate's spread was measured (a fitted tokenizer, a usage calibration),
+    a count is made only when it puts another deployment first with at least this
+    probability; 0: whenever a window lies inside the band."""
 
 
 class ContextConfig(_Strict):

@@ -91,6 +91,21 @@ class Calibration:
             self._bounds = (low, max(high, low))
         return self._bounds
 
+    def share_within(self, factor: float) -> float | None:
+        """The (decayed) share of samples at most `factor`, the bin it falls in taken in
+        proportion; None until there are enough samples."""
+        if self.samples < MIN_SAMPLES:
+            return None
+        total = sum(self.weights)
+        if total <= 0 or factor < FLOOR:
+            return 0.0
+        if factor >= CEILING:
+            return 1.0
+        at = (math.log(factor) - _LOG_FLOOR) / _STEP
+        index = min(int(at), _BINS - 1)
+        below = sum(self.weights[:index]) + self.weights[index] * (at - index)
+        return min(below / total, 1.0)
+
     def public(self) -> dict[str, Any]:
         bounds = self.bounds()
         return {
@@ -142,6 +157,12 @@ class CalibrationBook:
         cal = self._by_deployment.get(deployment_id)
         bounds = cal.bounds() if cal is not None else None
         return bounds if bounds is not None else prior
+
+    def share_within(self, deployment_id: str, factor: float) -> float | None:
+        """How likely a true count is at most `factor` x the family's estimate, from usage;
+        None until there are enough samples."""
+        cal = self._by_deployment.get(deployment_id)
+        return cal.share_within(factor) if cal is not None else None
 
     def calibrated(self, deployment_id: str) -> tuple[float, float] | None:
         """(low, high) factors learned from usage; None until there are enough samples."""

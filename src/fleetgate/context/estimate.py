@@ -34,6 +34,9 @@ _NO_OUTPUT = frozenset({"embeddings", "ollama.embed", "ollama.embeddings"})
 
 # (low, high) total tokens a request needs on one deployment
 BoundsOf = Callable[["Deployment"], tuple[int, int]]
+# how likely a request needs at most this many tokens on one deployment, from the measured
+# spread of its estimate (a fit's residuals, a usage calibration); None: none was measured
+WithinOf = Callable[["Deployment", int], float | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,9 @@ class ContextEstimate:
     tally: Tally | None = field(default=None, compare=False, repr=False)
     # per deployment (low, high) totals; None: `total` is the need everywhere
     bounds_of: BoundsOf | None = field(default=None, compare=False, repr=False)
+    # per deployment and number of tokens, how likely the need is at most that; None: the
+    # band alone tells (see `within`)
+    within_of: WithinOf | None = field(default=None, compare=False, repr=False)
     # per deployment the fewest tokens for any text (runs collapsed); None: the low bound
     floor_of: Callable[[Deployment], int] | None = field(default=None, compare=False, repr=False)
     # per deployment whether its band rests on its own evidence (a fitted tokenizer: a
@@ -68,6 +74,18 @@ class ContextEstimate:
 
     def low(self, dep: Deployment) -> int:
         return self.bounds(dep)[0]
+
+    def within(self, dep: Deployment, tokens: int) -> float | None:
+        """How likely the request needs at most `tokens` on `dep`: the share of the measured
+        spread of its estimate there (its fit's residuals for this kind of text, else its
+        usage calibration) that stays within; 0 or 1 outside the band; None inside a band
+        no spread was measured for (the family's prior)."""
+        if self.exact or self.bounds_of is None:
+            return 1.0 if self.total <= tokens else 0.0
+        if self.within_of is not None:
+            return self.within_of(dep, tokens)
+        low, high = self.bounds_of(dep)
+        return 0.0 if tokens < low else 1.0 if tokens >= high else None
 
     def floor(self, dep: Deployment) -> int:
         """The fewest tokens the request can need on `dep`, whatever its text: evidence."""

@@ -35,6 +35,7 @@ samples between replicas and keeps them in the store.
 
 from __future__ import annotations
 
+import bisect
 import math
 import operator
 import time
@@ -153,6 +154,8 @@ class TokenizerFit:
         self._refit_at = 0.0
         self.weights: tuple[float, ...] | None = None  # None: no evidence yet
         self.spread: dict[str, tuple[float, float]] = {}
+        # the residuals true / estimate of the last refit, sorted, per kind of text ("*": all)
+        self.residuals: dict[str, list[float]] = {}
         self.updated_at = 0.0
 
     @property
@@ -250,10 +253,17 @@ class TokenizerFit:
             return
         ridge = PRIOR_SAMPLES / max(self.answers + len(self._probes), 1)
         self.weights = _solve(self._a, self._b, self.prior, ridge)
-        self.spread = self._spread(self.weights)
+        self.residuals = self._residuals(self.weights)
+        self.spread = _spread(self.residuals)
 
-    def _spread(self, weights: tuple[float, ...]) -> dict[str, tuple[float, float]]:
-        samples = list(self._recent) or self._probes
+    def _residuals(self, weights: tuple[float, ...]) -> dict[str, list[float]]:
+        """The samples' true / estimate under `weights`, sorted, per kind of text with
+        `MIN_KIND` of them at least, and of all of them under "*". The kept answers once
+        there are `MIN_ANSWERS` of them; until then the fingerprint's probes beside them (the
+        first answers alone made a spread of one or two samples: a band one token wide)."""
+        samples = list(self._recent)
+        if len(samples) < MIN_ANSWERS:
+            samples.extend(self._probes)
         by_kind: dict[str, list[float]] = {}
         every: list[float] = []
         for x, y in samples:
@@ -265,11 +275,8 @@ class TokenizerFit:
             every.append(ratio)
         if not every:
             return {}
-        low, high = _quantiles(every)
-        out = {"*": (max(FLOOR, low * (1 - WIDEN)), min(CEILING, high * (1 + WIDEN)))}
-        for kind, ratios in by_kind.items():
-            if len(ratios) >= MIN_KIND:
-                out[kind] = _quantiles(ratios)
+        out = {kind: sorted(r) for kind, r in by_kind.items() if len(r) >= MIN_KIND}
+        out["*"] = sorted(every)
         return out
 
     # -- the hot path ----------------------------------------------------------------------
@@ -284,6 +291,32 @@ class TokenizerFit:
         spread = self.spread
         found = spread.get(kind_of(counts, self.weights)) or spread.get("*")
         return found if found is not None else (1 - 2 * WIDEN, 1 + 2 * WIDEN)
+
+    def share_within(self, counts: tuple[int, ...], factor: float) -> float:
+        """How likely the true count is `factor` x `tokens(counts)` or fewer: the share of
+        the fit's residuals for a text of this kind that are at most `factor`, pulled
+        towards the share of all of them, spread `WIDEN` wider each way, as `MIN_KIND` of
+        them would (a kind's few residuals are the samples it was fitted on: alone, they
+        said no CJK request could be 4 % under the fit, and one was). A kind without its
+        own residuals takes all of them, widened (as its band does)."""
+        assert self.weights is not None
+        residuals = self.residuals
+        every = residuals.get("*")
+        if not every:  # no residuals at all: the band's fixed width, as `factors` gives it
+            low, high = 1 - 2 * WIDEN, 1 + 2 * WIDEN
+            return 0.0 if factor < low else 1.0 if factor >= high else 0.5
+        # widened as the band is: a ratio below 1 reads `WIDEN` lower, one above 1 higher
+        under = bisect.bisect_left(every, 1.0)
+        if factor < 1:
+            found = min(bisect.bisect_right(every, factor / (1 - WIDEN)), under)
+        else:
+            found = max(bisect.bisect_right(every, factor / (1 + WIDEN)), under)
+        share = found / len(every)
+        own = residuals.get(kind_of(counts, self.weights))
+        if own is None:
+            return share
+        n = len(own)
+        return (bisect.bisect_right(own, factor) + MIN_KIND * share) / (n + MIN_KIND)
 
     # -- sharing and keeping ---------------------------------------------------------------
     def dump(self) -> dict[str, Any]:
@@ -321,6 +354,19 @@ class TokenizerFit:
             "spread": {k: [round(lo, 3), round(hi, 3)] for k, (lo, hi) in self.spread.items()},
             "updated_at": self.updated_at or None,
         }
+
+
+def _spread(residuals: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
+    """The band per kind: the 3 % and 97 % quantiles of its residuals; of all ("*"), wider."""
+    every = residuals.get("*")
+    if not every:
+        return {}
+    low, high = _quantiles(every)
+    out = {"*": (max(FLOOR, low * (1 - WIDEN)), min(CEILING, high * (1 + WIDEN)))}
+    for kind, ratios in residuals.items():
+        if kind != "*":
+            out[kind] = _quantiles(ratios)
+    return out
 
 
 def _sparse(x: tuple[int, ...]) -> list[list[int]]:

@@ -23,12 +23,14 @@ from fleetgate.context.calibration import CalibrationBook
 from fleetgate.context.estimate import (
     BoundsOf,
     ContextEstimate,
+    WithinOf,
     media_tokens,
     output_reserve,
     text_tokens,
     with_margin,
 )
 from fleetgate.context.families import FAMILIES
+from fleetgate.context.fit import TokenizerFit
 from fleetgate.context.tally import MESSAGES, TOKEN_IDS, Tally, tally_body
 from fleetgate.fleet import Deployment
 
@@ -48,11 +50,14 @@ def family_tokens(tally: Tally, family: str, settings: ContextConfig) -> int:
 
 def bounds_function(
     tally: Tally, reserve: int, settings: ContextConfig, book: CalibrationBook | None
-) -> tuple[BoundsOf, dict[str, int]]:
+) -> tuple[BoundsOf, dict[str, int], WithinOf]:
     """(bounds per deployment, the central estimate per family asked so far, and per
-    deployment whose own fit estimated, under `FITTED` + its id)."""
+    deployment whose own fit estimated, under `FITTED` + its id; how likely the request
+    needs at most a number of tokens on a deployment)."""
     raw: dict[str, int] = {}
     cache: dict[str, tuple[int, int]] = {}
+    # per deployment: the estimated part, and what measured its spread (a fit, a calibration)
+    basis: dict[str, tuple[int, TokenizerFit | bool]] = {}
     known = tally.counts[TOKEN_IDS] + media_tokens(tally, settings) + reserve
     ids = tally.counts[TOKEN_IDS]
     band_low, band_high = settings.refine.band_low, settings.refine.band_high
@@ -70,6 +75,7 @@ def bounds_function(
             guessed = with_margin(fit.tokens(tally.counts), 0, settings)
             low, high = fit.factors(tally.counts)
             raw[FITTED + dep.id] = guessed + ids
+            basis[dep.id] = (guessed, fit)
         else:  # the family's prior, calibrated by usage when it has been
             guessed = tokens - ids
             calibrated = book.calibrated(dep.id) if book is not None else None
@@ -79,11 +85,25 @@ def bounds_function(
                 high = max(high, low)
             else:
                 low, high = calibrated
+            basis[dep.id] = (guessed, calibrated is not None)
         found = (math.floor(guessed * low) + known, math.ceil(guessed * high) + known)
         cache[dep.id] = found
         return found
 
-    return bounds, raw
+    def within(dep: Deployment, tokens: int) -> float | None:
+        low, high = bounds(dep)
+        guessed, measured = basis[dep.id]
+        if guessed <= 0:  # nothing estimated: the need is known
+            return 1.0 if tokens >= low else 0.0
+        factor = (tokens - known) / guessed
+        if isinstance(measured, TokenizerFit):
+            return measured.share_within(tally.counts, factor)
+        if measured and book is not None:
+            return book.share_within(dep.id, factor)
+        # the prior's band: no distribution was measured inside it
+        return 0.0 if tokens < low else 1.0 if tokens >= high else None
+
+    return bounds, raw, within
 
 
 def _own_function(book: CalibrationBook | None) -> Callable[[Deployment], bool] | None:
@@ -103,7 +123,7 @@ def estimate_need(
     bound among them; `bounds(dep)` gives each one's band."""
     tally = tally_body(body, endpoint)
     reserve = output_reserve(body, endpoint, settings.default_output_reserve)
-    bounds, raw = bounds_function(tally, reserve, settings, book)
+    bounds, raw, within = bounds_function(tally, reserve, settings, book)
     high = max((bounds(d)[1] for d in deployments), default=reserve)
     estimate = ContextEstimate(
         high - reserve,
@@ -111,6 +131,7 @@ def estimate_need(
         media_parts=tally.images + tally.audio,
         tally=tally,
         bounds_of=bounds,
+        within_of=within,
         floor_of=_floor_function(body, endpoint, reserve, settings, book),
         own_of=_own_function(book),
     )

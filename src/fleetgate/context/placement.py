@@ -142,6 +142,52 @@ def uncertain(candidates: Iterable[Candidate], estimate: ContextEstimate, of: Wi
     return False
 
 
+def change_probability(
+    candidates: list[Candidate],
+    estimate: ContextEstimate,
+    of: WindowOf,
+    by_priority: bool = True,
+) -> float | None:
+    """How likely an exact count puts a different deployment first than the estimate does.
+
+    The best-fit order by an exact need N depends only on which known windows hold it, so
+    the needs fall into intervals: up to the smallest window, up to each next one, beyond
+    the largest. The count changes the first candidate exactly when N lies in an interval
+    whose order starts elsewhere. Only a window between two intervals that differ in that
+    way matters; how likely N is at most it is read from the measured spread of the
+    estimate on its deployment (`ContextEstimate.within`). None when such a window lies
+    inside a band no spread was measured for (a family's prior): the band alone then says
+    a count could matter."""
+    if estimate.exact or len(candidates) < 2:
+        return 0.0
+    at: dict[int, Deployment] = {}  # each known window, on its first candidate
+    for c in candidates:
+        window = of(c.deployment)
+        if window is not None:
+            at.setdefault(window, c.deployment)
+    if len(at) < 2:
+        return 0.0
+    first = order_by_fit(candidates, estimate, of, None, by_priority)[0].deployment
+    windows = sorted(at)
+    # per interval, whether an exact need in it puts another deployment first
+    needs = [*windows, windows[-1] + 1]
+    moved = [
+        order_by_fit(candidates, need, of, None, by_priority)[0].deployment is not first
+        for need in needs
+    ]
+    # P(changed) = sum over intervals j of moved_j * (F(w_j) - F(w_j-1)), F the chance the
+    # need is at most a window: each window weighs as moved on its left minus on its right
+    change = float(moved[-1])
+    for i, window in enumerate(windows):
+        weight = moved[i] - moved[i + 1]
+        if weight:
+            share = estimate.within(at[window], window)
+            if share is None:
+                return None
+            change += weight * share
+    return min(max(change, 0.0), 1.0)
+
+
 def guard_for(fleet: Fleet, model_id: str) -> str:
     """`reject`, `allow` or `warn`: the model's own guard, else a `model_capabilities` block
     when the config has one (`observe` mode never rejects), else `routing.context.guard`."""

@@ -3,11 +3,14 @@
 The estimate is a band per deployment (see `need.py`). A count is asked for only when a
 known window lies inside it and that could matter: a plan with two or more distinct
 windows, a `context_guard: reject` refusal in doubt, or a worker that truncates silently
-whose window the request may not fit. The count comes from a base-tier deployment that can
-count (a local tokenizer first, then an engine; see `counts.py`), under a time budget and a
-cap on counts in flight; when the cap is full, on timeout or on any failure, the estimate
-stands. Requests with image or audio parts keep the estimate (counting them would make the
-engine fetch and process the media).
+whose window the request may not fit. Where the estimate's spread was measured (a fitted
+tokenizer's residuals, a usage calibration), a count is made only when it is likely to
+change what happens: to put another deployment first, or to refuse
+(`placement.change_probability`, `refine.min_change`). The count comes from a base-tier
+deployment that can count (a local tokenizer first, then an engine; see `counts.py`), under
+a time budget and a cap on counts in flight; when the cap is full, on timeout or on any
+failure, the estimate stands. Requests with image or audio parts keep the estimate
+(counting them would make the engine fetch and process the media).
 
 Afterwards: a refusal happens only on evidence (an exact count, of which a scaffolding the
 family estimated is left out, or a lower bound that fits nowhere); silent workers the
@@ -42,6 +45,7 @@ from fleetgate.context.estimate import ContextEstimate
 from fleetgate.context.placement import (
     FIT_BY_PRIORITY,
     WindowOf,
+    change_probability,
     context_too_large,
     effective_window,
     fits_nowhere,
@@ -60,6 +64,8 @@ from fleetgate.routing.planner import require_route
 
 COUNTED_BY = "context_counted_by"  # note: the deployment whose tokenizer counted
 COUNT_CALLS = "context_count_calls"  # note: engine calls the count took (none: cached)
+# note: how likely a count was to put another deployment first (when it was weighed)
+CHANGE_NOTE = "context_change_probability"
 # note: what the answer's usage teaches the template costs ({key, text}; counts.py)
 TEMPLATE_NOTE = "context_template"
 
@@ -80,12 +86,22 @@ class ContextRefiner:
             return False
         if profile.endpoint not in COUNTABLE_ENDPOINTS:
             return False
-        if plan.notes.get(GUARD_PENDING) or plan.notes.get(SILENT_PENDING):
+        if plan.notes.get(SILENT_PENDING):
             return True
+        guard = bool(plan.notes.get(GUARD_PENDING))
         of = plan.window_of or effective_window
-        if len(known_windows(plan.candidates, of)) < 2:
+        if not guard and (
+            len(known_windows(plan.candidates, of)) < 2
+            or not uncertain(plan.candidates, estimate, of)
+        ):
             return False
-        return uncertain(plan.candidates, estimate, of)
+        if not refine.min_change:
+            return True
+        change = _change(plan, estimate, of, guard)
+        if change is None:  # a band no spread was measured for: it is all we know
+            return True
+        plan.notes[CHANGE_NOTE] = round(change, 3)
+        return change >= refine.min_change
 
     async def refine(self, plan: RoutePlan, profile: RequestProfile, fleet: Fleet) -> None:
         """Re-order the plan by an exact count when it could matter; never raises for I/O."""
@@ -188,6 +204,25 @@ class ContextRefiner:
         ):
             counted = await self.counter.settle(counter, profile, counted, headers)
         return counted
+
+
+def _change(plan: RoutePlan, estimate: ContextEstimate, of: WindowOf, guard: bool) -> float | None:
+    """How likely a count changes what happens to the request: puts another deployment
+    first, or, with a refusal pending (`guard`), shows that it fits no window (then it is
+    refused, where uncounted it would be routed to the largest); None: not measured."""
+    by_priority = plan.cache.get(FIT_BY_PRIORITY, True)
+    change = change_probability(plan.candidates, estimate, of, by_priority)
+    if change is None or not guard:
+        return change
+    largest: tuple[int, Deployment] | None = None
+    for c in plan.candidates:
+        window = of(c.deployment)
+        if window is not None and (largest is None or window > largest[0]):
+            largest = (window, c.deployment)
+    if largest is None:
+        return None
+    fits = estimate.within(largest[1], largest[0])
+    return None if fits is None else min(change + 1.0 - fits, 1.0)
 
 
 def _in_doubt(plan: RoutePlan, estimate: ContextEstimate, counted: Counted) -> bool:
