@@ -19,6 +19,7 @@ from fleetgate.context.placement import change_probability
 from fleetgate.context.tally import FIELDS, N_FIELDS
 from fleetgate.fleet import Deployment, build_fleet
 from fleetgate.routing.plan import Candidate
+from tests.context.test_refine import _create
 from tests.harness import Stack, fleet_config, wait_until
 from tests.tiers import chat_calls, tiered_stack, words
 
@@ -178,9 +179,7 @@ def _calibrate(stack: Stack, client: Any, low_ones: int, high_ones: int) -> None
 
 
 def _ask(client: Any) -> Any:
-    return client.chat.completions.with_raw_response.create(
-        model="m", messages=NUMBERS, max_tokens=10
-    )
+    return _create(client, NUMBERS)
 
 
 def test_a_request_unlikely_to_move_is_not_counted_and_goes_where_the_estimate_says(
