@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +29,15 @@ _LOW64 = (1 << 64) - 1
 _UNSAMPLED: dict[str, Any] = {}
 
 
-def new_span_id(_bits: Any = random.getrandbits) -> str:
-    # an all-zero id is invalid; `to_bytes().hex()` is a third of a `:016x` format's cost
-    return (_bits(64) or 1).to_bytes(8, "big").hex()
+def new_span_bytes(_bits: Callable[[int], int] = random.getrandbits) -> bytes:
+    """A span id as the spans carry it (8 bytes); an all-zero id is invalid."""
+    return (_bits(64) or 1).to_bytes(8, "big")
+
+
+def new_span_id() -> str:
+    """A span id as `traceparent` carries it (16 hex digits): `.hex()` of the bytes is a
+    third of a `:016x` format's cost."""
+    return new_span_bytes().hex()
 
 
 @dataclass(slots=True)

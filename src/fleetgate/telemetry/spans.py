@@ -4,7 +4,6 @@ path noted. Numbers and ids only: never a prompt, a completion or a secret."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from functools import lru_cache
 from urllib.parse import urlsplit
@@ -16,7 +15,7 @@ from fleetgate.record.genai import GATEWAY_WIRE, operation_of, provider_name
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.telemetry import otlp
 from fleetgate.telemetry.otlp import SPAN_ATTR, cached_attribute, string_head
-from fleetgate.trace_context import TraceContext
+from fleetgate.trace_context import TraceContext, new_span_bytes
 
 ROUTE_SPAN = "fleetgate.route"
 COUNT_SPAN = "fleetgate.count_tokens"
@@ -29,10 +28,6 @@ _COUNTED = frozenset({"exact", "timeout", "failed"})
 _ROUTE_HEAD = otlp.span_head(ROUTE_SPAN, otlp.SPAN_INTERNAL)
 _COUNT_HEAD = otlp.span_head(COUNT_SPAN, otlp.SPAN_INTERNAL)
 _TRANSLATE_HEAD = otlp.span_head(TRANSLATE_SPAN, otlp.SPAN_INTERNAL)
-
-
-def _new_span_id(_bits: Callable[[int], int] = random.getrandbits) -> bytes:
-    return (_bits(64) or 1).to_bytes(8, "big")  # an all-zero id is invalid
 
 
 @lru_cache(maxsize=1024)
@@ -152,7 +147,7 @@ class SpanBuilder:
                 for d in record.dropped
             ]
             attrs += otlp.field(SPAN_ATTR, otlp.key_value("fleetgate.candidates.dropped", dropped))
-        route_id = _new_span_id()
+        route_id = new_span_bytes()
         wall, perf = trace.wall_ns, trace.perf
         planned = marks.get("planned")
         planned_ns = wall + int((planned - perf) * 1e9) if planned is not None else end
@@ -180,7 +175,7 @@ class SpanBuilder:
                 otlp.span(
                     trace_head,
                     # the id the count's engine calls named as their parent
-                    bytes.fromhex(trace.count_span) if trace.count_span else _new_span_id(),
+                    bytes.fromhex(trace.count_span) if trace.count_span else new_span_bytes(),
                     b"\x22\x08" + route_id,
                     _COUNT_HEAD,
                     wall + int((marks["count"] - perf) * 1e9),
@@ -268,7 +263,7 @@ class SpanBuilder:
             out.append(
                 otlp.span(
                     trace_head,
-                    _new_span_id(),
+                    new_span_bytes(),
                     b"\x22\x08" + span_id,
                     _TRANSLATE_HEAD,
                     start,
