@@ -62,6 +62,9 @@ class TraceContext:
     kept: tuple[str, ...] = ()  # the plan's candidates, in order (deployment ids)
     params: dict[str, Any] = field(default_factory=dict)  # max_tokens, temperature, top_p
     count_span: str | None = None  # the exact count's span, the parent its calls name
+    # the trace id's 16 bytes and the SERVER span's 8, as the spans carry them (a new
+    # trace's, from the draw that made them; empty for a client's trace: read from the hex)
+    ids: bytes = b""
 
     def count_headers(self) -> dict[str, str]:
         """The headers of an exact count's engine calls: the `traceparent` of the count's
@@ -125,22 +128,27 @@ class Tracing:
             if not self.parent_based:
                 sampled = self._keeps(trace_id)
             state = tracestate if tracestate and len(tracestate) <= MAX_TRACESTATE else None
-            span_id = new_span_id()
+            span_id, raw = new_span_id(), b""
         else:
             # the trace id and the span id from one draw: 128 bits, then 64
             value = random.getrandbits(192)
-            ids = value.to_bytes(24, "big").hex()
+            raw = value.to_bytes(24, "big")
+            ids = raw.hex()
             trace_id, span_id, parent_id, state = ids[:32], ids[32:], None, None
             if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:  # invalid ids: once in 2^64
                 value |= 1 << 64 | 1
-                trace_id, span_id = f"{value >> 64:032x}", f"{value & _LOW64:016x}"
+                raw = value.to_bytes(24, "big")
+                ids = raw.hex()
+                trace_id, span_id = ids[:32], ids[32:]
             # the id's low 64 bits, as `_keeps` (a ratio of 1 keeps every trace)
             sampled = self._all or value >> 64 & _LOW64 < self._bound
         if not sampled:  # its ids are passed on, nothing more: no span will be made
             return TraceContext(
                 trace_id, span_id, parent_id, False, state, path, perf, 0, _UNSAMPLED, _UNSAMPLED
             )
-        return TraceContext(trace_id, span_id, parent_id, True, state, path, perf, 0, {}, {})
+        return TraceContext(
+            trace_id, span_id, parent_id, True, state, path, perf, 0, {}, (), {}, None, raw
+        )
 
     def _keeps(self, trace_id: str) -> bool:
         return int(trace_id[16:], 16) < self._bound

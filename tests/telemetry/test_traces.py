@@ -410,3 +410,25 @@ def test_a_translated_attempt_has_a_translation_span(
     assert translate.end_time_unix_nano <= client.end_time_unix_nano
     (server,) = [s for s in spans.values() if s.kind == SERVER]
     assert server.name == "POST /api/chat"
+
+
+def test_a_traced_request_s_record_names_each_attempt_s_span(
+    stack: Stack, grpc_receiver: GrpcReceiver
+) -> None:
+    """The read API shows the span id each attempt's upstream was told, as `traceparent`
+    writes it: the id the exported CLIENT span carries."""
+    fallback_fleet(stack, telemetry(grpc_receiver.endpoint, "grpc"))
+    stack.engines["a"].fail_next(Fault("status", status=503))
+    resp = chat(stack)
+    assert resp.status_code == 200
+    url = f"{stack.url}/v1/requests/{resp.headers['x-request-id']}"
+    wait_until(lambda: httpx.get(url).status_code == 200, 5, "the request's record")
+    record = httpx.get(url).json()
+    wait_until(lambda: len(grpc_receiver.spans()) >= 4, 10, "spans exported")
+    clients = [s for s in grpc_receiver.spans() if s.kind == CLIENT]
+    by_index = {attributes(s.attributes)["fleetgate.attempt.index"]: s for s in clients}
+    assert [a["span_id"] for a in record["attempts"]] == [
+        by_index[0].span_id.hex(),
+        by_index[1].span_id.hex(),
+    ]
+    assert record["trace_id"] == clients[0].trace_id.hex()

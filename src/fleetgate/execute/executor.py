@@ -79,7 +79,7 @@ from fleetgate.ingress.profile import RequestProfile
 from fleetgate.redact import Redactor
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
 from fleetgate.state.runtime import RuntimeState
-from fleetgate.trace_context import new_span_id
+from fleetgate.trace_context import new_span_bytes
 from fleetgate.translate.registry import Protocols, UnreadableAnswer, Wire
 
 
@@ -400,7 +400,7 @@ class Executor:
         handed_over = False
         trace = profile.trace
         if trace is not None and trace.sampled:  # the upstream joins as this attempt's child
-            attempt.span_id = new_span_id()
+            attempt.span_id = new_span_bytes()
         try:
             while True:
                 headers = wire.headers(
@@ -410,7 +410,8 @@ class Executor:
                 if trace is None:
                     payload = wire.payload(profile, candidate)
                 else:  # an unsampled attempt has no span: it passes the request's span id
-                    headers = trace.upstream_headers(headers, attempt.span_id or trace.span_id)
+                    span = attempt.span_id
+                    headers = trace.upstream_headers(headers, span.hex() if span else trace.span_id)
                     payload = _traced_payload(wire, profile, candidate, attempt, trace.sampled)
                 resp = await client.http.request(
                     "POST",

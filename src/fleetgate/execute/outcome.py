@@ -62,7 +62,7 @@ class Attempt:
     began: float = 0.0  # perf_counter when it started
     # with tracing on: its CLIENT span's id (the upstream's `traceparent` names it); while
     # sampled, what the answer said of itself and how long its translation took
-    span_id: str | None = None
+    span_id: bytes | None = None  # 8 bytes, as the span carries it
     response_id: str | None = None
     response_model: str | None = None
     cache_read_tokens: int | None = None

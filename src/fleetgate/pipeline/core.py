@@ -366,15 +366,20 @@ class Pipeline:
             self.guard.settle(key, *record_usage(record, self.holder.fleet), ex.hold)
 
 
+_NUMBER = (int, float)
+
+
 def note_trace(trace: TraceContext, plan: RoutePlan | None, profile: RequestProfile) -> None:
     """What a sampled request's spans show that its record lacks: the candidates kept, and
     the sampling knobs the client set (numbers only)."""
     if plan is not None:
         trace.kept = tuple([c.deployment.id for c in plan.candidates])
     body = profile.body
-    for name in ("temperature", "top_p"):
-        value = body.get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            trace.params[name] = value
+    params = trace.params
+    # a JSON number's type is int or float exactly (`type`, not `isinstance`: a bool is an int)
+    if type(value := body.get("temperature")) in _NUMBER:
+        params["temperature"] = value
+    if type(value := body.get("top_p")) in _NUMBER:
+        params["top_p"] = value
     if profile.output_reserve is not None:
-        trace.params["max_tokens"] = profile.output_reserve
+        params["max_tokens"] = profile.output_reserve

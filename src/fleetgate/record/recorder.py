@@ -59,6 +59,8 @@ class RequestRecord:
             attempt.pop("message", None)
             attempt.pop("upstream_body", None)
             attempt.pop("began", None)  # a process-local clock
+            if attempt.get("span_id") is not None:  # as `traceparent` names it
+                attempt["span_id"] = attempt["span_id"].hex()
         return data
 
 

@@ -61,8 +61,9 @@ class SpanBuilder:
     def spans(self, record: RequestRecord) -> list[bytes]:
         trace = record.trace
         assert trace is not None and trace.sampled
-        trace_head = b"\x0a\x10" + bytes.fromhex(trace.trace_id)  # its `otlp.trace_field`
-        server_id = bytes.fromhex(trace.span_id)
+        ids = trace.ids or bytes.fromhex(trace.trace_id + trace.span_id)
+        trace_head = b"\x0a\x10" + ids[:16]  # its `otlp.trace_field`
+        server_id = ids[16:]
         latency_ns = int(record.latency * 1e9)
         # the record's wall clock is its end's (taken as it was made): the start is that less
         # the latency, and every mark of the request's own clock is placed from there
@@ -246,7 +247,7 @@ class SpanBuilder:
         if record.stream and a.ttft is not None:
             attrs += otlp.double_attribute(SPAN_ATTR, "gen_ai.response.time_to_first_chunk", a.ttft)
         start = trace.wall_ns + int((a.began - trace.perf) * 1e9)
-        span_id = bytes.fromhex(a.span_id)
+        span_id = a.span_id
         out.append(
             otlp.span(
                 trace_head,
