@@ -47,7 +47,7 @@ def test_the_pick_reads_as_the_message_it_stands_for(in_body: bool, body: bytes 
     assert pb.ProcessingResponse.FromString(data) == _expected(in_body, body)
 
 
-@pytest.mark.parametrize("body", [b"", b'{"model":"m"}', "é".encode() * 100])
+@pytest.mark.parametrize("body", [b"", b'{"model":"m"}', "é".encode() * 100, b"x" * 70000])
 def test_the_streamed_body_reads_as_the_message_it_stands_for(body: bytes):
     expected = pb.ProcessingResponse()
     streamed = expected.request_body.response.body_mutation.streamed_response

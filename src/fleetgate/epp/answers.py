@@ -119,7 +119,24 @@ def pick_answer(in_body: bool, mutation: bytes, endpoints: str, body: bytes | No
 
 
 def streamed_body(body: bytes) -> bytes:
-    """The request's whole body sent back in full-duplex mode, its end with it."""
-    streamed = _field(_BODY, body) + bytes((_END_OF_STREAM, 1))
-    mutation = _field(_BODY_MUTATION, _field(_STREAMED_RESPONSE, streamed))
-    return _field(_REQUEST_BODY, _field(_RESPONSE, mutation))
+    """The request's whole body sent back in full-duplex mode, its end with it: the four
+    nested fields' tags and lengths written before the body in one piece (the body is
+    copied once)."""
+    size = len(body)
+    streamed = 1 + _varint_size(size) + size + 2  # StreamedBodyResponse: body, end
+    mutation = 1 + _varint_size(streamed) + streamed  # BodyMutation.streamed_response
+    common = 1 + _varint_size(mutation) + mutation  # CommonResponse.body_mutation
+    response = 1 + _varint_size(common) + common  # BodyResponse.response
+    head = bytes((_REQUEST_BODY,)) + _varint(response)
+    head += bytes((_RESPONSE,)) + _varint(common)
+    head += bytes((_BODY_MUTATION,)) + _varint(mutation)
+    head += bytes((_STREAMED_RESPONSE,)) + _varint(streamed)
+    head += bytes((_BODY,)) + _varint(size)
+    return b"".join((head, body, _STREAM_END))
+
+
+_STREAM_END = bytes((_END_OF_STREAM, 1))
+
+
+def _varint_size(value: int) -> int:
+    return (value.bit_length() + 6) // 7 or 1

@@ -119,6 +119,21 @@ class Call:
             data = b"".join(b"\0" + len(m).to_bytes(4, "big") + m for m in messages)
         self.conn.send_data(self.stream_id, data)
 
+    def answer(self, *messages: bytes) -> None:
+        """Sends the messages and ends the call with OK: the whole answer in one write when
+        the peer's windows allow."""
+        if self.done:
+            return
+        self.done = True
+        head = b"" if self._started else RESPONSE_HEADERS
+        self._started = True
+        if len(messages) == 1:
+            message = messages[0]
+            data = b"\0" + len(message).to_bytes(4, "big") + message
+        else:
+            data = b"".join(b"\0" + len(m).to_bytes(4, "big") + m for m in messages)
+        self.conn.send_whole(self.stream_id, head, data, TRAILERS_OK)
+
     def finish(self, status: int = OK, message: str = "", lazy: bool = False) -> None:
         """Ends the call; `lazy`: the client waits for nothing from its end (its status may
         go out with the connection's next frames that are waited for)."""

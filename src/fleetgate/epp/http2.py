@@ -195,6 +195,7 @@ class Http2Connection(asyncio.Protocol):
             pos = len(PREFACE)
         size = len(data)
         unpack = _HEAD.unpack_from
+        streams = self.streams
         while size - pos >= 9:
             length_kind, flags, stream_id = unpack(data, pos)
             length = length_kind >> 8
@@ -203,17 +204,36 @@ class Http2Connection(asyncio.Protocol):
                 if length > OUR_FRAME:
                     raise ProtocolError(FRAME_SIZE_ERROR, "frame larger than allowed")
                 break
-            self._frame(length_kind & 0xFF, flags, stream_id & 0x7FFFFFFF, data[pos + 9 : end])
-            pos = end
+            kind = length_kind & 0xFF
+            if kind != DATA or self._continued is not None:
+                self._frame(kind, flags, stream_id & 0x7FFFFFFF, data[pos + 9 : end])
+                pos = end
+                continue
+            # DATA, most frames by far: handled here, without a call of its own
+            start, pos = pos + 9, end
+            self._unacked += length  # the whole payload counts, padding too
+            if self._unacked >= WINDOW_REFILL:
+                self._write(frame(WINDOW_UPDATE, 0, 0, _WORD.pack(self._unacked)))
+                self._unacked = 0
+            stream = streams.get(stream_id & 0x7FFFFFFF)
+            if stream is None or stream.remote_closed:
+                continue  # a stream we already ended or reset: its late data is dropped
+            if flags & PADDED and length:
+                start, end = start + 1, end - data[start]
+            ended = flags & END_STREAM
+            if ended:  # known before the handler may answer and end its side
+                stream.remote_closed = True
+            if end > start:
+                stream.handler.data(data[start:end])
+            if ended:
+                stream.handler.end()
         if pos < size:
             self._buf += data[pos:]
 
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self._continued is not None and kind != CONTINUATION:
             raise ProtocolError(PROTOCOL_ERROR, "a header block was interrupted")
-        if kind == DATA:
-            self._data(flags, stream_id, payload)
-        elif kind == HEADERS:
+        if kind == HEADERS:
             self._headers(flags, stream_id, payload)
         elif kind == CONTINUATION:
             if self._continued is None or self._continued[0] != stream_id:
@@ -244,23 +264,6 @@ class Http2Connection(asyncio.Protocol):
             raise ProtocolError(PROTOCOL_ERROR, "a client cannot push")
         # PRIORITY and unknown frame types are ignored, as the protocol allows
 
-    def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
-        self._unacked += len(payload)  # the whole payload counts, padding too
-        if self._unacked >= WINDOW_REFILL:
-            self._write(frame(WINDOW_UPDATE, 0, 0, _WORD.pack(self._unacked)))
-            self._unacked = 0
-        stream = self.streams.get(stream_id)
-        if stream is None or stream.remote_closed:
-            return  # a stream we already ended or reset: its late data is dropped
-        if flags & PADDED:
-            payload = payload[1 : len(payload) - payload[0]]
-        ended = bool(flags & END_STREAM)
-        stream.remote_closed = ended  # known before the handler may answer and end its side
-        if payload:
-            stream.handler.data(payload)
-        if ended:
-            stream.handler.end()
-
     def _headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         start, stop = 0, len(payload)
         if flags & PADDED:
@@ -285,7 +288,7 @@ class Http2Connection(asyncio.Protocol):
         if stream_id <= self.last_stream or not stream_id & 1:
             return  # a stream already closed (or not the client's)
         self.last_stream = stream_id
-        stream = _Stream(_NoHandler(), self._peer_initial)
+        stream = _Stream(_NO_HANDLER, self._peer_initial)
         stream.remote_closed = ended
         self.streams[stream_id] = stream
         stream.handler = self.opener(self, stream_id, headers)
@@ -364,6 +367,33 @@ class Http2Connection(asyncio.Protocol):
         self._write(frame(HEADERS, flags, stream_id, block), lazy)
         if end_stream:
             self._local_end(stream_id, stream, lazy)
+
+    def send_whole(self, stream_id: int, head: bytes, data: bytes, trailers: bytes) -> None:
+        """A whole answer: its header block (none when `head` is empty: sent before), its
+        data and its trailers, which end the stream; in one write when the windows allow."""
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.local_closed:
+            return
+        size = len(data)
+        if stream.pending or size > min(self._peer_window, stream.send_window, self._peer_frame):
+            if head:
+                self.send_headers(stream_id, head)
+            self.send_data(stream_id, data)
+            self.send_headers(stream_id, trailers, end_stream=True)
+            return
+        self._peer_window -= size
+        stream.send_window -= size
+        pack = _HEAD.pack
+        parts = [
+            pack(size << 8 | DATA, 0, stream_id),
+            data,
+            pack(len(trailers) << 8 | HEADERS, END_HEADERS | END_STREAM, stream_id),
+            trailers,
+        ]
+        if head:
+            parts[:0] = (pack(len(head) << 8 | HEADERS, END_HEADERS, stream_id), head)
+        self._write(b"".join(parts))
+        self._local_end(stream_id, stream)
 
     def send_data(self, stream_id: int, data: bytes, end_stream: bool = False) -> None:
         stream = self.streams.get(stream_id)
@@ -463,6 +493,9 @@ class _NoHandler:
 
     def reset(self) -> None:
         pass
+
+
+_NO_HANDLER = _NoHandler()
 
 
 def _keeps_table(block: bytes) -> bool:

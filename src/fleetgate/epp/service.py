@@ -125,6 +125,34 @@ RESPONSE_HEADERS_PASS = pb.ProcessingResponse(
 RESPONSE_BODY_PASS = pb.ProcessingResponse(response_body=pb.BodyResponse()).SerializeToString()
 
 
+def _pick_answer(pick: Pick, in_body: bool) -> bytes:
+    """The pick's answer. Most picks answer alike: the same endpoints, timeout and no
+    header of their own (the request's id is the one Envoy sent, the body is not
+    rewritten, or only its length shows in the headers' answer); those answers are kept,
+    a bounded number of them."""
+    endpoints = pick.endpoints
+    destination = ",".join(endpoints)
+    body = pick.body
+    key = None
+    if pick.ex.id_given and (body is None or not in_body):
+        timeout = pick.handed[0][0].deployment.provider.timeouts.total
+        key = (in_body, destination, timeout, None if body is None else len(body))
+        answer = _ANSWERS.get(key)
+        if answer is not None:
+            return answer
+    mutation = header_options(pick.header_mutations(endpoints, destination))
+    answer = pick_answer(in_body, mutation + _REMOVED, destination, body)
+    if key is not None:
+        if len(_ANSWERS) >= _KEPT_ANSWERS:
+            _ANSWERS.clear()
+        _ANSWERS[key] = answer
+    return answer
+
+
+_ANSWERS: dict[tuple[bool, str, float, int | None], bytes] = {}
+_KEPT_ANSWERS = 512
+
+
 class _Pick:
     """The `pick` filter's call: the request's headers and body in, the pick out."""
 
@@ -197,18 +225,17 @@ class _Pick:
 
     async def _pick(self, body: bytes, step: str) -> None:
         try:
-            self.call.send(*await self._responses(body, step))
+            responses = await self._responses(body, step)
         except Exception:
             log.exception("the pick failed")
             self.call.finish(INTERNAL, "the picker failed on this request")
             return
         self.busy = False
-        for response in self.later:
-            self.call.send(response)
-        self.later.clear()
         # the pick is all this call is for: ended now, Envoy need not end it at the end of
         # the request (and does not send the response phases a gateway may ask for)
-        self.call.finish()
+        responses += self.later
+        self.later.clear()
+        self.call.answer(*responses)
 
     async def _responses(self, body: bytes, step: str) -> list[bytes]:
         headers, subset = self.headers, self.subset
@@ -217,11 +244,8 @@ class _Pick:
             pick = await self.picker.pick(path, headers, body, subset)
         except Refusal as refusal:
             return [_refused(refusal).SerializeToString()]
-        endpoints = pick.endpoints
-        destination = ",".join(endpoints)
-        mutation = header_options(pick.header_mutations(endpoints, destination))
         in_body = step == "body"
-        answer = pick_answer(in_body, mutation + _REMOVED, destination, pick.body)
+        answer = _pick_answer(pick, in_body)
         if step != "duplex":
             return [answer]
         # full duplex: the headers' answer, then the body, whole, as Envoy left it

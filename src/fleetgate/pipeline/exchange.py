@@ -35,6 +35,7 @@ class Exchange:
         "client_key",
         "headers",
         "hold",
+        "id_given",
         "passed",
         "path",
         "protocol",
@@ -89,6 +90,9 @@ class Exchange:
         self.protocol = error_protocol(path, anthropic_client)
         if beta is not None and self.protocol == "anthropic":
             self.passed["anthropic-beta"] = beta
+        # the client's own id, taken as it is (a front that passes the request on need
+        # not set it again)
+        self.id_given = request_id is not None
         self.request_id = request_id or new_request_id()
 
     def base_headers(self) -> Headers:
