@@ -33,6 +33,7 @@ from fleetgate.epp.protocol import (
     SUBSET,
     SUBSET_NAMESPACE,
     UPSTREAM_ADDRESS,
+    WATCHED_RESPONSE_HEADERS,
 )
 
 log = logging.getLogger("fleetgate.epp")
@@ -59,7 +60,7 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
 
 
 # the response headers the answer's evidence needs
-_WATCHED = frozenset((":status", "content-type", "retry-after", SERVED))
+_WATCHED = frozenset(WATCHED_RESPONSE_HEADERS)
 
 
 def _watched(msg: pb.HttpHeaders) -> dict[str, str]:

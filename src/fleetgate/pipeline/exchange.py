@@ -25,6 +25,11 @@ _READ = {
     b"traceparent": _TRACEPARENT,
     b"tracestate": _TRACESTATE,
 }
+FLEETGATE_PREFIX = "x-fleetgate-"  # the request's own X-Fleetgate-* headers
+# every request header an Exchange reads: a data plane that shows the picker only some of a
+# request's headers shows it these (and the prefix's)
+READ_HEADERS = tuple(name.decode() for name in _READ)
+_PREFIX = FLEETGATE_PREFIX.encode()
 
 
 class Exchange:
@@ -62,7 +67,7 @@ class Exchange:
         for name, value in headers:
             which = _READ.get(name)
             if which is None:  # most headers: one lookup, and a prefix test
-                if name.startswith(b"x-fleetgate-"):
+                if name.startswith(_PREFIX):
                     if len(value) > MAX_HEADER_VALUE:
                         header = name.decode("latin-1")
                         self.refused = invalid(
