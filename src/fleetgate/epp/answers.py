@@ -40,12 +40,19 @@ _STRUCT_VALUE = 5 << 3 | 2  # Value.struct_value
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
     out = bytearray()
     while value >= 0x80:
         out.append(value & 0x7F | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
 
 
 def _field(tag: int, payload: bytes) -> bytes:
@@ -119,24 +126,22 @@ def pick_answer(in_body: bool, mutation: bytes, endpoints: str, body: bytes | No
 
 
 def streamed_body(body: bytes) -> bytes:
-    """The request's whole body sent back in full-duplex mode, its end with it: the four
-    nested fields' tags and lengths written before the body in one piece (the body is
-    copied once)."""
+    """The request's whole body sent back in full-duplex mode, its end with it: the tags
+    and lengths of the four fields around the body written first, from the inside out, so
+    that the body is copied once."""
     size = len(body)
-    streamed = 1 + _varint_size(size) + size + 2  # StreamedBodyResponse: body, end
-    mutation = 1 + _varint_size(streamed) + streamed  # BodyMutation.streamed_response
-    common = 1 + _varint_size(mutation) + mutation  # CommonResponse.body_mutation
-    response = 1 + _varint_size(common) + common  # BodyResponse.response
-    head = bytes((_REQUEST_BODY,)) + _varint(response)
-    head += bytes((_RESPONSE,)) + _varint(common)
-    head += bytes((_BODY_MUTATION,)) + _varint(mutation)
-    head += bytes((_STREAMED_RESPONSE,)) + _varint(streamed)
-    head += bytes((_BODY,)) + _varint(size)
-    return b"".join((head, body, _STREAM_END))
+    length = _varint(size)
+    tags = [_TAG[_BODY] + length]
+    size += 1 + len(length) + 2  # the body's field, and its end beside it
+    for tag in _NESTING:  # each field: its tag, its length, then what it holds
+        length = _varint(size)
+        tags.append(_TAG[tag] + length)
+        size += 1 + len(length)
+    tags.reverse()
+    return b"".join((*tags, body, _STREAM_END))
 
 
+# the fields the streamed body is nested in, inside out
+_NESTING = (_STREAMED_RESPONSE, _BODY_MUTATION, _RESPONSE, _REQUEST_BODY)
+_TAG = {tag: bytes((tag,)) for tag in (_BODY, *_NESTING)}
 _STREAM_END = bytes((_END_OF_STREAM, 1))
-
-
-def _varint_size(value: int) -> int:
-    return (value.bit_length() + 6) // 7 or 1
