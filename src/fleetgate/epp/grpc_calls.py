@@ -24,6 +24,7 @@ log = logging.getLogger("fleetgate.epp")
 OK, UNKNOWN, NOT_FOUND, UNIMPLEMENTED, INTERNAL = 0, 2, 5, 12, 13
 RESPONSE_HEADERS = literal_block([(b":status", b"200"), (b"content-type", b"application/grpc")])
 TRAILERS_OK = literal_block([(b"grpc-status", b"0")])
+_OK_ONLY = RESPONSE_HEADERS + TRAILERS_OK  # a call ended with OK before any message
 _PREFIX = struct.Struct(">BI")  # a message's compressed flag and length
 
 
@@ -140,9 +141,14 @@ class Call:
         if self.done:
             return
         self.done = True
-        block = trailers(status, message)
         if not self._started:  # trailers-only
-            block = RESPONSE_HEADERS + block
+            block = (
+                _OK_ONLY
+                if status == OK and not message
+                else RESPONSE_HEADERS + trailers(status, message)
+            )
+        else:
+            block = trailers(status, message)
         self.conn.send_headers(self.stream_id, block, end_stream=True, lazy=lazy)
 
 

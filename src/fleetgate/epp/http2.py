@@ -45,6 +45,7 @@ LAZY_SECONDS = 0.05
 _HEAD = struct.Struct(">IBI")  # length (24 bits) and type, flags, stream id
 _SETTING = struct.Struct(">HI")
 _WORD = struct.Struct(">I")
+_NO_ERROR = _WORD.pack(NO_ERROR)
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
@@ -363,10 +364,11 @@ class Http2Connection(asyncio.Protocol):
         if stream.pending:
             stream.pending.append((block, None))
             return
-        flags = END_HEADERS | (END_STREAM if end_stream else 0)
-        self._write(frame(HEADERS, flags, stream_id, block), lazy)
-        if end_stream:
-            self._local_end(stream_id, stream, lazy)
+        if end_stream:  # with the stream's reset, when it goes with it: one write
+            out = frame(HEADERS, END_HEADERS | END_STREAM, stream_id, block)
+            self._write(out + self._local_end(stream_id, stream), lazy)
+        else:
+            self._write(frame(HEADERS, END_HEADERS, stream_id, block), lazy)
 
     def send_whole(self, stream_id: int, head: bytes, data: bytes, trailers: bytes) -> None:
         """A whole answer: its header block (none when `head` is empty: sent before), its
@@ -392,8 +394,8 @@ class Http2Connection(asyncio.Protocol):
         ]
         if head:
             parts[:0] = (pack(len(head) << 8 | HEADERS, END_HEADERS, stream_id), head)
+        parts.append(self._local_end(stream_id, stream))
         self._write(b"".join(parts))
-        self._local_end(stream_id, stream)
 
     def send_data(self, stream_id: int, data: bytes, end_stream: bool = False) -> None:
         stream = self.streams.get(stream_id)
@@ -416,9 +418,11 @@ class Http2Connection(asyncio.Protocol):
                 size = len(data)
                 self._peer_window -= size
                 stream.send_window -= size
-                self._write(frame(DATA, END_STREAM if end_stream else 0, stream_id, data))
                 if end_stream:
-                    self._local_end(stream_id, stream)
+                    out = frame(DATA, END_STREAM, stream_id, data)
+                    self._write(out + self._local_end(stream_id, stream))
+                else:
+                    self._write(frame(DATA, 0, stream_id, data))
                 return None
             if room <= 0:
                 return data
@@ -432,8 +436,8 @@ class Http2Connection(asyncio.Protocol):
             payload, end = stream.pending[0]
             if end is None:  # the trailers, after the data
                 stream.pending.clear()
-                self._write(frame(HEADERS, END_HEADERS | END_STREAM, stream_id, payload))
-                self._local_end(stream_id, stream)
+                out = frame(HEADERS, END_HEADERS | END_STREAM, stream_id, payload)
+                self._write(out + self._local_end(stream_id, stream))
                 return
             rest = self._send_data(stream_id, stream, payload, end)
             if rest is not None:
@@ -446,14 +450,17 @@ class Http2Connection(asyncio.Protocol):
             if stream.pending:
                 self._drain(stream_id, stream)
 
-    def _local_end(self, stream_id: int, stream: _Stream, lazy: bool = False) -> None:
+    def _local_end(self, stream_id: int, stream: _Stream) -> bytes:
+        """Our side of the stream has ended: it is forgotten. Returns the frame that goes
+        out right after the end (b"" when the peer has ended its side too)."""
         stream.local_closed = True
-        if not stream.remote_closed:
-            # the answer is complete: the rest of the request is not wanted (RFC 9113 8.1)
-            self._write(frame(RST_STREAM, 0, stream_id, _WORD.pack(NO_ERROR)), lazy)
         self.streams.pop(stream_id, None)
         if self._idle is not None:
             self._check_idle()
+        if stream.remote_closed:
+            return b""
+        # the answer is complete: the rest of the request is not wanted (RFC 9113 8.1)
+        return _HEAD.pack(4 << 8 | RST_STREAM, 0, stream_id) + _NO_ERROR
 
     def reset_stream(self, stream_id: int, code: int) -> None:
         if self.streams.pop(stream_id, None) is not None:

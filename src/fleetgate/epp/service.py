@@ -150,6 +150,14 @@ def _pick_answer(pick: Pick, in_body: bool) -> bytes:
     return answer
 
 
+def _responses(pick: Pick, body: bytes, step: str) -> list[bytes]:
+    answer = _pick_answer(pick, step == "body")
+    if step != "duplex":
+        return [answer]
+    # full duplex: the headers' answer, then the body, whole, as Envoy left it
+    return [answer, streamed_body(pick.body if pick.body is not None else body)]
+
+
 _ANSWERS: dict[tuple[bool, str, float, int | None], bytes] = {}
 _KEPT_ANSWERS = 512
 
@@ -225,8 +233,15 @@ class _Pick:
         task.add_done_callback(_RUNNING.discard)
 
     async def _pick(self, body: bytes, step: str) -> None:
+        headers = self.headers
+        path = _header(headers, b":path") or "/"
         try:
-            responses = await self._responses(body, step)
+            try:
+                pick = await self.picker.pick(path, headers, body, self.subset)
+            except Refusal as refusal:
+                responses = [_refused(refusal).SerializeToString()]
+            else:
+                responses = _responses(pick, body, step)
         except Exception:
             log.exception("the pick failed")
             self.call.finish(INTERNAL, "the picker failed on this request")
@@ -237,20 +252,6 @@ class _Pick:
         responses += self.later
         self.later.clear()
         self.call.answer(*responses)
-
-    async def _responses(self, body: bytes, step: str) -> list[bytes]:
-        headers, subset = self.headers, self.subset
-        path = _header(headers, b":path") or "/"
-        try:
-            pick = await self.picker.pick(path, headers, body, subset)
-        except Refusal as refusal:
-            return [_refused(refusal).SerializeToString()]
-        in_body = step == "body"
-        answer = _pick_answer(pick, in_body)
-        if step != "duplex":
-            return [answer]
-        # full duplex: the headers' answer, then the body, whole, as Envoy left it
-        return [answer, streamed_body(pick.body if pick.body is not None else body)]
 
     def end(self) -> None:
         if not self.busy:  # Envoy ended it before the request was whole
