@@ -89,6 +89,22 @@ def _set_headers(
         option.header.raw_value = value.encode("latin-1")
 
 
+def _choice(data: bytes, request: pb.ProcessingRequest) -> str | None:
+    """The `request` choice the message carries. Envoy writes a message's fields in their
+    numbers' order, the choice first: its first tag says which (asking the message costs
+    more); a message that starts otherwise is asked."""
+    kind = _CHOICES.get(data[:1])
+    return kind if kind is not None else request.WhichOneof("request")
+
+
+# ProcessingRequest's `request` choices, by their tag (field number << 3 | 2)
+_CHOICES = {
+    bytes((field.number << 3 | 2,)): field.name
+    for field in pb.ProcessingRequest.DESCRIPTOR.oneofs_by_name["request"].fields
+}
+_SUBSET_BYTES = SUBSET_NAMESPACE.encode()
+
+
 def _subset(request: pb.ProcessingRequest) -> frozenset[str] | None:
     """The data plane's candidate endpoints (`envoy.lb.subset_hint`), when it sends some."""
     hint = request.metadata_context.filter_metadata.get(SUBSET_NAMESPACE)
@@ -190,12 +206,14 @@ class _Pick:
 
     def message(self, data: bytes) -> None:
         request = pb.ProcessingRequest.FromString(data)
-        kind = request.WhichOneof("request")
+        kind = _choice(data, request)
         if kind == "request_headers":
-            self.headers = _headers(request.request_headers)
+            headers = request.request_headers
+            self.headers = _headers(headers)
             self.duplex = request.protocol_config.request_body_mode == FULL_DUPLEX
-            self.subset = _subset(request)
-            if request.request_headers.end_of_stream:  # no body at all
+            # a hint's namespace is in the bytes of a message that carries one
+            self.subset = _subset(request) if _SUBSET_BYTES in data else None
+            if headers.end_of_stream:  # no body at all
                 self._answer(b"", "headers")
             elif not self.duplex:
                 self._send(HEADERS_PASS)
@@ -275,7 +293,7 @@ class _Observe:
 
     def message(self, data: bytes) -> None:
         request = pb.ProcessingRequest.FromString(data)
-        kind = request.WhichOneof("request")
+        kind = _choice(data, request)
         if kind == "response_headers":
             request_id, upstream = _attributes(request)
             self.pick = self.picker.claim(request_id) if request_id else None
@@ -283,7 +301,8 @@ class _Observe:
                 # not a picked request (or its pick already given up on)
                 self.call.finish(lazy=True)
                 return
-            headers = _watched(request.response_headers)
+            response = request.response_headers
+            headers = _watched(response)
             status = headers.get(":status", "0")
             watch = self.watch
             watch.served = headers.get(SERVED) or upstream
@@ -292,7 +311,7 @@ class _Observe:
                 headers.get("content-type", ""),
                 headers.get("retry-after"),
             )
-            if request.response_headers.end_of_stream:
+            if response.end_of_stream:
                 self._finish()
         elif kind == "response_body" and self.pick is not None:
             chunk = request.response_body
