@@ -87,10 +87,14 @@ def _control(pid: int, *flags: str) -> None:
         subprocess.run(["callgrind_control", *flags, str(p)], capture_output=True, check=False)
 
 
-def _instructions(out_dir: Path, main_pid: int) -> tuple[int, int]:
-    """Instructions in the dumps since the last zeroing: (the server process, its children)."""
+def _instructions(out_dir: Path, main_pid: int, keep: Path | None = None) -> tuple[int, int]:
+    """Instructions in the dumps since the last zeroing: (the server process, its children).
+    `keep`: a folder the dumps are copied to first (for callgrind_annotate)."""
     own = kids = 0
     for f in out_dir.glob("cg.*"):
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, keep / f.name)
         count = sum(int(m) for m in _TOTALS.findall(f.read_bytes()))
         if f.name.split(".")[1] == str(main_pid):
             own += count
@@ -100,7 +104,7 @@ def _instructions(out_dir: Path, main_pid: int) -> tuple[int, int]:
     return own, kids
 
 
-def _counted(t: Target, work: Callable[[], None]) -> tuple[int, int]:
+def _counted(t: Target, work: Callable[[], None], keep: Path | None = None) -> tuple[int, int]:
     """What the tree executes while `work` runs: collection on, then dump."""
     pid = t.server.pid
     _control(pid, "-z")  # zero what was gathered so far
@@ -110,7 +114,7 @@ def _counted(t: Target, work: Callable[[], None]) -> tuple[int, int]:
     work()
     _control(pid, "-i", "off")
     _control(pid, "-d")
-    return _instructions(t.out_dir, pid)
+    return _instructions(t.out_dir, pid, keep)
 
 
 def _hey(port: int, kind: str, conc: int, n: int) -> int:
@@ -166,7 +170,9 @@ class Counts:
         return (self.own + self.children - clock) / self.requests
 
 
-def measure(t: Target, kind: str, conc: int, n: int, warmup: int) -> Counts:
+def measure(
+    t: Target, kind: str, conc: int, n: int, warmup: int, keep: Path | None = None
+) -> Counts:
     warmup = max(warmup, conc)  # hey sends at least one request per connection
     t.sent += _hey(t.server.port, kind, conc, warmup)
     _wait_rows(t)
@@ -179,7 +185,7 @@ def measure(t: Target, kind: str, conc: int, n: int, warmup: int) -> Counts:
         t.sent += sent
         _wait_rows(t)  # the writer's work for these rows counts too
 
-    own, kids = _counted(t, load)
+    own, kids = _counted(t, load, keep)
     elapsed = time.monotonic() - started
     idle_own, idle_kids = _counted(t, lambda: time.sleep(min(elapsed, 5.0)))
     return Counts(sent, own, kids, (idle_own + idle_kids) / min(elapsed, 5.0), elapsed)

@@ -47,7 +47,7 @@ def test_the_pick_reads_as_the_message_it_stands_for(in_body: bool, body: bytes 
     assert pb.ProcessingResponse.FromString(data) == _expected(in_body, body)
 
 
-@pytest.mark.parametrize("body", [b"", b'{"model":"m"}', "é".encode() * 100])
+@pytest.mark.parametrize("body", [b"", b'{"model":"m"}', "é".encode() * 100, b"x" * 70000])
 def test_the_streamed_body_reads_as_the_message_it_stands_for(body: bytes):
     expected = pb.ProcessingResponse()
     streamed = expected.request_body.response.body_mutation.streamed_response
@@ -67,3 +67,51 @@ def test_headers_kept_from_pick_to_pick_read_the_same_past_the_bound():
         assert all(o.append_action == OVERWRITE for o in options)
         lb = answer.dynamic_metadata.fields[LB_NAMESPACE].struct_value
         assert lb.fields[DESTINATION].string_value == headers[1][1]
+
+
+def _pick(request_id: str | None, body: bytes | None = None):
+    """A pick to `10.0.0.5:8000` for a request that came with `request_id` (None: none)."""
+    from types import SimpleNamespace
+
+    from fleetgate.epp.picker import Pick
+    from fleetgate.pipeline.exchange import Exchange
+
+    headers = [(b"x-request-id", request_id.encode())] if request_id is not None else []
+    provider = SimpleNamespace(timeouts=SimpleNamespace(total=30.0))
+    candidate = SimpleNamespace(deployment=SimpleNamespace(provider=provider))
+    ex = Exchange("/v1/chat/completions", headers)
+    return Pick(ex, None, None, [(candidate, ("10.0.0.5:8000",))], body, "d")  # type: ignore[arg-type]
+
+
+def _set_headers(answer: bytes) -> dict[str, str]:
+    parsed = pb.ProcessingResponse.FromString(answer)
+    options = parsed.request_headers.response.header_mutation.set_headers
+    return {o.header.key: o.header.raw_value.decode() for o in options}
+
+
+@pytest.mark.parametrize("given", [None, "bad id with spaces"])
+def test_a_pick_sets_its_own_request_id_when_the_request_s_is_not_taken(given: str | None):
+    """The observe call finds a pick by the request id Envoy shows it: a request whose id
+    the picker does not take gets the picker's own, in the header Envoy sends on."""
+    from fleetgate.epp.service import _pick_answer
+
+    for _ in range(2):  # the second time too: such an answer is never one kept
+        pick = _pick(given)
+        sent = _set_headers(_pick_answer(pick, False))
+        assert sent["x-request-id"] == pick.ex.request_id != given
+        assert sent[DESTINATION] == "10.0.0.5:8000"
+
+
+def test_a_pick_leaves_a_taken_request_id_as_it_is_and_its_answer_is_kept():
+    from fleetgate.epp.service import _pick_answer
+
+    first = _pick_answer(_pick("ca228181-ca8d-4ee0-a195-6e4640c1ef31"), False)
+    again = _pick_answer(_pick("5c1d0a2e-79a4-4d5e-9b0e-2f6c9a1e0b7d"), False)
+    assert first == again
+    sent = _set_headers(first)
+    assert "x-request-id" not in sent
+    assert sent == {
+        DESTINATION: "10.0.0.5:8000",
+        "x-envoy-max-retries": "0",
+        "x-envoy-upstream-rq-timeout-ms": "30000",
+    }

@@ -22,6 +22,10 @@ from fleetgate.routing.plan import RoutePlan
 RawHeaders = Iterable[tuple[bytes, bytes]]
 
 
+# the only headers a key is read from
+CREDENTIAL_HEADERS = ("authorization", "x-api-key")
+
+
 def presented_secrets(headers: RawHeaders) -> list[str]:
     """The keys a request presents: its first `Authorization: Bearer <key>` and its first
     `x-api-key: <key>`, in the order they came. Clients may send both (Claude Code sends

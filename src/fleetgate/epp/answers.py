@@ -40,12 +40,19 @@ _STRUCT_VALUE = 5 << 3 | 2  # Value.struct_value
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
     out = bytearray()
     while value >= 0x80:
         out.append(value & 0x7F | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
 
 
 def _field(tag: int, payload: bytes) -> bytes:
@@ -119,7 +126,22 @@ def pick_answer(in_body: bool, mutation: bytes, endpoints: str, body: bytes | No
 
 
 def streamed_body(body: bytes) -> bytes:
-    """The request's whole body sent back in full-duplex mode, its end with it."""
-    streamed = _field(_BODY, body) + bytes((_END_OF_STREAM, 1))
-    mutation = _field(_BODY_MUTATION, _field(_STREAMED_RESPONSE, streamed))
-    return _field(_REQUEST_BODY, _field(_RESPONSE, mutation))
+    """The request's whole body sent back in full-duplex mode, its end with it: the tags
+    and lengths of the four fields around the body written first, from the inside out, so
+    that the body is copied once."""
+    size = len(body)
+    length = _varint(size)
+    tags = [_TAG[_BODY] + length]
+    size += 1 + len(length) + 2  # the body's field, and its end beside it
+    for tag in _NESTING:  # each field: its tag, its length, then what it holds
+        length = _varint(size)
+        tags.append(_TAG[tag] + length)
+        size += 1 + len(length)
+    tags.reverse()
+    return b"".join((*tags, body, _STREAM_END))
+
+
+# the fields the streamed body is nested in, inside out
+_NESTING = (_STREAMED_RESPONSE, _BODY_MUTATION, _RESPONSE, _REQUEST_BODY)
+_TAG = {tag: bytes((tag,)) for tag in (_BODY, *_NESTING)}
+_STREAM_END = bytes((_END_OF_STREAM, 1))

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from fleetgate.auth.guard import CREDENTIAL_HEADERS
 from fleetgate.config.addresses import endpoint_text, host_port
 from fleetgate.config.schema import FleetConfig
 from fleetgate.epp.protocol import (
@@ -28,10 +29,12 @@ from fleetgate.epp.protocol import (
     ROLE_PICK,
     SUBSET_NAMESPACE,
     UPSTREAM_ADDRESS,
+    WATCHED_RESPONSE_HEADERS,
 )
 from fleetgate.fleet import build_fleet
 from fleetgate.fleet.data_plane import provider_blocker
 from fleetgate.ingress.routes import INGRESS_ROUTES
+from fleetgate.pipeline.exchange import FLEETGATE_PREFIX, READ_HEADERS
 
 EXT_PROC = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor"
 EXT_PROC_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute"
@@ -87,6 +90,19 @@ def _ext_proc(picker_timeout: float, role: str) -> dict[str, Any]:
     }
 
 
+def _forwarded(exact: tuple[str, ...], prefix: str | None = None) -> dict[str, Any]:
+    """ext_proc's `forward_rules`: the only headers Envoy shows the picker. Each header
+    shown is decoded and looked at on every request; those it never reads stay in Envoy."""
+    patterns: list[dict[str, str]] = [{"exact": name} for name in exact]
+    if prefix is not None:
+        patterns.append({"prefix": prefix})
+    return {"allowed_headers": {"patterns": patterns}}
+
+
+# what the pick reads of a request's headers: its path, what an Exchange reads, a key
+PICK_HEADERS = (":path", *READ_HEADERS, *CREDENTIAL_HEADERS)
+
+
 def _pick_filter(config: FleetConfig, body_mode: str) -> dict[str, Any]:
     timeout = config.routing.context.refine.timeout_seconds + MESSAGE_MARGIN
     processor = _ext_proc(timeout, ROLE_PICK)
@@ -106,6 +122,7 @@ def _pick_filter(config: FleetConfig, body_mode: str) -> dict[str, Any]:
                 "response_body_mode": "NONE",
                 "response_trailer_mode": "SKIP",
             },
+            "forward_rules": _forwarded(PICK_HEADERS, FLEETGATE_PREFIX),
             # the pick sets `x-envoy-max-retries` and `x-envoy-upstream-rq-timeout-ms`
             "mutation_rules": {"allow_all_routing": True, "allow_envoy": True},
             "metadata_options": {
@@ -137,6 +154,7 @@ def _observe_filter() -> dict[str, Any]:
                 "response_trailer_mode": "SKIP",
             },
             "response_attributes": [UPSTREAM_ADDRESS, REQUEST_ID],
+            "forward_rules": _forwarded(WATCHED_RESPONSE_HEADERS),
         }
     )
     return {"name": OBSERVE_FILTER, "typed_config": processor}

@@ -24,6 +24,7 @@ log = logging.getLogger("fleetgate.epp")
 OK, UNKNOWN, NOT_FOUND, UNIMPLEMENTED, INTERNAL = 0, 2, 5, 12, 13
 RESPONSE_HEADERS = literal_block([(b":status", b"200"), (b"content-type", b"application/grpc")])
 TRAILERS_OK = literal_block([(b"grpc-status", b"0")])
+_OK_ONLY = RESPONSE_HEADERS + TRAILERS_OK  # a call ended with OK before any message
 _PREFIX = struct.Struct(">BI")  # a message's compressed flag and length
 
 
@@ -119,15 +120,35 @@ class Call:
             data = b"".join(b"\0" + len(m).to_bytes(4, "big") + m for m in messages)
         self.conn.send_data(self.stream_id, data)
 
+    def answer(self, *messages: bytes) -> None:
+        """Sends the messages and ends the call with OK: the whole answer in one write when
+        the peer's windows allow."""
+        if self.done:
+            return
+        self.done = True
+        head = b"" if self._started else RESPONSE_HEADERS
+        self._started = True
+        if len(messages) == 1:
+            message = messages[0]
+            data = b"\0" + len(message).to_bytes(4, "big") + message
+        else:
+            data = b"".join(b"\0" + len(m).to_bytes(4, "big") + m for m in messages)
+        self.conn.send_whole(self.stream_id, head, data, TRAILERS_OK)
+
     def finish(self, status: int = OK, message: str = "", lazy: bool = False) -> None:
         """Ends the call; `lazy`: the client waits for nothing from its end (its status may
         go out with the connection's next frames that are waited for)."""
         if self.done:
             return
         self.done = True
-        block = trailers(status, message)
         if not self._started:  # trailers-only
-            block = RESPONSE_HEADERS + block
+            block = (
+                _OK_ONLY
+                if status == OK and not message
+                else RESPONSE_HEADERS + trailers(status, message)
+            )
+        else:
+            block = trailers(status, message)
         self.conn.send_headers(self.stream_id, block, end_stream=True, lazy=lazy)
 
 

@@ -45,6 +45,7 @@ LAZY_SECONDS = 0.05
 _HEAD = struct.Struct(">IBI")  # length (24 bits) and type, flags, stream id
 _SETTING = struct.Struct(">HI")
 _WORD = struct.Struct(">I")
+_NO_ERROR = _WORD.pack(NO_ERROR)
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
@@ -195,6 +196,7 @@ class Http2Connection(asyncio.Protocol):
             pos = len(PREFACE)
         size = len(data)
         unpack = _HEAD.unpack_from
+        streams = self.streams
         while size - pos >= 9:
             length_kind, flags, stream_id = unpack(data, pos)
             length = length_kind >> 8
@@ -203,17 +205,36 @@ class Http2Connection(asyncio.Protocol):
                 if length > OUR_FRAME:
                     raise ProtocolError(FRAME_SIZE_ERROR, "frame larger than allowed")
                 break
-            self._frame(length_kind & 0xFF, flags, stream_id & 0x7FFFFFFF, data[pos + 9 : end])
-            pos = end
+            kind = length_kind & 0xFF
+            if kind != DATA or self._continued is not None:
+                self._frame(kind, flags, stream_id & 0x7FFFFFFF, data[pos + 9 : end])
+                pos = end
+                continue
+            # DATA, most frames by far: handled here, without a call of its own
+            start, pos = pos + 9, end
+            self._unacked += length  # the whole payload counts, padding too
+            if self._unacked >= WINDOW_REFILL:
+                self._write(frame(WINDOW_UPDATE, 0, 0, _WORD.pack(self._unacked)))
+                self._unacked = 0
+            stream = streams.get(stream_id & 0x7FFFFFFF)
+            if stream is None or stream.remote_closed:
+                continue  # a stream we already ended or reset: its late data is dropped
+            if flags & PADDED and length:
+                start, end = start + 1, end - data[start]
+            ended = flags & END_STREAM
+            if ended:  # known before the handler may answer and end its side
+                stream.remote_closed = True
+            if end > start:
+                stream.handler.data(data[start:end])
+            if ended:
+                stream.handler.end()
         if pos < size:
             self._buf += data[pos:]
 
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self._continued is not None and kind != CONTINUATION:
             raise ProtocolError(PROTOCOL_ERROR, "a header block was interrupted")
-        if kind == DATA:
-            self._data(flags, stream_id, payload)
-        elif kind == HEADERS:
+        if kind == HEADERS:
             self._headers(flags, stream_id, payload)
         elif kind == CONTINUATION:
             if self._continued is None or self._continued[0] != stream_id:
@@ -244,23 +265,6 @@ class Http2Connection(asyncio.Protocol):
             raise ProtocolError(PROTOCOL_ERROR, "a client cannot push")
         # PRIORITY and unknown frame types are ignored, as the protocol allows
 
-    def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
-        self._unacked += len(payload)  # the whole payload counts, padding too
-        if self._unacked >= WINDOW_REFILL:
-            self._write(frame(WINDOW_UPDATE, 0, 0, _WORD.pack(self._unacked)))
-            self._unacked = 0
-        stream = self.streams.get(stream_id)
-        if stream is None or stream.remote_closed:
-            return  # a stream we already ended or reset: its late data is dropped
-        if flags & PADDED:
-            payload = payload[1 : len(payload) - payload[0]]
-        ended = bool(flags & END_STREAM)
-        stream.remote_closed = ended  # known before the handler may answer and end its side
-        if payload:
-            stream.handler.data(payload)
-        if ended:
-            stream.handler.end()
-
     def _headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         start, stop = 0, len(payload)
         if flags & PADDED:
@@ -285,7 +289,7 @@ class Http2Connection(asyncio.Protocol):
         if stream_id <= self.last_stream or not stream_id & 1:
             return  # a stream already closed (or not the client's)
         self.last_stream = stream_id
-        stream = _Stream(_NoHandler(), self._peer_initial)
+        stream = _Stream(_NO_HANDLER, self._peer_initial)
         stream.remote_closed = ended
         self.streams[stream_id] = stream
         stream.handler = self.opener(self, stream_id, headers)
@@ -360,10 +364,38 @@ class Http2Connection(asyncio.Protocol):
         if stream.pending:
             stream.pending.append((block, None))
             return
-        flags = END_HEADERS | (END_STREAM if end_stream else 0)
-        self._write(frame(HEADERS, flags, stream_id, block), lazy)
-        if end_stream:
-            self._local_end(stream_id, stream, lazy)
+        if end_stream:  # with the stream's reset, when it goes with it: one write
+            out = frame(HEADERS, END_HEADERS | END_STREAM, stream_id, block)
+            self._write(out + self._local_end(stream_id, stream), lazy)
+        else:
+            self._write(frame(HEADERS, END_HEADERS, stream_id, block), lazy)
+
+    def send_whole(self, stream_id: int, head: bytes, data: bytes, trailers: bytes) -> None:
+        """A whole answer: its header block (none when `head` is empty: sent before), its
+        data and its trailers, which end the stream; in one write when the windows allow."""
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.local_closed:
+            return
+        size = len(data)
+        if stream.pending or size > min(self._peer_window, stream.send_window, self._peer_frame):
+            if head:
+                self.send_headers(stream_id, head)
+            self.send_data(stream_id, data)
+            self.send_headers(stream_id, trailers, end_stream=True)
+            return
+        self._peer_window -= size
+        stream.send_window -= size
+        pack = _HEAD.pack
+        parts = [
+            pack(size << 8 | DATA, 0, stream_id),
+            data,
+            pack(len(trailers) << 8 | HEADERS, END_HEADERS | END_STREAM, stream_id),
+            trailers,
+        ]
+        if head:
+            parts[:0] = (pack(len(head) << 8 | HEADERS, END_HEADERS, stream_id), head)
+        parts.append(self._local_end(stream_id, stream))
+        self._write(b"".join(parts))
 
     def send_data(self, stream_id: int, data: bytes, end_stream: bool = False) -> None:
         stream = self.streams.get(stream_id)
@@ -386,9 +418,11 @@ class Http2Connection(asyncio.Protocol):
                 size = len(data)
                 self._peer_window -= size
                 stream.send_window -= size
-                self._write(frame(DATA, END_STREAM if end_stream else 0, stream_id, data))
                 if end_stream:
-                    self._local_end(stream_id, stream)
+                    out = frame(DATA, END_STREAM, stream_id, data)
+                    self._write(out + self._local_end(stream_id, stream))
+                else:
+                    self._write(frame(DATA, 0, stream_id, data))
                 return None
             if room <= 0:
                 return data
@@ -402,8 +436,8 @@ class Http2Connection(asyncio.Protocol):
             payload, end = stream.pending[0]
             if end is None:  # the trailers, after the data
                 stream.pending.clear()
-                self._write(frame(HEADERS, END_HEADERS | END_STREAM, stream_id, payload))
-                self._local_end(stream_id, stream)
+                out = frame(HEADERS, END_HEADERS | END_STREAM, stream_id, payload)
+                self._write(out + self._local_end(stream_id, stream))
                 return
             rest = self._send_data(stream_id, stream, payload, end)
             if rest is not None:
@@ -416,14 +450,17 @@ class Http2Connection(asyncio.Protocol):
             if stream.pending:
                 self._drain(stream_id, stream)
 
-    def _local_end(self, stream_id: int, stream: _Stream, lazy: bool = False) -> None:
+    def _local_end(self, stream_id: int, stream: _Stream) -> bytes:
+        """Our side of the stream has ended: it is forgotten. Returns the frame that goes
+        out right after the end (b"" when the peer has ended its side too)."""
         stream.local_closed = True
-        if not stream.remote_closed:
-            # the answer is complete: the rest of the request is not wanted (RFC 9113 8.1)
-            self._write(frame(RST_STREAM, 0, stream_id, _WORD.pack(NO_ERROR)), lazy)
         self.streams.pop(stream_id, None)
         if self._idle is not None:
             self._check_idle()
+        if stream.remote_closed:
+            return b""
+        # the answer is complete: the rest of the request is not wanted (RFC 9113 8.1)
+        return _HEAD.pack(4 << 8 | RST_STREAM, 0, stream_id) + _NO_ERROR
 
     def reset_stream(self, stream_id: int, code: int) -> None:
         if self.streams.pop(stream_id, None) is not None:
@@ -463,6 +500,9 @@ class _NoHandler:
 
     def reset(self) -> None:
         pass
+
+
+_NO_HANDLER = _NoHandler()
 
 
 def _keeps_table(block: bytes) -> bool:

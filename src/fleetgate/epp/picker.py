@@ -78,10 +78,11 @@ class Pick:
         head = self.handed[0][0].deployment.provider
         headers = [
             ("x-gateway-destination-endpoint", destination),
-            ("x-request-id", self.ex.request_id),
             ("x-envoy-max-retries", str(len(endpoints) - 1)),
             ("x-envoy-upstream-rq-timeout-ms", str(int(head.timeouts.total * 1000))),
         ]
+        if not self.ex.id_given:  # the request's id, as the answer's evidence finds it
+            headers.append(("x-request-id", self.ex.request_id))
         if self.body is not None:
             headers.append(("content-length", str(len(self.body))))
         return headers

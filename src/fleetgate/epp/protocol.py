@@ -18,3 +18,6 @@ EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 # the Envoy attribute that says which upstream host served (sent with the response headers)
 UPSTREAM_ADDRESS = "upstream.address"
 REQUEST_ID = "request.id"  # the attribute that carries the request's `x-request-id`
+
+# the response headers the answer's evidence reads (the observe filter is shown no others)
+WATCHED_RESPONSE_HEADERS = (":status", "content-type", "retry-after", SERVED)

@@ -33,6 +33,7 @@ from fleetgate.epp.protocol import (
     SUBSET,
     SUBSET_NAMESPACE,
     UPSTREAM_ADDRESS,
+    WATCHED_RESPONSE_HEADERS,
 )
 
 log = logging.getLogger("fleetgate.epp")
@@ -59,7 +60,7 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
 
 
 # the response headers the answer's evidence needs
-_WATCHED = frozenset((":status", "content-type", "retry-after", SERVED))
+_WATCHED = frozenset(WATCHED_RESPONSE_HEADERS)
 
 
 def _watched(msg: pb.HttpHeaders) -> dict[str, str]:
@@ -86,6 +87,22 @@ def _set_headers(
         option = add(append_action=OVERWRITE)
         option.header.key = key
         option.header.raw_value = value.encode("latin-1")
+
+
+def _choice(data: bytes, request: pb.ProcessingRequest) -> str | None:
+    """The `request` choice the message carries. Envoy writes a message's fields in their
+    numbers' order, the choice first: its first tag says which (asking the message costs
+    more); a message that starts otherwise is asked."""
+    kind = _CHOICES.get(data[:1])
+    return kind if kind is not None else request.WhichOneof("request")
+
+
+# ProcessingRequest's `request` choices, by their tag (field number << 3 | 2)
+_CHOICES = {
+    bytes((field.number << 3 | 2,)): field.name
+    for field in pb.ProcessingRequest.DESCRIPTOR.oneofs_by_name["request"].fields
+}
+_SUBSET_BYTES = SUBSET_NAMESPACE.encode()
 
 
 def _subset(request: pb.ProcessingRequest) -> frozenset[str] | None:
@@ -125,6 +142,42 @@ RESPONSE_HEADERS_PASS = pb.ProcessingResponse(
 RESPONSE_BODY_PASS = pb.ProcessingResponse(response_body=pb.BodyResponse()).SerializeToString()
 
 
+def _pick_answer(pick: Pick, in_body: bool) -> bytes:
+    """The pick's answer. Most picks answer alike: the same endpoints, timeout and no
+    header of their own (the request's id is the one Envoy sent, the body is not
+    rewritten, or only its length shows in the headers' answer); those answers are kept,
+    a bounded number of them."""
+    endpoints = pick.endpoints
+    destination = ",".join(endpoints)
+    body = pick.body
+    key = None
+    if pick.ex.id_given and (body is None or not in_body):
+        timeout = pick.handed[0][0].deployment.provider.timeouts.total
+        key = (in_body, destination, timeout, None if body is None else len(body))
+        answer = _ANSWERS.get(key)
+        if answer is not None:
+            return answer
+    mutation = header_options(pick.header_mutations(endpoints, destination))
+    answer = pick_answer(in_body, mutation + _REMOVED, destination, body)
+    if key is not None:
+        if len(_ANSWERS) >= _KEPT_ANSWERS:
+            _ANSWERS.clear()
+        _ANSWERS[key] = answer
+    return answer
+
+
+def _responses(pick: Pick, body: bytes, step: str) -> list[bytes]:
+    answer = _pick_answer(pick, step == "body")
+    if step != "duplex":
+        return [answer]
+    # full duplex: the headers' answer, then the body, whole, as Envoy left it
+    return [answer, streamed_body(pick.body if pick.body is not None else body)]
+
+
+_ANSWERS: dict[tuple[bool, str, float, int | None], bytes] = {}
+_KEPT_ANSWERS = 512
+
+
 class _Pick:
     """The `pick` filter's call: the request's headers and body in, the pick out."""
 
@@ -153,12 +206,14 @@ class _Pick:
 
     def message(self, data: bytes) -> None:
         request = pb.ProcessingRequest.FromString(data)
-        kind = request.WhichOneof("request")
+        kind = _choice(data, request)
         if kind == "request_headers":
-            self.headers = _headers(request.request_headers)
+            headers = request.request_headers
+            self.headers = _headers(headers)
             self.duplex = request.protocol_config.request_body_mode == FULL_DUPLEX
-            self.subset = _subset(request)
-            if request.request_headers.end_of_stream:  # no body at all
+            # a hint's namespace is in the bytes of a message that carries one
+            self.subset = _subset(request) if _SUBSET_BYTES in data else None
+            if headers.end_of_stream:  # no body at all
                 self._answer(b"", "headers")
             elif not self.duplex:
                 self._send(HEADERS_PASS)
@@ -196,36 +251,25 @@ class _Pick:
         task.add_done_callback(_RUNNING.discard)
 
     async def _pick(self, body: bytes, step: str) -> None:
+        headers = self.headers
+        path = _header(headers, b":path") or "/"
         try:
-            self.call.send(*await self._responses(body, step))
+            try:
+                pick = await self.picker.pick(path, headers, body, self.subset)
+            except Refusal as refusal:
+                responses = [_refused(refusal).SerializeToString()]
+            else:
+                responses = _responses(pick, body, step)
         except Exception:
             log.exception("the pick failed")
             self.call.finish(INTERNAL, "the picker failed on this request")
             return
         self.busy = False
-        for response in self.later:
-            self.call.send(response)
-        self.later.clear()
         # the pick is all this call is for: ended now, Envoy need not end it at the end of
         # the request (and does not send the response phases a gateway may ask for)
-        self.call.finish()
-
-    async def _responses(self, body: bytes, step: str) -> list[bytes]:
-        headers, subset = self.headers, self.subset
-        path = _header(headers, b":path") or "/"
-        try:
-            pick = await self.picker.pick(path, headers, body, subset)
-        except Refusal as refusal:
-            return [_refused(refusal).SerializeToString()]
-        endpoints = pick.endpoints
-        destination = ",".join(endpoints)
-        mutation = header_options(pick.header_mutations(endpoints, destination))
-        in_body = step == "body"
-        answer = pick_answer(in_body, mutation + _REMOVED, destination, pick.body)
-        if step != "duplex":
-            return [answer]
-        # full duplex: the headers' answer, then the body, whole, as Envoy left it
-        return [answer, streamed_body(pick.body if pick.body is not None else body)]
+        responses += self.later
+        self.later.clear()
+        self.call.answer(*responses)
 
     def end(self) -> None:
         if not self.busy:  # Envoy ended it before the request was whole
@@ -249,7 +293,7 @@ class _Observe:
 
     def message(self, data: bytes) -> None:
         request = pb.ProcessingRequest.FromString(data)
-        kind = request.WhichOneof("request")
+        kind = _choice(data, request)
         if kind == "response_headers":
             request_id, upstream = _attributes(request)
             self.pick = self.picker.claim(request_id) if request_id else None
@@ -257,7 +301,8 @@ class _Observe:
                 # not a picked request (or its pick already given up on)
                 self.call.finish(lazy=True)
                 return
-            headers = _watched(request.response_headers)
+            response = request.response_headers
+            headers = _watched(response)
             status = headers.get(":status", "0")
             watch = self.watch
             watch.served = headers.get(SERVED) or upstream
@@ -266,7 +311,7 @@ class _Observe:
                 headers.get("content-type", ""),
                 headers.get("retry-after"),
             )
-            if request.response_headers.end_of_stream:
+            if response.end_of_stream:
                 self._finish()
         elif kind == "response_body" and self.pick is not None:
             chunk = request.response_body

@@ -25,6 +25,11 @@ _READ = {
     b"traceparent": _TRACEPARENT,
     b"tracestate": _TRACESTATE,
 }
+FLEETGATE_PREFIX = "x-fleetgate-"  # the request's own X-Fleetgate-* headers
+# every request header an Exchange reads: a data plane that shows the picker only some of a
+# request's headers shows it these (and the prefix's)
+READ_HEADERS = tuple(name.decode() for name in _READ)
+_PREFIX = FLEETGATE_PREFIX.encode()
 
 
 class Exchange:
@@ -35,6 +40,7 @@ class Exchange:
         "client_key",
         "headers",
         "hold",
+        "id_given",
         "passed",
         "path",
         "protocol",
@@ -61,7 +67,7 @@ class Exchange:
         for name, value in headers:
             which = _READ.get(name)
             if which is None:  # most headers: one lookup, and a prefix test
-                if name.startswith(b"x-fleetgate-"):
+                if name.startswith(_PREFIX):
                     if len(value) > MAX_HEADER_VALUE:
                         header = name.decode("latin-1")
                         self.refused = invalid(
@@ -89,6 +95,9 @@ class Exchange:
         self.protocol = error_protocol(path, anthropic_client)
         if beta is not None and self.protocol == "anthropic":
             self.passed["anthropic-beta"] = beta
+        # the client's own id, taken as it is (a front that passes the request on need
+        # not set it again)
+        self.id_given = request_id is not None
         self.request_id = request_id or new_request_id()
 
     def base_headers(self) -> Headers:
