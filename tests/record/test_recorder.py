@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,6 +61,56 @@ async def test_records_are_taken_in_the_next_loop_turn_and_flushed_later() -> No
     finally:
         await recorder.stop()
     assert seen.events[5:] == []  # nothing left for the last flush to hand on
+
+
+class Waiting(Seen):
+    """A sink that always keeps something for later (as telemetry's, between exports)."""
+
+    waiting = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed = asyncio.Event()
+
+    async def flush(self) -> None:
+        await super().flush()
+        self.flushed.set()
+
+
+async def test_a_waiting_sink_is_flushed_again_without_requests_and_costs_no_task_a_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("fleetgate.record.recorder.RETRY_SECONDS", 0.05)
+    loop = asyncio.get_running_loop()
+    tasks = 0
+    default = loop.get_task_factory()
+
+    def counting(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **kw: Any
+    ) -> asyncio.Future[Any]:
+        nonlocal tasks
+        tasks += 1
+        return default(loop, coro, **kw) if default else asyncio.Task(coro, loop=loop, **kw)
+
+    sink = Waiting()
+    recorder = Recorder([sink], interval=0.001)
+    loop.set_task_factory(counting)
+    try:
+        recorder.start()
+        for i in range(20):  # records in turns of their own: a flush each
+            recorder.add(_record(i))
+            await asyncio.sleep(0.003)
+        loop.set_task_factory(default)
+        # the recorder's own task, and no task for a wait with a timeout at every turn
+        assert tasks <= 2, tasks
+        # no request now: the sink is flushed again within the retry time, again and again
+        for _ in range(3):
+            sink.flushed.clear()
+            await asyncio.wait_for(sink.flushed.wait(), 5)
+    finally:
+        loop.set_task_factory(default)
+        await recorder.stop()
+    assert sink.events.count("take req-00019") == 1
 
 
 async def test_a_sink_that_fails_on_a_record_loses_it_alone_and_it_is_counted() -> None:

@@ -151,6 +151,7 @@ class Recorder:
         self._taken = 0  # taken since the last flush began
         self._flushing = 0  # taken before the flush under way began
         self._wake = asyncio.Event()
+        self._retry: asyncio.TimerHandle | None = None  # the wake a waiting sink is owed
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -185,15 +186,21 @@ class Recorder:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            if self.buffered or not any(getattr(s, "waiting", False) for s in self.sinks):
-                await self._wake.wait()
-            else:  # a sink keeps rows for later: retry even if no request comes
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), RETRY_SECONDS)
+            if self._retry is None and any(getattr(s, "waiting", False) for s in self.sinks):
+                # a sink keeps rows for later: a wake within RETRY_SECONDS even if no request
+                # comes (one timer for every turn until then, not one wait with a timeout a
+                # turn: a sink that is always waiting, like telemetry's, would pay one a flush)
+                self._retry = loop.call_later(RETRY_SECONDS, self._retry_due)
+            await self._wake.wait()
             self._wake.clear()
             await self.flush()
             await asyncio.sleep(self.interval)  # gather what arrives meanwhile
+
+    def _retry_due(self) -> None:
+        self._retry = None
+        self._wake.set()
 
     async def flush(self) -> None:
         self._take()  # records of this very turn, if any
@@ -209,6 +216,9 @@ class Recorder:
         self._flushing -= taken
 
     async def stop(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
