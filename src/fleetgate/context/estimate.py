@@ -58,6 +58,11 @@ class ContextEstimate:
     # per deployment whether its band rests on its own evidence (a fitted tokenizer: a
     # fingerprint or enough answers), not on a family's prior; None: on none
     own_of: Callable[[Deployment], bool] | None = field(default=None, compare=False, repr=False)
+    # per deployment the fewest tokens its own fitted evidence allows, with room to spare;
+    # None (the function or its value): no such evidence
+    fitted_floor_of: Callable[[Deployment], int | None] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def total(self) -> int:
@@ -92,6 +97,16 @@ class ContextEstimate:
         if self.exact or self.floor_of is None:
             return self.low(dep)
         return min(self.floor_of(dep), self.low(dep))
+
+    def fitted_floor(self, dep: Deployment) -> int | None:
+        """The fewest tokens the request needs on `dep` by the deployment's own fitted
+        tokenizer (a fingerprint or enough answers, never a family's table), with room to
+        spare; None where that evidence does not cover the request (see `need.py`)."""
+        if self.exact:
+            return self.total
+        if self.fitted_floor_of is None:
+            return None
+        return self.fitted_floor_of(dep)
 
     def own(self, dep: Deployment) -> bool:
         """Whether the band on `dep` rests on the deployment's own evidence."""

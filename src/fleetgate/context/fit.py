@@ -79,6 +79,10 @@ KEEP = 384  # recent samples kept for the residual spread (and across restarts)
 REFIT_SECONDS = 2.0
 LOW_Q, HIGH_Q = 0.03, 0.97
 WIDEN = 0.04  # a kind without its own residuals: the spread of all, this much wider
+# a refusal on the fit alone (`lowest`): the room to spare under the lowest residual, and
+# the share of an estimate that may come from fields no evidence showed (their prior's)
+SPARE = 0.8
+UNSEEN_SHARE = 0.02
 FLOOR, CEILING = 0.5, 2.0
 _DECAY = 0.5 ** (1 / HALF_LIFE)
 _RESCALE = 1e6  # the growing sample weight is folded back into the equations past this
@@ -156,6 +160,8 @@ class TokenizerFit:
         self.spread: dict[str, tuple[float, float]] = {}
         # the residuals true / estimate of the last refit, sorted, per kind of text ("*": all)
         self.residuals: dict[str, list[float]] = {}
+        # the fields some probe or answer showed (the others keep their prior's weight)
+        self.seen: frozenset[int] = frozenset()
         self.updated_at = 0.0
 
     @property
@@ -253,6 +259,7 @@ class TokenizerFit:
             return
         ridge = PRIOR_SAMPLES / max(self.answers + len(self._probes), 1)
         self.weights = _solve(self._a, self._b, self.prior, ridge)
+        self.seen = frozenset(i for i in range(N_FIELDS) if self._a[i][i] > 0)
         self.residuals = self._residuals(self.weights)
         self.spread = _spread(self.residuals)
 
@@ -317,6 +324,27 @@ class TokenizerFit:
             return share
         n = len(own)
         return (bisect.bisect_right(own, factor) + MIN_KIND * share) / (n + MIN_KIND)
+
+    def lowest(self, counts: tuple[int, ...]) -> float | None:
+        """The factor on `tokens(counts)` below which the fit's evidence says the true
+        count does not lie, with room to spare: the lowest residual of this kind of text
+        (or the 3 % quantile of all of them, widened, when that is lower) times `SPARE`.
+        None when the evidence does not cover the text: a kind without residuals of its
+        own, or fields no probe or answer showed costing more than `UNSEEN_SHARE` of the
+        estimate (they keep the prior's weight, a guess)."""
+        assert self.weights is not None
+        weights = self.weights
+        counts = estimated_part(counts)
+        own = self.residuals.get(kind_of(counts, weights))
+        spread = self.spread.get("*")
+        if own is None or spread is None:
+            return None
+        total = dot(weights, counts)
+        seen = self.seen
+        unseen = sum(weights[i] * n for i, n in enumerate(counts) if n and i not in seen)
+        if total <= 0 or unseen > UNSEEN_SHARE * total:
+            return None
+        return min(own[0], spread[0]) * SPARE
 
     # -- sharing and keeping ---------------------------------------------------------------
     def dump(self) -> dict[str, Any]:

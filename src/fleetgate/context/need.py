@@ -31,10 +31,14 @@ from fleetgate.context.estimate import (
 )
 from fleetgate.context.families import FAMILIES
 from fleetgate.context.fit import TokenizerFit
-from fleetgate.context.tally import MESSAGES, TOKEN_IDS, Tally, tally_body
+from fleetgate.context.tally import MESSAGES, TOKEN_IDS, Tally, tally_body, variety
 from fleetgate.fleet import Deployment
 
 FITTED = "@"  # a key of the central estimates: a deployment's own fit, not a family
+# a text whose compressed size is under this share of its size says the same thing again
+# and again (`tally.variety`): no fit refuses it uncounted. Prose, code and data compress
+# to 0.3-0.6; one phrase said again and again to under 0.1
+VARIED = 0.25
 
 
 def family_tokens(tally: Tally, family: str, settings: ContextConfig) -> int:
@@ -125,6 +129,7 @@ def estimate_need(
     reserve = output_reserve(body, endpoint, settings.default_output_reserve)
     bounds, raw, within = bounds_function(tally, reserve, settings, book)
     high = max((bounds(d)[1] for d in deployments), default=reserve)
+    collapsed = _Collapsed(body, endpoint, reserve, settings, book)
     estimate = ContextEstimate(
         high - reserve,
         reserve,
@@ -132,27 +137,72 @@ def estimate_need(
         tally=tally,
         bounds_of=bounds,
         within_of=within,
-        floor_of=_floor_function(body, endpoint, reserve, settings, book),
+        floor_of=collapsed.floor,
         own_of=_own_function(book),
+        fitted_floor_of=collapsed.fitted_floor,
     )
     return estimate, raw
 
 
-def _floor_function(
-    body: dict[str, Any],
-    endpoint: str,
-    reserve: int,
-    settings: ContextConfig,
-    book: CalibrationBook | None,
-) -> Callable[[Deployment], int]:
-    """The low bound of the body tallied with its runs collapsed, walked on first use only
-    (a refusal or a silent worker's exclusion is in question, not every request)."""
-    made: list[BoundsOf] = []
+class _Collapsed:
+    """The body tallied with its runs collapsed, walked on first use only (a refusal or a
+    silent worker's exclusion is in question, not every request): the low bound of its
+    band, and the fewest tokens a deployment's own fit allows."""
 
-    def floor(dep: Deployment) -> int:
-        if not made:
-            collapsed = tally_body(body, endpoint, collapsed=True)
-            made.append(bounds_function(collapsed, reserve, settings, book)[0])
-        return made[0](dep)[0]
+    __slots__ = (
+        "_body",
+        "_book",
+        "_bounds",
+        "_endpoint",
+        "_reserve",
+        "_settings",
+        "_tally",
+        "_variety",
+    )
 
-    return floor
+    def __init__(
+        self,
+        body: dict[str, Any],
+        endpoint: str,
+        reserve: int,
+        settings: ContextConfig,
+        book: CalibrationBook | None,
+    ) -> None:
+        self._body, self._endpoint, self._reserve = body, endpoint, reserve
+        self._settings, self._book = settings, book
+        self._tally: Tally | None = None
+        self._bounds: BoundsOf | None = None
+        self._variety: float | None = None
+
+    def tally(self) -> Tally:
+        if self._tally is None:
+            self._tally = tally_body(self._body, self._endpoint, collapsed=True)
+        return self._tally
+
+    def floor(self, dep: Deployment) -> int:
+        if self._bounds is None:
+            self._bounds = bounds_function(self.tally(), self._reserve, self._settings, self._book)[
+                0
+            ]
+        return self._bounds(dep)[0]
+
+    def fitted_floor(self, dep: Deployment) -> int | None:
+        """The fit's estimate of the collapsed tally times its lowest residual for this
+        kind of text, with room to spare (`TokenizerFit.lowest`), plus what is known (token
+        ids, media reserves, the output reserve). None without a fit of the deployment's
+        own, where its residuals do not cover the text, or for a text that says the same
+        thing again and again (`variety` under `VARIED`): its cost is what its few pieces
+        cost, which no average measured on varied text bounds."""
+        fit = self._book.own_fit(dep.id) if self._book is not None else None
+        if fit is None:
+            return None
+        tally = self.tally()
+        factor = fit.lowest(tally.counts)
+        if factor is None:
+            return None
+        if self._variety is None:
+            self._variety = variety(self._body, self._endpoint)
+        if self._variety < VARIED:
+            return None
+        known = tally.counts[TOKEN_IDS] + media_tokens(tally, self._settings) + self._reserve
+        return math.floor(fit.tokens(tally.counts) * factor) + known

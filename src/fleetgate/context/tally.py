@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -419,6 +420,25 @@ class Tally:
 def tally_body(body: dict[str, Any], endpoint: str, collapsed: bool = False) -> Tally:
     """The tally of a request body (pure; one walk). With `collapsed`, each run of one
     repeated character in its text counts as one character (for the fewest tokens)."""
+    walk = _walk_body(body, endpoint)
+    return Tally(tuple(walk.finish(collapsed)), walk.images, walk.audio)
+
+
+def variety(body: dict[str, Any], endpoint: str) -> float:
+    """How little of the body's text says again what it said before: its size compressed
+    (zlib, whose window is 32 KB) over its size, from near 0 (one phrase said again and
+    again) to about 0.3-0.6 for prose, code or data. A text that says the same thing over
+    and over costs what its few pieces cost, not the average its classes say, so a fit's
+    residuals, measured on varied text, say nothing of it. One more walk of the body:
+    asked only where a refusal is in question."""
+    walk = _walk_body(body, endpoint)
+    text = b" ".join((" ".join(walk.parts).encode(), *walk.blobs))
+    if not text.strip():
+        return 1.0
+    return len(zlib.compress(text, 1)) / len(text)
+
+
+def _walk_body(body: dict[str, Any], endpoint: str) -> _Walk:
     walk = _Walk()
     messages = body.get("messages")
     if isinstance(messages, list):
@@ -457,4 +477,4 @@ def tally_body(body: dict[str, Any], endpoint: str, collapsed: bool = False) -> 
                     blobs.append(orjson.dumps(tool))
             for field, n in zip(_SCHEMA_FIELDS, _schema_counts(b" ".join(blobs)), strict=True):
                 walk.counts[field] += n
-    return Tally(tuple(walk.finish(collapsed)), walk.images, walk.audio)
+    return walk

@@ -149,11 +149,23 @@ def _beyond_on_evidence(
     candidates: list[Candidate], estimate: ContextEstimate, of: WindowOf
 ) -> bool:
     """Whether evidence without a count puts the request beyond every window: the rule
-    that a word is a token at least (`ContextEstimate.least`). A deployment's fitted
-    tokenizer is not enough on its own: its band is a quantile of the text it has seen,
-    and a text unlike that (one long word said again and again) can fall outside it, so
-    a request its fit puts beyond every window is counted before it is refused."""
-    return fits_nowhere(candidates, estimate.least(), of)
+    that a word is a token at least (`ContextEstimate.least`), or every deployment's own
+    fitted tokenizer (a fingerprint or enough answers; never a family's table) with room
+    to spare (`ContextEstimate.fitted_floor`). The fit's band alone is not enough: it is a
+    quantile of the text it has seen, and a text unlike that (one long word said again
+    and again) fell outside it; its floor is the lowest residual of the text's kind with a
+    fifth to spare, for text its evidence covers and that does not say the same thing
+    over and over."""
+    if fits_nowhere(candidates, estimate.least(), of):
+        return True
+    for c in candidates:
+        window = of(c.deployment)
+        if window is None:
+            return False
+        floor = estimate.fitted_floor(c.deployment)
+        if floor is None or floor <= window:
+            return False
+    return True
 
 
 def _without_silent_overflow(

@@ -1,0 +1,158 @@
+"""A refusal without a count on the deployment's own fitted evidence, with room to spare.
+
+`context_guard: reject` refuses a request that fits nowhere without counting it only when
+every deployment's own fit (a fingerprint or enough answers, never a family's table) puts
+even its lowest residual for this kind of text, a fifth lower still, beyond the window; for
+text its evidence covers and that does not say the same thing again and again. Pure tests
+of that floor, and through the gateway on real llama.cpp engines.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import openai
+import pytest
+
+from fleetgate.config.schema import ContextConfig
+from fleetgate.context.calibration import CalibrationBook
+from fleetgate.context.families import FAMILIES
+from fleetgate.context.fit import MIN_ANSWERS, SPARE
+from fleetgate.context.need import VARIED, estimate_need
+from fleetgate.context.tally import tally_body, variety
+from fleetgate.fleet import Deployment, build_fleet
+from fleetgate.testing.corpus import text_of
+from tests.context.test_learned_estimate import LARGE, UNKNOWN, _fleet, _true_prompt
+from tests.engines import LlamaFactory
+from tests.harness import Stack, fleet_config, wait_until
+from tests.tiers import words
+
+SETTINGS = ContextConfig(default_output_reserve=16)
+
+
+def _deployments() -> list[Deployment]:
+    providers = [
+        {"id": p, "kind": "vllm", "base_url": f"http://127.0.0.1:9/{p}/v1"}
+        for p in ("small", "large")
+    ]
+    deployments = [
+        {"id": "small", "model": "m", "provider": "small", "upstream_model": UNKNOWN}
+        | {"context_window": 1000},
+        {"id": "large", "model": "m", "provider": "large", "upstream_model": UNKNOWN}
+        | {"context_window": 4000},
+    ]
+    fleet = build_fleet(fleet_config({"providers": providers, "deployments": deployments}))
+    return list(fleet.models["m"].deployments)
+
+
+def _chat(text: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}], "max_tokens": 16}
+
+
+def _book(deps: list[Deployment], answers: int = MIN_ANSWERS * 2) -> CalibrationBook:
+    """A book whose deployments saw `answers` prose answers, each costing a token per four
+    characters (and one per message) on the engine."""
+    book = CalibrationBook()
+    rng = random.Random(5)
+    for _ in range(answers):
+        body = _chat(text_of("prose", rng, rng.randint(400, 6000)))
+        counts = tally_body(body, "chat.completions").counts
+        true = len(body["messages"][0]["content"]) // 4 + 5
+        for dep in deps:
+            book.observe_answer(dep.id, FAMILIES[dep.tokenizer_family].weights, counts, true)
+    book.refit(now=1e9)
+    return book
+
+
+def _floor(book: CalibrationBook | None, dep: Deployment, body: dict[str, Any]) -> int | None:
+    estimate, _ = estimate_need(body, "chat.completions", SETTINGS, [dep], book)
+    return estimate.fitted_floor(dep)
+
+
+def test_a_fit_of_the_deployments_own_bounds_varied_text_from_below_with_room_to_spare() -> None:
+    deps = _deployments()
+    book = _book(deps)
+    dep = deps[1]
+    fit = book.own_fit(dep.id)
+    assert fit is not None
+    body = _chat(text_of("prose", random.Random(9), 16000))
+    true = len(body["messages"][0]["content"]) // 4 + 5 + 16
+    floor = _floor(book, dep, body)
+    assert floor is not None
+    # below the true need by the room to spare at least, and not far below it
+    assert floor <= true * SPARE * 1.02
+    assert floor >= true * SPARE * 0.85
+
+
+def test_no_fit_of_the_deployments_own_no_fitted_floor() -> None:
+    deps = _deployments()
+    body = _chat(text_of("prose", random.Random(9), 16000))
+    assert _floor(None, deps[1], body) is None  # the family's table alone
+    assert _floor(_book(deps, answers=MIN_ANSWERS - 4), deps[1], body) is None  # too few
+
+
+def test_a_text_said_again_and_again_has_no_fitted_floor() -> None:
+    """One long word said again and again costs what that word costs, which the fit's
+    residuals over varied prose do not bound (on Qwen2 it is two tokens, estimated near
+    four): such a request is counted before it is refused."""
+    deps = _deployments()
+    book = _book(deps)
+    body = _chat(words(3000, "internationalization"))
+    assert variety(body, "chat.completions") < VARIED
+    assert _floor(book, deps[1], body) is None
+    # the same length of varied prose has one
+    varied = _chat(text_of("prose", random.Random(9), len(body["messages"][0]["content"])))
+    assert variety(varied, "chat.completions") > VARIED
+    assert _floor(book, deps[1], varied) is not None
+
+
+def test_text_the_evidence_never_showed_has_no_fitted_floor() -> None:
+    # the fit saw prose only: Korean text is costed by the prior's weights, a guess
+    deps = _deployments()
+    book = _book(deps)
+    korean = "게이트웨이는 각 요청을 그것을 담을 수 있는 배포로 보냅니다 " * 300
+    body = _chat(korean + text_of("prose", random.Random(4), 3000))
+    assert _floor(book, deps[1], body) is None
+
+
+# -- through the gateway, on real engines -----------------------------------------------
+
+
+def _refused(client: Any, messages: list[dict[str, Any]]) -> str:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="m", messages=messages, max_tokens=16)
+    assert refused.value.code == "context_too_large"
+    return str(refused.value.message)
+
+
+def test_a_fingerprinted_fleet_refuses_what_is_far_beyond_its_windows_without_a_count(
+    stack: Stack, client_for, llama: LlamaFactory
+) -> None:
+    small, large = llama(n_ctx=512, alias=UNKNOWN), llama(n_ctx=LARGE, alias=UNKNOWN)
+    gateway = stack.start_gateway(_fleet(small, large, guard="reject"))
+    book = gateway.pipeline.state.calibration
+    wait_until(
+        lambda: all(book.own_fit(d) is not None for d in ("small", "large")),
+        20,
+        "both deployments fingerprinted",
+    )
+    client = client_for(stack, timeout=60)
+    far = [{"role": "user", "content": text_of("prose", random.Random(11), 20000)}]
+    assert _true_prompt(large, far) > 1.6 * LARGE
+    # refused on the fit's evidence: estimated, not counted
+    assert "(estimated: " in _refused(client, far)
+    # just beyond the window: the fit's floor is not, so the count decides
+    near = [{"role": "user", "content": text_of("prose", random.Random(12), 9400)}]
+    true = _true_prompt(large, near)
+    assert LARGE < true + 16 < 1.2 * LARGE
+    assert "(counted exactly: " in _refused(client, near)
+    # a long word said again and again, estimated far beyond the window, fits it: counted
+    # and served, never refused on the fit
+    again = [{"role": "user", "content": "internationalization " * 900}]
+    assert _true_prompt(large, again) + 16 <= LARGE
+    resp = client.chat.completions.with_raw_response.create(
+        model="m", messages=again, max_tokens=16
+    )
+    assert resp.headers["x-fleetgate-route"] == "large"
+    assert resp.headers["x-fleetgate-context-estimate"].endswith("; exact")
