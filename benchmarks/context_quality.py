@@ -3,7 +3,8 @@
 Generates a varied corpus (`fleetgate.testing.corpus`: English prose, code, numeric CSV,
 CJK, other scripts, identifiers, JSON, tool schemas, multi-turn chats with tool calls,
 `max_tokens` 8-256), sized around the windows. Takes each request's exact prompt count
-from the engine (`/apply-template` with its tools, then `/tokenize`), so each request's
+from the engine (`/apply-template` with its tools, then `/tokenize` with the special tokens
+it adds to a prompt it serves), so each request's
 need (prompt + max_tokens) and the tier it belongs on are known. Starts two `llama-server`
 engines (n_ctx 512 and 2048) behind one model id and replays the corpus through
 `fleetgate serve` twice: with `context_guard: allow` (the default) and with `reject`.
@@ -140,7 +141,10 @@ def exact_counts(engine: LlamaServer, items: list[Item]) -> None:
             payload["tools"] = item.body["tools"]
         _, status, _, templated = conn.call("POST", "/apply-template", payload)
         assert status == 200, templated
-        _, status, _, tokens = conn.call("POST", "/tokenize", {"content": templated["prompt"]})
+        # with the special tokens the engine adds to a prompt it serves (a BOS token, on
+        # Command R's vocabulary): its usage counts them, and so does its window
+        tokenize = {"content": templated["prompt"], "add_special": True}
+        _, status, _, tokens = conn.call("POST", "/tokenize", tokenize)
         assert status == 200, tokens
         item.prompt = len(tokens["tokens"])
 
