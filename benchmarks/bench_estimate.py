@@ -28,10 +28,14 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from fleetgate.config import validate_config
 from fleetgate.config.schema import ContextConfig
+from fleetgate.context.calibration import CalibrationBook
 from fleetgate.context.estimate import estimate_context_tokens
 from fleetgate.context.families import FAMILIES
+from fleetgate.context.need import estimate_need
 from fleetgate.context.tally import tally_body
+from fleetgate.fleet import Deployment, build_fleet
 
 BUDGET_US = 50.0
 
@@ -83,6 +87,35 @@ def bytes_rule(body: dict[str, Any]) -> int:
     return math.ceil(size / 4 * 1.2)
 
 
+def fitted_deployments(body: dict[str, Any]) -> tuple[list[Deployment], CalibrationBook]:
+    """Two deployments (windows 512 and 2048) of a model whose name suggests no family,
+    each with a fit of its own (40 answers): what the hot path costs once a deployment's
+    tokenizer is learned (its weights differ per tokenizer; their number does not)."""
+    data = {
+        "providers": [
+            {"id": p, "kind": "llamacpp", "base_url": f"http://127.0.0.1:9/{p}/v1"}
+            for p in ("small", "large")
+        ],
+        "deployments": [
+            {"id": p, "model": "m", "provider": p, "upstream_model": "orchard-7b"}
+            | {"context_window": w}
+            for p, w in (("small", 512), ("large", 2048))
+        ],
+    }
+    config, problems = validate_config(data)
+    assert config is not None, problems
+    deps = list(build_fleet(config).models["m"].deployments)
+    book = CalibrationBook()
+    counts = tally_body(body, "chat.completions").counts
+    for i in range(40):
+        for dep in deps:
+            prior = FAMILIES[dep.tokenizer_family].weights
+            book.observe_answer(dep.id, prior, counts, 2400 + 7 * i, now=float(i))
+    book.refit(now=1e9)
+    assert all(book.own_fit(d.id) is not None for d in deps)
+    return deps, book
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=20_000)
@@ -97,6 +130,12 @@ def main() -> None:
         tally = tally_body(body, "chat.completions")
         return max(f.tokens(tally.counts) for f in FAMILIES.values())
 
+    deps, book = fitted_deployments(body)
+
+    def fitted() -> int:
+        need, _ = estimate_need(body, "chat.completions", settings, deps, book)
+        return sum(need.bounds(d)[1] for d in deps)
+
     timed: dict[str, Callable[[], object]] = {
         "floor: bytes/4 walk": lambda: bytes_rule(body),
         "floor: orjson.dumps": lambda: orjson.dumps(body),
@@ -104,6 +143,7 @@ def main() -> None:
             body, "chat.completions", settings
         ),
         f"tally + {len(FAMILIES)} families": every_family,
+        "estimate_need, 2 deployments with their own fit": fitted,
     }
     rounds: dict[str, list[float]] = {name: [] for name in timed}
     for _ in range(args.repeat):
