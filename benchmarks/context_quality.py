@@ -340,7 +340,17 @@ def accuracy(items: list[Item], outcomes: list[Outcome]) -> dict[str, Any]:
         inside = sum(0.9 <= r <= 1.1 for r in known)
         return {"n": len(known), "within_0.9_1.1": round(inside / len(known), 3) if known else None}
 
-    return {"all": share(ratios), "first_50": share(ratios[:50]), "after_50": share(ratios[50:])}
+    # the requests outside [0.9, 1.1]: per kind of text, true / central after the first 50
+    outside: dict[str, list[float]] = defaultdict(list)
+    for item, ratio in zip(items[50:], ratios[50:], strict=True):
+        if ratio is not None and not 0.9 <= ratio <= 1.1:
+            outside[item.kind].append(round(ratio, 3))
+    return {
+        "all": share(ratios),
+        "first_50": share(ratios[:50]),
+        "after_50": share(ratios[50:]),
+        "outside_after_50": dict(outside),
+    }
 
 
 def score(items: list[Item], outcomes: list[Outcome], guard: str) -> dict[str, Any]:
