@@ -50,15 +50,19 @@ def _chat(text: str) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": text}], "max_tokens": 16}
 
 
-def _book(deps: list[Deployment], answers: int = MIN_ANSWERS * 2) -> CalibrationBook:
+def _book(
+    deps: list[Deployment], answers: int = MIN_ANSWERS * 2, emoji: int = 0
+) -> CalibrationBook:
     """A book whose deployments saw `answers` prose answers, each costing a token per four
-    characters (and one per message) on the engine."""
+    characters (and one per message) on the engine; with `emoji`, each answer's text ends
+    with that many emoji, three tokens each."""
     book = CalibrationBook()
     rng = random.Random(5)
     for _ in range(answers):
-        body = _chat(text_of("prose", rng, rng.randint(400, 6000)))
+        prose = text_of("prose", rng, rng.randint(400, 6000))
+        body = _chat(prose + " " + "🙂" * emoji if emoji else prose)
         counts = tally_body(body, "chat.completions").counts
-        true = len(body["messages"][0]["content"]) // 4 + 5
+        true = len(prose) // 4 + 5 + 3 * emoji
         for dep in deps:
             book.observe_answer(dep.id, FAMILIES[dep.tokenizer_family].weights, counts, true)
     book.refit(now=1e9)
@@ -156,3 +160,38 @@ def test_a_fingerprinted_fleet_refuses_what_is_far_beyond_its_windows_without_a_
     )
     assert resp.headers["x-fleetgate-route"] == "large"
     assert resp.headers["x-fleetgate-context-estimate"].endswith("; exact")
+
+
+def test_a_chat_with_tools_or_tool_calls_has_no_fitted_floor() -> None:
+    """A template renders tool schemas, tool calls and their results its own way or drops
+    them (on Phi-3.5's, a chat with tool calls cost 0.79 of its fitted floor)."""
+    deps = _deployments()
+    book = _book(deps)
+    text = text_of("prose", random.Random(9), 16000)
+    assert _floor(book, deps[1], _chat(text)) is not None
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    turns = [
+        {"role": "user", "content": text},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    ]
+    assert _floor(book, deps[1], {"messages": turns, "max_tokens": 16}) is None
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    assert _floor(book, deps[1], {**_chat(text), "tools": [tool]}) is None
+    reasoning = [{"role": "assistant", "content": "ok", "reasoning_content": text}]
+    assert _floor(book, deps[1], {"messages": reasoning, "max_tokens": 16}) is None
+
+
+def test_emoji_add_nothing_to_the_fitted_floor() -> None:
+    """An emoji costs one token to eight (joined sequences, skin tones, flags): on Qwen2 a
+    text of them cost 0.56 of its fitted estimate, so the floor leaves them out."""
+    deps = _deployments()
+    book = _book(deps, emoji=40)  # the fit has seen emoji: three tokens each
+    text = text_of("prose", random.Random(9), 12000)
+    plain = _floor(book, deps[1], _chat(text))
+    assert plain is not None
+    with_emoji = _floor(book, deps[1], _chat(text + " " + "👩‍💻🇫🇷👍🏽" * 30))
+    assert with_emoji is not None
+    # 90 emoji the fit costs 3 tokens each: none in the floor, only their other characters
+    # (the joiners, one character each)
+    assert with_emoji <= plain + 60

@@ -31,7 +31,7 @@ from fleetgate.context.estimate import (
 )
 from fleetgate.context.families import FAMILIES
 from fleetgate.context.fit import TokenizerFit
-from fleetgate.context.tally import MESSAGES, TOKEN_IDS, Tally, tally_body, variety
+from fleetgate.context.tally import FOUR_BYTE, MESSAGES, TOKEN_IDS, Tally, tally_body, variety
 from fleetgate.fleet import Deployment
 
 FITTED = "@"  # a key of the central estimates: a deployment's own fit, not a family
@@ -187,14 +187,16 @@ class _Collapsed:
         return self._bounds(dep)[0]
 
     def fitted_floor(self, dep: Deployment) -> int | None:
-        """The fit's estimate of the collapsed tally times its lowest residual for this
-        kind of text, with room to spare (`TokenizerFit.lowest`), plus what is known (token
-        ids, media reserves, the output reserve). None without a fit of the deployment's
-        own, where its residuals do not cover the text, or for a text that says the same
-        thing again and again (`variety` under `VARIED`): its cost is what its few pieces
-        cost, which no average measured on varied text bounds."""
+        """The fit's estimate of the collapsed tally, its emoji left out, times its lowest
+        residual for this kind of text, with room to spare (`TokenizerFit.lowest`), plus
+        what is known (token ids, media reserves, the output reserve). None without a fit
+        of the deployment's own, where its residuals do not cover the text, for a request
+        that is no plain chat or prompt (`_plain`), or for a text that says the same thing
+        again and again (`variety` under `VARIED`): its cost is what its few pieces cost,
+        which no average measured on varied text bounds. An emoji costs one token to eight
+        (sequences joined by U+200D, skin tones, flags), so none is costed at all."""
         fit = self._book.own_fit(dep.id) if self._book is not None else None
-        if fit is None:
+        if fit is None or not _plain(self._body):
             return None
         tally = self.tally()
         factor = fit.lowest(tally.counts)
@@ -204,5 +206,38 @@ class _Collapsed:
             self._variety = variety(self._body, self._endpoint)
         if self._variety < VARIED:
             return None
-        known = tally.counts[TOKEN_IDS] + media_tokens(tally, self._settings) + self._reserve
-        return math.floor(fit.tokens(tally.counts) * factor) + known
+        counts = tally.counts
+        if counts[FOUR_BYTE]:
+            counts = (*counts[:FOUR_BYTE], 0, *counts[FOUR_BYTE + 1 :])
+        known = counts[TOKEN_IDS] + media_tokens(tally, self._settings) + self._reserve
+        return math.floor(fit.tokens(counts) * factor) + known
+
+
+_PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})
+
+
+def _plain(body: dict[str, Any]) -> bool:
+    """A chat of text turns only, or a prompt of text: what every template renders as it
+    is. Tool schemas, tool calls and their results, reasoning and other fields of a
+    message are what a template renders its own way or drops (one drops tool schemas,
+    Qwen3's drops earlier turns' reasoning), so a fit's residuals over other requests do
+    not bound them from below."""
+    if body.get("tools") or body.get("functions"):
+        return False
+    messages = body.get("messages")
+    if messages is None:
+        return isinstance(body.get("prompt") or body.get("input"), str)
+    if not isinstance(messages, list):
+        return False
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") not in _PLAIN_ROLES:
+            return False
+        if any(value for key, value in message.items() if key not in ("role", "content")):
+            return False
+        content = message.get("content")
+        if isinstance(content, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+                return False
+        elif not isinstance(content, str):
+            return False
+    return True

@@ -100,6 +100,7 @@ THAI = FIELDS.index("thai")
 LATIN_EXT = FIELDS.index("latin_ext")
 OTHER3 = FIELDS.index("other3")
 _SCRIPT_FIELDS = tuple(i for i, f in enumerate(FIELDS) if f not in ("thai",))[7:20]
+FOUR_BYTE = FIELDS.index("four_byte")
 TOKEN_IDS = FIELDS.index("token_ids")
 MESSAGES = FIELDS.index("messages")
 REPLIES = FIELDS.index("replies")
