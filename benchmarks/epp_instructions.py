@@ -34,7 +34,14 @@ from typing import Any
 import yaml
 
 from benchmarks.epp import _envoy, fleet
-from benchmarks.instructions import Counts, Target, _callgrind, _control, measure
+from benchmarks.instructions import (
+    Counts,
+    Target,
+    _callgrind,
+    _control,
+    measure,
+    tools_missing,
+)
 from benchmarks.run import (
     BenchError,
     Server,
@@ -86,10 +93,8 @@ def main() -> int:
 
 
 def run() -> int:
-    for tool in ("valgrind", "callgrind_control", "hey"):
-        if shutil.which(tool) is None:
-            print(f"{tool} is not installed (apt-get install -y valgrind hey)", file=sys.stderr)
-            return 2
+    if tools_missing():
+        return 2
     n = int(os.environ.get("REQUESTS", "1000"))
     warmup = int(os.environ.get("WARMUP", "100"))
     concs = [int(c) for c in os.environ.get("CONCS", "1 16").split()]

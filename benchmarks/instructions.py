@@ -248,11 +248,18 @@ def start_instructions(
         stop(server.proc)
 
 
-def run() -> int:
+def tools_missing() -> bool:
+    """Whether a tool these counts need is missing (said on stderr)."""
     for tool in ("valgrind", "callgrind_control", "hey"):
         if shutil.which(tool) is None:
             print(f"{tool} is not installed (apt-get install -y valgrind hey)", file=sys.stderr)
-            return 2
+            return True
+    return False
+
+
+def run() -> int:
+    if tools_missing():
+        return 2
     n = int(os.environ.get("REQUESTS", "1500"))
     warmup = int(os.environ.get("WARMUP", "200"))
     concs = [int(c) for c in os.environ.get("CONCS", "1 64").split()]
