@@ -39,6 +39,7 @@ from benchmarks.instructions import (
     Target,
     _callgrind,
     _control,
+    load_knobs,
     measure,
     tools_missing,
 )
@@ -95,10 +96,7 @@ def main() -> int:
 def run() -> int:
     if tools_missing():
         return 2
-    n = int(os.environ.get("REQUESTS", "1000"))
-    warmup = int(os.environ.get("WARMUP", "100"))
-    concs = [int(c) for c in os.environ.get("CONCS", "1 16").split()]
-    kinds = os.environ.get("KINDS", "plain stream").split()
+    n, warmup, concs, kinds = load_knobs(1000, 100, "1 16")
     paths = os.environ.get("PATHS", f"{PICKER} {PROXY}").split()
     keep_dir = os.environ.get("CALLGRIND_DIR")
     keep = Path(keep_dir).resolve() if keep_dir else None

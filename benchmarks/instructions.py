@@ -257,13 +257,20 @@ def tools_missing() -> bool:
     return False
 
 
+def load_knobs(requests: int, warmup: int, concs: str) -> tuple[int, int, list[int], list[str]]:
+    """`REQUESTS`, `WARMUP`, `CONCS` and `KINDS` from the environment, else these defaults."""
+    return (
+        int(os.environ.get("REQUESTS", str(requests))),
+        int(os.environ.get("WARMUP", str(warmup))),
+        [int(c) for c in os.environ.get("CONCS", concs).split()],
+        os.environ.get("KINDS", "plain stream").split(),
+    )
+
+
 def run() -> int:
     if tools_missing():
         return 2
-    n = int(os.environ.get("REQUESTS", "1500"))
-    warmup = int(os.environ.get("WARMUP", "200"))
-    concs = [int(c) for c in os.environ.get("CONCS", "1 64").split()]
-    kinds = os.environ.get("KINDS", "plain stream").split()
+    n, warmup, concs, kinds = load_knobs(1500, 200, "1 64")
     ratios = [float(r) for r in os.environ.get("TRACE_RATIOS", "").replace(",", " ").split()]
     work = Path(tempfile.mkdtemp(prefix="fleetgate-instr-"))
     env = checkout_env()
