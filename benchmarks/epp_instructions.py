@@ -39,6 +39,7 @@ from benchmarks.instructions import (
     Target,
     _callgrind,
     _control,
+    guarded,
     load_knobs,
     measure,
     tools_missing,
@@ -86,11 +87,7 @@ def slow_bootstrap(bootstrap: str) -> dict[str, Any]:
 
 
 def main() -> int:
-    try:
-        return run()
-    except BenchError as exc:
-        print(f"benchmark failed: {exc}", file=sys.stderr)
-        return 2
+    return guarded(run)
 
 
 def run() -> int:

@@ -191,12 +191,17 @@ def measure(
     return Counts(sent, own, kids, (idle_own + idle_kids) / min(elapsed, 5.0), elapsed)
 
 
-def main() -> int:
+def guarded(run: Callable[[], int]) -> int:
+    """`run`'s exit status, or 2 with the reason when the benchmark could not run."""
     try:
         return run()
     except BenchError as exc:
         print(f"benchmark failed: {exc}", file=sys.stderr)
         return 2
+
+
+def main() -> int:
+    return guarded(run)
 
 
 def _trace_name(ratio: float) -> str:
