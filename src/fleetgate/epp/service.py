@@ -219,9 +219,15 @@ class _Pick:
                 self._send(HEADERS_PASS)
         elif kind == "request_body":
             chunk = request.request_body
-            self.body += chunk.body
             if chunk.end_of_stream and not self.done:
-                self._answer(bytes(self.body), "duplex" if self.duplex else "body")
+                # most often the whole body in one chunk: not copied in and out again
+                whole = chunk.body
+                if self.body:
+                    self.body += whole
+                    whole = bytes(self.body)
+                self._answer(whole, "duplex" if self.duplex else "body")
+            else:
+                self.body += chunk.body
         elif kind == "request_trailers":
             if not self.done:  # a full-duplex body ends with its trailers
                 self._answer(bytes(self.body), "duplex")
