@@ -28,6 +28,14 @@ _OK_ONLY = RESPONSE_HEADERS + TRAILERS_OK  # a call ended with OK before any mes
 _PREFIX = struct.Struct(">BI")  # a message's compressed flag and length
 
 
+def _framed(messages: tuple[bytes, ...]) -> bytes:
+    """gRPC messages as a DATA frame carries them: each uncompressed, after its length."""
+    if len(messages) == 1:
+        message = messages[0]
+        return b"\0" + len(message).to_bytes(4, "big") + message
+    return b"".join(b"\0" + len(m).to_bytes(4, "big") + m for m in messages)
+
+
 def trailers(status: int, message: str = "") -> bytes:
     if status == OK and not message:
         return TRAILERS_OK
@@ -113,12 +121,7 @@ class Call:
         if not self._started:
             self._started = True
             self.conn.send_headers(self.stream_id, RESPONSE_HEADERS)
-        if len(messages) == 1:
-            message = messages[0]
-            data = b"\0" + len(message).to_bytes(4, "big") + message
-        else:
-            data = b"".join(b"\0" + len(m).to_bytes(4, "big") + m for m in messages)
-        self.conn.send_data(self.stream_id, data)
+        self.conn.send_data(self.stream_id, _framed(messages))
 
     def answer(self, *messages: bytes) -> None:
         """Sends the messages and ends the call with OK: the whole answer in one write when
@@ -128,12 +131,7 @@ class Call:
         self.done = True
         head = b"" if self._started else RESPONSE_HEADERS
         self._started = True
-        if len(messages) == 1:
-            message = messages[0]
-            data = b"\0" + len(message).to_bytes(4, "big") + message
-        else:
-            data = b"".join(b"\0" + len(m).to_bytes(4, "big") + m for m in messages)
-        self.conn.send_whole(self.stream_id, head, data, TRAILERS_OK)
+        self.conn.send_whole(self.stream_id, head, _framed(messages), TRAILERS_OK)
 
     def finish(self, status: int = OK, message: str = "", lazy: bool = False) -> None:
         """Ends the call; `lazy`: the client waits for nothing from its end (its status may
