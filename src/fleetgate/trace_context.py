@@ -25,6 +25,9 @@ MAX_TRACESTATE = 512  # longer lists are dropped, as W3C allows, rather than cut
 
 
 _LOW64 = (1 << 64) - 1
+# a knob's number in a JSON body: an int or a float exactly (`type(v) in NUMBER`, not
+# `isinstance`: a bool is an int)
+NUMBER = (int, float)
 # the marks and knobs of every unsampled trace: only a sampled one's are written
 _UNSAMPLED: dict[str, Any] = {}
 

@@ -46,7 +46,7 @@ from fleetgate.routing.sticky import ReadOnlySticky, configure_sticky, sticky_ti
 from fleetgate.state.affinity import MemoryAffinity
 from fleetgate.state.runtime import MemoryState, RuntimeState
 from fleetgate.telemetry.settings import telemetry_settings
-from fleetgate.trace_context import TraceContext, Tracing
+from fleetgate.trace_context import NUMBER, TraceContext, Tracing
 
 if TYPE_CHECKING:
     from fleetgate.telemetry.export import TelemetrySink
@@ -366,9 +366,6 @@ class Pipeline:
             self.guard.settle(key, *record_usage(record, self.holder.fleet), ex.hold)
 
 
-_NUMBER = (int, float)
-
-
 def note_trace(trace: TraceContext, plan: RoutePlan | None, profile: RequestProfile) -> None:
     """What a sampled request's spans show that its record lacks: the candidates kept, and
     the sampling knobs the client set (numbers only)."""
@@ -376,10 +373,9 @@ def note_trace(trace: TraceContext, plan: RoutePlan | None, profile: RequestProf
         trace.kept = tuple([c.deployment.id for c in plan.candidates])
     body = profile.body
     params = trace.params
-    # a JSON number's type is int or float exactly (`type`, not `isinstance`: a bool is an int)
-    if type(value := body.get("temperature")) in _NUMBER:
+    if type(value := body.get("temperature")) in NUMBER:
         params["temperature"] = value
-    if type(value := body.get("top_p")) in _NUMBER:
+    if type(value := body.get("top_p")) in NUMBER:
         params["top_p"] = value
     if profile.output_reserve is not None:
         params["max_tokens"] = profile.output_reserve

@@ -15,12 +15,11 @@ from fleetgate.record.genai import GATEWAY_WIRE, operation_of, provider_name
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.telemetry import otlp
 from fleetgate.telemetry.otlp import SPAN_ATTR, cached_attribute, string_head
-from fleetgate.trace_context import TraceContext, new_span_bytes
+from fleetgate.trace_context import NUMBER, TraceContext, new_span_bytes
 
 ROUTE_SPAN = "fleetgate.route"
 COUNT_SPAN = "fleetgate.count_tokens"
 TRANSLATE_SPAN = "fleetgate.translate"
-_REAL = (int, float)  # a knob's number (a bool is neither: `type` is not `isinstance`)
 # refine outcomes that called a counter (the others decided without one)
 _COUNTED = frozenset({"exact", "timeout", "failed"})
 
@@ -203,7 +202,7 @@ class SpanBuilder:
             params = dict(params)
             for name in ("temperature", "top_p", "max_tokens"):
                 value = a.params.get(name)
-                if isinstance(value, int | float) and not isinstance(value, bool):
+                if type(value) in NUMBER:
                     params[name] = value
         error = a.error_class
         notes = record.notes
@@ -232,8 +231,8 @@ class SpanBuilder:
             error,
             a.status,
             max_tokens if type(max_tokens) is int else None,
-            float(temperature) if type(temperature) in _REAL else None,
-            float(top_p) if type(top_p) in _REAL else None,
+            float(temperature) if type(temperature) in NUMBER else None,
+            float(top_p) if type(top_p) in NUMBER else None,
             a.response_model,
             a.finish,
             previous.error_class if previous is not None else None,
