@@ -181,9 +181,10 @@ class _Collapsed:
 
     def floor(self, dep: Deployment) -> int:
         if self._bounds is None:
-            self._bounds = bounds_function(self.tally(), self._reserve, self._settings, self._book)[
-                0
-            ]
+            bounds, _raw, _within = bounds_function(
+                self.tally(), self._reserve, self._settings, self._book
+            )
+            self._bounds = bounds
         return self._bounds(dep)[0]
 
     def fitted_floor(self, dep: Deployment) -> int | None:

@@ -142,6 +142,16 @@ def uncertain(candidates: Iterable[Candidate], estimate: ContextEstimate, of: Wi
     return False
 
 
+def first_at_each_window(candidates: Iterable[Candidate], of: WindowOf) -> dict[int, Deployment]:
+    """Each known window, on the first candidate that has it."""
+    at: dict[int, Deployment] = {}
+    for c in candidates:
+        window = of(c.deployment)
+        if window is not None:
+            at.setdefault(window, c.deployment)
+    return at
+
+
 def change_probability(
     candidates: list[Candidate],
     estimate: ContextEstimate,
@@ -160,11 +170,7 @@ def change_probability(
     a count could matter."""
     if estimate.exact or len(candidates) < 2:
         return 0.0
-    at: dict[int, Deployment] = {}  # each known window, on its first candidate
-    for c in candidates:
-        window = of(c.deployment)
-        if window is not None:
-            at.setdefault(window, c.deployment)
+    at = first_at_each_window(candidates, of)
     if len(at) < 2:
         return 0.0
     first = order_by_fit(candidates, estimate, of, None, by_priority)[0].deployment

@@ -48,6 +48,7 @@ from fleetgate.context.placement import (
     change_probability,
     context_too_large,
     effective_window,
+    first_at_each_window,
     fits_nowhere,
     known_windows,
     order_by_fit,
@@ -214,14 +215,11 @@ def _change(plan: RoutePlan, estimate: ContextEstimate, of: WindowOf, guard: boo
     change = change_probability(plan.candidates, estimate, of, by_priority)
     if change is None or not guard:
         return change
-    largest: tuple[int, Deployment] | None = None
-    for c in plan.candidates:
-        window = of(c.deployment)
-        if window is not None and (largest is None or window > largest[0]):
-            largest = (window, c.deployment)
-    if largest is None:
+    at = first_at_each_window(plan.candidates, of)
+    if not at:
         return None
-    fits = estimate.within(largest[1], largest[0])
+    largest = max(at)
+    fits = estimate.within(at[largest], largest)
     return None if fits is None else min(change + 1.0 - fits, 1.0)
 
 
