@@ -56,6 +56,17 @@ def test_the_streamed_body_reads_as_the_message_it_stands_for(body: bytes):
     assert pb.ProcessingResponse.FromString(streamed_body(body)) == expected
 
 
+def test_streamed_bodies_of_every_size_read_right_past_the_bound_of_those_kept():
+    """What goes before a body is kept for each size: the same size again, and sizes past
+    the bound (at each length's varint step), read as their messages."""
+    sizes = [*range(0, 700), 16_250, 16_383, 16_384, 16_400, 2_097_151, 2_097_152]
+    for size in sizes + sizes[::-7]:
+        body = bytes([size % 251]) * size
+        message = pb.ProcessingResponse.FromString(streamed_body(body))
+        streamed = message.request_body.response.body_mutation.streamed_response
+        assert streamed.body == body and streamed.end_of_stream
+
+
 def test_headers_kept_from_pick_to_pick_read_the_same_past_the_bound():
     """The header options' bytes are kept a bounded number; past it they are made again."""
     for n in range(1200):

@@ -127,9 +127,21 @@ def pick_answer(in_body: bool, mutation: bytes, endpoints: str, body: bytes | No
 
 def streamed_body(body: bytes) -> bytes:
     """The request's whole body sent back in full-duplex mode, its end with it: the tags
-    and lengths of the four fields around the body written first, from the inside out, so
-    that the body is copied once."""
+    and lengths of the four fields around the body, then the body, copied once. What goes
+    before a body depends only on its size: kept for each size, a bounded number of them."""
     size = len(body)
+    head = _STREAMED_HEADS.get(size)
+    if head is None:
+        head = _streamed_head(size)
+        if len(_STREAMED_HEADS) >= _CACHED:
+            _STREAMED_HEADS.clear()
+        _STREAMED_HEADS[size] = head
+    return b"".join((head, body, _STREAM_END))
+
+
+def _streamed_head(size: int) -> bytes:
+    """The tags and lengths before a streamed body of `size` bytes, written from the inside
+    out (each field's length counts what it holds)."""
     length = _varint(size)
     tags = [_TAG[_BODY] + length]
     size += 1 + len(length) + 2  # the body's field, and its end beside it
@@ -138,7 +150,10 @@ def streamed_body(body: bytes) -> bytes:
         tags.append(_TAG[tag] + length)
         size += 1 + len(length)
     tags.reverse()
-    return b"".join((*tags, body, _STREAM_END))
+    return b"".join(tags)
+
+
+_STREAMED_HEADS: dict[int, bytes] = {}
 
 
 # the fields the streamed body is nested in, inside out
