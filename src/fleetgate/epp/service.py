@@ -105,6 +105,26 @@ _CHOICES = {
 _SUBSET_BYTES = SUBSET_NAMESPACE.encode()
 
 
+def _body_ends(phase: str) -> frozenset[bytes]:
+    """The messages that carry only a body's end, exactly as Envoy writes them: no data, the
+    end flag, an empty metadata context or none, the observability flag or not. Envoy sends
+    one after the data of most bodies; known by its bytes, it needs no decoding (any other
+    message is decoded)."""
+    ends = set()
+    for metadata in (False, True):
+        for observed in (False, True):
+            message = pb.ProcessingRequest(observability_mode=observed)
+            getattr(message, phase).end_of_stream = True
+            if metadata:
+                message.metadata_context.SetInParent()
+            ends.add(message.SerializeToString())
+    return frozenset(ends)
+
+
+REQUEST_BODY_ENDS = _body_ends("request_body")
+RESPONSE_BODY_ENDS = _body_ends("response_body")
+
+
 def _subset(request: pb.ProcessingRequest) -> frozenset[str] | None:
     """The data plane's candidate endpoints (`envoy.lb.subset_hint`), when it sends some."""
     hint = request.metadata_context.filter_metadata.get(SUBSET_NAMESPACE)
@@ -182,9 +202,9 @@ class _Pick:
     """The `pick` filter's call: the request's headers and body in, the pick out."""
 
     __slots__ = (
-        "body",
         "busy",
         "call",
+        "chunks",
         "done",
         "duplex",
         "headers",
@@ -197,7 +217,7 @@ class _Pick:
         self.picker = picker
         self.call = call
         self.headers: list[tuple[bytes, bytes]] = []
-        self.body = bytearray()
+        self.chunks: list[bytes] = []  # the body's chunks so far
         self.duplex = False
         self.subset: frozenset[str] | None = None
         self.done = False  # the answer is given (or being made)
@@ -205,6 +225,10 @@ class _Pick:
         self.later: list[bytes] = []
 
     def message(self, data: bytes) -> None:
+        if data in REQUEST_BODY_ENDS:  # the body's end alone
+            if not self.done:
+                self._answer(self._whole(), "duplex" if self.duplex else "body")
+            return
         request = pb.ProcessingRequest.FromString(data)
         kind = _choice(data, request)
         if kind == "request_headers":
@@ -219,23 +243,24 @@ class _Pick:
                 self._send(HEADERS_PASS)
         elif kind == "request_body":
             chunk = request.request_body
+            piece = chunk.body
+            if piece:
+                self.chunks.append(piece)
             if chunk.end_of_stream and not self.done:
-                # most often the whole body in one chunk: not copied in and out again
-                whole = chunk.body
-                if self.body:
-                    self.body += whole
-                    whole = bytes(self.body)
-                self._answer(whole, "duplex" if self.duplex else "body")
-            else:
-                self.body += chunk.body
+                self._answer(self._whole(), "duplex" if self.duplex else "body")
         elif kind == "request_trailers":
             if not self.done:  # a full-duplex body ends with its trailers
-                self._answer(bytes(self.body), "duplex")
+                self._answer(self._whole(), "duplex")
             self._send(TRAILERS_PASS)
         elif kind == "response_headers":  # not asked for; answered all the same
             self._send(RESPONSE_HEADERS_PASS)
         elif kind == "response_body":
             self._send(RESPONSE_BODY_PASS)
+
+    def _whole(self) -> bytes:
+        """The body so far: most often one chunk, handed on without a copy."""
+        chunks = self.chunks
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def _send(self, response: bytes) -> None:
         if self.busy:
@@ -298,6 +323,10 @@ class _Observe:
         self.watch = ResponseWatch()
 
     def message(self, data: bytes) -> None:
+        if data in RESPONSE_BODY_ENDS:  # the body's end alone
+            if self.pick is not None:
+                self._finish()
+            return
         request = pb.ProcessingRequest.FromString(data)
         kind = _choice(data, request)
         if kind == "response_headers":
@@ -396,12 +425,18 @@ def methods(picker: Picker) -> dict[str, Method]:
     return {PROCESS_PATH: process}
 
 
+# the key Envoy files the attributes it sends under: the ext_proc filter's own name
+ATTRIBUTES_KEY = "envoy.filters.http.ext_proc"
+
+
 def _attributes(request: pb.ProcessingRequest) -> tuple[str | None, str | None]:
     """The request id and the upstream that answered, as attributes Envoy sent with the
-    response headers (read in one pass)."""
+    response headers (read in one pass; under the key Envoy uses, else under any)."""
     request_id = upstream = None
-    for attributes in request.attributes.values():
-        fields = attributes.fields
+    attributes = request.attributes
+    known = attributes.get(ATTRIBUTES_KEY)
+    for struct in (known,) if known is not None else attributes.values():
+        fields = struct.fields
         if request_id is None:
             value = fields.get(REQUEST_ID)
             request_id = value.string_value or None if value is not None else None
