@@ -5,14 +5,18 @@ operations (a 10 s outage is thousands of them under load)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
 
+# `typing` is for the type checker alone here: the request log's writer process imports
+# this module and holds no `typing` (with `re`, which it imports, about 0.7 MB)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol
 
-class Log(Protocol):
-    """Where an outage's lines go: a `logging.Logger`, or what stands for one where
-    `logging` is not loaded (the request log's writer process)."""
+    class Log(Protocol):
+        """Where an outage's lines go: a `logging.Logger`, or what stands for one where
+        `logging` is not loaded (the request log's writer process)."""
 
-    def warning(self, msg: str, *args: Any) -> None: ...
+        def warning(self, msg: str, *args: Any) -> None: ...
 
 
 class Outage:

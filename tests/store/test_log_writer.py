@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -155,18 +154,22 @@ async def test_a_row_the_database_refuses_is_counted_and_the_others_are_written(
     assert await _ids(db) == [f"req-{i:05d}" for i in range(10) if i != 5]
 
 
-# the writer's own imports, as its first lines run them, then the modules they loaded
-_CHILD_IMPORTS = """
-import json, sys
-from fleetgate.store.writer_child import child_main
-print(json.dumps(sorted(sys.modules)))
-"""
+# the writer's own first lines, as `_spawn_child` runs them, then the modules they loaded
+# in place of its body
+_BODY = "child_main(int(sys.argv[1]), int(sys.argv[2]))"
+assert _BODY in log_writer._CHILD_CODE
+_CHILD_IMPORTS = log_writer._CHILD_CODE.replace(_BODY, 'print("\\n".join(sorted(sys.modules)))')
 # what the writer must not load: a database driver is all it needs (SQLAlchemy alone holds
 # about 20 MB), not the config schema nor the HTTP stack, nor the email package (the parser
 # of a Retry-After date: ~1 MB), nor an event loop and its thread pool (asyncio: ~5 MB), nor
 # the records it receives only as rows, nor a JSON library for them (orjson: 1.6 MB), nor
-# `logging` for its few lines (with `traceback`, about 1 MB)
+# `logging` for its few lines (with `traceback`, about 1 MB), nor `typing`, `json` (its
+# settings and counters need none), `threading` or `contextlib` (together about 0.7 MB)
 _NOT_IN_WRITER = (
+    "typing",
+    "json",
+    "threading",
+    "contextlib",
     "orjson",
     "logging",
     "traceback",
@@ -227,13 +230,14 @@ def test_rows_cross_the_pipe_whole_and_in_order() -> None:
 def test_the_writer_process_imports_a_driver_not_the_gateway() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run(
-        [sys.executable, "-P", "-c", _CHILD_IMPORTS],
+        [sys.executable, "-P", "-S", "-c", _CHILD_IMPORTS, "0", "1", "sqlite"],
         env=env,
         capture_output=True,
         check=True,
         timeout=60,
+        text=True,
     )
-    loaded = json.loads(out.stdout)
+    loaded = out.stdout.split()
     assert "sqlite3" in loaded and "fleetgate.store.driver_log" in loaded
     assert [m for m in loaded if m.startswith(_NOT_IN_WRITER)] == []
 

@@ -10,14 +10,19 @@ connection that fails is closed, and the next batch opens a new one.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-from typing import Any
 
-from fleetgate.outage import Log
-from fleetgate.store.log_statements import Row, bound, chunks, copy_rows, placeholder
+from fleetgate.store.log_statements import bound, chunks, copy_rows, placeholder
 from fleetgate.store.row_queue import RowQueue
 from fleetgate.store.sqlite_setup import BUSY_TIMEOUT, register_adapters, set_pragmas, sqlite_path
+
+# `typing` is for the type checker alone: the writer process holds none (`outage.py`)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from fleetgate.outage import Log
+    from fleetgate.store.log_statements import Row
 
 _PSYCOPG = "postgresql+psycopg://"  # what `database.database_url` gives for PostgreSQL
 
@@ -79,8 +84,10 @@ class DriverLog(RowQueue):
     def _close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            with contextlib.suppress(Exception):  # a broken one may fail to close: it is gone
+            try:  # (no contextlib in the writer process: `outage.py`)
                 conn.close()
+            except Exception:  # a broken one may fail to close: it is gone
+                return
 
     def close(self) -> None:
         """Close the connection."""

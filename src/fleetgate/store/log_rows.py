@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from fleetgate.execute.outcome import Attempt
 from fleetgate.outage import Outage
 from fleetgate.record.recorder import BatchSink, RequestRecord
-from fleetgate.store.log_statements import Row
 from fleetgate.store.row_queue import RowQueue, next_batch
+
+if TYPE_CHECKING:
+    from fleetgate.store.log_statements import Row
 
 log = logging.getLogger("fleetgate.record")
 

@@ -11,8 +11,16 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator, Sequence
-from typing import Any
+
+# `typing` is for the type checker alone: the writer process holds none (`outage.py`)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from typing import Any, TypeAlias
+
+    # a row in `COLUMNS` order: a tuple from `row_of`, a list as it comes through the
+    # writer process's pipe (binding takes either)
+    Row: TypeAlias = Sequence[Any]
 
 # the columns of `tables.requests` that `log_rows.row_of` fills, in its order (`seq` is
 # the database's); a test keeps them equal to the table's
@@ -49,10 +57,6 @@ COLUMNS = (
 )
 # the Boolean ones, by position
 BOOLEAN = frozenset(COLUMNS.index(name) for name in ("stream", "tokens_estimated", "context_exact"))
-# a row in `COLUMNS` order: a tuple from `row_of`, a list as it comes through the writer
-# process's pipe (binding takes either)
-Row = Sequence[Any]
-
 
 COPY_SQL = f"COPY requests ({', '.join(COLUMNS)}) FROM STDIN"  # PostgreSQL's bulk path
 

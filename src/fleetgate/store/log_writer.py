@@ -13,8 +13,8 @@ holds the two pipes and the standard streams, nothing else. A forked child kept 
 descriptor the server had open, the listening socket among them, so the port stayed
 taken (and accepted nothing) after the server was gone, and connections it had open
 never closed; forking a process that runs threads copies locks other threads hold, too.
-Its settings (the store's URL may carry a password) come as the first line of the rows
-pipe (JSON), never on its command line; the rows follow, each as `row_pipe.py` writes it.
+Its settings (the store's URL may carry a password) come as the first frame of the rows
+pipe, never on its command line; the rows follow, each as `row_pipe.py` writes it.
 
 Nothing is lost on the way: rows the pipe cannot take yet wait in the serving process
 (up to the log's capacity, the oldest dropped and counted, as `RequestLog` does while the
@@ -44,7 +44,7 @@ import orjson
 from fleetgate.record.recorder import BatchSink, RequestRecord
 from fleetgate.store.driver_log import DriverLog
 from fleetgate.store.log_rows import row_of
-from fleetgate.store.row_pipe import decode_rows, encode_row
+from fleetgate.store.row_pipe import decode_rows, encode_row, encode_settings
 from fleetgate.store.writer_child import NUDGE, PIPE_BYTES, STOP_TIMEOUT
 from fleetgate.store.writer_sched import is_idle, may_leave_idle, set_idle
 
@@ -136,7 +136,7 @@ class LogWriterProcess(BatchSink):
             "nice": self.nice,
             "idle": self._idle,
         }
-        os.write(rows_w, orjson.dumps(settings) + b"\n")  # the child's first line
+        os.write(rows_w, encode_settings(settings))  # the child's first frame
         os.set_blocking(rows_w, False)
         self._rows_fd, self._status_fd = rows_w, status_r
         self._child_fds = (rows_r, status_w)

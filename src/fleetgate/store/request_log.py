@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Select, and_, delete, or_, select
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError
@@ -21,8 +21,11 @@ from fleetgate.outage import Outage
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.store.db import Database
 from fleetgate.store.log_rows import RowBatches, row_of
-from fleetgate.store.log_statements import COPY_SQL, Row, bound, chunks, copy_rows, placeholder
+from fleetgate.store.log_statements import COPY_SQL, bound, chunks, copy_rows, placeholder
 from fleetgate.store.tables import requests
+
+if TYPE_CHECKING:
+    from fleetgate.store.log_statements import Row
 
 log = logging.getLogger("fleetgate.record")
 

@@ -11,11 +11,14 @@ of it).
 
 from __future__ import annotations
 
-import json
 import marshal
 import struct
-from collections.abc import Sequence
-from typing import Any
+
+# `typing` is for the type checker alone: the writer process holds none (`outage.py`)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 _LENGTH = struct.Struct("=I")  # a row's bytes, before them
 
@@ -25,7 +28,15 @@ def encode_row(row: Sequence[Any]) -> bytes:
     try:
         data = marshal.dumps(row)
     except ValueError:  # a value of a type marshal does not write (a str subclass, say)
+        import json  # (the serving process's side only, and rarely: not in the writer)
+
         data = marshal.dumps(json.loads(json.dumps(row, default=str)))
+    return _LENGTH.pack(len(data)) + data
+
+
+def encode_settings(settings: dict[str, str | int | bool]) -> bytes:
+    """The writer's settings, the first frame of its pipe (read as a row is)."""
+    data = marshal.dumps(settings)
     return _LENGTH.pack(len(data)) + data
 
 

@@ -10,13 +10,20 @@ plain.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Generator
 
-from fleetgate.outage import Log, Outage
-from fleetgate.store.log_statements import Row
+from fleetgate.outage import Outage
 
-# a flush: each batch it yields is written by the caller (a failure thrown back in there)
-Batches = Generator[list[Row], None, None]
+# `typing` is for the type checker alone: the writer process holds none (`outage.py`)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Generator
+    from typing import TypeAlias
+
+    from fleetgate.outage import Log
+    from fleetgate.store.log_statements import Row
+
+    # a flush: each batch it yields is written by the caller (a failure thrown back in there)
+    Batches: TypeAlias = Generator[list[Row], None, None]
 
 
 def next_batch(step: Callable[..., list[Row]], *arg: BaseException | None) -> list[Row] | None:

@@ -12,7 +12,6 @@ signal.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import select
 import signal
@@ -70,21 +69,27 @@ STOP_TIMEOUT = 10.0  # at shutdown, how long the child may keep trying to write
 # ends a child's rest; blocked from the spawn on until the child handles it (its default
 # action would end the child)
 NUDGE = signal.SIGUSR1
+# what `report` writes to the status pipe after each transaction
+_STATUS = b'{"written":%d,"dropped":%d,"failures":%d,"rejected":%d,"pending":%d}\n'
 
 
 def child_main(rows_fd: int, status_fd: int) -> None:
-    """The child's body: settings from the rows pipe's first line, then rows until EOF."""
+    """The child's body: settings from the rows pipe's first frame (`row_pipe.py`'s
+    format, as the rows: no JSON library to load for them), then rows until EOF."""
     code = 1
     try:
         buf = bytearray()
-        while b"\n" not in buf:
+        got, used, broken = decode_rows(buf, 1)
+        while not got:
+            if broken:
+                raise ValueError("request log writer: its settings cannot be read")
             data = os.read(rows_fd, 1 << 16)
             if not data:  # the server went away before it said anything
                 os._exit(0)
             buf.extend(data)
-        end = buf.index(b"\n")
-        settings = json.loads(buf[:end])
-        del buf[: end + 1]
+            got, used, broken = decode_rows(buf, 1)
+        settings = got[0]
+        del buf[:used]
         os.nice(settings["nice"])
         idle = bool(settings.get("idle"))
         tune_gc()  # what it imported lives as long as it does
@@ -240,15 +245,20 @@ class _Writer:
             self.poll(left)
 
     def report(self) -> None:
+        """Its counters as one line of JSON (all of them numbers: written here, with no JSON
+        library loaded)."""
         request_log = self.log
-        status = {
-            "written": request_log.written,
-            "dropped": request_log.dropped,
-            "failures": request_log.failures,
-            "rejected": request_log.rejected,
-            "pending": request_log.pending,
-        }
-        os.write(self.status_fd, json.dumps(status).encode() + b"\n")
+        os.write(
+            self.status_fd,
+            _STATUS
+            % (
+                request_log.written,
+                request_log.dropped,
+                request_log.failures,
+                request_log.rejected,
+                request_log.pending,
+            ),
+        )
 
     def run(self) -> None:
         request_log = self.log

@@ -12,9 +12,7 @@ there, the writer stays SCHED_BATCH throughout.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 
 _IDLE = getattr(os, "SCHED_IDLE", None)
 _BATCH = getattr(os, "SCHED_BATCH", None)
@@ -27,6 +25,8 @@ def may_leave_idle(nice: int) -> bool:
     thread that tried it idle for good)."""
     if _IDLE is None or _BATCH is None:
         return False
+    import threading  # (the serving process's side, once: the writer holds no threading)
+
     came_back: list[bool] = []
 
     def attempt() -> None:
@@ -52,8 +52,10 @@ def set_idle(pid: int, idle: bool) -> None:
     if policy is None:
         return
     for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(ProcessLookupError):
+        try:  # (no contextlib in the writer process)
             os.sched_setscheduler(int(tid), policy, os.sched_param(0))
+        except ProcessLookupError:  # that thread has ended
+            continue
 
 
 def is_idle(pid: int = 0) -> bool:
