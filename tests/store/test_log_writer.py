@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from fleetgate.store.log_statements import BOOLEAN, COLUMNS
 from fleetgate.store.log_writer import LogWriterProcess
 from fleetgate.store.request_log import RequestLog, row_of
 from fleetgate.store.row_pipe import decode_rows, encode_row
+from fleetgate.store.sqlite_setup import SQLITE_PARAMSTYLE
 from fleetgate.store.tables import requests
 from tests.harness import Stack, until, wait_until
 from tests.test_serve import chat, serving
@@ -164,8 +166,11 @@ _CHILD_IMPORTS = log_writer._CHILD_CODE.replace(_BODY, 'print("\\n".join(sorted(
 # of a Retry-After date: ~1 MB), nor an event loop and its thread pool (asyncio: ~5 MB), nor
 # the records it receives only as rows, nor a JSON library for them (orjson: 1.6 MB), nor
 # `logging` for its few lines (with `traceback`, about 1 MB), nor `typing`, `json` (its
-# settings and counters need none), `threading` or `contextlib` (together about 0.7 MB)
+# settings and counters need none), `threading` or `contextlib` (together about 0.7 MB),
+# nor the `sqlite3` package around the driver's own module, with its `datetime` (0.5 MB)
 _NOT_IN_WRITER = (
+    "sqlite3",
+    "datetime",
     "typing",
     "json",
     "threading",
@@ -227,6 +232,10 @@ def test_rows_cross_the_pipe_whole_and_in_order() -> None:
     )
 
 
+def test_the_driver_module_binds_as_the_sqlite3_package_says() -> None:
+    assert sqlite3.paramstyle == SQLITE_PARAMSTYLE
+
+
 def test_the_writer_process_imports_a_driver_not_the_gateway() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run(
@@ -238,7 +247,7 @@ def test_the_writer_process_imports_a_driver_not_the_gateway() -> None:
         text=True,
     )
     loaded = out.stdout.split()
-    assert "sqlite3" in loaded and "fleetgate.store.driver_log" in loaded
+    assert "_sqlite3" in loaded and "fleetgate.store.driver_log" in loaded
     assert [m for m in loaded if m.startswith(_NOT_IN_WRITER)] == []
 
 

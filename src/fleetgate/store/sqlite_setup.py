@@ -4,8 +4,15 @@ uses the driver alone (`driver_log.py`)."""
 
 from __future__ import annotations
 
-import sqlite3
+# the driver's own module, as `driver_log.py` imports it (the request log's writer process
+# holds no `datetime`)
+import _sqlite3
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import sqlite3
+
+SQLITE_PARAMSTYLE = "qmark"  # `sqlite3.paramstyle`, which the driver's own module does not name
 SQLITE_CACHE_KIB = 256  # SQLite page cache per connection
 BUSY_TIMEOUT = 30.0  # sqlite3's busy timeout: a writer waits this long for another one's lock
 
@@ -22,8 +29,8 @@ def register_adapters() -> None:
     adapter is found first, and binds the same. (The request log's batches leave most of
     those values unbound: `log_statements.bound`; these adapters bind what remains, and every
     other table's.)"""
-    sqlite3.register_adapter(bool, int)
-    sqlite3.register_adapter(type(None), _null)
+    _sqlite3.register_adapter(bool, int)
+    _sqlite3.register_adapter(type(None), _null)
 
 
 def set_pragmas(conn: sqlite3.Connection) -> None:
