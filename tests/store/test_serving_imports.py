@@ -49,8 +49,9 @@ def test_fleetgate_serve_never_imports_the_orm(stack: Stack, tmp_path: Path) -> 
 # what the first request does not need, imported only when something asks for it: the
 # admin API (FastAPI) at the first /admin call, Alembic when a store is behind the schema,
 # aiohttp (and its URL library) when a background poller (discovery, engine load) first
-# asks a worker something
+# asks a worker something; difflib when a config has a name to correct
 DEFERRED = (
+    "difflib",
     "fleetgate.admin",
     "fastapi",
     "starlette",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """`; did you mean 'qwen'?` for the closest known name (case first), else ``."""
+    # only a config with a problem asks: a serving process that loaded a good one never
+    # imports difflib (with heapq)
+    import difflib
+
     names = sorted(set(known))
     folded = {k.casefold(): k for k in names}
     same = folded.get(name.casefold())
