@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +65,26 @@ def test_non_json_and_empty_bodies() -> None:
     plain = b"prompt is too long: 300 tokens > 200 maximum"
     parsed = parse_context_error(plain)
     assert parsed is not None and parsed.limit == 200
+
+
+_COMPILED_WHEN = """
+from fleetgate.execute import context_errors
+print(context_errors._rules.cache_info().currsize)
+context_errors.parse_context_error(b'{"error": {"message": "prompt is too long"}}')
+print(context_errors._rules.cache_info().currsize)
+"""
+
+
+def test_the_patterns_are_compiled_at_the_first_error_not_at_import() -> None:
+    """A gateway's start compiles none of them; the first error body read compiles them
+    once."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", _COMPILED_WHEN],
+        env=env,
+        capture_output=True,
+        check=True,
+        timeout=60,
+        text=True,
+    )
+    assert out.stdout.split() == ["0", "1"]

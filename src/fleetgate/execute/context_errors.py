@@ -8,6 +8,7 @@ deployment with a strictly larger window instead of returning the 400.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -106,7 +107,13 @@ _PATTERNS: list[tuple[str, str, tuple[str, ...]]] = [
     ("openai", r"maximum context length is (\d+) tokens", ("limit",)),
     ("openai", r"exceeds the context window", ()),
 ]
-_RULES = [(source, re.compile(p, re.IGNORECASE), f) for source, p, f in _PATTERNS]
+
+
+@functools.cache
+def _rules() -> list[tuple[str, re.Pattern[str], tuple[str, ...]]]:
+    """The patterns compiled, once, when the first error body is read: none at start-up,
+    and none in a gateway whose upstreams never refuse a request."""
+    return [(source, re.compile(p, re.IGNORECASE), f) for source, p, f in _PATTERNS]
 
 
 def _error_object(data: Any) -> dict[str, Any]:
@@ -130,7 +137,7 @@ def parse_context_error(body: bytes | None) -> ContextExceeded | None:
     code = err.get("code")
     if err.get("type") == "exceed_context_size_error":  # llama.cpp states the numbers
         return _stated("llamacpp", err.get("n_ctx"), err.get("n_prompt_tokens"), None)
-    for source, pattern, fields in _RULES:
+    for source, pattern, fields in _rules():
         match = pattern.search(message)
         if match is None:
             continue
