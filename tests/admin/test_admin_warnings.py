@@ -10,11 +10,12 @@ from tests.test_serve import ROOT
 
 # Another thread keeps entering and leaving `warnings.catch_warnings()`, as pydantic does
 # while it builds a model (the config tree, say) in a DB thread; the admin routers are built
-# meanwhile, three times, with every warning shown (`PYTHONWARNINGS=always`).
+# meanwhile, three times, with every warning shown (`PYTHONWARNINGS=always`). The config was
+# loaded first, as in every process that serves the admin API.
 _RACE = textwrap.dedent(
     """
     import sys, threading, time, warnings
-    import fleetgate
+    import fleetgate.config
     sys.setswitchinterval(1e-6)
     done = threading.Event()
     def other_thread():
