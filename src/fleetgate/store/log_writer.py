@@ -358,9 +358,10 @@ class LogWriterProcess(BatchSink):
 # blocked in it from the spawn on (`_spawn_child`) so that none lands in between, and the
 # collector off until its store is open (`child_main`), as in a `fleetgate` command. A
 # child that writes SQLite needs no TLS, and OpenSSL's start holds about 4 MB resident: no
-# import may load it there (a PostgreSQL driver may use it).
+# import may load it there (a PostgreSQL driver may use it). Signals through `signal`'s own
+# module, without the enums (`writer_child.py`).
 _CHILD_CODE = """\
-import gc, os, signal, sys
+import _signal, gc, os, sys
 gc.disable()
 if sys.argv[3] == "sqlite":
     sys.modules["ssl"] = None
@@ -368,9 +369,9 @@ try:
     os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 except (AttributeError, OSError):
     pass
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+_signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+_signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
+_signal.pthread_sigmask(_signal.SIG_UNBLOCK, {_signal.SIGINT, _signal.SIGTERM})
 from fleetgate.store.writer_child import child_main
 child_main(int(sys.argv[1]), int(sys.argv[2]))
 """
