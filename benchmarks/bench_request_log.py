@@ -4,7 +4,8 @@ Writes records shaped like the gateway benchmark's (one successful attempt) in b
 `--batch`, as the recorder hands them over, into a new SQLite store in a temporary
 directory (or the PostgreSQL database of `--url`), and divides the CPU time of this
 process and of the writer process (`--writer process`, reaped at the end) by the
-requests written. `--rate R` paces the batches as R requests/s would (the recorder hands
+requests written (and, with `--writer process`, shows the writer process's peak RSS).
+`--rate R` paces the batches as R requests/s would (the recorder hands
 one over every 50 ms), so per-batch costs weigh as they do in a gateway; without it the
 batches go back to back. The serving side's own share (rows, pipe) is shown apart.
 
@@ -34,6 +35,18 @@ from fleetgate.store.request_log import RequestLog
 def _cpu(who: int = resource.RUSAGE_SELF) -> float:
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
+
+
+def _peak_rss(pid: int) -> float | None:
+    """A live process's peak resident set (VmHWM), in MB."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 def _thread_cpu() -> float:
@@ -101,6 +114,9 @@ async def _run(requests: int, batch: int, rate: float, writer: str, url: str | N
                 if gap:
                     await asyncio.sleep(gap)
             children = _cpu(resource.RUSAGE_CHILDREN)
+            # the child's own peak, read while it lives (`ru_maxrss` of a reaped child counts
+            # the pages of this process it was forked from, before its exec)
+            peak = _peak_rss(sink.pid) if isinstance(sink, LogWriterProcess) else None
             if isinstance(sink, LogWriterProcess):
                 await sink.stop()
             count = sink.written - batch
@@ -112,6 +128,7 @@ async def _run(requests: int, batch: int, rate: float, writer: str, url: str | N
                 + (f" at {rate:g}/s" if rate else "")
                 + f": {cpu_us:.1f} µs CPU/request (serving thread {serving / count * 1e6:.1f}),"
                 f" {wall_us:.1f} µs wall/request"
+                + (f"; the writer process's peak RSS {peak:.2f} MB" if peak else "")
             )
         finally:
             await db.dispose()
