@@ -24,11 +24,12 @@ from fleetgate.record.recorder import RequestRecord
 from fleetgate.store import log_writer, writer_child, writer_sched
 from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.db import Database
+from fleetgate.store.driver_log import DriverLog
 from fleetgate.store.log_statements import BOOLEAN, COLUMNS
 from fleetgate.store.log_writer import LogWriterProcess
 from fleetgate.store.request_log import RequestLog, row_of
 from fleetgate.store.row_pipe import decode_rows, encode_row
-from fleetgate.store.sqlite_setup import SQLITE_PARAMSTYLE
+from fleetgate.store.sqlite_setup import SQLITE_CACHE_KIB, SQLITE_PARAMSTYLE, WRITER_CACHE_KIB
 from fleetgate.store.tables import requests
 from tests.harness import Stack, until, wait_until
 from tests.test_serve import chat, serving
@@ -239,6 +240,29 @@ def test_rows_cross_the_pipe_whole_and_in_order() -> None:
 
 def test_the_driver_module_binds_as_the_sqlite3_package_says() -> None:
     assert sqlite3.paramstyle == SQLITE_PARAMSTYLE
+
+
+async def test_the_writer_appends_with_a_smaller_page_cache_than_the_serving_process(
+    sqlite_url: str,
+) -> None:
+    """The writer only appends (its rows' pages, the right edge of each tree): a quarter of
+    the serving process's cache does, for the same instructions per row, and its process
+    peaks lower. The serving process keeps its cache for the admin API's reads."""
+    url = database_url(sqlite_url)
+    db = open_database(url)
+    try:
+        await migrate(db)
+        writer = DriverLog(url, 100, log_writer.log)
+        writer.queue([row_of(r) for r in _batch(0, 3)])
+        writer.flush()
+        assert writer.written == 3
+        assert writer._conn.execute("PRAGMA cache_size").fetchone() == (-WRITER_CACHE_KIB,)
+        writer.close()
+        served = await db.read(lambda c: c.execute(text("PRAGMA cache_size")).scalar())
+        assert served == -SQLITE_CACHE_KIB
+    finally:
+        await db.dispose()
+    assert WRITER_CACHE_KIB < SQLITE_CACHE_KIB
 
 
 def test_the_writer_process_imports_a_driver_not_the_gateway() -> None:

@@ -20,6 +20,7 @@ from fleetgate.store.row_queue import RowQueue
 from fleetgate.store.sqlite_setup import (
     BUSY_TIMEOUT,
     SQLITE_PARAMSTYLE,
+    WRITER_CACHE_KIB,
     register_adapters,
     set_pragmas,
     sqlite_path,
@@ -87,7 +88,7 @@ class DriverLog(RowQueue):
 
             return psycopg.connect(self._conninfo)
         conn = sqlite3.connect(self._conninfo, timeout=BUSY_TIMEOUT)
-        set_pragmas(conn)
+        set_pragmas(conn, WRITER_CACHE_KIB)
         return conn
 
     def _close(self) -> None:

@@ -14,6 +14,11 @@ if TYPE_CHECKING:
 
 SQLITE_PARAMSTYLE = "qmark"  # `sqlite3.paramstyle`, which the driver's own module does not name
 SQLITE_CACHE_KIB = 256  # SQLite page cache per connection
+# The request log's writer only appends: its rows' pages and the right edge of the table's
+# and indexes' trees. A quarter of the cache held the writer process about 0.12 MB lower
+# at its peak, for the same instructions per row (44.1 k against 44.4 k, callgrind, 10,000
+# rows in transactions of 500 and of 250).
+WRITER_CACHE_KIB = 64
 BUSY_TIMEOUT = 30.0  # sqlite3's busy timeout: a writer waits this long for another one's lock
 
 
@@ -33,8 +38,8 @@ def register_adapters() -> None:
     _sqlite3.register_adapter(type(None), _null)
 
 
-def set_pragmas(conn: sqlite3.Connection) -> None:
-    """A new connection's settings."""
+def set_pragmas(conn: sqlite3.Connection, cache_kib: int = SQLITE_CACHE_KIB) -> None:
+    """A new connection's settings; `cache_kib`: its page cache."""
     cursor = conn.cursor()
     # WAL lets the request log write while the admin API reads; foreign keys are enforced
     # wherever a schema declares them (revision 0001's attempts table).
@@ -46,7 +51,7 @@ def set_pragmas(conn: sqlite3.Connection) -> None:
     # The page cache is per connection and 2 MB by default, most of the memory the store
     # adds under load. The request log appends; its reads go through indexes; the OS
     # caches the file anyway. 256 KiB measured ~3 MB less peak RSS.
-    cursor.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
+    cursor.execute(f"PRAGMA cache_size=-{cache_kib}")
     cursor.close()
 
 
