@@ -159,3 +159,22 @@ def test_an_answer_is_seen_to_its_end_and_its_attributes_read_under_any_key(
     assert (watch.status, watch.served, bytes(watch.body)) == (200, "10.0.0.5:8000", answer)
     assert call.finished == 1
     assert counted.decoded == 2
+
+
+def test_the_watched_headers_are_read_whatever_the_case_of_their_names():
+    response = pb.HttpHeaders(
+        headers=_headers((":status", "429"), ("Retry-After", "7"), ("x-not-watched", "1"))
+    )
+    assert service._watched(response) == {":status": "429", "retry-after": "7"}
+
+
+def test_a_pick_names_each_endpoint_once_in_order():
+    from fleetgate.epp.picker import Pick
+
+    one = SimpleNamespace()
+    two = SimpleNamespace()
+    pick = Pick.__new__(Pick)
+    pick.handed = [(one, ("10.0.0.5:80", "10.0.0.6:80", "10.0.0.5:80"))]  # type: ignore[list-item]
+    assert pick.endpoints == ["10.0.0.5:80", "10.0.0.6:80"]
+    pick.handed = [(one, ("10.0.0.5:80",)), (two, ("10.0.0.7:80", "10.0.0.5:80"))]  # type: ignore[list-item]
+    assert pick.endpoints == ["10.0.0.5:80", "10.0.0.7:80"]

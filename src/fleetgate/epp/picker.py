@@ -70,7 +70,11 @@ class Pick:
 
     @property
     def endpoints(self) -> list[str]:
-        return list(dict.fromkeys(e for _c, ends in self.handed for e in ends))
+        """Every endpoint handed, in order, each once (most often one candidate's)."""
+        handed = self.handed
+        if len(handed) == 1:
+            return list(dict.fromkeys(handed[0][1]))
+        return list(dict.fromkeys(e for _c, ends in handed for e in ends))
 
     def header_mutations(self, endpoints: list[str], destination: str) -> list[tuple[str, str]]:
         """The headers the pick sets: `endpoints` and their comma-joined `destination`

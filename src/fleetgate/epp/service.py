@@ -67,9 +67,13 @@ def _watched(msg: pb.HttpHeaders) -> dict[str, str]:
     """The few response headers the evidence reads (not all of them, as `_headers` gives)."""
     out = {}
     for h in msg.headers.headers:
-        key = h.key.lower()
-        if key in _WATCHED:
-            out[key] = h.raw_value.decode("latin-1") if h.raw_value else h.value
+        key = h.key  # lower-case as Envoy writes every name; another name is lowered
+        if key not in _WATCHED:
+            key = key.lower()
+            if key not in _WATCHED:
+                continue
+        raw = h.raw_value
+        out[key] = raw.decode("latin-1") if raw else h.value
     return out
 
 
