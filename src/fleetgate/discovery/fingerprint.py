@@ -10,7 +10,11 @@ windows, or its guard refuses), on an engine with a tokenize endpoint, in the ba
   replica or a former run, `FingerprintCache`), the **counts** of the probe set:
   - llama.cpp: one `POST /tokenize` of every probe text and mix (as one list, each text
     tokenized alone, a marker of token ids between them, so the answer splits per text)
-    and of every probe chat rendered by `POST /apply-template` (one call each): 12 calls;
+    and of every probe chat rendered by `POST /apply-template` (one call each): 12 calls.
+    A rendered chat leaves out the special tokens the engine adds to a prompt it serves (a
+    BOS token on most SentencePiece vocabularies), which its usage counts: the list is
+    tokenized with `add_special`, which llama.cpp applies to its first string only, and
+    that string is empty, so its tokens are those specials, added to each chat's count;
   - vLLM: `POST /tokenize` with `prompt` per text and with `messages` (and `tools`) per
     chat, then per mix as far as `MAX_CALLS` goes, four at a time;
   - SGLang: `POST /tokenize` per text (its template's part is left to the answers);
@@ -156,11 +160,15 @@ class FingerprintService(BackgroundPoller):
             answer = await self._ask(cache, dep, "/apply-template", chat)
             rendered.append(str(answer["prompt"]))
         content: list[Any] = []
-        for text in (*TEXTS, *MIXES, *rendered):
+        # first an empty string: the only one `add_special` applies to (see the module doc)
+        for text in ("", *TEXTS, *MIXES, *rendered):
             content.append(text)
             content.extend(_MARK)
-        answer = await self._ask(cache, dep, "/tokenize", {"content": content})
-        counts = _split(answer["tokens"], len(TEXTS) + len(MIXES) + len(rendered))
+        body = {"content": content, "add_special": True}
+        answer = await self._ask(cache, dep, "/tokenize", body)
+        special, *counts = _split(answer["tokens"], 1 + len(TEXTS) + len(MIXES) + len(rendered))
+        texts = len(TEXTS) + len(MIXES)
+        counts[texts:] = [n + special for n in counts[texts:]]
         tallies = [text_tally(t) for t in (*TEXTS, *MIXES)] + [chat_tally(c) for c in CHATS]
         return _pairs(tallies, counts)
 
