@@ -12,7 +12,7 @@ from aiohttp import web
 
 from fleetgate.context.calibration import CalibrationBook
 from fleetgate.context.probes import CHATS, MIXES, TEXTS, chat_tally, text_tally
-from fleetgate.discovery.fingerprint import FingerprintCache, FingerprintService
+from fleetgate.discovery.fingerprint import MAX_CALLS, FingerprintCache, FingerprintService
 from fleetgate.fleet import FleetHolder, build_fleet
 from tests.harness import fleet_config
 
@@ -88,6 +88,25 @@ async def llamacpp() -> AsyncIterator[Engine]:
         yield served
 
 
+def _openai_tokenize(body: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's and SGLang's /tokenize of a prompt: its special tokens unless told not to."""
+    tokens = _words(body["prompt"])
+    if body.get("add_special_tokens", True):
+        tokens.insert(0, BOS)
+    return {"tokens": tokens, "count": len(tokens), "max_model_len": 4096}
+
+
+@pytest.fixture
+async def sglang() -> AsyncIterator[Engine]:
+    async for served in _serve(
+        {
+            "GET /v1/models": lambda _: {"data": [{"id": "tiny", "root": "/models/tiny"}]},
+            "POST /tokenize": _openai_tokenize,
+        }
+    ):
+        yield served
+
+
 async def _fingerprint(kind: str, url: str) -> list[tuple[tuple[int, ...], int]]:
     """The probe counts a fingerprint round takes from a two-window model on `url`."""
     fleet = build_fleet(
@@ -125,3 +144,12 @@ async def test_llamacpp_chat_probes_count_the_bos_the_engine_adds_and_texts_do_n
     # first string alone, an empty one
     tokenized = [body for path, body in seen if path == "/tokenize"]
     assert tokenized and all(b["add_special"] and b["content"][0] == "" for b in tokenized)
+
+
+async def test_sglang_text_probes_carry_no_special_tokens(sglang: Engine) -> None:
+    url, seen = sglang
+    probes = await _fingerprint("sglang", url)
+    texts = (*TEXTS, *MIXES)[:MAX_CALLS]  # as far as a round's calls go
+    assert probes == [(text_tally(t).counts, len(t.split())) for t in texts]
+    asked = [body for path, body in seen if path == "/tokenize"]
+    assert asked and all(body["add_special_tokens"] is False for body in asked)
