@@ -248,6 +248,9 @@ def count_runs(data: bytes, ascii: bool, chars: int, counts: list[int]) -> bytes
 # (one line again and again, its timestamp aside) are taken too
 REPEATED = 0.2
 _ECHO = 16  # bytes at the sample's end that must recur in it before it is compressed
+# ... this many times at least: a unit said again and again recurs 512 / its length times in
+# the sample, and one over 64 bytes long (8 times) compresses to 0.2 and more there anyway
+_ECHOES = 8
 
 
 def says_again(sample: bytes) -> bool:
@@ -258,10 +261,11 @@ def says_again(sample: bytes) -> bool:
     first, and a phrase said over four times its length cost 0.82 of its fitted estimate
     on Phi-3 all the same.) Such text costs what its few pieces cost on a tokenizer, which a
     fit's average over varied text does not tell. The sample's last bytes must recur in it
-    at least twice first: one cheap search spares the compression for the text that does
-    not repeat. The compressor's tables are sized for 512 bytes (memory level 2): about
+    `_ECHOES` times first: one cheap search spares the compression for the text that does
+    not repeat, or repeats a unit too long to be taken (5 % of the corpus's requests are
+    compressed). The compressor's tables are sized for 512 bytes (memory level 2): about
     57,000 instructions, half those of its defaults, almost all of them its set-up."""
-    if len(sample) < 4 * _ECHO or sample.count(sample[-_ECHO:]) < 3:
+    if len(sample) < 4 * _ECHO or sample.count(sample[-_ECHO:]) < _ECHOES:
         return False
     latter = sample[len(sample) // 4 :]
     deflate = zlib.compressobj(1, zlib.DEFLATED, -9, 2)
