@@ -28,10 +28,11 @@ class Recorder:
         self.calls: list[tuple[str, Any]] = []
 
 
-@pytest.fixture
-async def engine() -> AsyncIterator[tuple[str, Recorder]]:
+async def _stand_in(bos: bool) -> AsyncIterator[tuple[str, Recorder]]:
     """Answers llama.cpp's /apply-template, /tokenize and /v1/messages/count_tokens, and
-    SGLang's /v1/tokenize."""
+    SGLang's /v1/tokenize; one token a word. With `bos`, a vocabulary with a BOS token, which
+    llama.cpp puts before a prompt it serves (count_tokens counts it), and which /tokenize
+    adds only when asked (`add_special`), before a list's first string."""
     seen = Recorder()
 
     async def apply_template(request: web.Request) -> web.Response:
@@ -45,13 +46,16 @@ async def engine() -> AsyncIterator[tuple[str, Recorder]]:
         seen.calls.append((request.path, body))
         text = body.get("content") if "content" in body else body.get("prompt")
         texts = text if isinstance(text, list) else [text]  # llama.cpp: each one apart
-        return web.json_response({"tokens": list(range(sum(len(t.split()) for t in texts)))})
+        special = int(bos and bool(body.get("add_special")))
+        return web.json_response(
+            {"tokens": list(range(special + sum(len(t.split()) for t in texts)))}
+        )
 
     async def count_tokens(request: web.Request) -> web.Response:
         body = await request.json()
         seen.calls.append((request.path, body))
         words = sum(len(m["content"].split()) for m in body["messages"])
-        return web.json_response({"input_tokens": words + 7 * len(body.get("tools", ()))})
+        return web.json_response({"input_tokens": bos + words + 7 * len(body.get("tools", ()))})
 
     app = web.Application()
     app.router.add_post("/v1/messages/count_tokens", count_tokens)
@@ -65,6 +69,18 @@ async def engine() -> AsyncIterator[tuple[str, Recorder]]:
     port = runner.addresses[0][1]
     yield f"http://127.0.0.1:{port}", seen
     await runner.cleanup()
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[tuple[str, Recorder]]:
+    async for served in _stand_in(bos=False):
+        yield served
+
+
+@pytest.fixture
+async def bos_engine() -> AsyncIterator[tuple[str, Recorder]]:
+    async for served in _stand_in(bos=True):
+        yield served
 
 
 async def _refine(kind: str, url: str, body: dict[str, Any]) -> tuple[Any, Any]:
@@ -155,6 +171,82 @@ async def test_llamacpp_applies_the_template_with_tools_when_turns_carry_tool_ca
     assert seen.calls[0][1] == {"messages": messages, "tools": TOOLS, "tool_choice": "auto"}
     assert seen.calls[1][1]["content"].startswith("<|user|>1234567890")
     assert profile.context.exact
+
+
+_CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+# requests whose whole prompt llama.cpp tokenizes: (endpoint, body, words of the prompt)
+WHOLE_PROMPTS = {
+    "templated turns with tool calls": (
+        "chat.completions",
+        {
+            "messages": [
+                {"role": "user", "content": "one two three"},
+                {"role": "assistant", "content": "", "tool_calls": [_CALL]},
+                {"role": "tool", "tool_call_id": "c1", "content": "done"},
+            ],
+            "tools": TOOLS,
+        },
+        # the stand-in's template, `<|role|>content` a message: `<|user|>one`, `two`,
+        # `three<|assistant|><|tool|>done`
+        3,
+    ),
+    "a completions prompt": ("completions", {"prompt": "one two three four"}, 4),
+}
+
+
+@pytest.mark.parametrize("case", list(WHOLE_PROMPTS))
+async def test_llamacpp_counts_the_special_tokens_a_served_prompt_carries(
+    bos_engine: tuple[str, Recorder], case: str
+) -> None:
+    """On a vocabulary with a BOS token, the prompt the engine serves starts with it, and
+    its window and usage count it: a whole prompt is tokenized with `add_special`."""
+    url, seen = bos_engine
+    endpoint, body, words = WHOLE_PROMPTS[case]
+    fleet = build_fleet(
+        fleet_config(
+            {
+                "providers": [{"id": "p", "kind": "llamacpp", "base_url": url + "/v1"}],
+                "deployments": [{"id": "d", "model": "m", "provider": "p"}],
+            }
+        )
+    )
+    profile = parse_openai(endpoint, orjson.dumps({"model": "m", **body}))
+    pool = UpstreamPool()
+    try:
+        counted = await ContextRefiner(pool).count(fleet.deployments["d"], profile, ContextConfig())
+    finally:
+        await pool.close()
+    assert counted == words + 1  # the BOS included
+    assert [b.get("add_special") for path, b in seen.calls if path == "/tokenize"] == [True]
+
+
+async def test_llamacpp_texts_counted_apart_carry_no_special_tokens(
+    bos_engine: tuple[str, Recorder],
+) -> None:
+    """A learned shape's next request: its texts without specials, the framing (the BOS
+    among it) learned from the whole count."""
+    url, seen = bos_engine
+    fleet = build_fleet(
+        fleet_config(
+            {
+                "providers": [{"id": "p", "kind": "llamacpp", "base_url": url + "/v1"}],
+                "deployments": [{"id": "d", "model": "m", "provider": "p"}],
+            }
+        )
+    )
+    dep = fleet.deployments["d"]
+    pool = UpstreamPool()
+    refiner = ContextRefiner(pool)
+    counts = []
+    try:
+        for words in (80, 30):
+            body = {"model": "m", "messages": [{"role": "user", "content": "9 " * words + "x"}]}
+            profile = parse_openai("chat.completions", orjson.dumps(body))
+            counts.append(await refiner.count(dep, profile, ContextConfig()))
+    finally:
+        await pool.close()
+    assert counts == [1 + 81, 1 + 31]
+    assert [b.get("add_special") for path, b in seen.calls if path == "/tokenize"] == [None] * 2
 
 
 async def test_sglang_counts_text_at_v1_tokenize_plus_estimated_overheads(

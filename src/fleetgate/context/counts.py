@@ -11,7 +11,11 @@
   then `POST /tokenize` when turns carry tool calls. Rendering the template is most of
   such a call (about 2.7 ms of it on one engine thread, whatever the length), so a chat
   whose messages are plain text costs, once its shape (roles, tools) was counted whole,
-  one `/tokenize` of its texts plus the shape's framing (`template_costs.py`);
+  one `/tokenize` of its texts plus the shape's framing (`template_costs.py`). A whole
+  prompt (templated, or a completions prompt) is tokenized with `add_special`: the special
+  tokens the engine adds to a prompt it serves (a BOS token on many vocabularies; the
+  rendered template leaves it out), which its window and usage count, as count_tokens does;
+  texts counted apart go without (the framing learned holds those tokens);
 * vLLM: `POST /tokenize` at the server root with `messages`, `tools` and
   `add_generation_prompt`, or `prompt`;
 * SGLang: `POST /v1/tokenize` with the text; the template's scaffolding as the family
@@ -48,6 +52,9 @@ WHOLE_COUNTING_KINDS = frozenset({"vllm", "llamacpp"})  # they count the templat
 COUNTABLE_ENDPOINTS = frozenset({"chat.completions", "completions"})
 OFF_LOOP_BYTES = 32_768  # local counts of longer texts run in a thread
 _CACHE_SIZE = 4096
+# llama.cpp's /tokenize adds no special tokens unless asked: a whole prompt takes those the
+# engine adds to what it serves (its usage and its window count them)
+_SERVED = {"add_special": True}
 # template fields: what a count adds for the scaffolding when it counts text only
 _STRUCTURE = tuple(
     i for i, f in enumerate(FIELDS) if f in ("messages", "tools", "tool_blocks", "requests")
@@ -462,9 +469,8 @@ class ExactCounter:
         if kind == "llamacpp":
             if not chat:
                 content = "".join(_texts(profile))
-                return _count(
-                    await self._post(dep, root + "/tokenize", {"content": content}, calls)
-                )
+                payload = {"content": content, **_SERVED}
+                return _count(await self._post(dep, root + "/tokenize", payload, calls))
             messages = body["messages"]
             if _plain_chat(messages):
                 answer = await self._post(
@@ -483,7 +489,8 @@ class ExactCounter:
             text = templated.get("prompt") if isinstance(templated, dict) else None
             if not isinstance(text, str):
                 raise TokenizeError("no prompt in the apply-template answer")
-            return _count(await self._post(dep, root + "/tokenize", {"content": text}, calls))
+            payload = {"content": text, **_SERVED}
+            return _count(await self._post(dep, root + "/tokenize", payload, calls))
         raise TokenizeError(f"{kind} engines are not counted here")
 
     async def _sglang_count(

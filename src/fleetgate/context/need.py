@@ -2,7 +2,9 @@
 
 Once a deployment has its own evidence about its tokenizer (a fitted `TokenizerFit`: a
 fingerprint of its engine, or enough answers; see `fit.py`), its fitted weights cost the
-request's tally and the fit's residual spread for this kind of text bounds the true count.
+request's tally and the fit's residual spread for this kind of text bounds the true count,
+but for text those residuals say nothing of (a phrase said again and again, text mostly
+emoji: `unmeasured`), whose band is wide and has no spread measured inside it.
 Until then the family of the deployment (`tokenizer_family`, or inferred from the model
 name) is the prior: its weights cost the tally, and the deployment's usage calibration (or,
 until it has one, the family's measured spread clamped to `refine.band_low` / `band_high`)
@@ -31,7 +33,15 @@ from fleetgate.context.estimate import (
 )
 from fleetgate.context.families import FAMILIES
 from fleetgate.context.fit import TokenizerFit
-from fleetgate.context.tally import FOUR_BYTE, MESSAGES, TOKEN_IDS, Tally, tally_body, variety
+from fleetgate.context.tally import (
+    FOUR_BYTE,
+    MESSAGES,
+    TOKEN_IDS,
+    Tally,
+    says_again,
+    tally_body,
+    variety,
+)
 from fleetgate.fleet import Deployment
 
 FITTED = "@"  # a key of the central estimates: a deployment's own fit, not a family
@@ -39,6 +49,14 @@ FITTED = "@"  # a key of the central estimates: a deployment's own fit, not a fa
 # and again (`tally.variety`): no fit refuses it uncounted. Prose, code and data compress
 # to 0.3-0.6; one phrase said again and again to under 0.1
 VARIED = 0.25
+# text a fit's residuals say nothing of (see `unmeasured`): its band on a deployment's own
+# fit, with no spread measured inside it, so that a window in it asks for a count (as on a
+# family's prior). A phrase said again and again cost 0.82 of its fitted estimate on Phi-3,
+# a text of emoji 0.56 on Qwen2, each outside the fit's band for its kind of text
+UNMEASURED_LOW, UNMEASURED_HIGH = 0.5, 1.4
+# emoji whose estimated cost is this share of the estimate at least: an emoji costs one token
+# to eight (sequences joined by U+200D, skin tones, flags), so their average tells little
+EMOJI_SHARE = 0.4
 
 
 def family_tokens(tally: Tally, family: str, settings: ContextConfig) -> int:
@@ -65,6 +83,7 @@ def bounds_function(
     known = tally.counts[TOKEN_IDS] + media_tokens(tally, settings) + reserve
     ids = tally.counts[TOKEN_IDS]
     band_low, band_high = settings.refine.band_low, settings.refine.band_high
+    repeated: list[bool] = []  # `says_again`, asked once (a band that was measured needs it)
 
     def bounds(dep: Deployment) -> tuple[int, int]:
         found = cache.get(dep.id)
@@ -76,10 +95,15 @@ def bounds_function(
             tokens = raw[family] = family_tokens(tally, family, settings)
         fit = book.own_fit(dep.id) if book is not None else None
         if fit is not None:  # the deployment's own evidence
+            assert fit.weights is not None
             guessed = with_margin(fit.tokens(tally.counts), 0, settings)
-            low, high = fit.factors(tally.counts)
             raw[FITTED + dep.id] = guessed + ids
-            basis[dep.id] = (guessed, fit)
+            low, high = fit.factors(tally.counts)
+            if unmeasured(tally, fit.weights, guessed, repeated):
+                low, high = min(low, UNMEASURED_LOW), max(high, UNMEASURED_HIGH)
+                basis[dep.id] = (guessed, False)
+            else:
+                basis[dep.id] = (guessed, fit)
         else:  # the family's prior, calibrated by usage when it has been
             guessed = tokens - ids
             calibrated = book.calibrated(dep.id) if book is not None else None
@@ -108,6 +132,24 @@ def bounds_function(
         return 0.0 if tokens < low else 1.0 if tokens >= high else None
 
     return bounds, raw, within
+
+
+def unmeasured(
+    tally: Tally, weights: tuple[float, ...], guessed: int, repeated: list[bool] | None = None
+) -> bool:
+    """Whether a fit's residuals, measured on varied text, say nothing of this text: it says
+    one thing again and again (`says_again`: it costs what its few pieces cost), or its
+    emoji make `EMOJI_SHARE` of the estimate `guessed` at least (by the fit's `weights`).
+    `repeated` keeps the first answer of `says_again`, which costs a compression of the
+    text's sample when the sample repeats its own end."""
+    emoji = tally.counts[FOUR_BYTE]
+    if emoji and weights[FOUR_BYTE] * emoji >= EMOJI_SHARE * max(guessed, 1):
+        return True
+    if repeated is None:
+        return says_again(tally.sample)
+    if not repeated:
+        repeated.append(says_again(tally.sample))
+    return repeated[0]
 
 
 def _own_function(book: CalibrationBook | None) -> Callable[[Deployment], bool] | None:

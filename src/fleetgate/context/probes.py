@@ -245,9 +245,13 @@ CHATS: tuple[dict[str, Any], ...] = (
 )
 
 
-# the probe set and the tally's fields: a fingerprint counted on another is counted again
+# how the probes are counted (`discovery/fingerprint.py`): a chat with the special tokens
+# the engine adds to a prompt it serves, a text without
+COUNTING = "chats with the engine's special tokens, texts without"
+# the probe set, the tally's fields and the counting: a fingerprint counted on another is
+# counted again
 VERSION = hashlib.sha256(
-    orjson.dumps([LAYOUT, TEXTS, MIXES, CHATS], option=orjson.OPT_SORT_KEYS)
+    orjson.dumps([LAYOUT, TEXTS, MIXES, CHATS, COUNTING], option=orjson.OPT_SORT_KEYS)
 ).hexdigest()[:16]
 
 

@@ -10,10 +10,16 @@ windows, or its guard refuses), on an engine with a tokenize endpoint, in the ba
   replica or a former run, `FingerprintCache`), the **counts** of the probe set:
   - llama.cpp: one `POST /tokenize` of every probe text and mix (as one list, each text
     tokenized alone, a marker of token ids between them, so the answer splits per text)
-    and of every probe chat rendered by `POST /apply-template` (one call each): 12 calls;
+    and of every probe chat rendered by `POST /apply-template` (one call each): 12 calls.
+    A rendered chat leaves out the special tokens the engine adds to a prompt it serves (a
+    BOS token on most SentencePiece vocabularies), which its usage counts: the list is
+    tokenized with `add_special`, which llama.cpp applies to its first string only, and
+    that string is empty, so its tokens are those specials, added to each chat's count;
   - vLLM: `POST /tokenize` with `prompt` per text and with `messages` (and `tools`) per
     chat, then per mix as far as `MAX_CALLS` goes, four at a time;
-  - SGLang: `POST /tokenize` per text (its template's part is left to the answers);
+  - SGLang: `POST /tokenize` per text (its template's part is left to the answers).
+  Texts are tokenized without special tokens (`add_special_tokens: false` on vLLM and
+  SGLang, whose default adds them): a text is a part of a prompt, not a prompt;
 * the counts go to the deployment's fit (`context/fit.py`) as its fingerprint.
 
 A round is bounded (`BUDGET` seconds, `MAX_CALLS` calls); a failure leaves the deployment
@@ -156,11 +162,15 @@ class FingerprintService(BackgroundPoller):
             answer = await self._ask(cache, dep, "/apply-template", chat)
             rendered.append(str(answer["prompt"]))
         content: list[Any] = []
-        for text in (*TEXTS, *MIXES, *rendered):
+        # first an empty string: the only one `add_special` applies to (see the module doc)
+        for text in ("", *TEXTS, *MIXES, *rendered):
             content.append(text)
             content.extend(_MARK)
-        answer = await self._ask(cache, dep, "/tokenize", {"content": content})
-        counts = _split(answer["tokens"], len(TEXTS) + len(MIXES) + len(rendered))
+        body = {"content": content, "add_special": True}
+        answer = await self._ask(cache, dep, "/tokenize", body)
+        special, *counts = _split(answer["tokens"], 1 + len(TEXTS) + len(MIXES) + len(rendered))
+        texts = len(TEXTS) + len(MIXES)
+        counts[texts:] = [n + special for n in counts[texts:]]
         tallies = [text_tally(t) for t in (*TEXTS, *MIXES)] + [chat_tally(c) for c in CHATS]
         return _pairs(tallies, counts)
 
@@ -168,19 +178,13 @@ class FingerprintService(BackgroundPoller):
         kind, model = dep.provider.kind, dep.upstream_model
         asks: list[tuple[Tally, str, dict[str, Any]]] = []
         for text in TEXTS:
-            body = {"model": model, "prompt": text, "add_special_tokens": False}
-            if kind == "sglang":
-                body = {"model": model, "prompt": text}
-            asks.append((text_tally(text), "/tokenize", body))
+            asks.append((text_tally(text), "/tokenize", _text_body(model, text)))
         if kind == "vllm":
             for chat in CHATS:
                 body = {"model": model, **chat, "add_generation_prompt": True}
                 asks.append((chat_tally(chat), "/tokenize", body))
         for text in MIXES[: max(MAX_CALLS - len(asks), 0)]:  # what the budget leaves
-            body = {"model": model, "prompt": text}
-            if kind == "vllm":
-                body["add_special_tokens"] = False
-            asks.append((text_tally(text), "/tokenize", body))
+            asks.append((text_tally(text), "/tokenize", _text_body(model, text)))
         gate = asyncio.Semaphore(4)
 
         async def one(path: str, body: dict[str, Any]) -> int:
@@ -190,6 +194,12 @@ class FingerprintService(BackgroundPoller):
 
         counts = await asyncio.gather(*(one(path, body) for _, path, body in asks[:MAX_CALLS]))
         return _pairs([t for t, _, _ in asks[:MAX_CALLS]], list(counts))
+
+
+def _text_body(model: str, text: str) -> dict[str, Any]:
+    """A text probe for vLLM's or SGLang's `/tokenize`: both add the special tokens of a
+    prompt (a BOS token) unless told not to, and a text is no prompt."""
+    return {"model": model, "prompt": text, "add_special_tokens": False}
 
 
 async def _identity(cache: ProbeCache, dep: Deployment) -> str | None:

@@ -1,0 +1,155 @@
+"""The tokenizer fingerprint's probe counts, against stand-ins that tokenize as the engines
+do: a vocabulary with a BOS token, which the engine adds to a prompt it serves (and its
+usage counts), and which a text probe must not carry."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from fleetgate.context.calibration import CalibrationBook
+from fleetgate.context.probes import CHATS, MIXES, TEXTS, chat_tally, text_tally
+from fleetgate.discovery.fingerprint import MAX_CALLS, FingerprintCache, FingerprintService
+from fleetgate.fleet import FleetHolder, build_fleet
+from tests.harness import fleet_config
+
+BOS = 1
+WORD = 5  # every word is one token of this id (no marker id: those are 0)
+
+
+def _words(text: str) -> list[int]:
+    return [WORD] * len(text.split())
+
+
+def _rendered(chat: dict[str, Any]) -> str:
+    """The stand-in's template: each message's role and content, the tools' names."""
+    parts = [f"<|{m['role']}|> {m.get('content') or ''}" for m in chat["messages"]]
+    parts.extend(t["function"]["name"] for t in chat.get("tools") or ())
+    return " ".join(parts) + " <|assistant|>"
+
+
+Engine = tuple[str, list[tuple[str, Any]]]
+
+
+async def _serve(routes: dict[str, Callable[[Any], Any]]) -> AsyncIterator[Engine]:
+    seen: list[tuple[str, Any]] = []
+
+    def handler(answer: Callable[[Any], Any]) -> Any:
+        async def handle(request: web.Request) -> web.Response:
+            body = await request.json() if request.method == "POST" else None
+            seen.append((request.path, body))
+            return web.json_response(answer(body))
+
+        return handle
+
+    app = web.Application()
+    for route, answer in routes.items():
+        method, path = route.split(" ")
+        app.router.add_route(method, path, handler(answer))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
+    await runner.cleanup()
+
+
+def _llamacpp_tokenize(body: dict[str, Any]) -> dict[str, Any]:
+    """llama.cpp's /tokenize: a list's strings each tokenized alone, its ids kept; the
+    special tokens (a BOS) only with `add_special`, and only before its first string."""
+    content = body["content"]
+    items = content if isinstance(content, list) else [content]
+    tokens: list[int] = []
+    first = True
+    for item in items:
+        if isinstance(item, str):
+            if first and body.get("add_special", False):
+                tokens.append(BOS)
+            tokens.extend(_words(item))
+        else:
+            tokens.append(item)
+        first = False
+    return {"tokens": tokens}
+
+
+@pytest.fixture
+async def llamacpp() -> AsyncIterator[Engine]:
+    async for served in _serve(
+        {
+            "GET /v1/models": lambda _: {"data": [{"id": "tiny", "meta": {"n_vocab": 32064}}]},
+            "GET /props": lambda _: {"model_path": "/models/tiny.gguf"},
+            "POST /apply-template": lambda body: {"prompt": _rendered(body)},
+            "POST /tokenize": _llamacpp_tokenize,
+        }
+    ):
+        yield served
+
+
+def _openai_tokenize(body: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's and SGLang's /tokenize of a prompt: its special tokens unless told not to."""
+    tokens = _words(body["prompt"])
+    if body.get("add_special_tokens", True):
+        tokens.insert(0, BOS)
+    return {"tokens": tokens, "count": len(tokens), "max_model_len": 4096}
+
+
+@pytest.fixture
+async def sglang() -> AsyncIterator[Engine]:
+    async for served in _serve(
+        {
+            "GET /v1/models": lambda _: {"data": [{"id": "tiny", "root": "/models/tiny"}]},
+            "POST /tokenize": _openai_tokenize,
+        }
+    ):
+        yield served
+
+
+async def _fingerprint(kind: str, url: str) -> list[tuple[tuple[int, ...], int]]:
+    """The probe counts a fingerprint round takes from a two-window model on `url`."""
+    fleet = build_fleet(
+        fleet_config(
+            {
+                "providers": [{"id": "p", "kind": kind, "base_url": url + "/v1"}],
+                "deployments": [
+                    {"id": n, "model": "m", "provider": "p", "upstream_model": "tiny"}
+                    | {"context_window": w}
+                    for n, w in (("small", 512), ("large", 2048))
+                ],
+            }
+        )
+    )
+    cache = FingerprintCache()
+    service = FingerprintService(FleetHolder(fleet), CalibrationBook(), cache)
+    try:
+        await service.refresh()
+    finally:
+        await service.stop()
+    (probes,) = cache.by_identity.values()
+    return probes
+
+
+async def test_llamacpp_chat_probes_count_the_bos_the_engine_adds_and_texts_do_not(
+    llamacpp: Engine,
+) -> None:
+    url, seen = llamacpp
+    probes = await _fingerprint("llamacpp", url)
+    texts = [(text_tally(t).counts, len(t.split())) for t in (*TEXTS, *MIXES)]
+    # a served chat is its rendered template plus the BOS the engine puts before it
+    chats = [(chat_tally(c).counts, len(_rendered(c).split()) + 1) for c in CHATS]
+    assert probes == texts + chats
+    # still one call (a deployment) for every text and chat, the specials asked for the
+    # first string alone, an empty one
+    tokenized = [body for path, body in seen if path == "/tokenize"]
+    assert tokenized and all(b["add_special"] and b["content"][0] == "" for b in tokenized)
+
+
+async def test_sglang_text_probes_carry_no_special_tokens(sglang: Engine) -> None:
+    url, seen = sglang
+    probes = await _fingerprint("sglang", url)
+    texts = (*TEXTS, *MIXES)[:MAX_CALLS]  # as far as a round's calls go
+    assert probes == [(text_tally(t).counts, len(t.split())) for t in texts]
+    asked = [body for path, body in seen if path == "/tokenize"]
+    assert asked and all(body["add_special_tokens"] is False for body in asked)
