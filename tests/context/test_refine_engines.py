@@ -128,10 +128,9 @@ async def test_llamacpp_counts_a_plain_chat_with_its_tools_whole_then_by_its_tex
     assert plan.headers["X-Fleetgate-Context-Estimate"] == "97; exact"
 
 
-async def test_llamacpp_counts_a_learned_shape_by_its_text_alone(
-    engine: tuple[str, Recorder],
-) -> None:
-    url, seen = engine
+async def _count_runs(url: str, extra: dict[str, object]) -> list[int]:
+    """Exact counts of two chats of 80 and 30 words (with `extra` fields), one after the
+    other, on a one-deployment llama.cpp fleet at `url`: the second on a learned shape."""
     fleet = build_fleet(
         fleet_config(
             {
@@ -147,10 +146,18 @@ async def test_llamacpp_counts_a_learned_shape_by_its_text_alone(
     try:
         for words in (80, 30):
             body = {"model": "m", "messages": [{"role": "user", "content": "9 " * words + "x"}]}
-            profile = parse_openai("chat.completions", orjson.dumps({**body, "tools": TOOLS}))
+            profile = parse_openai("chat.completions", orjson.dumps({**body, **extra}))
             counts.append(await refiner.count(dep, profile, ContextConfig()))
     finally:
         await pool.close()
+    return counts
+
+
+async def test_llamacpp_counts_a_learned_shape_by_its_text_alone(
+    engine: tuple[str, Recorder],
+) -> None:
+    url, seen = engine
+    counts = await _count_runs(url, {"tools": TOOLS})
     assert counts == [81 + 7, 31 + 7]  # the framing (the tool's 7) learned from the first
     assert [path for path, _ in seen.calls][2:] == ["/tokenize"]
 
@@ -226,25 +233,7 @@ async def test_llamacpp_texts_counted_apart_carry_no_special_tokens(
     """A learned shape's next request: its texts without specials, the framing (the BOS
     among it) learned from the whole count."""
     url, seen = bos_engine
-    fleet = build_fleet(
-        fleet_config(
-            {
-                "providers": [{"id": "p", "kind": "llamacpp", "base_url": url + "/v1"}],
-                "deployments": [{"id": "d", "model": "m", "provider": "p"}],
-            }
-        )
-    )
-    dep = fleet.deployments["d"]
-    pool = UpstreamPool()
-    refiner = ContextRefiner(pool)
-    counts = []
-    try:
-        for words in (80, 30):
-            body = {"model": "m", "messages": [{"role": "user", "content": "9 " * words + "x"}]}
-            profile = parse_openai("chat.completions", orjson.dumps(body))
-            counts.append(await refiner.count(dep, profile, ContextConfig()))
-    finally:
-        await pool.close()
+    counts = await _count_runs(url, {})
     assert counts == [1 + 81, 1 + 31]
     assert [b.get("add_special") for path, b in seen.calls if path == "/tokenize"] == [None] * 2
 
