@@ -36,6 +36,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = 
         time.sleep(0.005)
 
 
+def wait_for_own_fits(gateway: Gateway, deployments: tuple[str, ...], timeout: float) -> None:
+    """Wait until each deployment's estimate runs on its own fit (its fingerprint, or
+    enough answers), not its family's table."""
+    book = gateway.pipeline.state.calibration
+    wait_until(
+        lambda: all(book.own_fit(d) is not None for d in deployments),
+        timeout,
+        f"{', '.join(deployments)} on their own fit",
+    )
+
+
 async def until(predicate: Callable[[], bool], within: float = 5.0, what: str = "") -> None:
     """`wait_until` for a test that runs on the loop itself."""
     deadline = time.monotonic() + within

@@ -25,7 +25,7 @@ from fleetgate.fleet import Deployment, build_fleet
 from fleetgate.testing.corpus import text_of
 from tests.context.test_learned_estimate import LARGE, UNKNOWN, _fleet, _true_prompt
 from tests.engines import LlamaFactory
-from tests.harness import Stack, fleet_config, wait_until
+from tests.harness import Stack, fleet_config, wait_for_own_fits
 from tests.tiers import words
 
 SETTINGS = ContextConfig(default_output_reserve=16)
@@ -135,12 +135,7 @@ def test_a_fingerprinted_fleet_refuses_what_is_far_beyond_its_windows_without_a_
 ) -> None:
     small, large = llama(n_ctx=512, alias=UNKNOWN), llama(n_ctx=LARGE, alias=UNKNOWN)
     gateway = stack.start_gateway(_fleet(small, large, guard="reject"))
-    book = gateway.pipeline.state.calibration
-    wait_until(
-        lambda: all(book.own_fit(d) is not None for d in ("small", "large")),
-        20,
-        "both deployments fingerprinted",
-    )
+    wait_for_own_fits(gateway, ("small", "large"), 20)
     client = client_for(stack, timeout=60)
     far = [{"role": "user", "content": text_of("prose", random.Random(11), 20000)}]
     assert _true_prompt(large, far) > 1.6 * LARGE

@@ -17,7 +17,7 @@ from fleetgate.context.probes import CHATS
 from fleetgate.server.app import Gateway
 from fleetgate.testing.corpus import text_of
 from tests.engines import LlamaFactory, llama_provider
-from tests.harness import Stack, deployment, wait_until
+from tests.harness import Stack, deployment, wait_for_own_fits, wait_until
 from tests.tiers import chat_calls, tiered_stack, words
 
 UNKNOWN = "orchard-7b-support"  # a model name no family pattern matches
@@ -38,12 +38,7 @@ def _fleet(small: Any, large: Any, **context: Any) -> dict[str, Any]:
 def _fingerprinted(stack: Stack, small: Any, large: Any) -> Gateway:
     """A gateway on the two engines, once both deployments have their fingerprint."""
     gateway = stack.start_gateway(_fleet(small, large))
-    book = gateway.pipeline.state.calibration
-    wait_until(
-        lambda: all(book.own_fit(d) is not None for d in ("small", "large")),
-        20,
-        "both deployments fingerprinted",
-    )
+    wait_for_own_fits(gateway, ("small", "large"), 20)
     return gateway
 
 

@@ -16,7 +16,7 @@ from fleetgate.context.truncation import judge
 from fleetgate.testing.llama import ALIAS
 from tests.context.chats import prompt_tokens
 from tests.engines import TO_THE_LIMIT, LlamaFactory, llama_provider
-from tests.harness import Stack, wait_until
+from tests.harness import Stack, wait_for_own_fits
 
 # a build log: 120 short lines under 80-character rules; about 1,100 prompt tokens on
 # Qwen2, estimated at over 5,000 (every `=` costed)
@@ -70,12 +70,7 @@ def test_separator_lines_are_counted_and_served_not_refused(
     # both deployments on their own fit first: a request that came while one was still on
     # the family's table would be placed by that table's band, whose upper bound (over
     # 3,000) the header shows
-    book = gateway.pipeline.state.calibration
-    wait_until(
-        lambda: all(book.own_fit(d) is not None for d in ("small", "big")),
-        30,
-        "both deployments fingerprinted",
-    )
+    wait_for_own_fits(gateway, ("small", "big"), 30)
     client = client_for(stack, timeout=60)
     messages: Any = [{"role": "user", "content": LOG}]
     resp = client.chat.completions.with_raw_response.create(
