@@ -230,8 +230,7 @@ class _Pick:
 
     def message(self, data: bytes) -> None:
         if data in REQUEST_BODY_ENDS:  # the body's end alone
-            if not self.done:
-                self._answer(self._whole(), "duplex" if self.duplex else "body")
+            self._body_ended()
             return
         request = pb.ProcessingRequest.FromString(data)
         kind = _choice(data, request)
@@ -250,8 +249,8 @@ class _Pick:
             piece = chunk.body
             if piece:
                 self.chunks.append(piece)
-            if chunk.end_of_stream and not self.done:
-                self._answer(self._whole(), "duplex" if self.duplex else "body")
+            if chunk.end_of_stream:
+                self._body_ended()
         elif kind == "request_trailers":
             if not self.done:  # a full-duplex body ends with its trailers
                 self._answer(self._whole(), "duplex")
@@ -260,6 +259,11 @@ class _Pick:
             self._send(RESPONSE_HEADERS_PASS)
         elif kind == "response_body":
             self._send(RESPONSE_BODY_PASS)
+
+    def _body_ended(self) -> None:
+        """The body is whole: the pick is made with it, unless it was made already."""
+        if not self.done:
+            self._answer(self._whole(), "duplex" if self.duplex else "body")
 
     def _whole(self) -> bytes:
         """The body so far: most often one chunk, handed on without a copy."""
