@@ -12,8 +12,6 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
-import uvicorn
-
 from fleetgate.assemble import build_gateway
 from fleetgate.config import validate_config
 from fleetgate.control.plane import ControlOptions
@@ -21,7 +19,7 @@ from fleetgate.fleet import FleetHolder, build_fleet
 from fleetgate.pipeline.core import Pipeline
 from fleetgate.server.accept import new_event_loop as serving_loop
 from fleetgate.server.app import Gateway
-from fleetgate.server.run import uvicorn_config
+from fleetgate.server.run import server_for
 from fleetgate.testing import FakeAnthropic, FakeEngine, FakeOllama
 
 T = TypeVar("T")
@@ -96,7 +94,7 @@ class Stack:
         self.workers: dict[str, FakeOllama] = {}
         self.apis: dict[str, FakeAnthropic] = {}
         self.gateway: Gateway | None = None
-        self._server: uvicorn.Server | None = None
+        self._server: Any = None  # `server_for`'s: the gateway's own, or uvicorn's
         self._task: asyncio.Future[Any] | None = None
         self.url = ""
 
@@ -130,7 +128,7 @@ class Stack:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn_config(gateway))  # as `fleetgate serve` runs it
+        server = server_for(gateway, "127.0.0.1", port)  # as `fleetgate serve` runs it
         self._task = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), self.lt.loop)
         task = self._task
         wait_until(lambda: server.started or task.done(), 20, "gateway started")

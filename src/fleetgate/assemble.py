@@ -12,8 +12,6 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-import uvicorn
-
 from fleetgate import __version__
 from fleetgate.config import FleetConfig, load_config_file
 from fleetgate.gc_tuning import tune_gc
@@ -98,8 +96,9 @@ def app_from_env() -> Gateway:
 
 
 def _exit_cleanly_on_sigterm() -> None:
-    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal; a graceful stop
-    # should end with status 0, as a process manager expects.
+    # uvicorn (`--workers N`, the uvicorn front) shuts down gracefully on SIGTERM, then
+    # re-raises the signal; a graceful stop should end with status 0, as a process manager
+    # expects. The gateway's own server ends with 0 by itself.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 
@@ -124,6 +123,8 @@ def serve(
         asyncio.run(prepare(database_url(config.storage.database_url, config.storage.data_dir)))
         os.environ[CONFIG_ENV] = os.path.abspath(config_path)
         gc.enable()  # the supervisor lives as long as its workers (each tunes its own)
+        import uvicorn  # its supervisor runs the workers; one process runs without it
+
         uvicorn.run(
             "fleetgate.assemble:app_from_env",
             factory=True,
@@ -136,6 +137,14 @@ def serve(
         return
     gateway = gateway_for(config, os.path.abspath(config_path))
     announce(gateway, host, port)
-    server = server_for(gateway, host, port, log_config=None)
+    server = server_for(gateway, host, port)
     tune_gc()
-    server.run()
+    try:
+        server.run()
+    except OSError as exc:  # from binding: one line that says what to do, not a traceback
+        print(
+            f"fleetgate serve: cannot listen on {host}:{port}: {exc.strerror or exc}. "
+            "Pick a free port with --port (or server.port), or stop the process that holds it.",
+            file=sys.stderr,
+        )
+        sys.exit(1)

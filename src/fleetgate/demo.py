@@ -198,7 +198,6 @@ async def _run(host: str, port: int) -> int:
     admin_key = "fg-admin-" + secrets.token_urlsafe(12)
     gateway = build_gateway(config, ControlOptions(data_dir=store_dir.name, admin_key=admin_key))
     server = server_for(gateway, host, port)
-    server.config.log_level = "warning"
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not server.started:
         if serving.done():

@@ -49,8 +49,11 @@ def test_fleetgate_serve_never_imports_the_orm(stack: Stack, tmp_path: Path) -> 
 # what the first request does not need, imported only when something asks for it: the
 # admin API (FastAPI) at the first /admin call, Alembic when a store is behind the schema,
 # aiohttp (and its URL library) when a background poller (discovery, engine load) first
-# asks a worker something; difflib when a config has a name to correct
+# asks a worker something; difflib when a config has a name to correct; uvicorn (and its
+# command line's click) only for `--workers N` or the uvicorn front
 DEFERRED = (
+    "uvicorn",
+    "click",
     "difflib",
     "fleetgate.admin",
     "fastapi",

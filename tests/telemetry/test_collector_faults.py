@@ -73,12 +73,11 @@ def test_a_stuck_collector_delays_no_request_and_drops_are_counted(stack: Stack)
 
 _OFF_SCRIPT = """
 import asyncio, json, socket, sys
-import uvicorn
 from fleetgate.config import validate_config
 from fleetgate.fleet import FleetHolder, build_fleet
 from fleetgate.pipeline.core import Pipeline
 from fleetgate.server.app import Gateway
-from fleetgate.server.run import uvicorn_config
+from fleetgate.server.run import server_for
 from fleetgate.testing import FakeEngine
 
 async def main():
@@ -91,7 +90,7 @@ async def main():
     gateway = Gateway(Pipeline(FleetHolder(build_fleet(config))))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn_config(gateway))
+    server = server_for(gateway, "127.0.0.1", 0)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         await asyncio.sleep(0.01)

@@ -4,9 +4,9 @@ A proxied request (`POST` to a path of `ingress/routes.py`) goes straight to the
 `proxied` (server/app.py) with its whole body and its `FrontRequest` as the answer's
 writer: no ASGI scope, `receive` or `send` messages, one task per request. Every other
 path (the gateway's own endpoints, the admin API, the dashboard) runs the ASGI app through
-`asgi_bridge.py`. uvicorn's `Server` still runs the process around it (the listeners, the
-lifespan, signals, graceful shutdown, `--workers`): this class is what `server/run.py`
-gives it as its `http` protocol.
+`asgi_bridge.py`. A server runs the process around it (the listeners, the start, signals,
+graceful shutdown): the gateway's own (`serving.py`) for one process, uvicorn's for
+`--workers N`, which takes this class as its `http` protocol (`server/run.py`).
 
 Per connection it keeps `limits.py`'s limits (header and body deadlines and the keep-alive
 timer of `guard.py`, the early 413 for a declared length and a 413 for a chunked body
@@ -45,7 +45,7 @@ _BAD_REQUEST = (
 
 
 class _Shared:
-    """What every connection of one server shares (kept on uvicorn's server state)."""
+    """What every connection of one server shares (kept on the server's state)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, app: Any) -> None:
         self.outbox = Outbox(loop)
@@ -61,8 +61,8 @@ def _shared(server_state: Any, loop: asyncio.AbstractEventLoop, app: Any) -> _Sh
 
 
 class FrontProtocol(ConnectionGuard, asyncio.Protocol):
-    """One client connection (see the module docstring). Made by uvicorn's server with
-    its config, its state and the lifespan's state."""
+    """One client connection (see the module docstring). Made by its server with the
+    settings that hold the app, the server's state and the lifespan's state."""
 
     def __init__(
         self,
@@ -283,7 +283,7 @@ class FrontProtocol(ConnectionGuard, asyncio.Protocol):
 
     # ---- shutdown -----------------------------------------------------------------------
     def shutdown(self) -> None:
-        """uvicorn's server shuts down: an idle connection closes now, a busy one once its
+        """The server shuts down: an idle connection closes now, a busy one once its
         answer has ended."""
         current = self.current
         if current is None or current.complete:

@@ -49,7 +49,7 @@ class Connection(Protocol):
 
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
-    server_state: Any  # uvicorn's: `default_headers` (date, server), refreshed each second
+    server_state: Any  # the server's: `default_headers` (date, server), refreshed each second
     app_state: dict[str, Any]
     outbox: Outbox
     write_paused: bool

@@ -1,17 +1,19 @@
-"""How the gateway is served: uvicorn's `Server` runs the process (listeners, lifespan,
-signals, graceful shutdown, `--workers`) on uvloop (with `server/accept.py`'s listeners),
-and each connection is the front that `server.front` names: the gateway's own
-(`front.py`, the default) or uvicorn's httptools protocol with the same limits
-(`connections.py`)."""
+"""How the gateway is served. Each connection is the front that `server.front` names: the
+gateway's own (`front.py`, the default) or uvicorn's httptools protocol with the same
+limits (`connections.py`). One process on the gateway's own front runs under
+`serving.Server` (listeners, start, signals, graceful shutdown); uvicorn's `Server` runs
+the uvicorn front and `--workers N`. Both run on uvloop with `server/accept.py`'s
+listeners."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import uvicorn
-
 if TYPE_CHECKING:
+    import uvicorn
+
     from fleetgate.server.app import Gateway
+    from fleetgate.server.serving import Server
 
 FRONTS = {
     "fleetgate": "fleetgate.server.front:FrontProtocol",
@@ -36,6 +38,8 @@ def uvicorn_kwargs(front: str = DEFAULT_FRONT) -> dict[str, object]:
 def uvicorn_config(app: Gateway, **overrides: Any) -> uvicorn.Config:
     """The uvicorn settings every fleetgate server runs with: `fleetgate serve` and the
     test harness alike."""
+    import uvicorn  # only where uvicorn serves: its package costs a process about 2 MB
+
     front = app.pipeline.holder.fleet.config.server.front if app is not None else DEFAULT_FRONT
     return uvicorn.Config(app, **{**uvicorn_kwargs(front), **overrides})
 
@@ -58,5 +62,14 @@ def open_files_for_streams() -> int:
     return soft
 
 
-def server_for(app: Gateway, host: str, port: int, **overrides: Any) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn_config(app, host=host, port=port, **overrides))
+def server_for(app: Gateway, host: str, port: int) -> Server | uvicorn.Server:
+    """The server of one process: the gateway's own on its own front, else uvicorn's. Both
+    have `run()`, `serve(sockets)`, `started` and `should_exit`."""
+    if app.pipeline.holder.fleet.config.server.front == DEFAULT_FRONT:
+        from fleetgate.server.serving import Server
+
+        return Server(app, host, port)
+    import uvicorn
+
+    # the lines go through `fleetgate.logs.configure`, not uvicorn's logging configuration
+    return uvicorn.Server(uvicorn_config(app, host=host, port=port, log_config=None))
