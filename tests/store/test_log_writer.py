@@ -571,6 +571,35 @@ async def test_a_writer_that_keeps_up_runs_idle_and_is_raised_while_its_pipe_is_
     assert len(await _ids(db)) == 4050
 
 
+async def test_rows_that_wait_in_the_pipe_raise_an_idle_writer_before_it_fills(
+    store: tuple[str, Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle writer beside cores that stay busy got no CPU until its pipe was full: a
+    trickle of rows (twenty requests) could wait minutes to be written. Rows it has not
+    dealt with after `ROW_WAIT_SECONDS` raise it too."""
+    monkeypatch.setattr(log_writer, "ROW_WAIT_SECONDS", 0.3)
+    url, db = store
+    writer = _started(url)
+    assert writer.pid is not None
+    pid = writer.pid
+    await writer.write(_batch(0, 5))
+    await until(lambda: writer.written == 5, 10, "the first rows written")
+    await until(lambda: _classes(pid) == {os.SCHED_IDLE}, 10, "every thread of the child idle")
+    raised = writer.raised
+
+    os.kill(pid, signal.SIGSTOP)  # a child that gets no CPU, with a pipe far from full
+    try:
+        await writer.write(_batch(5, 20))
+        await until(lambda: writer.raised > raised, 10, "the waiting rows raised the child")
+        assert _classes(pid) == {os.SCHED_BATCH}
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    await until(lambda: writer.written == 25, 10, "the rows written")
+    await until(lambda: _classes(pid) == {os.SCHED_IDLE}, 10, "idle again once caught up")
+    await writer.stop()
+    assert len(await _ids(db)) == 25
+
+
 async def test_where_a_thread_may_not_leave_idle_the_writer_never_enters_it(
     store: tuple[str, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -57,6 +57,12 @@ log = logging.getLogger("fleetgate.record")
 # where a saturated gateway's log needs under a tenth (at nice 10 it would get 10 %, too
 # close).
 NICE = 5
+# An idle child beside cores that stay busy gets no CPU until its pipe fills, which a slow
+# trickle of rows may take minutes to do: rows in the pipe that the child has not dealt
+# with after this long raise it too (it goes idle again itself once it has caught up). A
+# child that keeps up deals with them within its rest and one write (`writer_child.py`:
+# QUIET_INTERVAL + WRITE_INTERVAL, 0.7 s)
+ROW_WAIT_SECONDS = 2.0
 
 
 def can_fork_writer(url: str) -> bool:
@@ -92,7 +98,8 @@ class LogWriterProcess(BatchSink):
         self._proc: subprocess.Popen[bytes] | None = None
         self._child_fds = (-1, -1)  # the child's ends of the pipes, until it is spawned
         self._idle = False  # the child runs SCHED_IDLE while it keeps up
-        self.raised = 0  # times its pipe was full and it was moved back to SCHED_BATCH
+        self.raised = 0  # times it was moved back to SCHED_BATCH (pipe full, rows waiting)
+        self._watched_to = -1  # `_sent` when rows in the pipe were last looked after
 
     # ---- counters --------------------------------------------------------------------
     def _count(self, name: str) -> int:
@@ -247,6 +254,24 @@ class LogWriterProcess(BatchSink):
             self._loop.add_writer(self._rows_fd, self._on_writable)
         elif self._rows_fd >= 0:
             self._loop.remove_writer(self._rows_fd)
+        if self._idle and self._watched_to < 0 and self._sent > self._settled():
+            self._watched_to = self._sent
+            self._loop.call_later(ROW_WAIT_SECONDS, self._look_after_rows)
+
+    def _settled(self) -> int:
+        """Rows the child has taken from the pipe and dealt with, by its last report."""
+        child = self._child
+        return child.get("written", 0) + child.get("dropped", 0) + child.get("rejected", 0)
+
+    def _look_after_rows(self) -> None:
+        """`ROW_WAIT_SECONDS` after rows went into the pipe: if the child has not dealt with
+        them all yet, it gets the CPU it waits for as an idle process (`_hurry`)."""
+        sent_then, self._watched_to = self._watched_to, -1
+        if self._settled() < sent_then and self._rows_fd >= 0:
+            self._hurry()
+        if self._sent > self._settled() and self._rows_fd >= 0 and self._loop is not None:
+            self._watched_to = self._sent  # rows still wait: look again
+            self._loop.call_later(ROW_WAIT_SECONDS, self._look_after_rows)
 
     def _on_writable(self) -> None:
         self._send()
