@@ -13,7 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -538,6 +538,27 @@ def _classes(pid: int) -> set[int]:
     return found
 
 
+async def _idle_writer(url: str, rows: int, capacity: int = 10_000) -> tuple[LogWriterProcess, int]:
+    """A started writer that wrote `rows` rows and went idle, and its child's pid."""
+    writer = _started(url, capacity)
+    assert writer.pid is not None
+    pid = writer.pid
+    await writer.write(_batch(0, rows))
+    await until(lambda: writer.written == rows, 10, "the first rows written")
+    await until(lambda: _classes(pid) == {os.SCHED_IDLE}, 10, "every thread of the child idle")
+    return writer, pid
+
+
+@contextlib.contextmanager
+def _starved(pid: int) -> Iterator[None]:
+    """The child gets no CPU meanwhile, as beside cores that stay busy."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 async def test_a_writer_that_keeps_up_runs_idle_and_is_raised_while_its_pipe_is_full(
     store: tuple[str, Database],
 ) -> None:
@@ -548,22 +569,13 @@ async def test_a_writer_that_keeps_up_runs_idle_and_is_raised_while_its_pipe_is_
         "the tests run where a thread may leave SCHED_IDLE"
     )
     url, db = store
-    writer = _started(url, capacity=100_000)
-    assert writer.pid is not None
-    pid = writer.pid
-    await writer.write(_batch(0, 50))
-    await until(lambda: writer.written == 50, 10, "the first rows written")
-    await until(lambda: _classes(pid) == {os.SCHED_IDLE}, 10, "every thread of the child idle")
+    writer, pid = await _idle_writer(url, 50, capacity=100_000)
     assert writer.raised == 0
-
-    os.kill(pid, signal.SIGSTOP)  # a child starved of CPU: the pipe fills
-    try:
+    with _starved(pid):  # the pipe fills
         for start in range(50, 4050, 50):  # ≈ 2.8 MB of rows: more than the pipe holds
             await writer.write(_batch(start, 50))
         assert writer.raised == 1  # once: later full pipes find it raised already
         assert _classes(pid) == {os.SCHED_BATCH}
-    finally:
-        os.kill(pid, signal.SIGCONT)
     await until(lambda: writer.written == 4050, 30, "the child caught up")
     await until(lambda: _classes(pid) == {os.SCHED_IDLE}, 10, "idle again once caught up")
     await writer.stop()
@@ -579,21 +591,12 @@ async def test_rows_that_wait_in_the_pipe_raise_an_idle_writer_before_it_fills(
     dealt with after `ROW_WAIT_SECONDS` raise it too."""
     monkeypatch.setattr(log_writer, "ROW_WAIT_SECONDS", 0.3)
     url, db = store
-    writer = _started(url)
-    assert writer.pid is not None
-    pid = writer.pid
-    await writer.write(_batch(0, 5))
-    await until(lambda: writer.written == 5, 10, "the first rows written")
-    await until(lambda: _classes(pid) == {os.SCHED_IDLE}, 10, "every thread of the child idle")
+    writer, pid = await _idle_writer(url, 5)
     raised = writer.raised
-
-    os.kill(pid, signal.SIGSTOP)  # a child that gets no CPU, with a pipe far from full
-    try:
+    with _starved(pid):  # with a pipe far from full
         await writer.write(_batch(5, 20))
         await until(lambda: writer.raised > raised, 10, "the waiting rows raised the child")
         assert _classes(pid) == {os.SCHED_BATCH}
-    finally:
-        os.kill(pid, signal.SIGCONT)
     await until(lambda: writer.written == 25, 10, "the rows written")
     await until(lambda: _classes(pid) == {os.SCHED_IDLE}, 10, "idle again once caught up")
     await writer.stop()
