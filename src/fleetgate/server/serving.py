@@ -112,14 +112,14 @@ class Server:
         self._exit = asyncio.Event()
         if self._should_exit:  # asked to stop before it started
             return
-        await self.app.startup()
-        try:
-            await self._listen(sockets)
-        except OSError:  # the address is taken or not this host's: the caller says so
-            await self.app.shutdown()
-            raise
-        self.started = True
-        with self._signals():
+        with self._signals():  # a signal during the start stops it once started
+            await self.app.startup()
+            try:
+                await self._listen(sockets)
+            except OSError:  # the address is taken or not this host's: the caller says so
+                await self.app.shutdown()
+                raise
+            self.started = True
             ticking = self._loop.create_task(self._keep_date())
             try:
                 await self._exit.wait()
