@@ -18,8 +18,9 @@ be handled on its own (the client's gap p50 is printed; near `PACE_MS` it was). 
 `STREAMS` times 1.5 ms well under `PACE_MS`.
 
 Run: `python3 -m benchmarks.paced_instructions` (env: `STREAMS` 8, `ROUNDS` 2, `PACE_MS` 30,
-`LOW` 8, `HIGH` 40, `KEEP`: a folder the dumps of the `HIGH` run are copied to, for
-`callgrind_annotate`). Needs valgrind.
+`LOW` 8, `HIGH` 40, `TARGET` "fleetgate" (or "raw": the raw floor, `raw_floor.py`, the same
+way), `KEEP`: a folder the dumps of the `HIGH` run are copied to, for `callgrind_annotate`).
+Needs valgrind.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def main() -> int:
     pace = float(env_.get("PACE_MS", "30"))
     low, high = int(env_.get("LOW", "8")), int(env_.get("HIGH", "40"))
     keep = Path(env_["KEEP"]) if env_.get("KEEP") else None
+    raw = env_.get("TARGET", "fleetgate") == "raw"
     env = dict(checkout_env(), PYTHONHASHSEED="0")
     work = Path(tempfile.mkdtemp(prefix="fleetgate-paced-instr-"))
     started: list[Server] = []
@@ -84,16 +86,20 @@ def main() -> int:
             home = work / f"gw{chunks}"
             (home / "cg").mkdir(parents=True)
             port = _free_port()
-            write_config(home / "fleet.yaml", up_port, port, "process", None)
-            cmd = [*_callgrind(home / "cg"), sys.executable, "-m", "fleetgate", "serve"]
-            cmd += ["--config", str(home / "fleet.yaml"), "--port", str(port)]
+            cmd = [*_callgrind(home / "cg"), sys.executable, "-m"]
+            if raw:
+                cmd += ["benchmarks.raw_floor", "--port", str(port)]
+                cmd += ["--upstream", f"http://127.0.0.1:{up_port}"]
+            else:
+                write_config(home / "fleet.yaml", up_port, port, "process", None)
+                cmd += ["fleetgate", "serve", "--config", str(home / "fleet.yaml")]
+                cmd += ["--port", str(port)]
             server = start_server(
                 "fleetgate", cmd, port, "/readyz", {0, 1}, env, home, work / "gw.log"
             )
             started.append(server)
-            targets[chunks] = Target(
-                "fleetgate", server, home / "cg", home / "data" / "fleetgate.db"
-            )
+            store = None if raw else home / "data" / "fleetgate.db"
+            targets[chunks] = Target("fleetgate", server, home / "cg", store)
         per: dict[int, tuple[float, dict[str, float]]] = {}
         for chunks, t in targets.items():
             _client(t.server.port, streams, 1, pace, chunks)  # warm-up, not counted
@@ -130,7 +136,8 @@ def main() -> int:
     per_chunk = (per[high][0] - per[low][0]) / (n * (high - low))
     per_stream = per[low][0] / n - low * per_chunk
     print(
-        f"commit {_git_commit()}: {per_chunk / 1e3:.1f} k instructions per relayed chunk, "
+        f"{'raw floor' if raw else 'fleetgate'}, commit {_git_commit()}: "
+        f"{per_chunk / 1e3:.1f} k instructions per relayed chunk, "
         f"{per_stream / 1e3:.0f} k per stream besides its chunks ({n} streams of {low} and "
         f"{high} chunks, {pace:g} ms apart, {streams} at once)"
     )
