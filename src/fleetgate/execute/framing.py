@@ -43,6 +43,8 @@ class Framing:
     # every payload of a block of whole events at once, when its events have the common
     # form (None: read them event by event)
     payloads: Callable[[bytes], list[bytes] | None] = lambda _block: None
+    # what begins an event whose one line is its payload (SSE's `data: `; b"": none)
+    prefix: bytes = b""
 
     def is_error(self, data: bytes) -> bool:
         if data == sse.DONE or not self.suspect_error(data):
@@ -63,6 +65,17 @@ class Framing:
         check = check_json
         done = sse.DONE
         try:
+            prefix = self.prefix
+            if prefix and block.startswith(prefix) and block.endswith(self.separator):
+                # one event of one `data: ` line, as a paced stream's reads bring them
+                # (`sse.single_line_payloads`'s first case, without its call and list)
+                data = block[len(prefix) : -len(self.separator)]
+                if sse.LF not in data:
+                    if not block.isascii():
+                        block.decode()
+                    if data != done:
+                        check(data)
+                    return 1
             payloads = self.payloads(block)
             if payloads is not None:  # the block is its payloads and ASCII framing
                 utf8(block)
@@ -89,6 +102,11 @@ class Framing:
         """Set the client's model name in a block of whole events."""
         if rewriter.identity:
             return block
+        # the compact pair first, as `ModelRewriter.json` does, without its call: a
+        # relayed stream's every block comes here
+        rewritten = block.replace(rewriter.compact, rewriter.compact_to)
+        if rewritten is not block:
+            return rewritten
         rewritten = rewriter.json(block)
         if rewritten is not block or b'"model"' not in block:
             return rewritten
@@ -117,7 +135,9 @@ def _ndjson_payload(line: bytes) -> bytes | None:
     return line or None
 
 
-SSE = Framing("sse", b"\n\n", sse.event_data, sse.is_error_event, sse.single_line_payloads)
+SSE = Framing(
+    "sse", b"\n\n", sse.event_data, sse.is_error_event, sse.single_line_payloads, b"data: "
+)
 NDJSON = Framing("ndjson", b"\n", _ndjson_payload, ndjson.is_error_line)
 
 
