@@ -115,15 +115,18 @@ async def relay(
         if size > _TRIM_AT:
             reads[:] = [tail()]
             size = len(reads[0])
-        block = carry + chunk
+        block = carry + chunk if carry else chunk
         if CR in block:
             block = block.replace(b"\r\n", b"\n")
-        cut = block.rfind(sep)
-        if cut < 0:
-            carry = block
-            return None
-        end = cut + len(sep)
-        whole, carry = block[:end], block[end:]
+        if block.endswith(sep):  # the common read: whole events, nothing left over
+            whole, carry = block, b""
+        else:
+            cut = block.rfind(sep)
+            if cut < 0:
+                carry = block
+                return None
+            end = cut + len(sep)
+            whole, carry = block[:end], block[end:]
         if (n := count(whole)) is None:
             raise NotJson
         events += n
@@ -144,12 +147,27 @@ async def relay(
                 refused: list[NotJson] = []
 
                 def piped(chunk: bytes) -> bool:
-                    try:
-                        whole = checked(chunk)
-                    except NotJson as exc:
-                        refused.append(exc)
+                    nonlocal more, size, events
+                    if carry or CR in chunk or not chunk.endswith(sep):
+                        try:
+                            whole = checked(chunk)
+                        except NotJson as exc:
+                            refused.append(exc)
+                            return True
+                        return whole is not None and send(framing.rewrite(rewriter, whole))
+                    # the common read, whole events and nothing carried: `checked`'s work
+                    # without its call
+                    more = True
+                    reads.append(chunk)
+                    size += len(chunk)
+                    if size > _TRIM_AT:
+                        reads[:] = [tail()]
+                        size = len(reads[0])
+                    if (n := count(chunk)) is None:
+                        refused.append(NotJson())
                         return True
-                    return whole is not None and send(framing.rewrite(rewriter, whole))
+                    events += n
+                    return send(framing.rewrite(rewriter, chunk))
 
                 while await resp.pipe(piped):
                     if refused:
