@@ -25,12 +25,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fleetgate.execute.event_check import EndCheck
-from fleetgate.execute.framing import Framing, NotJson, stream_error_event
+from fleetgate.execute.framing import (
+    DECODE_ERRORS,
+    Framing,
+    NotJson,
+    check_json,
+    stream_error_event,
+)
 from fleetgate.execute.http1 import UpstreamIOError, UpstreamResponse
 from fleetgate.execute.outcome import CUT_SHORT, STREAM_BROKEN, Attempt
 from fleetgate.execute.resume import INTERRUPTED, WINDOW, Continuation, StreamCut
 from fleetgate.execute.rewrite import ModelRewriter
-from fleetgate.execute.sse import CR
+from fleetgate.execute.sse import CR, DONE, LF
 from fleetgate.execute.usage import USAGE_TAIL, stop_in_stream, stream_usage
 from fleetgate.fleet import Deployment
 from fleetgate.ingress.profile import RequestProfile
@@ -145,10 +151,17 @@ async def relay(
                 # task wakes for the client's back-pressure, and for the body's end
                 send: Callable[[bytes], bool] = write
                 refused: list[NotJson] = []
+                identity = rewriter.identity
+                compact, compact_to = rewriter.compact, rewriter.compact_to
+                # an event that is one `data: ` line (SSE), checked here as
+                # `Framing.json_events` would (slices compared: bytes.startswith and
+                # endswith parse their arguments, dearer than the slice)
+                prefix = framing.prefix
+                start, stop = len(prefix), -len(sep)
 
                 def piped(chunk: bytes) -> bool:
                     nonlocal more, size, events
-                    if carry or CR in chunk or not chunk.endswith(sep):
+                    if carry or CR in chunk or chunk[stop:] != sep:
                         try:
                             whole = checked(chunk)
                         except NotJson as exc:
@@ -163,11 +176,26 @@ async def relay(
                     if size > _TRIM_AT:
                         reads[:] = [tail()]
                         size = len(reads[0])
-                    if (n := count(chunk)) is None:
+                    if prefix and chunk[:start] == prefix and LF not in (data := chunk[start:stop]):
+                        try:  # one event
+                            if not chunk.isascii():
+                                chunk.decode()
+                            if data != DONE:
+                                check_json(data)
+                        except DECODE_ERRORS:
+                            refused.append(NotJson())
+                            return True
+                        events += 1
+                    elif (n := count(chunk)) is not None:
+                        events += n
+                    else:
                         refused.append(NotJson())
                         return True
-                    events += n
-                    return send(framing.rewrite(rewriter, chunk))
+                    if identity:
+                        return send(chunk)
+                    # `Framing.rewrite`'s first try, without its call
+                    out = chunk.replace(compact, compact_to)
+                    return send(out if out is not chunk else framing.rewrite(rewriter, chunk))
 
                 while await resp.pipe(piped):
                     if refused:
