@@ -62,31 +62,60 @@ class Framing:
         """How many data events a block of whole events holds (`[DONE]` included) when
         every one carries JSON (or is `[DONE]`); None when one does not. The executor
         checks each block it relays with this, and counts the answer's events with it."""
-        check = check_json
-        done = sse.DONE
+        prefix = self.prefix
+        sep = self.separator
+        start, stop = len(prefix), -len(sep)
+        payloads: list[bytes] | None = None
         try:
-            prefix = self.prefix
-            sep = self.separator
-            # one event of one `data: ` line, as a paced stream's reads bring them
-            # (`sse.single_line_payloads`'s first case, without its call and list; slices
-            # compared, cheaper than startswith and endswith, which parse their arguments)
-            if prefix and block[: len(prefix)] == prefix and block[-len(sep) :] == sep:
-                data = block[len(prefix) : -len(sep)]
-                if sse.LF not in data:
+            # events of one `data: ` line each (slices compared: cheaper than startswith
+            # and endswith, which parse their arguments)
+            if prefix and block[:start] == prefix and block[stop:] == sep:
+                data = block[start:stop]
+                if sse.LF not in data:  # one, as a paced stream's reads bring them
                     if not block.isascii():
                         block.decode()
-                    if data != done:
-                        check(data)
+                    if data != sse.DONE:
+                        check_json(data)
                     return 1
-            payloads = self.payloads(block)
-            if payloads is not None:  # the block is its payloads and ASCII framing
-                utf8(block)
-                for data in payloads:
-                    if data != done:
-                        check(data)
-                return len(payloads)
-            payload = self.payload
-            events = 0
+                payloads = sse.data_payloads(data)
+            elif not prefix:
+                payloads = self.payloads(block)
+            if payloads is None:
+                return self._each_event(block)
+            return self._checked(block, payloads)
+        except DECODE_ERRORS:
+            return None
+
+    def line_events(self, block: bytes, data: bytes) -> int | None:
+        """`json_events` of a block that is `prefix`, `data` and the separator, `data`
+        holding a line break: one-line payloads read with one split
+        (`sse.data_payloads`), else event by event."""
+        payloads = sse.data_payloads(data)
+        if payloads is None:
+            return self._each_event(block)
+        try:
+            return self._checked(block, payloads)
+        except DECODE_ERRORS:
+            return None
+
+    @staticmethod
+    def _checked(block: bytes, payloads: list[bytes]) -> int:
+        """How many `payloads` a block of them and ASCII framing holds; raises
+        DECODE_ERRORS when one is not JSON or the block is not UTF-8."""
+        if not block.isascii():
+            block.decode()
+        done = sse.DONE
+        for data in payloads:
+            if data != done:
+                check_json(data)
+        return len(payloads)
+
+    def _each_event(self, block: bytes) -> int | None:
+        """`json_events`, event by event."""
+        payload = self.payload
+        done = sse.DONE
+        events = 0
+        try:
             for event in block.split(self.separator):
                 if not event:
                     continue  # the split after the last separator
@@ -95,7 +124,7 @@ class Framing:
                     events += 1
                     if data != done:
                         utf8(data)  # payloads only: a comment's bytes are nobody's JSON
-                        check(data)
+                        check_json(data)
         except DECODE_ERRORS:
             return None
         return events

@@ -158,6 +158,7 @@ async def relay(
                 # endswith parse their arguments, dearer than the slice)
                 prefix = framing.prefix
                 start, stop = len(prefix), -len(sep)
+                line_events = framing.line_events
 
                 def piped(chunk: bytes) -> bool:
                     nonlocal more, size, events
@@ -176,21 +177,23 @@ async def relay(
                     if size > _TRIM_AT:
                         reads[:] = [tail()]
                         size = len(reads[0])
-                    if prefix and chunk[:start] == prefix and LF not in (data := chunk[start:stop]):
-                        try:  # one event
+                    if not (prefix and chunk[:start] == prefix):
+                        n = count(chunk)
+                    elif LF in (data := chunk[start:stop]):  # more events, one line each
+                        n = line_events(chunk, data)
+                    else:  # one event
+                        try:
                             if not chunk.isascii():
                                 chunk.decode()
                             if data != DONE:
                                 check_json(data)
+                            n = 1
                         except DECODE_ERRORS:
-                            refused.append(NotJson())
-                            return True
-                        events += 1
-                    elif (n := count(chunk)) is not None:
-                        events += n
-                    else:
+                            n = None
+                    if n is None:
                         refused.append(NotJson())
                         return True
+                    events += n
                     if identity:
                         return send(chunk)
                     # `Framing.rewrite`'s first try, without its call
