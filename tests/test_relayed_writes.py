@@ -16,6 +16,7 @@ import pytest
 
 from fleetgate.execute import http1
 from fleetgate.server.front_request import FrontRequest
+from fleetgate.testing import Fault, fake_engine
 from tests.harness import Stack, deployment, provider, raw_connection, wait_until
 
 
@@ -148,3 +149,37 @@ def test_a_slow_client_holds_the_upstream_back_and_gets_the_whole_stream(
     # the usage at the end of a megabyte of reads reaches the record
     attempt = _record(stack, _request_id(head))["attempts"][0]
     assert attempt["completion_tokens"] == words
+
+
+@pytest.mark.parametrize("bad", ["not JSON", "not UTF-8"])
+def test_an_event_that_is_not_json_ends_a_piped_stream_with_its_interruption(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    # a read per event; an event read in the upstream's callback is not JSON (a Python
+    # repr), or holds a byte no UTF-8 text holds (Latin-1's é)
+    engine = stack.engine("a", reply_words=12, tokens_per_second=200)
+    if bad == "not JSON":
+        engine.fail_next(Fault("invalid_json", after_chunks=6))
+    else:
+        sse = fake_engine._sse
+
+        def latin1(payload: Any, name: str | None = None) -> bytes:
+            return sse(payload, name).replace(b"w5", b"w\xe9")
+
+        monkeypatch.setattr(fake_engine, "_sse", latin1)
+    stack.start_gateway(
+        {"providers": [provider("pa", engine)], "deployments": [deployment("m", "pa")]}
+    )
+    sock = raw_connection(stack)
+    sock.sendall(_stream_request())
+    head, body = _read_answer(sock)
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    events = _events(body)
+    assert orjson.loads(events[-1])["error"]["code"] == "stream_interrupted"
+    good = [orjson.loads(e) for e in events[:-1]]
+    words = "".join(c["choices"][0]["delta"].get("content") or "" for c in good)
+    assert words.startswith("a says: w1 w2 w3") and "w9" not in words  # none after it
+    assert all(c["model"] == "m" for c in good)
+    attempt = _record(stack, _request_id(head))["attempts"][0]
+    assert attempt["error_class"] == "stream_broken"

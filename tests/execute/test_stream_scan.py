@@ -61,6 +61,13 @@ def test_single_line_payloads_only_for_the_common_form(
         (_sse(b'{"a":"\\q"}'), False),  # an escape JSON has not
         (_sse(b'{"content":"caf\xe9"}'), False),  # Latin-1, not UTF-8
         (_sse(_chunk("café ☕"), b"[DONE]"), True),  # UTF-8 is
+        # one event alone, as a paced stream's reads bring them
+        (_sse(_chunk("café ☕")), True),
+        (_sse(b"[DONE]"), True),
+        (_sse(b"[DONE"), False),
+        (_sse(b'{"a":"\\u00ff"}'), True),
+        (_sse(b'{"a":"\xff"}'), False),  # not UTF-8
+        (b'data:  {"a":1}\n\n', True),  # a space that is the payload's own
         (b'event: delta\ndata: {"a":"\xff"}\n\n', False),  # read event by event
         (b': \xff\n\nevent: delta\ndata: {"a":1}\n\n', True),  # a comment is no payload
         # other forms, read event by event
@@ -139,6 +146,8 @@ def test_ollama_and_llamacpp_counts() -> None:
         (SSE, b"event: delta\ndata: " + _chunk("hi") + b"\n\n: ping\n\n", 1),
         (SSE, b'data: {"a":\ndata: 1}\n\ndata:[DONE]\n\n', 2),
         (SSE, b": keep-alive\n\n", 0),
+        (SSE, _sse(_chunk("hi")), 1),  # one event alone
+        (SSE, _sse(b"[DONE]"), 1),
         (NDJSON, b'{"a":1}\n{"b":2}\n\n{"done":true}\n', 3),
     ],
 )

@@ -43,6 +43,8 @@ class Framing:
     # every payload of a block of whole events at once, when its events have the common
     # form (None: read them event by event)
     payloads: Callable[[bytes], list[bytes] | None] = lambda _block: None
+    # what begins an event whose one line is its payload (SSE's `data: `; b"": none)
+    prefix: bytes = b""
 
     def is_error(self, data: bytes) -> bool:
         if data == sse.DONE or not self.suspect_error(data):
@@ -60,18 +62,60 @@ class Framing:
         """How many data events a block of whole events holds (`[DONE]` included) when
         every one carries JSON (or is `[DONE]`); None when one does not. The executor
         checks each block it relays with this, and counts the answer's events with it."""
-        check = check_json
-        done = sse.DONE
+        prefix = self.prefix
+        sep = self.separator
+        start, stop = len(prefix), -len(sep)
+        payloads: list[bytes] | None = None
         try:
-            payloads = self.payloads(block)
-            if payloads is not None:  # the block is its payloads and ASCII framing
-                utf8(block)
-                for data in payloads:
-                    if data != done:
-                        check(data)
-                return len(payloads)
-            payload = self.payload
-            events = 0
+            # events of one `data: ` line each (slices compared: cheaper than startswith
+            # and endswith, which parse their arguments)
+            if prefix and block[:start] == prefix and block[stop:] == sep:
+                data = block[start:stop]
+                if sse.LF not in data:  # one, as a paced stream's reads bring them
+                    if not block.isascii():
+                        block.decode()
+                    if data != sse.DONE:
+                        check_json(data)
+                    return 1
+                payloads = sse.data_payloads(data)
+            elif not prefix:
+                payloads = self.payloads(block)
+            if payloads is None:
+                return self._each_event(block)
+            return self._checked(block, payloads)
+        except DECODE_ERRORS:
+            return None
+
+    def line_events(self, block: bytes, data: bytes) -> int | None:
+        """`json_events` of a block that is `prefix`, `data` and the separator, `data`
+        holding a line break: one-line payloads read with one split
+        (`sse.data_payloads`), else event by event."""
+        payloads = sse.data_payloads(data)
+        if payloads is None:
+            return self._each_event(block)
+        try:
+            return self._checked(block, payloads)
+        except DECODE_ERRORS:
+            return None
+
+    @staticmethod
+    def _checked(block: bytes, payloads: list[bytes]) -> int:
+        """How many `payloads` a block of them and ASCII framing holds; raises
+        DECODE_ERRORS when one is not JSON or the block is not UTF-8."""
+        if not block.isascii():
+            block.decode()
+        done = sse.DONE
+        for data in payloads:
+            if data != done:
+                check_json(data)
+        return len(payloads)
+
+    def _each_event(self, block: bytes) -> int | None:
+        """`json_events`, event by event."""
+        payload = self.payload
+        done = sse.DONE
+        events = 0
+        try:
             for event in block.split(self.separator):
                 if not event:
                     continue  # the split after the last separator
@@ -80,7 +124,7 @@ class Framing:
                     events += 1
                     if data != done:
                         utf8(data)  # payloads only: a comment's bytes are nobody's JSON
-                        check(data)
+                        check_json(data)
         except DECODE_ERRORS:
             return None
         return events
@@ -89,6 +133,11 @@ class Framing:
         """Set the client's model name in a block of whole events."""
         if rewriter.identity:
             return block
+        # the compact pair first, as `ModelRewriter.json` does, without its call: a
+        # relayed stream's every block comes here
+        rewritten = block.replace(rewriter.compact, rewriter.compact_to)
+        if rewritten is not block:
+            return rewritten
         rewritten = rewriter.json(block)
         if rewritten is not block or b'"model"' not in block:
             return rewritten
@@ -117,7 +166,9 @@ def _ndjson_payload(line: bytes) -> bytes | None:
     return line or None
 
 
-SSE = Framing("sse", b"\n\n", sse.event_data, sse.is_error_event, sse.single_line_payloads)
+SSE = Framing(
+    "sse", b"\n\n", sse.event_data, sse.is_error_event, sse.single_line_payloads, b"data: "
+)
 NDJSON = Framing("ndjson", b"\n", _ndjson_payload, ndjson.is_error_line)
 
 

@@ -406,8 +406,14 @@ class _Connection(asyncio.Protocol):
             head.set_result(self._response)
 
     def on_body(self, body: bytes) -> None:
-        if self._response is not None:
-            self._response._feed(body)
+        response = self._response
+        if response is not None:
+            sink = response._sink
+            if sink is None or response._wbits or not body:
+                response._feed(body)
+            elif sink(body):  # a piped body's read, as `_feed` would hand it, one call less
+                response._sink = None
+                response._wake()
 
     def on_message_complete(self) -> None:
         if self._interim:

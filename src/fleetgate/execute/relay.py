@@ -25,12 +25,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fleetgate.execute.event_check import EndCheck
-from fleetgate.execute.framing import Framing, NotJson, stream_error_event
+from fleetgate.execute.framing import (
+    DECODE_ERRORS,
+    Framing,
+    NotJson,
+    check_json,
+    stream_error_event,
+)
 from fleetgate.execute.http1 import UpstreamIOError, UpstreamResponse
 from fleetgate.execute.outcome import CUT_SHORT, STREAM_BROKEN, Attempt
 from fleetgate.execute.resume import INTERRUPTED, WINDOW, Continuation, StreamCut
 from fleetgate.execute.rewrite import ModelRewriter
-from fleetgate.execute.sse import CR
+from fleetgate.execute.sse import CR, DONE, LF
 from fleetgate.execute.usage import USAGE_TAIL, stop_in_stream, stream_usage
 from fleetgate.fleet import Deployment
 from fleetgate.ingress.profile import RequestProfile
@@ -115,15 +121,18 @@ async def relay(
         if size > _TRIM_AT:
             reads[:] = [tail()]
             size = len(reads[0])
-        block = carry + chunk
+        block = carry + chunk if carry else chunk
         if CR in block:
             block = block.replace(b"\r\n", b"\n")
-        cut = block.rfind(sep)
-        if cut < 0:
-            carry = block
-            return None
-        end = cut + len(sep)
-        whole, carry = block[:end], block[end:]
+        if block.endswith(sep):  # the common read: whole events, nothing left over
+            whole, carry = block, b""
+        else:
+            cut = block.rfind(sep)
+            if cut < 0:
+                carry = block
+                return None
+            end = cut + len(sep)
+            whole, carry = block[:end], block[end:]
         if (n := count(whole)) is None:
             raise NotJson
         events += n
@@ -142,14 +151,54 @@ async def relay(
                 # task wakes for the client's back-pressure, and for the body's end
                 send: Callable[[bytes], bool] = write
                 refused: list[NotJson] = []
+                identity = rewriter.identity
+                compact, compact_to = rewriter.compact, rewriter.compact_to
+                # an event that is one `data: ` line (SSE), checked here as
+                # `Framing.json_events` would (slices compared: bytes.startswith and
+                # endswith parse their arguments, dearer than the slice)
+                prefix = framing.prefix
+                start, stop = len(prefix), -len(sep)
+                line_events = framing.line_events
 
                 def piped(chunk: bytes) -> bool:
-                    try:
-                        whole = checked(chunk)
-                    except NotJson as exc:
-                        refused.append(exc)
+                    nonlocal more, size, events
+                    if carry or CR in chunk or chunk[stop:] != sep:
+                        try:
+                            whole = checked(chunk)
+                        except NotJson as exc:
+                            refused.append(exc)
+                            return True
+                        return whole is not None and send(framing.rewrite(rewriter, whole))
+                    # the common read, whole events and nothing carried: `checked`'s work
+                    # without its call
+                    more = True
+                    reads.append(chunk)
+                    size += len(chunk)
+                    if size > _TRIM_AT:
+                        reads[:] = [tail()]
+                        size = len(reads[0])
+                    if not (prefix and chunk[:start] == prefix):
+                        n = count(chunk)
+                    elif LF in (data := chunk[start:stop]):  # more events, one line each
+                        n = line_events(chunk, data)
+                    else:  # one event
+                        try:
+                            if not chunk.isascii():
+                                chunk.decode()
+                            if data != DONE:
+                                check_json(data)
+                            n = 1
+                        except DECODE_ERRORS:
+                            n = None
+                    if n is None:
+                        refused.append(NotJson())
                         return True
-                    return whole is not None and send(framing.rewrite(rewriter, whole))
+                    events += n
+                    if identity:
+                        return send(chunk)
+                    # `Framing.rewrite`'s first try, without its call
+                    out = chunk.replace(compact, compact_to)
+                    return send(out if out is not chunk else framing.rewrite(rewriter, chunk))
 
                 while await resp.pipe(piped):
                     if refused:

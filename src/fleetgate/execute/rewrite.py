@@ -25,7 +25,7 @@ class ModelRewriter:
     rewritten (at the top level and in those two objects).
     """
 
-    __slots__ = ("_client", "_client_json", "_pairs", "identity")
+    __slots__ = ("_client", "_client_json", "_pairs", "compact", "compact_to", "identity")
 
     def __init__(self, upstream: str, client: str) -> None:
         self.identity = upstream == client
@@ -34,6 +34,8 @@ class ModelRewriter:
         cl = orjson.dumps(client)
         # the upstream's name after the key, and the client's that replaces it
         self._pairs = ((b'"model":' + up, b'"model":' + cl), (b'"model": ' + up, b'"model": ' + cl))
+        # the first pair, the form most upstreams write (`Framing.rewrite` tries it inline)
+        self.compact, self.compact_to = self._pairs[0]
         self._client_json = cl
 
     def json(self, body: bytes, parsed: object = None) -> bytes:

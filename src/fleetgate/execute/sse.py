@@ -27,7 +27,11 @@ def single_line_payloads(block: bytes) -> list[bytes] | None:
     has another line or form, for `event_data` to read event by event."""
     if not (block.startswith(b"data: ") and block.endswith(b"\n\n")):
         return None
-    data = block[6:-2]
+    return data_payloads(block[6:-2])
+
+
+def data_payloads(data: bytes) -> list[bytes] | None:
+    """`single_line_payloads` of the block `data: ` + `data` + an empty line."""
     if LF not in data:  # one event (as a paced stream's reads bring them): no split
         return [data]
     payloads = data.split(b"\n\ndata: ")
