@@ -56,6 +56,16 @@ def _read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
     return head, body
 
 
+def _streamed(stack: Stack) -> tuple[bytes, list[bytes]]:
+    """One streamed chat over a raw connection: its head (a 200) and its events' data."""
+    sock = raw_connection(stack)
+    sock.sendall(_stream_request())
+    head, body = _read_answer(sock)
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    return head, _events(body)
+
+
 def _request_id(head: bytes) -> str:
     return next(
         line.split(b": ", 1)[1].decode()
@@ -85,12 +95,7 @@ def test_a_plain_streams_events_are_written_in_the_upstreams_callback(
         return write(self, chunk)
 
     monkeypatch.setattr(FrontRequest, "write", noted)
-    sock = raw_connection(stack)
-    sock.sendall(_stream_request())
-    head, body = _read_answer(sock)
-    sock.close()
-    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
-    events = _events(body)
+    head, events = _streamed(stack)
     assert events[-1] == b"[DONE]"
     chunks = [orjson.loads(e) for e in events[:-1]]
     assert all(c["model"] == "m" for c in chunks)  # the client's name, set in the callback
@@ -170,12 +175,7 @@ def test_an_event_that_is_not_json_ends_a_piped_stream_with_its_interruption(
     stack.start_gateway(
         {"providers": [provider("pa", engine)], "deployments": [deployment("m", "pa")]}
     )
-    sock = raw_connection(stack)
-    sock.sendall(_stream_request())
-    head, body = _read_answer(sock)
-    sock.close()
-    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
-    events = _events(body)
+    head, events = _streamed(stack)
     assert orjson.loads(events[-1])["error"]["code"] == "stream_interrupted"
     good = [orjson.loads(e) for e in events[:-1]]
     words = "".join(c["choices"][0]["delta"].get("content") or "" for c in good)

@@ -111,16 +111,21 @@ async def relay(
     def tail() -> bytes:
         return b"".join(reads)[-USAGE_TAIL:]
 
-    def checked(chunk: bytes) -> bytes | None:
-        """One read's whole events, checked and counted (None: no event ends in it yet);
-        keeps what follows them, and the stream's tail. Raises NotJson."""
-        nonlocal more, size, carry, events
+    def kept(chunk: bytes) -> None:
+        """The read is in the stream's tail (what its usage is read from at the end)."""
+        nonlocal more, size
         more = True
         reads.append(chunk)
         size += len(chunk)
         if size > _TRIM_AT:
             reads[:] = [tail()]
             size = len(reads[0])
+
+    def checked(chunk: bytes) -> bytes | None:
+        """One read's whole events, checked and counted (None: no event ends in it yet);
+        keeps what follows them, and the stream's tail. Raises NotJson."""
+        nonlocal carry, events
+        kept(chunk)
         block = carry + chunk if carry else chunk
         if CR in block:
             block = block.replace(b"\r\n", b"\n")
@@ -161,7 +166,7 @@ async def relay(
                 line_events = framing.line_events
 
                 def piped(chunk: bytes) -> bool:
-                    nonlocal more, size, events
+                    nonlocal events
                     if carry or CR in chunk or chunk[stop:] != sep:
                         try:
                             whole = checked(chunk)
@@ -170,13 +175,8 @@ async def relay(
                             return True
                         return whole is not None and send(framing.rewrite(rewriter, whole))
                     # the common read, whole events and nothing carried: `checked`'s work
-                    # without its call
-                    more = True
-                    reads.append(chunk)
-                    size += len(chunk)
-                    if size > _TRIM_AT:
-                        reads[:] = [tail()]
-                        size = len(reads[0])
+                    # without its carry
+                    kept(chunk)
                     if not (prefix and chunk[:start] == prefix):
                         n = count(chunk)
                     elif LF in (data := chunk[start:stop]):  # more events, one line each
