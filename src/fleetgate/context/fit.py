@@ -46,8 +46,8 @@ from fleetgate.context.tally import FIELDS, LAYOUT, N_FIELDS, TOKEN_IDS
 
 # template fields whose cost may be negative: a template can write less when a request has
 # tools, or a system turn of its own, than its default preamble, or render tool calls in
-# fewer tokens than their JSON costs as text (or drop them)
-_SIGNED = ("tool_blocks", "call_chars", "default_system")
+# fewer tokens than their JSON costs as text (or drop them), or drop tool results
+_SIGNED = ("tool_blocks", "tool_text", "call_chars", "default_system")
 SIGNED = frozenset(FIELDS.index(f) for f in _SIGNED)
 
 # the template's fields: a family's template says little of an unknown model's (one writes
@@ -56,6 +56,7 @@ _TEMPLATE = (
     "messages",
     "replies",
     "tool_turns",
+    "tool_text",
     "call_chars",
     "tools",
     "tool_blocks",
