@@ -229,18 +229,21 @@ class TokenizerFit:
             self._gain = 1.0
 
     def _rebuild(self) -> None:
-        """The equations from the probes and the kept answers (a fingerprint, a load)."""
-        n = N_FIELDS
-        self._a = [[0.0] * n for _ in range(n)]
-        self._b = [0.0] * n
-        self._gain = 1.0
-        for x, y in self._probes:
-            self._accumulate(x, y, PROBE_WEIGHT)
-        for x, y in self._recent:
-            self._accumulate(x, y, 1.0)
-        self._pending = 1
-        self._refit_at = 0.0
-        self.refit()
+        """The equations from the probes and the kept answers (a fingerprint, a load),
+        twice when there was no fit to weigh them by: then each sample weighed as much as
+        the next, so a second pass weighs them by the first pass's fit (`HUBER`)."""
+        for _ in range(1 if self.weights is not None else 2):
+            n = N_FIELDS
+            self._a = [[0.0] * n for _ in range(n)]
+            self._b = [0.0] * n
+            self._gain = 1.0
+            for x, y in self._probes:
+                self._accumulate(x, y, PROBE_WEIGHT)
+            for x, y in self._recent:
+                self._accumulate(x, y, 1.0)
+            self._pending = 1
+            self._refit_at = 0.0
+            self.refit()
 
     # -- the fit -------------------------------------------------------------------------
     def due(self, now: float) -> bool:
