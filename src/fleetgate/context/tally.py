@@ -293,14 +293,16 @@ _NOT_SCRIPT = bytes(b for b in range(256) if b not in _SCRIPT_CODES)
 
 def count_pieces(data: bytes) -> int:
     """The pieces of UTF-8 `data` a pre-tokenizer splits at the least, by rule: its words,
-    ASCII punctuation, digits and characters outside ASCII, one each."""
-    ascii = data.isascii()
-    words = data.translate(_WORD_TABLE) if ascii else data.translate(_WORD_TABLE, _CONTINUATION)
-    rare = data.translate(_CLASS_TABLE, _COMMON if ascii else _COMMON_OR_CONTINUATION)
+    ASCII punctuation, digits and characters outside ASCII, one each. Counted on a sample
+    (`_sample`) and scaled up by bytes, as the run fields are: the cost stays flat."""
+    sample = _sample(data)
+    ascii = sample.isascii()
+    words = sample.translate(_WORD_TABLE, b"" if ascii else _CONTINUATION)
+    rare = sample.translate(_CLASS_TABLE, _COMMON if ascii else _COMMON_OR_CONTINUATION)
     pieces = words.count(b" a") + (words[:1] == b"a") + rare.count(b".") + rare.count(b"0")
     if not ascii:
         pieces += len(rare.translate(None, _NOT_SCRIPT))
-    return pieces
+    return pieces if sample is data else round(pieces * len(data) / len(sample))
 
 
 def count_text(data: bytes, counts: list[int]) -> bytes:
@@ -400,18 +402,19 @@ class _Walk:
         counts = self.counts
         counts[MESSAGES] += 1
         role = message.get("role")
+        content = message.get("content")
         if role == "assistant":
             counts[REPLIES] += 1
         elif role == "tool" or role == "function":
             counts[TOOL_TURNS] += 1
-        content = message.get("content")
-        start = len(self.parts)
+            start = len(self.parts)
+            self.content(content)
+            self.tool_parts.extend(self.parts[start:])
+            content = None  # gathered
         if type(content) is str:
             self.parts.append(content)
-        else:
+        elif content is not None:
             self.content(content)
-        if counts[TOOL_TURNS] and (role == "tool" or role == "function"):
-            self.tool_parts.extend(self.parts[start:])
         if len(message) <= 2:  # role and content: the common case
             return
         for key in ("tool_calls", "function_call"):
