@@ -12,8 +12,9 @@ windows, or its guard refuses), on an engine with a tokenize endpoint, in the ba
     tokenized alone, a marker of token ids between them, so the answer splits per text)
     and of every probe chat rendered by `POST /apply-template` (one call each): 12 calls.
     A chat the template refuses (a client error: Llama 3.1's raises for two tool calls in
-    one turn) is left out, and the other probes stand. A rendered chat leaves out the special tokens the engine adds to a prompt it serves (a
-    BOS token on most SentencePiece vocabularies), which its usage counts: the list is
+    one turn) is left out, and the other probes stand. A rendered chat leaves out the
+    special tokens the engine adds to a prompt it serves (a BOS token on most
+    SentencePiece vocabularies), which its usage counts: the list is
     tokenized with `add_special`, which llama.cpp applies to its first string only, and
     that string is empty, so its tokens are those specials, added to each chat's count;
   - vLLM: `POST /tokenize` with `prompt` per text and with `messages` (and `tools`) per
