@@ -41,7 +41,10 @@ async def _serve(routes: dict[str, Callable[[Any], Any]]) -> AsyncIterator[Engin
         async def handle(request: web.Request) -> web.Response:
             body = await request.json() if request.method == "POST" else None
             seen.append((request.path, body))
-            return web.json_response(answer(body))
+            answered = answer(body)
+            if isinstance(answered, web.Response):
+                return answered
+            return web.json_response(answered)
 
         return handle
 
@@ -82,6 +85,27 @@ async def llamacpp() -> AsyncIterator[Engine]:
             "GET /v1/models": lambda _: {"data": [{"id": "tiny", "meta": {"n_vocab": 32064}}]},
             "GET /props": lambda _: {"model_path": "/models/tiny.gguf"},
             "POST /apply-template": lambda body: {"prompt": _rendered(body)},
+            "POST /tokenize": _llamacpp_tokenize,
+        }
+    ):
+        yield served
+
+
+def _strict_template(body: dict[str, Any]) -> Any:
+    """A template that raises for more than one tool call in a turn, as Llama 3.1's does
+    (llama.cpp answers 400)."""
+    if any(len(m.get("tool_calls") or ()) > 1 for m in body["messages"]):
+        return web.json_response({"error": {"code": 400, "message": "template"}}, status=400)
+    return {"prompt": _rendered(body)}
+
+
+@pytest.fixture
+async def strict_llamacpp() -> AsyncIterator[Engine]:
+    async for served in _serve(
+        {
+            "GET /v1/models": lambda _: {"data": [{"id": "tiny", "meta": {"n_vocab": 128256}}]},
+            "GET /props": lambda _: {"model_path": "/models/strict.gguf"},
+            "POST /apply-template": _strict_template,
             "POST /tokenize": _llamacpp_tokenize,
         }
     ):
@@ -144,6 +168,20 @@ async def test_llamacpp_chat_probes_count_the_bos_the_engine_adds_and_texts_do_n
     # first string alone, an empty one
     tokenized = [body for path, body in seen if path == "/tokenize"]
     assert tokenized and all(b["add_special"] and b["content"][0] == "" for b in tokenized)
+
+
+async def test_a_chat_the_template_refuses_is_left_out_and_the_rest_stand(
+    strict_llamacpp: Engine,
+) -> None:
+    url, _ = strict_llamacpp
+    probes = await _fingerprint("llamacpp", url)
+    texts = [(text_tally(t).counts, len(t.split())) for t in (*TEXTS, *MIXES)]
+    rendered = [c for c in CHATS if all(len(m.get("tool_calls") or ()) < 2 for m in c["messages"])]
+    assert 0 < len(rendered) < len(CHATS)
+    # before, one refused chat failed the whole fingerprint: no probes at all
+    assert probes == texts + [
+        (chat_tally(c).counts, len(_rendered(c).split()) + 1) for c in rendered
+    ]
 
 
 async def test_sglang_text_probes_carry_no_special_tokens(sglang: Engine) -> None:

@@ -46,8 +46,8 @@ from fleetgate.context.tally import FIELDS, LAYOUT, N_FIELDS, TOKEN_IDS
 
 # template fields whose cost may be negative: a template can write less when a request has
 # tools, or a system turn of its own, than its default preamble, or render tool calls in
-# fewer tokens than their JSON costs as text (or drop them)
-_SIGNED = ("tool_blocks", "call_chars", "default_system")
+# fewer tokens than their JSON costs as text (or drop them), or drop tool results
+_SIGNED = ("tool_blocks", "tool_text", "call_chars", "default_system")
 SIGNED = frozenset(FIELDS.index(f) for f in _SIGNED)
 
 # the template's fields: a family's template says little of an unknown model's (one writes
@@ -56,6 +56,7 @@ _TEMPLATE = (
     "messages",
     "replies",
     "tool_turns",
+    "tool_text",
     "call_chars",
     "tools",
     "tool_blocks",
@@ -228,18 +229,21 @@ class TokenizerFit:
             self._gain = 1.0
 
     def _rebuild(self) -> None:
-        """The equations from the probes and the kept answers (a fingerprint, a load)."""
-        n = N_FIELDS
-        self._a = [[0.0] * n for _ in range(n)]
-        self._b = [0.0] * n
-        self._gain = 1.0
-        for x, y in self._probes:
-            self._accumulate(x, y, PROBE_WEIGHT)
-        for x, y in self._recent:
-            self._accumulate(x, y, 1.0)
-        self._pending = 1
-        self._refit_at = 0.0
-        self.refit()
+        """The equations from the probes and the kept answers (a fingerprint, a load),
+        twice when there was no fit to weigh them by: then each sample weighed as much as
+        the next, so a second pass weighs them by the first pass's fit (`HUBER`)."""
+        for _ in range(1 if self.weights is not None else 2):
+            n = N_FIELDS
+            self._a = [[0.0] * n for _ in range(n)]
+            self._b = [0.0] * n
+            self._gain = 1.0
+            for x, y in self._probes:
+                self._accumulate(x, y, PROBE_WEIGHT)
+            for x, y in self._recent:
+                self._accumulate(x, y, 1.0)
+            self._pending = 1
+            self._refit_at = 0.0
+            self.refit()
 
     # -- the fit -------------------------------------------------------------------------
     def due(self, now: float) -> bool:

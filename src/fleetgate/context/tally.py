@@ -82,6 +82,10 @@ FIELDS = (
     "messages",  # chat turns (each costs the template's per-message scaffolding)
     "replies",  # assistant turns (a template may wrap a reply in more than a question)
     "tool_turns",  # tool results turns
+    # the pieces of tool results' text (words, ASCII punctuation, digits, other characters),
+    # also counted as text above: a template may drop the results (Phi-3.5's does), and what
+    # that saves is about what the text costs, which its characters alone do not tell
+    "tool_text",
     "call_chars",  # characters of tool calls' JSON, also counted as text above
     "tools",  # tool schemas (each costs the template's per-tool wrapping)
     "tool_blocks",  # 1 when the request carries tools (the template's tools preamble)
@@ -107,6 +111,7 @@ TOKEN_IDS = FIELDS.index("token_ids")
 MESSAGES = FIELDS.index("messages")
 REPLIES = FIELDS.index("replies")
 TOOL_TURNS = FIELDS.index("tool_turns")
+TOOL_TEXT = FIELDS.index("tool_text")
 CALL_CHARS = FIELDS.index("call_chars")
 TOOLS = FIELDS.index("tools")
 TOOL_BLOCKS = FIELDS.index("tool_blocks")
@@ -282,6 +287,24 @@ def _schema_counts(data: bytes) -> tuple[int, int, int, int]:
     return len(words), n_words, punct.count(b"a"), punct.title().count(b"A")
 
 
+# the class codes of characters outside ASCII (`_SCRIPT_CODES`), kept by deleting the rest
+_NOT_SCRIPT = bytes(b for b in range(256) if b not in _SCRIPT_CODES)
+
+
+def count_pieces(data: bytes) -> int:
+    """The pieces of UTF-8 `data` a pre-tokenizer splits at the least, by rule: its words,
+    ASCII punctuation, digits and characters outside ASCII, one each. Counted on a sample
+    (`_sample`) and scaled up by bytes, as the run fields are: the cost stays flat."""
+    sample = _sample(data)
+    ascii = sample.isascii()
+    words = sample.translate(_WORD_TABLE, b"" if ascii else _CONTINUATION)
+    rare = sample.translate(_CLASS_TABLE, _COMMON if ascii else _COMMON_OR_CONTINUATION)
+    pieces = words.count(b" a") + (words[:1] == b"a") + rare.count(b".") + rare.count(b"0")
+    if not ascii:
+        pieces += len(rare.translate(None, _NOT_SCRIPT))
+    return pieces if sample is data else round(pieces * len(data) / len(sample))
+
+
 def count_text(data: bytes, counts: list[int]) -> bytes:
     """Add the character classes of UTF-8 `data` to `counts` (a tally vector); returns the
     sample its runs were counted on."""
@@ -316,10 +339,11 @@ def count_text(data: bytes, counts: list[int]) -> bytes:
 class _Walk:
     """Collects the text pieces and structure counts of one body."""
 
-    __slots__ = ("audio", "blobs", "counts", "images", "parts", "sample", "token_ids")
+    __slots__ = ("audio", "blobs", "counts", "images", "parts", "sample", "token_ids", "tool_parts")
 
     def __init__(self) -> None:
         self.parts: list[str] = []  # text, joined and encoded once
+        self.tool_parts: list[str] = []  # the text of tool results (also in `parts`)
         self.blobs: list[bytes] = []  # JSON of tool calls, schemas and other parts
         self.token_ids = 0
         self.images = 0
@@ -378,14 +402,18 @@ class _Walk:
         counts = self.counts
         counts[MESSAGES] += 1
         role = message.get("role")
+        content = message.get("content")
         if role == "assistant":
             counts[REPLIES] += 1
         elif role == "tool" or role == "function":
             counts[TOOL_TURNS] += 1
-        content = message.get("content")
+            start = len(self.parts)
+            self.content(content)
+            self.tool_parts.extend(self.parts[start:])
+            content = None  # gathered
         if type(content) is str:
             self.parts.append(content)
-        else:
+        elif content is not None:
             self.content(content)
         if len(message) <= 2:  # role and content: the common case
             return
@@ -416,6 +444,8 @@ class _Walk:
             if blobs:
                 text = b" ".join((text, *blobs)) if self.parts else b" ".join(blobs)
             self.sample = count_text(text, counts)
+        if self.tool_parts:
+            counts[TOOL_TEXT] += count_pieces(" ".join(self.tool_parts).encode())
         counts[TOKEN_IDS] += self.token_ids
         counts[REQUESTS] = 1
         return counts

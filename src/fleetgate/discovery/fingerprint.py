@@ -11,8 +11,10 @@ windows, or its guard refuses), on an engine with a tokenize endpoint, in the ba
   - llama.cpp: one `POST /tokenize` of every probe text and mix (as one list, each text
     tokenized alone, a marker of token ids between them, so the answer splits per text)
     and of every probe chat rendered by `POST /apply-template` (one call each): 12 calls.
-    A rendered chat leaves out the special tokens the engine adds to a prompt it serves (a
-    BOS token on most SentencePiece vocabularies), which its usage counts: the list is
+    A chat the template refuses (a client error: Llama 3.1's raises for two tool calls in
+    one turn) is left out, and the other probes stand. A rendered chat leaves out the
+    special tokens the engine adds to a prompt it serves (a BOS token on most
+    SentencePiece vocabularies), which its usage counts: the list is
     tokenized with `add_special`, which llama.cpp applies to its first string only, and
     that string is empty, so its tokens are those specials, added to each chat's count;
   - vLLM: `POST /tokenize` with `prompt` per text and with `messages` (and `tools`) per
@@ -157,10 +159,16 @@ class FingerprintService(BackgroundPoller):
         return await cache.get(dep.provider, path, body)
 
     async def _llamacpp(self, cache: ProbeCache, dep: Deployment) -> Probes:
-        rendered = []
+        rendered, chats = [], []
         for chat in CHATS:
-            answer = await self._ask(cache, dep, "/apply-template", chat)
+            try:
+                answer = await self._ask(cache, dep, "/apply-template", chat)
+            except Exception as exc:
+                if not _refused(exc):
+                    raise
+                continue  # a chat the template refuses to render: the others tell its cost
             rendered.append(str(answer["prompt"]))
+            chats.append(chat)
         content: list[Any] = []
         # first an empty string: the only one `add_special` applies to (see the module doc)
         for text in ("", *TEXTS, *MIXES, *rendered):
@@ -171,7 +179,7 @@ class FingerprintService(BackgroundPoller):
         special, *counts = _split(answer["tokens"], 1 + len(TEXTS) + len(MIXES) + len(rendered))
         texts = len(TEXTS) + len(MIXES)
         counts[texts:] = [n + special for n in counts[texts:]]
-        tallies = [text_tally(t) for t in (*TEXTS, *MIXES)] + [chat_tally(c) for c in CHATS]
+        tallies = [text_tally(t) for t in (*TEXTS, *MIXES)] + [chat_tally(c) for c in chats]
         return _pairs(tallies, counts)
 
     async def _per_call(self, cache: ProbeCache, dep: Deployment) -> Probes:
@@ -194,6 +202,13 @@ class FingerprintService(BackgroundPoller):
 
         counts = await asyncio.gather(*(one(path, body) for _, path, body in asks[:MAX_CALLS]))
         return _pairs([t for t, _, _ in asks[:MAX_CALLS]], list(counts))
+
+
+def _refused(exc: Exception) -> bool:
+    """Whether an engine answered a request with a client error (4xx): a chat template that
+    raises for what it does not support (Llama 3.1's: more than one tool call in a turn)."""
+    status = getattr(exc, "status", None)
+    return isinstance(status, int) and 400 <= status < 500
 
 
 def _text_body(model: str, text: str) -> dict[str, Any]:
