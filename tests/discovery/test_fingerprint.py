@@ -131,6 +131,28 @@ async def sglang() -> AsyncIterator[Engine]:
         yield served
 
 
+def _strict_vllm_tokenize(body: dict[str, Any]) -> Any:
+    """vLLM's /tokenize: a chat rendered by its template, which raises for more than one
+    tool call in a turn (vLLM answers 400); a text as SGLang's."""
+    if "messages" not in body:
+        return _openai_tokenize(body)
+    if any(len(m.get("tool_calls") or ()) > 1 for m in body["messages"]):
+        return web.json_response({"error": {"code": 400, "message": "template"}}, status=400)
+    tokens = [BOS, *_words(_rendered(body))]
+    return {"tokens": tokens, "count": len(tokens), "max_model_len": 4096}
+
+
+@pytest.fixture
+async def strict_vllm() -> AsyncIterator[Engine]:
+    async for served in _serve(
+        {
+            "GET /v1/models": lambda _: {"data": [{"id": "tiny", "root": "/models/strict"}]},
+            "POST /tokenize": _strict_vllm_tokenize,
+        }
+    ):
+        yield served
+
+
 async def _fingerprint(kind: str, url: str) -> list[tuple[tuple[int, ...], int]]:
     """The probe counts a fingerprint round takes from a two-window model on `url`."""
     fleet = build_fleet(
@@ -191,3 +213,18 @@ async def test_sglang_text_probes_carry_no_special_tokens(sglang: Engine) -> Non
     assert probes == [(text_tally(t).counts, len(t.split())) for t in texts]
     asked = [body for path, body in seen if path == "/tokenize"]
     assert asked and all(body["add_special_tokens"] is False for body in asked)
+
+
+async def test_vllm_leaves_out_a_chat_the_template_refuses_and_keeps_the_rest(
+    strict_vllm: Engine,
+) -> None:
+    url, _ = strict_vllm
+    probes = await _fingerprint("vllm", url)
+    chats = [c for c in CHATS if all(len(m.get("tool_calls") or ()) < 2 for m in c["messages"])]
+    assert 0 < len(chats) < len(CHATS)
+    # before, one refused chat failed the whole round: no probes at all
+    texts = [(text_tally(t).counts, len(t.split())) for t in TEXTS]
+    served = [(chat_tally(c).counts, len(_rendered(c).split()) + 1) for c in chats]
+    mixes = [(text_tally(t).counts, len(t.split())) for t in MIXES]
+    # the round's calls: every text and chat, then mixes as far as the budget goes
+    assert probes == texts + served + mixes[: MAX_CALLS - len(TEXTS) - len(CHATS)]

@@ -18,7 +18,8 @@ windows, or its guard refuses), on an engine with a tokenize endpoint, in the ba
     tokenized with `add_special`, which llama.cpp applies to its first string only, and
     that string is empty, so its tokens are those specials, added to each chat's count;
   - vLLM: `POST /tokenize` with `prompt` per text and with `messages` (and `tools`) per
-    chat, then per mix as far as `MAX_CALLS` goes, four at a time;
+    chat, then per mix as far as `MAX_CALLS` goes, four at a time; a chat its template
+    refuses (a client error) is left out, as on llama.cpp;
   - SGLang: `POST /tokenize` per text (its template's part is left to the answers).
   Texts are tokenized without special tokens (`add_special_tokens: false` on vLLM and
   SGLang, whose default adds them): a text is a part of a prompt, not a prompt;
@@ -195,13 +196,20 @@ class FingerprintService(BackgroundPoller):
             asks.append((text_tally(text), "/tokenize", _text_body(model, text)))
         gate = asyncio.Semaphore(4)
 
-        async def one(path: str, body: dict[str, Any]) -> int:
+        async def one(path: str, body: dict[str, Any]) -> int | None:
             async with gate:
-                answer = await self._ask(cache, dep, path, body)
+                try:
+                    answer = await self._ask(cache, dep, path, body)
+                except Exception as exc:
+                    if "messages" in body and _refused(exc):
+                        return None  # a chat its template refuses: the others tell its cost
+                    raise
             return _count(answer)
 
-        counts = await asyncio.gather(*(one(path, body) for _, path, body in asks[:MAX_CALLS]))
-        return _pairs([t for t, _, _ in asks[:MAX_CALLS]], list(counts))
+        asks = asks[:MAX_CALLS]
+        counts = await asyncio.gather(*(one(path, body) for _, path, body in asks))
+        answered = [(t, n) for (t, _, _), n in zip(asks, counts, strict=True) if n is not None]
+        return _pairs([t for t, _ in answered], [n for _, n in answered])
 
 
 def _refused(exc: Exception) -> bool:
