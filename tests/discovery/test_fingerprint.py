@@ -91,12 +91,17 @@ async def llamacpp() -> AsyncIterator[Engine]:
         yield served
 
 
-def _strict_template(body: dict[str, Any]) -> Any:
-    """A template that raises for more than one tool call in a turn, as Llama 3.1's does
-    (llama.cpp answers 400)."""
+def _refusal(body: dict[str, Any]) -> web.Response | None:
+    """What an engine answers for a chat its template raises on: more than one tool call in
+    a turn, as Llama 3.1's (llama.cpp and vLLM answer 400); None for any other chat."""
     if any(len(m.get("tool_calls") or ()) > 1 for m in body["messages"]):
         return web.json_response({"error": {"code": 400, "message": "template"}}, status=400)
-    return {"prompt": _rendered(body)}
+    return None
+
+
+def _strict_template(body: dict[str, Any]) -> Any:
+    """llama.cpp's /apply-template with that template."""
+    return _refusal(body) or {"prompt": _rendered(body)}
 
 
 @pytest.fixture
@@ -120,36 +125,34 @@ def _openai_tokenize(body: dict[str, Any]) -> dict[str, Any]:
     return {"tokens": tokens, "count": len(tokens), "max_model_len": 4096}
 
 
+def _openai_engine(root: str, tokenize: Any) -> AsyncIterator[Engine]:
+    """A vLLM- or SGLang-like engine: its model list and its /tokenize."""
+    return _serve(
+        {
+            "GET /v1/models": lambda _: {"data": [{"id": "tiny", "root": root}]},
+            "POST /tokenize": tokenize,
+        }
+    )
+
+
 @pytest.fixture
 async def sglang() -> AsyncIterator[Engine]:
-    async for served in _serve(
-        {
-            "GET /v1/models": lambda _: {"data": [{"id": "tiny", "root": "/models/tiny"}]},
-            "POST /tokenize": _openai_tokenize,
-        }
-    ):
+    async for served in _openai_engine("/models/tiny", _openai_tokenize):
         yield served
 
 
 def _strict_vllm_tokenize(body: dict[str, Any]) -> Any:
-    """vLLM's /tokenize: a chat rendered by its template, which raises for more than one
-    tool call in a turn (vLLM answers 400); a text as SGLang's."""
+    """vLLM's /tokenize with the template above: a chat rendered (or refused), a text as
+    SGLang's."""
     if "messages" not in body:
         return _openai_tokenize(body)
-    if any(len(m.get("tool_calls") or ()) > 1 for m in body["messages"]):
-        return web.json_response({"error": {"code": 400, "message": "template"}}, status=400)
     tokens = [BOS, *_words(_rendered(body))]
-    return {"tokens": tokens, "count": len(tokens), "max_model_len": 4096}
+    return _refusal(body) or {"tokens": tokens, "count": len(tokens), "max_model_len": 4096}
 
 
 @pytest.fixture
 async def strict_vllm() -> AsyncIterator[Engine]:
-    async for served in _serve(
-        {
-            "GET /v1/models": lambda _: {"data": [{"id": "tiny", "root": "/models/strict"}]},
-            "POST /tokenize": _strict_vllm_tokenize,
-        }
-    ):
+    async for served in _openai_engine("/models/strict", _strict_vllm_tokenize):
         yield served
 
 
