@@ -36,8 +36,8 @@ def uvicorn_kwargs(front: str = DEFAULT_FRONT) -> dict[str, object]:
 
 
 def uvicorn_config(app: Gateway, **overrides: Any) -> uvicorn.Config:
-    """The uvicorn settings every fleetgate server runs with: `fleetgate serve` and the
-    test harness alike."""
+    """The uvicorn settings fleetgate runs uvicorn with: `--workers N` and the uvicorn front,
+    in `fleetgate serve` and the test harness alike."""
     import uvicorn  # only where uvicorn serves: its package costs a process about 2 MB
 
     front = app.pipeline.holder.fleet.config.server.front if app is not None else DEFAULT_FRONT
