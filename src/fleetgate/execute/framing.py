@@ -138,7 +138,11 @@ class Framing:
         rewritten = block.replace(rewriter.compact, rewriter.compact_to)
         if rewritten is not block:
             return rewritten
-        rewritten = rewriter.json(block)
+        return self.rewrite_other(rewriter, block)
+
+    def rewrite_other(self, rewriter: ModelRewriter, block: bytes) -> bytes:
+        """`rewrite` of a block the compact pair (`ModelRewriter.compact`) is not in."""
+        rewritten = rewriter.json(block, compact_tried=True)
         if rewritten is not block or b'"model"' not in block:
             return rewritten
         # an upstream that answers with another name: rewrite event by event

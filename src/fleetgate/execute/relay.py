@@ -198,7 +198,7 @@ async def relay(
                         return send(chunk)
                     # `Framing.rewrite`'s first try, without its call
                     out = chunk.replace(compact, compact_to)
-                    return send(out if out is not chunk else framing.rewrite(rewriter, chunk))
+                    return send(out if out is not chunk else framing.rewrite_other(rewriter, chunk))
 
                 while await resp.pipe(piped):
                     if refused:

@@ -25,7 +25,15 @@ class ModelRewriter:
     rewritten (at the top level and in those two objects).
     """
 
-    __slots__ = ("_client", "_client_json", "_pairs", "compact", "compact_to", "identity")
+    __slots__ = (
+        "_client",
+        "_client_json",
+        "_others",
+        "_pairs",
+        "compact",
+        "compact_to",
+        "identity",
+    )
 
     def __init__(self, upstream: str, client: str) -> None:
         self.identity = upstream == client
@@ -36,14 +44,16 @@ class ModelRewriter:
         self._pairs = ((b'"model":' + up, b'"model":' + cl), (b'"model": ' + up, b'"model": ' + cl))
         # the first pair, the form most upstreams write (`Framing.rewrite` tries it inline)
         self.compact, self.compact_to = self._pairs[0]
+        self._others = self._pairs[1:]
         self._client_json = cl
 
-    def json(self, body: bytes, parsed: object = None) -> bytes:
+    def json(self, body: bytes, parsed: object = None, compact_tried: bool = False) -> bytes:
         """Rewrite one JSON document (a whole body or one SSE `data:` payload); `parsed`
-        is the document already decoded, when the caller has it (it may be changed)."""
+        is the document already decoded, when the caller has it (it may be changed);
+        `compact_tried`: the caller found no compact pair (`compact`) in it already."""
         if self.identity and b'"model"' not in body:
             return body
-        for pattern, replacement in self._pairs:
+        for pattern, replacement in self._others if compact_tried else self._pairs:
             # one pass, no search before it: `replace` gives `body` itself back when it
             # finds nothing
             rewritten = body.replace(pattern, replacement)
