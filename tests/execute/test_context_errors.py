@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +11,7 @@ import pytest
 from fleetgate.execute.context_errors import parse_context_error
 from fleetgate.execute.sse import event_data
 from fleetgate.testing import context_exceeded_error
+from tests.test_launch import run_python
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "context_errors"
 EXPECTED: dict[str, Any] = orjson.loads((FIXTURES / "expected.json").read_bytes())
@@ -75,16 +73,7 @@ print(context_errors._rules.cache_info().currsize)
 """
 
 
-def test_the_patterns_are_compiled_at_the_first_error_not_at_import() -> None:
+def test_the_patterns_are_compiled_at_the_first_error_not_at_import(tmp_path: Path) -> None:
     """A gateway's start compiles none of them; the first error body read compiles them
     once."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(
-        [sys.executable, "-c", _COMPILED_WHEN],
-        env=env,
-        capture_output=True,
-        check=True,
-        timeout=60,
-        text=True,
-    )
-    assert out.stdout.split() == ["0", "1"]
+    assert run_python(_COMPILED_WHEN, tmp_path) == ["0", "1"]
