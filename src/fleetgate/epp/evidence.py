@@ -10,9 +10,14 @@ import orjson
 
 from fleetgate.execute.framing import Framing, framing_for
 from fleetgate.execute.outcome import Attempt, classify_status, error_message, parse_retry_after
-from fleetgate.execute.usage import stop_in_stream, stop_reason, stream_usage, take_usage
+from fleetgate.execute.usage import (
+    USAGE_TAIL,
+    stop_in_stream,
+    stop_reason,
+    stream_usage,
+    take_usage,
+)
 
-USAGE_TAIL = 4096  # bytes of a stream's end kept to read its usage (as the executor does)
 WHOLE_LIMIT = 4 * 1024 * 1024  # a whole answer larger than this is not read for usage
 
 
