@@ -42,6 +42,8 @@ def test_the_tally_counts_each_character_class() -> None:
         "newlines": 1,
         "punct_runs": 2,  # `,` and `!` with its line break
         "space_digits": 1,
+        "digit_runs": 1,  # `2024`: a run of digits, and three of them after its first
+        "digit_triples": 1,
     }
     mixed = counts("Привет мир 你好 こんにちは 안녕 Ελλάδα שלום مرحبا नमस्ते สวัสดี 😀")
     assert mixed["cyrillic"] == 9 and mixed["han"] == 2 and mixed["kana"] == 5

@@ -47,7 +47,16 @@ from fleetgate.context.tally import FIELDS, LAYOUT, N_FIELDS, TOKEN_IDS
 # template fields whose cost may be negative: a template can write less when a request has
 # tools, or a system turn of its own, than its default preamble, or render tool calls in
 # fewer tokens than their JSON costs as text (or drop them), or drop tool results
-_SIGNED = ("tool_blocks", "tool_text", "call_chars", "default_system")
+_SIGNED = (
+    "tool_blocks",
+    "tool_text",
+    "call_chars",
+    "default_system",
+    # text fields that say where a tokenizer costs less than the characters' own weights:
+    # a punctuation character a word takes along, a pair of one punctuation character
+    "punct_words",
+    "punct_pairs",
+)
 SIGNED = frozenset(FIELDS.index(f) for f in _SIGNED)
 
 # the template's fields: a family's template says little of an unknown model's (one writes
@@ -75,7 +84,11 @@ MIN_ANSWERS = 24  # answers before a fit without a fingerprint is the deployment
 MIN_KIND = 8  # residuals of one kind before its own spread is used
 HUBER = 0.1  # relative error beyond which a sample weighs less
 PRIOR_SAMPLES = 8.0  # the prior weighs as this many samples (its pull fades as they come)
-PROBE_WEIGHT = 1.0  # a fingerprint's probe weighs as an answer
+# a fingerprint's probes weigh as this many answers together (each alike, at most as one
+# answer): they tell each class of text apart, the answers what this traffic is; so once
+# answers come, theirs is the larger say (a probe set of hundreds weighed as hundreds
+# of answers held the fit to its own texts long after the traffic had spoken)
+PROBE_ANSWERS = 32.0
 KEEP = 384  # recent samples kept for the residual spread (and across restarts)
 REFIT_SECONDS = 2.0
 LOW_Q, HIGH_Q = 0.03, 0.97
@@ -91,8 +104,16 @@ _RESCALE = 1e6  # the growing sample weight is folded back into the equations pa
 # kinds of text, by which group of fields costs the most tokens on the prior
 _GROUPS: dict[str, tuple[str, ...]] = {
     "prose": ("chars", "upper", "words", "long_runs", "latin_ext", "newlines"),
-    "code": ("punct", "punct_runs", "tabs", "tab_runs", "space_runs", "case_changes"),
-    "digits": ("digits", "space_digits"),
+    "code": (
+        "punct",
+        "punct_runs",
+        "tabs",
+        "tab_runs",
+        "space_runs",
+        "space_pairs",
+        "case_changes",
+    ),
+    "digits": ("digits", "space_digits", "digit_runs", "digit_triples"),
     "cjk": ("kana", "han", "hangul", "fullwidth"),
     "script": (
         "greek",
@@ -237,8 +258,9 @@ class TokenizerFit:
             self._a = [[0.0] * n for _ in range(n)]
             self._b = [0.0] * n
             self._gain = 1.0
+            weight = min(1.0, PROBE_ANSWERS / max(len(self._probes), 1))
             for x, y in self._probes:
-                self._accumulate(x, y, PROBE_WEIGHT)
+                self._accumulate(x, y, weight)
             for x, y in self._recent:
                 self._accumulate(x, y, 1.0)
             self._pending = 1
@@ -425,23 +447,53 @@ def _solve(
 ) -> tuple[float, ...]:
     """argmin |Xw - y|^2 + sum_j ridge * A_jj (w_j - prior_j)^2, with w >= 0: fields
     without evidence keep their prior; the most negative weight is fixed at zero and the
-    rest solved again, until none is."""
+    rest solved again, until none is; then a field held at zero whose gradient says the
+    fit is better with it above zero is let go again (the first field fixed is not always
+    the one that should be: of `digits` and `digit_triples`, both costing the digits of a
+    long number, the one dropped first may be the one the rest of the text needs)."""
     n = len(b)
     weights = list(prior)
     free = [i for i in range(n) if a[i][i] > 0]
-    for _ in range(n):
+    held: list[int] = []
+    for _ in range(2 * n):
         if not free:
             break
         solved = _ridge(a, b, prior, free, weights, ridge)
         bound = [p for p, i in enumerate(free) if i not in SIGNED]
         worst = min(bound, key=solved.__getitem__) if bound else 0
-        if not bound or solved[worst] >= 0:
-            for i, w in zip(free, solved, strict=True):
-                weights[i] = w
+        if bound and solved[worst] < 0:
+            weights[free[worst]] = 0.0
+            held.append(free.pop(worst))
+            continue
+        for i, w in zip(free, solved, strict=True):
+            weights[i] = w
+        grown = _growing(a, b, prior, ridge, weights, held)
+        if grown is None:
             break
-        weights[free[worst]] = 0.0
-        del free[worst]
+        held.remove(grown)
+        free.append(grown)
     return tuple(weights)
+
+
+def _growing(
+    a: list[list[float]],
+    b: list[float],
+    prior: tuple[float, ...],
+    ridge: float,
+    weights: list[float],
+    held: list[int],
+) -> int | None:
+    """The field held at zero whose half gradient of the objective is the most negative,
+    relative to its own evidence (`b`); None when none is."""
+    best, steepest = None, 0.0
+    for i in held:
+        row = a[i]
+        grad = sum(row[j] * w for j, w in enumerate(weights) if w) - b[i]
+        grad -= ridge * _PULL[i] * row[i] * prior[i]
+        relative = grad / max(abs(b[i]), 1e-12)
+        if relative < min(steepest, -1e-6):
+            best, steepest = i, relative
+    return best
 
 
 def _ridge(

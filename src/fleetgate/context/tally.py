@@ -12,9 +12,14 @@ in one pass of C-level byte operations over their UTF-8 bytes:
   characters (emoji);
 * runs, where a byte-level BPE pre-tokenizer splits what the classes above cannot see
   (`count_runs`): runs of spaces, of tabs, of punctuation and line breaks, a space before a
-  digit, a capital after a small letter, and each full 8 letters of a long word. Runs take
-  a pass over a view of the text each, so they are counted on a sample of at most 512
-  bytes spread over the text and scaled up: their cost does not grow with the text;
+  digit, a capital after a small letter, each full 8 letters of a long word, a punctuation
+  character a word takes along, runs of digits and their groups of three, pairs of the
+  characters rule lines are drawn with, and pairs of spaces. Such a field's weight is what
+  a tokenizer's rules make of it (a group of three digits is a token on Llama 3, three on
+  Qwen2; a run of spaces one token, or one a space on GPT-2's vocabulary), which a fit
+  learns (`fit.py`). Runs take a pass over a view of the text each, so they are counted on
+  a sample of at most 512 bytes spread over the text and scaled up: their cost does not
+  grow with the text;
 
 and, by structure: token ids, messages, replies, tool turns, the characters of tool calls,
 whether a chat has no system turn (Qwen2.5's template then writes its own default system
@@ -78,6 +83,23 @@ FIELDS = (
     "punct_runs",  # runs of ASCII punctuation and line breaks: a token each (`",`, `});`)
     "space_digits",  # a space before a digit: a token of its own (words take theirs along)
     "case_changes",  # a capital after a small letter (`camelCase`, base64): BPE splits there
+    # a punctuation character just before a small letter (`-the`, `.append`, `"id`,
+    # `_name`): a pre-tokenizer that lets a word take one such character along (Llama 3's,
+    # Qwen2's) makes the two one piece, where one that does not (SentencePiece) makes two
+    "punct_words",
+    # runs of digits: a tokenizer that splits digits in groups (of three: Llama 3, o200k)
+    # costs a number by its runs as much as by its digits (`1234` two tokens, `1 2 3 4` four)
+    "digit_runs",
+    # each full three digits of a run after its first: a run of L digits is 1 + (L - 1) // 3
+    # groups of up to three, so its cost is linear in these and the runs
+    "digit_triples",
+    # pairs of the characters rule lines and tables are drawn with (`-=*#_.~`: `----` is
+    # two): a rule line or a table's `|---|` costs a token or two a run on a vocabulary
+    # that merges such runs, where `punct` costs each of its characters
+    "punct_pairs",
+    # pairs of spaces (a run of eight spaces has four): a vocabulary without tokens for runs
+    # of spaces (GPT-2's) costs indentation and padding by their length, not their number
+    "space_pairs",
     "token_ids",  # prompts given as token ids: one token each
     "messages",  # chat turns (each costs the template's per-message scaffolding)
     "replies",  # assistant turns (a template may wrap a reply in more than a question)
@@ -124,7 +146,24 @@ PUNCT_RUNS = FIELDS.index("punct_runs")
 SPACE_DIGITS = FIELDS.index("space_digits")
 CASE_CHANGES = FIELDS.index("case_changes")
 TAB_RUNS = FIELDS.index("tab_runs")
-_RUN_FIELDS = (LONG_RUNS, CASE_CHANGES, SPACE_DIGITS, TAB_RUNS, SPACE_RUNS, PUNCT_RUNS)
+PUNCT_WORDS = FIELDS.index("punct_words")
+DIGIT_RUNS = FIELDS.index("digit_runs")
+DIGIT_TRIPLES = FIELDS.index("digit_triples")
+PUNCT_PAIRS = FIELDS.index("punct_pairs")
+SPACE_PAIRS = FIELDS.index("space_pairs")
+_RUN_FIELDS = (
+    LONG_RUNS,
+    CASE_CHANGES,
+    SPACE_DIGITS,
+    TAB_RUNS,
+    SPACE_RUNS,
+    PUNCT_RUNS,
+    PUNCT_WORDS,
+    DIGIT_RUNS,
+    DIGIT_TRIPLES,
+    PUNCT_PAIRS,
+    SPACE_PAIRS,
+)
 DEFAULT_SYSTEM = FIELDS.index("default_system")
 REQUESTS = FIELDS.index("requests")
 
@@ -171,8 +210,9 @@ _WORD_TABLE = bytes(ord("a") if _CLASS[b] in _ALPHABETIC else ord(" ") for b in 
 _COMMON = bytes(b for b in range(256) if _CLASS[b] in b"a " and b not in _CONTINUATION)
 _COMMON_OR_CONTINUATION = _COMMON + _CONTINUATION
 # the views of a sample the run fields are counted on (see `count_runs`): small letters,
-# capitals, digits, spaces and the rest; tabs and spaces as letters, the rest not (title
-# case marks where each run starts); the same of ASCII punctuation and line breaks
+# capitals, digits, spaces, line breaks and tabs, and the rest; tabs and spaces as
+# letters, the rest not (title case marks where each run starts); the same of ASCII
+# punctuation and line breaks; of digits (in the first view)
 _SHAPE_TABLE = bytes(
     ord("A")
     if _CLASS[b] == ord("A")
@@ -182,11 +222,17 @@ _SHAPE_TABLE = bytes(
     if _CLASS[b] == ord("0")
     else ord(" ")
     if b == 32
+    else ord("n")
+    if b in (9, 10, 13)
     else ord("x")
     for b in range(256)
 )
 _WS_TABLE = bytes(ord("a") if b == 9 else ord("b") if b == 32 else ord(".") for b in range(256))
 _PUNCT_TABLE = bytes(ord("a") if _CLASS[b] in b".\n" else ord(" ") for b in range(256))
+# the punctuation a rule line or a table is drawn with, as one character (`--` in this view
+# is a pair of one of them, or, rarely, of two: `=-`)
+_PAIR_TABLE = bytes(ord("-") if chr(b) in "-=*#_.~" else ord(" ") for b in range(256))
+_DIGIT_TABLE = bytes(ord("a") if b == ord("0") else ord(" ") for b in range(256))
 _SAMPLE = 512  # bytes of text the run fields are counted on, in 4 pieces
 _PIECE = _SAMPLE // 4
 # four or more of one character that is no letter, digit or space (`_` included)
@@ -231,6 +277,7 @@ def count_runs(data: bytes, ascii: bool, chars: int, counts: list[int]) -> bytes
     shape = sample.translate(_SHAPE_TABLE, b"" if ascii else _CONTINUATION)
     spaces = sample.translate(_WS_TABLE).title()  # `A`, `B` start a run of tabs, spaces
     punct = sample.translate(_PUNCT_TABLE).title()
+    digits = shape.translate(_DIGIT_TABLE).title()  # `A` starts a run of digits
     runs = (
         shape.count(b"aaaaaaaa"),
         shape.count(b"aA"),
@@ -238,6 +285,11 @@ def count_runs(data: bytes, ascii: bool, chars: int, counts: list[int]) -> bytes
         spaces.count(b"A"),
         spaces.count(b"Bb"),
         punct.count(b"A"),
+        shape.count(b"xa"),
+        digits.count(b"A"),
+        digits.count(b"aaa"),
+        sample.translate(_PAIR_TABLE).count(b"--"),
+        sample.count(b"  "),
     )
     scale = 1.0 if sample is data else chars / len(shape)  # characters in all / sampled
     for index, n in zip(_RUN_FIELDS, runs, strict=True):
