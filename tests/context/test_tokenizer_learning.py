@@ -9,7 +9,7 @@ import random
 
 from fleetgate.context.families import FAMILIES
 from fleetgate.context.fit import TokenizerFit, _solve, dot
-from fleetgate.context.probes import MIXES, TEXTS, text_tally
+from fleetgate.context.probes import CHATS, MIXES, TEXTS, text_tally
 from fleetgate.context.tally import FIELDS, tally_body
 
 
@@ -107,3 +107,37 @@ def test_fifty_answers_outweigh_the_fingerprint() -> None:
     ratios = [fit.tokens(_counts(t)) / dot(prior, _counts(t)) for t in texts]
     mean = sum(ratios) / len(ratios)
     assert abs(mean - 1.25) < abs(mean - 1.0), mean
+
+
+def test_a_fingerprint_tells_a_schemas_words_from_the_tools_number() -> None:
+    """A template that renders each schema's words at three tokens a word (a verbose
+    layout), its tools at little of their own: fitted on the probe set alone (the chats
+    counted with the template), a chat with one tool of long descriptions is costed within
+    5 %. When every probe tool was about the same size, the tools' number and their words
+    rose together and the fit could not tell them apart (this chat cost 1.6 times its
+    estimate)."""
+    prior = FAMILIES["generic"].weights
+    truth = list(prior)
+    for name, weight in (("schema_words", 3.0), ("tools", 2.0), ("tool_blocks", 10.0)):
+        truth[FIELDS.index(name)] = weight
+    samples = [text_tally(t).counts for t in (*TEXTS, *MIXES)] + [
+        tally_body(c, "chat.completions").counts for c in CHATS
+    ]
+    fit = TokenizerFit(prior)
+    fit.set_fingerprint("engine", [(c, round(dot(truth, c))) for c in samples])
+    words = "Look the order up by its number and return its status, carrier and date."
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "find_order",
+            "description": words * 3,
+            "parameters": {
+                "type": "object",
+                "properties": {f"p{i}": {"type": "string", "description": words} for i in range(6)},
+            },
+        },
+    }
+    chat = {"messages": [{"role": "user", "content": "Where is 88213?"}], "tools": [tool]}
+    counts = tally_body(chat, "chat.completions").counts
+    ratio = dot(truth, counts) / fit.tokens(counts)
+    assert 0.95 <= ratio <= 1.05, ratio

@@ -4,9 +4,10 @@ Short texts, a few per character class a tokenizer costs differently (prose, lon
 digits, whitespace runs, punctuation, code, JSON and tool schemas, encodings, each script
 block, emoji), fixed mixes of their pieces (`MIXES`), and a few chats that tell the
 template's cost apart: per message, per reply, per role step, the default system prompt,
-the tools block and each tool, tool calls and their results. Each probe is a request body, so its
-tally is taken the way a request's is (`tally.py`): the engine's count of it is one equation
-of the fit (`fit.py`). The texts are fixed, so a fingerprint is the same on every replica.
+the tools block and each tool, the words of a schema apart from the tools' number (tools
+of other sizes: `RICH_CHATS`), tool calls and their results. Each probe is a request body,
+so its tally is taken the way a request's is (`tally.py`): the engine's count of it is one
+equation of the fit (`fit.py`). The texts are fixed, so a fingerprint is the same on every replica.
 """
 
 # ruff: noqa: RUF001  (the probes are meant to hold these scripts, as they are)
@@ -40,6 +41,13 @@ TEXTS: tuple[str, ...] = (
     "3141592653589793238462643383279502884197 2718281828459045 1618033988749894 "
     "Invoice 2024-11-05 total 1,234,567.89 EUR; ref 00417-88213-5; 12:45:09.123",
     "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 100 250 999 1000 65536 4294967296",
+    # numbers of every length, apart and run together: a tokenizer that groups digits by
+    # three costs them by their runs, one that does not by their digits
+    "48213, 7, 99031, 120, 5, 88213455, 3, 61, 730041, 2, 1234567890123\n"
+    "id=20240105;seq=000417;ts=1700000000123\t42\t007\t9\t31415926\n"
+    "5551234 555 1234 98.6 0.001 1e-9 3/4 2,500,000",
+    "7\n61\n730\n4821\n99031\n120458\n8821345\n17000000\n314159265\n2718281828\n"
+    "0x7f3a9c2e 0o755 0b1011 #4821 v2.14.0 10.0.4.17:8080 2024-11-05 +1-555-0100",
     # whitespace runs and layout
     "name        value      unit\nalpha       12.5       kg\nbeta        7          m\n"
     "gamma       1000       ms\n\n\n    indented  by   spaces    \n\t\ttabbed\tcolumns\t\there\n",
@@ -102,6 +110,37 @@ TEXTS: tuple[str, ...] = (
     "┌──────┬──────┐\n│ left │ right│\n└──────┴──────┘\n",
     "Great job team 🎉🎉 the release is out 🚀 thanks 🙏 to everyone 👩‍💻👨‍💻 "
     "❤️ 😀 😂 🤖 🔥 ✅ ❌ ⚠️ 📦 🧪 🐍",
+    # longer shapes users paste: logs of another layout, JSON lines, a table without
+    # padding, emoji between words, Thai, SQL, a config file, prose with figures
+    '127.0.0.1 - - [05/Nov/2024:12:45:09 +0000] "GET /api/v2/items?page=3 HTTP/1.1" 200 5123\n'
+    '10.0.4.17 - - [05/Nov/2024:12:45:10 +0000] "POST /login HTTP/1.1" 302 0 "-" "curl/8.4"\n'
+    "[2024-11-05 12:45:11,402] ERROR in app: Exception on /checkout [POST]\n"
+    'Traceback (most recent call last):\n  File "/srv/app/views.py", line 88, in checkout\n',
+    '{"user_id": 88213, "event": "click", "ts": 1730810709, "ok": true}\n'
+    '{"user_id": 88214, "event": "view", "ts": 1730810712, "ok": false}\n'
+    '{"user_id": 90001, "event": "purchase", "ts": 1730810733, "amount": 129.99}\n',
+    "|Region|Owner|Q1|Q2|Status|\n|---|---|---|---|---|\n|North|Alice|1,204|12.5|done|\n"
+    "|South|Bob|n/a|7|pending|\n|East|Carol|88|-|failed|\n",
+    "Shipped today 🚚 thanks everyone 🙌 next week we start the migration 🛠️ and then "
+    "the cleanup 🧹🧹 questions? ask in the channel 💬 or ping me 👋",
+    "ระบบจะส่งคำขอไปยังเซิร์ฟเวอร์ที่มีหน้าต่างบริบทใหญ่พอ หากไม่แน่ใจจะนับโทเค็นอย่างแม่นยำก่อน "
+    "แล้วจึงตัดสินใจว่าจะส่งไปที่ใด",
+    "SELECT o.id, o.total, c.email FROM orders o JOIN customers c ON c.id = o.customer_id\n"
+    "WHERE o.created_at >= '2024-11-01' AND o.status IN ('paid', 'shipped')\n"
+    "ORDER BY o.total DESC LIMIT 50;\n",
+    '[server]\nhost = "0.0.0.0"\nport = 8080\nworkers = 4\n\n[routing.context]\n'
+    'guard = "reject"\nmargin_percent = 0\n# comments start with a hash\n',
+    "The quarterly report shows revenue of $4.2 million, up 12% from last year; costs fell "
+    "3.5% to $1.9 million. In Q3 2024, 1,250 new customers joined, and 87 left.",
+    # random bytes in base64 and an API key: mixed case and digits at random, a token
+    # every two or three characters, which CamelCase identifiers (cheap) do not tell
+    "UvImZaYMEtKJGF2VDuiBNgkWb2sRPReNbA/TkB/yOaGglfIPk5VlDPk4C47bIkprJIoekk6P0K4uGpSSozBf"
+    "GIy2EJAPnjR/rohtxlB3lex0XEw/yy6yxz4Uk0yGfuBXunJJm/oSHoNrKsFXJu59awr2qxPDjpLK4NFQV7FZ\n"
+    "Authorization: Bearer SLdi46tYBfB2WiucHX4PN8RJIb0_ZWTq338UKnJmjEfiI9Fu3YxHtGr8W67iYfU7",
+    "c92P2+zHd3OC2pYwL82DeaGdyy8Yck0kF4nP47GiCpj7ZfZzp72dpiifA9SHEA8JMOE9mQfHdlNw\n"
+    "l9cyhDujS38BqRV1p0do/43+7tcVtUFQwjqDSQcRkMQbZhvYSmIR9QTYrwA2Ne3pDXhg+rVlaxKQ\n"
+    "oTLHrEVWFk9VA/ZowuweIj+0GQIPd8x8La6PMHKCMPy7xCFrpGIdZWv9NgBF3fj5zZdN/+IFNS8=\n"
+    "token=ZP7amqSTGQr9JTZxQgLFnFTUS2ISExc1laI-A5leX590IPWWe9WTIt1iLqAnT-g60Zw_uTAovaHwjTKv",
     # mixed
     "Note: the p95 latency (ms) rose from 12.5 to 48.0 after deploy #4821 — see "
     "https://example.org/runs/4821?view=full&tab=logs for the 3 failing checks: `test_io`, "
@@ -243,6 +282,67 @@ CHATS: tuple[dict[str, Any], ...] = (
         "tools": [_TOOL2],
     },
 )
+
+
+_DOC = (
+    "Search the internal knowledge base for documents that match the query, ranked by "
+    "relevance; returns titles, links and a short excerpt of each match."
+)
+_RICH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search_documents",
+        "description": _DOC,
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "Words to look for, in any order"},
+                "limit": {"type": "integer", "description": "How many matches to return at most"},
+                "since": {
+                    "type": "string",
+                    "description": "Only documents changed after this date",
+                },
+                "lang": {"type": "string", "enum": ["en", "de", "fr", "ja", "zh"]},
+                "exact": {"type": "boolean", "description": "Match the query as one phrase"},
+            },
+            "required": ["query"],
+        },
+    },
+}
+_RESULT2 = (
+    '[{"title": "Rollback guide", "url": "https://wiki.example.org/ops/rollback", "excerpt": '
+    '"Revert the deployment, then drain the old pods."}, {"title": "On-call handbook", "url": '
+    '"https://wiki.example.org/ops/oncall", "excerpt": "Page the secondary after 15 minutes."}]'
+)
+_CALL3 = {
+    "id": "call_3",
+    "type": "function",
+    "function": {"name": "search_documents", "arguments": '{"query": "rollback", "limit": 2}'},
+}
+
+# chats whose tools and tool turns differ in size: what a schema's words, its punctuation
+# and a tool result cost in the template, apart from the tools' number
+RICH_CHATS: tuple[dict[str, Any], ...] = (
+    {"messages": [{"role": "user", "content": "How do I roll back?"}], "tools": [_RICH_TOOL]},
+    {
+        "messages": [{"role": "user", "content": "How do I roll back?"}],
+        "tools": [_RICH_TOOL, _TOOL, _renamed(_RICH_TOOL, "search_tickets"), _TOOL2],
+    },
+    {
+        "messages": [
+            {"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": "How do I roll back?"},
+            {"role": "assistant", "content": "", "tool_calls": [_CALL3]},
+            {"role": "tool", "tool_call_id": "call_3", "content": _RESULT2},
+            {"role": "assistant", "content": _ASSISTANT},
+            {"role": "user", "content": _USER},
+            {"role": "assistant", "content": "", "tool_calls": [_CALL]},
+            {"role": "tool", "tool_call_id": "call_1", "content": _RESULT * 3},
+        ],
+        "tools": [_RICH_TOOL, _TOOL],
+    },
+)
+CHATS = (*CHATS, *RICH_CHATS)
 
 
 # how the probes are counted (`discovery/fingerprint.py`): a chat with the special tokens
