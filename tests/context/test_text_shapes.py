@@ -95,10 +95,11 @@ def test_a_padded_table_near_a_window_edge_is_counted_and_lands_where_it_fits(
 def test_the_run_fields_of_a_long_text_come_from_a_sample_and_scale_to_the_whole() -> None:
     """The run fields cost a pass per view, so a long text's are counted on a sample of
     fixed size: on a text of one layout, they come to the whole text's count (within what
-    the sample's pieces cut at their edges)."""
+    the sample's eight pieces cut at their edges: a piece that starts inside a run of
+    spaces counts one more run start, up to eight in a sample of 512 bytes)."""
     text = table(2000).encode()  # about 110 KB
     assert len(_sample(text)) < len(text) // 100
     sampled = [0] * len(FIELDS)
     count_runs(text, True, len(text), sampled)
     whole = len(re.findall(rb"(?<! )  +", text))
-    assert sampled[SPACE_RUNS] == pytest.approx(whole, rel=0.05)
+    assert sampled[SPACE_RUNS] == pytest.approx(whole, rel=0.08)

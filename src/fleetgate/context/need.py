@@ -146,9 +146,9 @@ def unmeasured(
     if emoji and weights[FOUR_BYTE] * emoji >= EMOJI_SHARE * max(guessed, 1):
         return True
     if repeated is None:
-        return says_again(tally.sample)
+        return says_again(tally.text)
     if not repeated:
-        repeated.append(says_again(tally.sample))
+        repeated.append(says_again(tally.text))
     return repeated[0]
 
 
