@@ -91,10 +91,27 @@ async def llamacpp() -> AsyncIterator[Engine]:
         yield served
 
 
+def _refused(chat: dict[str, Any]) -> bool:
+    """Whether the strict engines' template raises on a chat: more than one tool call in a
+    turn, as Llama 3.1's does."""
+    return any(len(m.get("tool_calls") or ()) > 1 for m in chat["messages"])
+
+
+def _text_probe(text: str) -> tuple[tuple[int, ...], int]:
+    """The probe a text gives: its tally, and its count (the stand-ins count words)."""
+    return text_tally(text).counts, len(text.split())
+
+
+def _chat_probe(chat: dict[str, Any]) -> tuple[tuple[int, ...], int]:
+    """The probe a served chat gives: its tally, and its rendered template's count plus the
+    BOS the engine puts before it."""
+    return chat_tally(chat).counts, len(_rendered(chat).split()) + 1
+
+
 def _refusal(body: dict[str, Any]) -> web.Response | None:
-    """What an engine answers for a chat its template raises on: more than one tool call in
-    a turn, as Llama 3.1's (llama.cpp and vLLM answer 400); None for any other chat."""
-    if any(len(m.get("tool_calls") or ()) > 1 for m in body["messages"]):
+    """What an engine answers for a chat its template raises on (llama.cpp and vLLM answer
+    400); None for any other chat."""
+    if _refused(body):
         return web.json_response({"error": {"code": 400, "message": "template"}}, status=400)
     return None
 
@@ -185,9 +202,9 @@ async def test_llamacpp_chat_probes_count_the_bos_the_engine_adds_and_texts_do_n
 ) -> None:
     url, seen = llamacpp
     probes = await _fingerprint("llamacpp", url)
-    texts = [(text_tally(t).counts, len(t.split())) for t in (*TEXTS, *MIXES)]
+    texts = [_text_probe(t) for t in (*TEXTS, *MIXES)]
     # a served chat is its rendered template plus the BOS the engine puts before it
-    chats = [(chat_tally(c).counts, len(_rendered(c).split()) + 1) for c in CHATS]
+    chats = [_chat_probe(c) for c in CHATS]
     assert probes == texts + chats
     # still one call (a deployment) for every text and chat, the specials asked for the
     # first string alone, an empty one
@@ -200,20 +217,18 @@ async def test_a_chat_the_template_refuses_is_left_out_and_the_rest_stand(
 ) -> None:
     url, _ = strict_llamacpp
     probes = await _fingerprint("llamacpp", url)
-    texts = [(text_tally(t).counts, len(t.split())) for t in (*TEXTS, *MIXES)]
-    rendered = [c for c in CHATS if all(len(m.get("tool_calls") or ()) < 2 for m in c["messages"])]
+    texts = [_text_probe(t) for t in (*TEXTS, *MIXES)]
+    rendered = [c for c in CHATS if not _refused(c)]
     assert 0 < len(rendered) < len(CHATS)
     # before, one refused chat failed the whole fingerprint: no probes at all
-    assert probes == texts + [
-        (chat_tally(c).counts, len(_rendered(c).split()) + 1) for c in rendered
-    ]
+    assert probes == texts + [_chat_probe(c) for c in rendered]
 
 
 async def test_sglang_text_probes_carry_no_special_tokens(sglang: Engine) -> None:
     url, seen = sglang
     probes = await _fingerprint("sglang", url)
     texts = (*TEXTS, *MIXES)[:MAX_CALLS]  # as far as a round's calls go
-    assert probes == [(text_tally(t).counts, len(t.split())) for t in texts]
+    assert probes == [_text_probe(t) for t in texts]
     asked = [body for path, body in seen if path == "/tokenize"]
     assert asked and all(body["add_special_tokens"] is False for body in asked)
 
@@ -223,11 +238,11 @@ async def test_vllm_leaves_out_a_chat_the_template_refuses_and_keeps_the_rest(
 ) -> None:
     url, _ = strict_vllm
     probes = await _fingerprint("vllm", url)
-    chats = [c for c in CHATS if all(len(m.get("tool_calls") or ()) < 2 for m in c["messages"])]
+    chats = [c for c in CHATS if not _refused(c)]
     assert 0 < len(chats) < len(CHATS)
     # before, one refused chat failed the whole round: no probes at all
-    texts = [(text_tally(t).counts, len(t.split())) for t in TEXTS]
-    served = [(chat_tally(c).counts, len(_rendered(c).split()) + 1) for c in chats]
-    mixes = [(text_tally(t).counts, len(t.split())) for t in MIXES]
+    texts = [_text_probe(t) for t in TEXTS]
+    served = [_chat_probe(c) for c in chats]
+    mixes = [_text_probe(t) for t in MIXES]
     # the round's calls: every text and chat, then mixes as far as the budget goes
     assert probes == texts + served + mixes[: MAX_CALLS - len(TEXTS) - len(CHATS)]
