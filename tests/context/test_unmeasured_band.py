@@ -97,7 +97,7 @@ def test_says_again_tells_a_repeated_phrase_from_varied_text() -> None:
     prompt = text_of("prose", rng, 300)
     chat = _chat("of a dataclass instance\n" * 50)
     chat["messages"].insert(0, {"role": "system", "content": prompt})
-    assert says_again(tally_body(chat, "chat.completions").text)
+    assert says_again(tally_body(chat, "chat.completions").sample)
     # a separator and a counter, line after line (a build log)
     log = "".join(f"step {i}: ok\n" + "=" * 80 + "\n" for i in range(120)).encode()
     assert says_again(log)

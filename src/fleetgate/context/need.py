@@ -146,9 +146,9 @@ def unmeasured(
     if emoji and weights[FOUR_BYTE] * emoji >= EMOJI_SHARE * max(guessed, 1):
         return True
     if repeated is None:
-        return says_again(tally.text)
+        return says_again(tally.sample)
     if not repeated:
-        repeated.append(says_again(tally.text))
+        repeated.append(says_again(tally.sample))
     return repeated[0]
 
 

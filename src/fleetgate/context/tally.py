@@ -26,9 +26,9 @@ whether a chat has no system turn (Qwen2.5's template then writes its own defaul
 prompt, about 20 tokens), tools, their schemas' JSON apart from the text (a template
 renders or drops them its own way), images and audio parts.
 A tokenizer family (`families.py`) turns the tally into tokens with a dot product, so
-estimating for several deployments costs one walk. The tally keeps the text's bytes it
-walked (no copy, for the request's life), from which `says_again` tells, when asked,
-whether the text says one thing again and again.
+estimating for several deployments costs one walk. No text is kept but a sample of it
+(512 bytes at most, in four pieces), from which `says_again` tells, when asked, whether the
+text says one thing again and again.
 
 Tokenizers merge a run of one repeated character (`====`, `----`, blank lines, `────`) into
 a token or a few, while the tally still costs each of its characters (`punct`, `symbols`,
@@ -334,7 +334,8 @@ _ECHOES = 8
 def says_again(text: bytes) -> bool:
     """Whether a text says one thing again and again over most of its length (a phrase, a
     line, a separator and a counter), by a sample of it in four pieces (`_sample`: the
-    middle of each quarter, where its thresholds were set): the last three
+    middle of each quarter, where its thresholds were set; a text of 512 bytes or less, as
+    a `Tally`'s sample is, is its own sample): the last three
     quarters of the sample compressed (raw deflate, its window as long as the sample) under
     `REPEATED` of their size. (The first quarter is left out: a chat's system prompt comes
     first, and a phrase said over four times its length cost 0.82 of its fitted estimate
@@ -414,7 +415,7 @@ def count_text(data: bytes, counts: list[int]) -> bytes:
 class _Walk:
     """Collects the text pieces and structure counts of one body."""
 
-    __slots__ = ("audio", "blobs", "counts", "images", "parts", "text", "token_ids", "tool_parts")
+    __slots__ = ("audio", "blobs", "counts", "images", "parts", "sample", "token_ids", "tool_parts")
 
     def __init__(self) -> None:
         self.parts: list[str] = []  # text, joined and encoded once
@@ -424,7 +425,7 @@ class _Walk:
         self.images = 0
         self.audio = 0
         self.counts = [0] * N_FIELDS
-        self.text = b""  # the text's bytes, once counted
+        self.sample = b""  # what `says_again` looks at of the text, once counted
 
     def json(self, value: Any) -> bool:
         """Add `value`'s JSON to the text; False when it has none."""
@@ -519,7 +520,8 @@ class _Walk:
             if blobs:
                 text = b" ".join((text, *blobs)) if self.parts else b" ".join(blobs)
             count_text(text, counts)
-            self.text = text
+            # a sample, not the text: a long prompt's bytes are not held for the request's life
+            self.sample = _sample(text, _REPEAT_PIECES)
         if self.tool_parts:
             counts[TOOL_TEXT] += count_pieces(" ".join(self.tool_parts).encode())
         counts[TOKEN_IDS] += self.token_ids
@@ -554,13 +556,13 @@ _BATCHED = frozenset({"completions", "embeddings", "ollama.embed"})
 
 @dataclass(frozen=True, slots=True)
 class Tally:
-    """What one body holds: the counts of FIELDS, and its media parts; and its text's bytes
-    (for `says_again`, asked only where a band is in question)."""
+    """What one body holds: the counts of FIELDS, and its media parts; and the sample of its
+    text `says_again` looks at (asked only where a band is in question)."""
 
     counts: tuple[int, ...]
     images: int = 0
     audio: int = 0
-    text: bytes = field(default=b"", compare=False, repr=False)
+    sample: bytes = field(default=b"", compare=False, repr=False)
 
 
 def tally_body(body: dict[str, Any], endpoint: str, collapsed: bool = False) -> Tally:
@@ -568,7 +570,7 @@ def tally_body(body: dict[str, Any], endpoint: str, collapsed: bool = False) -> 
     repeated character in its text counts as one character (for the fewest tokens)."""
     walk = _walk_body(body, endpoint)
     counts = tuple(walk.finish(collapsed))
-    return Tally(counts, walk.images, walk.audio, walk.text)
+    return Tally(counts, walk.images, walk.audio, walk.sample)
 
 
 def variety(body: dict[str, Any], endpoint: str) -> float:
