@@ -25,6 +25,7 @@ import collections
 import json
 import random
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -60,8 +61,15 @@ def _post(root: str, path: str, payload: Any) -> Any:
         return json.loads(resp.read())
 
 
-def _count(root: str, body: dict[str, Any]) -> int:
-    prompt = _post(root, "/apply-template", body)["prompt"]
+def _count(root: str, body: dict[str, Any]) -> int | None:
+    """The engine's count of a chat; None when its template refuses the chat (Llama 3.1's
+    takes one tool call a turn), as the gateway's fingerprint skips such a probe."""
+    try:
+        prompt = _post(root, "/apply-template", body)["prompt"]
+    except urllib.error.HTTPError as exc:
+        if exc.code == 400:
+            return None
+        raise
     return len(_post(root, "/tokenize", {"content": prompt})["tokens"])
 
 
@@ -89,19 +97,22 @@ def measure(model: Path | None) -> dict[str, Any]:
     with LlamaServer(n_ctx=512, model=model, alias="unnamed") as engine:
         root = engine.root
         probes = [(text_tally(t).counts, _count_text(root, t)) for t in (*TEXTS, *MIXES)]
-        probes += [(chat_tally(c).counts, _count(root, c)) for c in CHATS]
+        chats = [(chat_tally(c).counts, _count(root, c)) for c in CHATS]
+        probes += [(counts, n) for counts, n in chats if n is not None]
 
         def counted(seed: int, n: int) -> list[Counted]:
-            return [
+            rows = [
                 (s.kind, tally_body(s.body, "chat.completions").counts, _count(root, s.body))
                 for s in corpus(seed, n, SIZES)
             ]
+            return [(kind, counts, n) for kind, counts, n in rows if n is not None]
 
         train = counted(*TRAIN)
         held = [c for seed, n in HELD_OUT for c in counted(seed, n)]
         foreign = [
-            (k, tally_body(b, "chat.completions").counts, _count(root, b))
+            (k, tally_body(b, "chat.completions").counts, n)
             for k, b in foreign_bodies()
+            if (n := _count(root, b)) is not None
         ]
     random.Random(5).shuffle(train)
     sets = {"corpus": held, "foreign": foreign}
