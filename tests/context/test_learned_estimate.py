@@ -82,6 +82,25 @@ def test_a_fingerprint_places_an_unknown_tokenizer_right_before_any_answer(
     assert gateway.pipeline.fingerprints.calls <= 2 * (len(CHATS) + 1)
 
 
+def test_the_first_request_after_the_start_is_placed_on_the_fingerprint(
+    stack: Stack, client_for, llama: LlamaFactory
+) -> None:
+    small, large = llama(n_ctx=SMALL, alias=UNKNOWN), llama(n_ctx=LARGE, alias=UNKNOWN)
+    # no wait for the fits: the start itself waits for the first fingerprint round, so a
+    # request that comes as soon as the gateway takes requests is estimated on the
+    # engines' own counts (it used to meet the generic table's guess)
+    gateway = stack.start_gateway(_fleet(small, large))
+    book = gateway.pipeline.state.calibration
+    assert book.own_fit("small") is not None and book.own_fit("large") is not None
+    text = "Route each request to the smallest window that holds it. " * 12
+    messages = [{"role": "user", "content": text}]
+    resp = client_for(stack).chat.completions.with_raw_response.create(
+        model="m", messages=messages, max_tokens=8
+    )
+    assert resp.headers["x-fleetgate-route"] == "small"
+    assert 0.9 <= _true_prompt(small, messages) / _central(stack, resp, "small") <= 1.1
+
+
 # a chat template that drops tool schemas (as some models' do): each turn in ChatML
 NO_TOOLS_TEMPLATE = """{%- for m in messages -%}
 <|im_start|>{{ m.role }}

@@ -53,6 +53,10 @@ KINDS = frozenset({"llamacpp", "vllm", "sglang"})
 BUDGET = 20.0  # seconds for one deployment's probe counts
 MAX_CALLS = 64
 INTERVAL = 300.0  # seconds between identity checks
+# how long the gateway's start waits for the first round (`settled`): requests that come
+# as soon as it is ready are placed on the engines' own counts, not on a family's prior,
+# and an engine that does not answer holds the start no longer than this
+FIRST_ROUND_WAIT = 3.0
 _MARK = (0, 0, 0, 0, 0, 0, 0)  # token ids between texts in llama.cpp's list tokenize
 
 Probes = list[tuple[tuple[int, ...], int]]  # (tally counts, tokens)
@@ -108,6 +112,15 @@ class FingerprintService(BackgroundPoller):
         self.rounds = 0  # completed rounds (tests wait on it)
         self.calls = 0  # engine calls made for probe counts, in all
         self._wake = asyncio.Event()
+        self._first = asyncio.Event()  # the first round ended (fingerprinted or failed)
+
+    async def settled(self, wait: float = FIRST_ROUND_WAIT) -> bool:
+        """Wait, at most `wait` seconds, for the first round to end; whether it did."""
+        try:
+            await asyncio.wait_for(self._first.wait(), timeout=wait)
+        except TimeoutError:
+            return False
+        return True
 
     def wake(self) -> None:
         self._wake.set()
@@ -118,6 +131,7 @@ class FingerprintService(BackgroundPoller):
                 await self.refresh()
             except Exception:  # never takes the gateway down
                 log.exception("tokenizer fingerprint round failed")
+            self._first.set()
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=INTERVAL)

@@ -132,6 +132,11 @@ class Pipeline:
         await self.health_checks.start()
         await self.fingerprints.start()
         self._load_tokenizers(self.holder.fleet)
+        # the engines' tokenizers fingerprinted before the first request is placed (a fleet
+        # with none to fingerprint settles at once; a silent engine holds the start no
+        # longer than the wait)
+        if not await self.fingerprints.settled():
+            log.info("started before the engines' tokenizers were fingerprinted")
         self.ready = True
 
     async def stop(self) -> None:
