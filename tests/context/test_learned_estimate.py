@@ -35,6 +35,21 @@ def _fleet(small: Any, large: Any, **context: Any) -> dict[str, Any]:
     }
 
 
+def _discovered_fleet(small: Any, large: Any) -> dict[str, Any]:
+    """The two engines with no window declared: each is read from the engine (`/props`)."""
+    providers = [
+        llama_provider("small", small, discovery=True),
+        llama_provider("large", large, discovery=True),
+    ]
+    return {
+        "providers": providers,
+        "deployments": [
+            deployment("m", "small", upstream_model=UNKNOWN),
+            deployment("m", "large", upstream_model=UNKNOWN),
+        ],
+    }
+
+
 def _fingerprinted(stack: Stack, small: Any, large: Any) -> Gateway:
     """A gateway on the two engines, once both deployments have their fingerprint."""
     gateway = stack.start_gateway(_fleet(small, large))
@@ -90,6 +105,27 @@ def test_the_first_request_after_the_start_is_placed_on_the_fingerprint(
     # request that comes as soon as the gateway takes requests is estimated on the
     # engines' own counts (it used to meet the generic table's guess)
     gateway = stack.start_gateway(_fleet(small, large))
+    book = gateway.pipeline.state.calibration
+    assert book.own_fit("small") is not None and book.own_fit("large") is not None
+    text = "Route each request to the smallest window that holds it. " * 12
+    messages = [{"role": "user", "content": text}]
+    resp = client_for(stack).chat.completions.with_raw_response.create(
+        model="m", messages=messages, max_tokens=8
+    )
+    assert resp.headers["x-fleetgate-route"] == "small"
+    assert 0.9 <= _true_prompt(small, messages) / _central(stack, resp, "small") <= 1.1
+
+
+def test_tiers_whose_windows_the_engines_report_are_fingerprinted_before_the_start_ends(
+    stack: Stack, client_for, llama: LlamaFactory
+) -> None:
+    small, large = llama(n_ctx=SMALL, alias=UNKNOWN), llama(n_ctx=LARGE, alias=UNKNOWN)
+    # no `context_window` in the config: the tiers are the windows discovery reads from the
+    # engines, and the estimate places requests between them just the same, so their
+    # tokenizers are fingerprinted too (they were not: only declared windows counted)
+    gateway = stack.start_gateway(_discovered_fleet(small, large))
+    windows = httpx.get(f"{stack.url}/v1/fleet/windows", timeout=5).json()
+    assert sorted(w["tokens"] for w in windows["data"]) == [SMALL, LARGE]
     book = gateway.pipeline.state.calibration
     assert book.own_fit("small") is not None and book.own_fit("large") is not None
     text = "Route each request to the smallest window that holds it. " * 12

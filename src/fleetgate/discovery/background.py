@@ -8,6 +8,15 @@ import contextlib
 from fleetgate.execute.upstream import UpstreamSession
 
 
+async def first_round(done: asyncio.Event, wait: float) -> bool:
+    """Wait, at most `wait` seconds, for a poller's first round (`done`); whether it ended."""
+    try:
+        await asyncio.wait_for(done.wait(), timeout=wait)
+    except TimeoutError:
+        return False
+    return True
+
+
 class BackgroundPoller:
     """Started with the gateway and stopped with it: `_run` loops, `session()` asks."""
 

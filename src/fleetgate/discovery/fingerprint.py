@@ -43,7 +43,7 @@ from fleetgate.context.calibration import CalibrationBook
 from fleetgate.context.families import FAMILIES
 from fleetgate.context.probes import CHATS, MIXES, TEXTS, VERSION, chat_tally, text_tally
 from fleetgate.context.tally import Tally
-from fleetgate.discovery.background import BackgroundPoller
+from fleetgate.discovery.background import BackgroundPoller, first_round
 from fleetgate.discovery.probes import ProbeCache
 from fleetgate.fleet import Deployment, Fleet, FleetHolder
 
@@ -53,13 +53,11 @@ KINDS = frozenset({"llamacpp", "vllm", "sglang"})
 BUDGET = 20.0  # seconds for one deployment's probe counts
 MAX_CALLS = 64
 INTERVAL = 300.0  # seconds between identity checks
-# how long the gateway's start waits for the first round (`settled`): requests that come
-# as soon as it is ready are placed on the engines' own counts, not on a family's prior,
-# and an engine that does not answer holds the start no longer than this
-FIRST_ROUND_WAIT = 3.0
 _MARK = (0, 0, 0, 0, 0, 0, 0)  # token ids between texts in llama.cpp's list tokenize
 
 Probes = list[tuple[tuple[int, ...], int]]  # (tally counts, tokens)
+# a deployment's window as routing sees it: declared, or read from the engine (discovery)
+WindowOf = Callable[[Deployment], int | None]
 
 
 class FingerprintCache:
@@ -86,15 +84,21 @@ class FingerprintCache:
             self.on_new(identity, probes)
 
 
-def wants_fingerprint(fleet: Fleet, dep: Deployment) -> bool:
-    """Whether the estimate decides this deployment's placement, on an engine that counts."""
+def _declared(dep: Deployment) -> int | None:
+    return dep.context_window
+
+
+def wants_fingerprint(fleet: Fleet, dep: Deployment, window_of: WindowOf = _declared) -> bool:
+    """Whether the estimate decides this deployment's placement, on an engine that counts:
+    its model's windows, declared or read from the engines (`window_of`), are two or more,
+    or its guard refuses."""
     context = fleet.config.routing.context
     if dep.provider.kind not in KINDS or not (context.fingerprint and context.refine.enabled):
         return False
     model = fleet.models.get(dep.model)
     if model is None:
         return False
-    windows = {d.context_window for d in model.deployments if d.context_window is not None}
+    windows = {w for d in model.deployments if (w := window_of(d)) is not None}
     if len(windows) >= 2:
         return True
     guard = model.context_guard or fleet.config.routing.context.guard
@@ -104,23 +108,26 @@ def wants_fingerprint(fleet: Fleet, dep: Deployment) -> bool:
 class FingerprintService(BackgroundPoller):
     timeout = (10.0, 2.0)
 
-    def __init__(self, holder: FleetHolder, book: CalibrationBook, cache: FingerprintCache):
+    def __init__(
+        self,
+        holder: FleetHolder,
+        book: CalibrationBook,
+        cache: FingerprintCache,
+        window_of: WindowOf = _declared,
+    ):
         super().__init__()
         self.holder = holder
         self.book = book
         self.cache = cache
+        self.window_of = window_of
         self.rounds = 0  # completed rounds (tests wait on it)
         self.calls = 0  # engine calls made for probe counts, in all
         self._wake = asyncio.Event()
         self._first = asyncio.Event()  # the first round ended (fingerprinted or failed)
 
-    async def settled(self, wait: float = FIRST_ROUND_WAIT) -> bool:
+    async def settled(self, wait: float) -> bool:
         """Wait, at most `wait` seconds, for the first round to end; whether it did."""
-        try:
-            await asyncio.wait_for(self._first.wait(), timeout=wait)
-        except TimeoutError:
-            return False
-        return True
+        return await first_round(self._first, wait)
 
     def wake(self) -> None:
         self._wake.set()
@@ -138,7 +145,8 @@ class FingerprintService(BackgroundPoller):
 
     async def refresh(self) -> None:
         fleet = self.holder.fleet
-        deps = [d for d in fleet.deployments.values() if wants_fingerprint(fleet, d)]
+        of = self.window_of
+        deps = [d for d in fleet.deployments.values() if wants_fingerprint(fleet, d, of)]
         if deps:
             cache = ProbeCache(self.session())
             await asyncio.gather(*(self._one(cache, d) for d in deps))

@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from fleetgate.discovery.background import BackgroundPoller
+from fleetgate.discovery.background import BackgroundPoller, first_round
 from fleetgate.discovery.probes import DISCOVERABLE, ProbeCache, probe
 from fleetgate.discovery.store import WindowStore
 from fleetgate.fleet import Deployment, FleetHolder
@@ -55,7 +55,11 @@ class DiscoveryService(BackgroundPoller):
         self.holder = holder
         self.store = store
         self.refreshes = 0  # completed refresh rounds (tests wait on it)
+        # called when a deployment's effective window changed (its tokenizer may now be
+        # one the estimate places by: `FingerprintService.wake`)
+        self.on_change: Callable[[], None] | None = None
         self._wake = asyncio.Event()
+        self._first = asyncio.Event()  # the first round ended (read, failed or nothing to ask)
         self._pending: set[str] = set()
         self._lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -63,6 +67,10 @@ class DiscoveryService(BackgroundPoller):
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await super().start()
+
+    async def settled(self, wait: float) -> bool:
+        """Wait, at most `wait` seconds, for the first round to end; whether it did."""
+        return await first_round(self._first, wait)
 
     def request_refresh(self, deployment_id: str) -> None:
         """Ask the background task to re-probe one deployment soon (never blocks; callable
@@ -93,14 +101,19 @@ class DiscoveryService(BackgroundPoller):
         async with self._lock:
             cache = ProbeCache(self.session())
             results = await asyncio.gather(*(probe(cache, d) for d in deps))
+            changed = False
             for dep, evidence in zip(deps, results, strict=True):
                 if evidence.error:  # shown by /v1/fleet/windows and logged: no secrets
                     evidence = replace(evidence, error=fleet.redactor.text(evidence.error))
                     log.info("discovery: %s: %s", dep.id, evidence.error)
                 before = self.store.effective_window(dep)
                 self.store.record(dep.id, evidence)
-                _log_window_change(dep, before, self.store.effective_window(dep))
+                after = self.store.effective_window(dep)
+                _log_window_change(dep, before, after)
+                changed = changed or before[0] != after[0]
             self.refreshes += 1
+        if changed and self.on_change is not None:
+            self.on_change()
         return len(deps)
 
     async def _run(self) -> None:
@@ -117,6 +130,7 @@ class DiscoveryService(BackgroundPoller):
                     await self.refresh(stale)
             except Exception:  # discovery must never take the gateway down
                 log.exception("discovery refresh failed")
+            self._first.set()
             ttl = self.store.capabilities.cache_ttl
             self._wake.clear()
             with contextlib.suppress(TimeoutError):

@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fleetgate")
 
+# how long a start waits, at most, for the engines' windows and tokenizer fingerprints
+START_WAIT = 3.0
+
 
 class Pipeline:
     """One per process; the fleet inside its holder can be swapped live."""
@@ -101,8 +104,11 @@ class Pipeline:
         holder.on_swap(lambda _old, new: configure_sticky(self.sticky, new))
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
         self.discovery = DiscoveryService(holder, self.windows)
-        self.fingerprints = FingerprintService(holder, self.state.calibration, FingerprintCache())
+        self.fingerprints = FingerprintService(
+            holder, self.state.calibration, FingerprintCache(), self._window_tokens
+        )
         holder.on_swap(lambda _old, _new: self.fingerprints.wake())
+        self.discovery.on_change = self.fingerprints.wake  # a tier read from its engine
         # a provider's `endpoints` named by DNS: resolved again, the fleet rebuilt on change
         self.replicas = ReplicaNames(
             lambda: holder.fleet.config,
@@ -130,14 +136,22 @@ class Pipeline:
         await self.discovery.start()
         await self.load_poller.start()
         await self.health_checks.start()
-        await self.fingerprints.start()
         self._load_tokenizers(self.holder.fleet)
-        # the engines' tokenizers fingerprinted before the first request is placed (a fleet
-        # with none to fingerprint settles at once; a silent engine holds the start no
-        # longer than the wait)
-        if not await self.fingerprints.settled():
+        # before the first request is placed: the windows the engines report (the tiers),
+        # then the tokenizers of the engines the estimate places by, fingerprinted. A fleet
+        # with nothing to ask settles at once; silent engines hold the start no longer
+        # than START_WAIT in all
+        deadline = self.loop.time() + START_WAIT
+        if not await self.discovery.settled(START_WAIT):
+            log.info("started before the engines' windows were read")
+        await self.fingerprints.start()
+        if not await self.fingerprints.settled(max(0.0, deadline - self.loop.time())):
             log.info("started before the engines' tokenizers were fingerprinted")
         self.ready = True
+
+    def _window_tokens(self, dep: Deployment) -> int | None:
+        """The window routing uses for `dep`: declared, or read from its engine."""
+        return self.windows.effective_window(dep)[0]
 
     async def stop(self) -> None:
         """Background work ends and the last records are flushed into their sinks."""
