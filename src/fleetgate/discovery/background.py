@@ -8,15 +8,6 @@ import contextlib
 from fleetgate.execute.upstream import UpstreamSession
 
 
-async def first_round(done: asyncio.Event, wait: float) -> bool:
-    """Wait, at most `wait` seconds, for a poller's first round (`done`); whether it ended."""
-    try:
-        await asyncio.wait_for(done.wait(), timeout=wait)
-    except TimeoutError:
-        return False
-    return True
-
-
 class BackgroundPoller:
     """Started with the gateway and stopped with it: `_run` loops, `session()` asks."""
 
@@ -26,6 +17,15 @@ class BackgroundPoller:
         self._session: UpstreamSession | None = None
         self._task: asyncio.Task[None] | None = None
         self.running = False
+        self._first_round = asyncio.Event()  # set by `_run` when its first round ended
+
+    async def settled(self, wait: float) -> bool:
+        """Wait, at most `wait` seconds, for the first round to end; whether it did."""
+        try:
+            await asyncio.wait_for(self._first_round.wait(), timeout=wait)
+        except TimeoutError:
+            return False
+        return True
 
     async def start(self) -> None:
         self.running = True

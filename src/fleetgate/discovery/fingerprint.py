@@ -41,9 +41,10 @@ from typing import Any
 
 from fleetgate.context.calibration import CalibrationBook
 from fleetgate.context.families import FAMILIES
+from fleetgate.context.placement import WindowOf, effective_window
 from fleetgate.context.probes import CHATS, MIXES, TEXTS, VERSION, chat_tally, text_tally
 from fleetgate.context.tally import Tally
-from fleetgate.discovery.background import BackgroundPoller, first_round
+from fleetgate.discovery.background import BackgroundPoller
 from fleetgate.discovery.probes import ProbeCache
 from fleetgate.fleet import Deployment, Fleet, FleetHolder
 
@@ -56,8 +57,6 @@ INTERVAL = 300.0  # seconds between identity checks
 _MARK = (0, 0, 0, 0, 0, 0, 0)  # token ids between texts in llama.cpp's list tokenize
 
 Probes = list[tuple[tuple[int, ...], int]]  # (tally counts, tokens)
-# a deployment's window as routing sees it: declared, or read from the engine (discovery)
-WindowOf = Callable[[Deployment], int | None]
 
 
 class FingerprintCache:
@@ -84,11 +83,9 @@ class FingerprintCache:
             self.on_new(identity, probes)
 
 
-def _declared(dep: Deployment) -> int | None:
-    return dep.context_window
-
-
-def wants_fingerprint(fleet: Fleet, dep: Deployment, window_of: WindowOf = _declared) -> bool:
+def wants_fingerprint(
+    fleet: Fleet, dep: Deployment, window_of: WindowOf = effective_window
+) -> bool:
     """Whether the estimate decides this deployment's placement, on an engine that counts:
     its model's windows, declared or read from the engines (`window_of`), are two or more,
     or its guard refuses."""
@@ -113,7 +110,7 @@ class FingerprintService(BackgroundPoller):
         holder: FleetHolder,
         book: CalibrationBook,
         cache: FingerprintCache,
-        window_of: WindowOf = _declared,
+        window_of: WindowOf = effective_window,
     ):
         super().__init__()
         self.holder = holder
@@ -123,11 +120,6 @@ class FingerprintService(BackgroundPoller):
         self.rounds = 0  # completed rounds (tests wait on it)
         self.calls = 0  # engine calls made for probe counts, in all
         self._wake = asyncio.Event()
-        self._first = asyncio.Event()  # the first round ended (fingerprinted or failed)
-
-    async def settled(self, wait: float) -> bool:
-        """Wait, at most `wait` seconds, for the first round to end; whether it did."""
-        return await first_round(self._first, wait)
 
     def wake(self) -> None:
         self._wake.set()
@@ -138,7 +130,7 @@ class FingerprintService(BackgroundPoller):
                 await self.refresh()
             except Exception:  # never takes the gateway down
                 log.exception("tokenizer fingerprint round failed")
-            self._first.set()
+            self._first_round.set()
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=INTERVAL)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from fleetgate.discovery.background import BackgroundPoller, first_round
+from fleetgate.discovery.background import BackgroundPoller
 from fleetgate.discovery.probes import DISCOVERABLE, ProbeCache, probe
 from fleetgate.discovery.store import WindowStore
 from fleetgate.fleet import Deployment, FleetHolder
@@ -59,7 +59,6 @@ class DiscoveryService(BackgroundPoller):
         # one the estimate places by: `FingerprintService.wake`)
         self.on_change: Callable[[], None] | None = None
         self._wake = asyncio.Event()
-        self._first = asyncio.Event()  # the first round ended (read, failed or nothing to ask)
         self._pending: set[str] = set()
         self._lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -67,10 +66,6 @@ class DiscoveryService(BackgroundPoller):
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await super().start()
-
-    async def settled(self, wait: float) -> bool:
-        """Wait, at most `wait` seconds, for the first round to end; whether it did."""
-        return await first_round(self._first, wait)
 
     def request_refresh(self, deployment_id: str) -> None:
         """Ask the background task to re-probe one deployment soon (never blocks; callable
@@ -130,7 +125,7 @@ class DiscoveryService(BackgroundPoller):
                     await self.refresh(stale)
             except Exception:  # discovery must never take the gateway down
                 log.exception("discovery refresh failed")
-            self._first.set()
+            self._first_round.set()
             ttl = self.store.capabilities.cache_ttl
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
