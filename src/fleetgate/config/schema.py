@@ -411,10 +411,12 @@ class RefineConfig(_Strict):
     band_high: PositiveFloat = 1.3
     """The widest band counted: an exact count is asked for when a window lies between the
     request's calibrated lower and upper bounds, never outside [low, high] x the estimate."""
-    min_change: Annotated[float, Field(ge=0, le=1)] = 0.1
+    min_change: Annotated[float, Field(ge=0, le=1)] = 0.05
     """Where the estimate's spread was measured (a fitted tokenizer, a usage calibration),
     a count is made only when it puts another deployment first with at least this
-    probability; 0: whenever a window lies inside the band."""
+    probability; 0: whenever a window lies inside the band. Between 0.05 and 0.1 are few
+    requests (8 in six runs of 300, on three vocabularies), and 2 of them moved: each a
+    request sent to a larger window than it needed; below 0.05 none of 84 moved."""
 
 
 class ContextConfig(_Strict):
