@@ -289,3 +289,56 @@ def test_a_refusal_likely_to_be_due_waits_for_the_count(stack: Stack, client_for
     assert resp.headers["x-fleetgate-context-estimate"] == "2011; exact"
     assert resp.headers["x-fleetgate-route"] == "m@long"
     assert base.tokenize_calls == 1  # the base tier counts
+
+
+# Near the top of the largest window: the long deployment's calibration has seen requests
+# of 1,200 "中" set apart by spaces (12 answers, each 1.15 times its estimate, the template's
+# fixed cost included), so it bounds such a request at 1.16 times its estimate. One of 10,000
+# is estimated at 8,242 tokens and bounded at about 9,570, under the long window of 10,000,
+# yet needs 10,001 + 10: the fixed cost the estimate spreads over the text is a smaller part
+# of it. Uncounted, it went to the long engine, which refused it (a real engine whose
+# window holds the prompt alone cuts the answer short instead).
+def _calibrate_on_han(stack: Stack, client: Any) -> None:
+    for _ in range(12):  # each estimated over the base window: answered by the long one
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": words(1200, "中")}], max_tokens=10
+        )
+    book = stack.gateway.pipeline.state.calibration
+    wait_until(lambda: book.calibrated("m@long") is not None, 5, "long calibrated")
+
+
+def test_a_request_bounded_just_under_the_largest_window_is_counted_and_refused(
+    stack: Stack, client_for
+) -> None:
+    base, long = tiered_stack(stack, context_guard="reject")
+    _calibrate_on_han(stack, client_for(stack))
+    base.reset_counters()
+    long.reset_counters()
+    resp = httpx.post(
+        f"{stack.url}/v1/chat/completions",
+        json={
+            "model": "m",
+            "messages": [{"role": "user", "content": words(10000, "中")}],
+            "max_tokens": 10,
+        },
+        timeout=30,
+    )
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["code"] == "context_too_large"
+    assert base.tokenize_calls == 1  # the base tier counted
+    assert chat_calls(long) == 0 and chat_calls(base) == 0
+
+
+def test_a_request_bounded_well_under_the_largest_window_is_not_counted(
+    stack: Stack, client_for
+) -> None:
+    base, _long = tiered_stack(stack, context_guard="reject")
+    client = client_for(stack)
+    _calibrate_on_han(stack, client)
+    base.reset_counters()
+    resp = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": words(8000, "中")}], max_tokens=10
+    )
+    assert resp.headers["x-fleetgate-context-estimate"].endswith("; estimate")
+    assert resp.headers["x-fleetgate-route"] == "m@long"
+    assert base.tokenize_calls == 0

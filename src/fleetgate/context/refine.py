@@ -59,7 +59,12 @@ from fleetgate.execute.http1 import UpstreamIOError
 from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import Deployment, Fleet
 from fleetgate.ingress.profile import RequestProfile
-from fleetgate.routing.filters.context_fit import GUARD_PENDING, SILENT_PENDING, silent_reason
+from fleetgate.routing.filters.context_fit import (
+    GUARD_PENDING,
+    SILENT_PENDING,
+    TOP_PENDING,
+    silent_reason,
+)
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
 from fleetgate.routing.planner import require_route
 
@@ -87,7 +92,9 @@ class ContextRefiner:
             return False
         if profile.endpoint not in COUNTABLE_ENDPOINTS:
             return False
-        if plan.notes.get(SILENT_PENDING):
+        # an answer cut short is in question, not a larger window than needed: counted
+        # whatever the measured spread says (its tail is what is in doubt)
+        if plan.notes.get(SILENT_PENDING) or plan.notes.get(TOP_PENDING):
             return True
         guard = bool(plan.notes.get(GUARD_PENDING))
         of = plan.window_of or effective_window
@@ -114,6 +121,7 @@ class ContextRefiner:
         of = plan.window_of or effective_window
         if plan.notes.pop(SILENT_PENDING, False) and estimate is not None:
             _drop_silent(plan, estimate, of)
+        plan.notes.pop(TOP_PENDING, None)
         if plan.notes.pop(GUARD_PENDING, False):
             assert estimate is not None
             model = fleet.models.get(profile.model)
