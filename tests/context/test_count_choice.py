@@ -14,7 +14,7 @@ import httpx
 
 from fleetgate.context.calibration import MIN_SAMPLES, CalibrationBook
 from fleetgate.context.estimate import ContextEstimate
-from fleetgate.context.fit import KEEP, MIN_KIND, TokenizerFit
+from fleetgate.context.fit import KEEP, MIN_KIND, TokenizerFit, band_per_kind
 from fleetgate.context.placement import change_probability
 from fleetgate.context.tally import FIELDS, N_FIELDS
 from fleetgate.fleet import Deployment, build_fleet
@@ -147,6 +147,28 @@ def test_a_kinds_few_residuals_are_pulled_towards_all_of_them() -> None:
     assert 0.1 < at_one < 0.5
     assert at_one < fit.share_within(prose, 1.06) < fit.share_within(prose, 1.3) == 1.0
     assert fit.share_within(prose, 0.7) == 0.0
+
+
+def test_a_kinds_band_is_what_its_chance_of_fitting_reads() -> None:
+    # twelve prose samples the fit costs right, and digits it costs 0.8 to 1.25 times their
+    # count: the prose band was the twelve alone (one token wide); pulled towards all the
+    # residuals as the chance of fitting is, it is wider, and its ends are the chance's
+    # 3 % and 97 % (a window just inside it is weighed, not taken as certain)
+    fit = TokenizerFit(tuple(1.0 if f in ("chars", "digits") else 0.0 for f in FIELDS))
+    fit.weights = fit.prior
+    every = sorted([1.0] * 12 + [0.8 + 0.01 * i for i in range(46)])
+    fit.residuals = {"prose": [1.0] * 12, "*": every}
+    fit.spread = band_per_kind(fit.residuals)
+    prose = tuple(1000 if f == "chars" else 0 for f in FIELDS)
+    low, high = fit.factors(prose)
+    assert low < 0.9 and high > 1.1
+    assert fit.share_within(prose, high) >= 0.97 > fit.share_within(prose, high - 0.005)
+    assert fit.share_within(prose, low) > 0.03 >= fit.share_within(prose, low - 0.005)
+    # a kind of many samples keeps nearly its own band
+    fit.residuals = {"prose": [0.99, 1.01] * 200, "*": every}
+    fit.spread = band_per_kind(fit.residuals)
+    low, high = fit.factors(prose)
+    assert 0.95 < low <= 0.99 and 1.01 <= high < 1.05
 
 
 def test_a_calibrations_share_within_follows_its_samples() -> None:

@@ -287,7 +287,7 @@ class TokenizerFit:
         self.weights = _solve(self._a, self._b, self.prior, ridge)
         self.seen = frozenset(i for i in range(N_FIELDS) if self._a[i][i] > 0)
         self.residuals = self._residuals(self.weights)
-        self.spread = _spread(self.residuals)
+        self.spread = band_per_kind(self.residuals)
 
     def _residuals(self, weights: tuple[float, ...]) -> dict[str, list[float]]:
         """The samples' true / estimate under `weights`, sorted, per kind of text with
@@ -338,18 +338,7 @@ class TokenizerFit:
         if not every:  # no residuals at all: the band's fixed width, as `factors` gives it
             low, high = 1 - 2 * WIDEN, 1 + 2 * WIDEN
             return 0.0 if factor < low else 1.0 if factor >= high else 0.5
-        # widened as the band is: a ratio below 1 reads `WIDEN` lower, one above 1 higher
-        under = bisect.bisect_left(every, 1.0)
-        if factor < 1:
-            found = min(bisect.bisect_right(every, factor / (1 - WIDEN)), under)
-        else:
-            found = max(bisect.bisect_right(every, factor / (1 + WIDEN)), under)
-        share = found / len(every)
-        own = residuals.get(kind_of(counts, self.weights))
-        if own is None:
-            return share
-        n = len(own)
-        return (bisect.bisect_right(own, factor) + MIN_KIND * share) / (n + MIN_KIND)
+        return _share(every, residuals.get(kind_of(counts, self.weights)), factor)
 
     def lowest(self, counts: tuple[int, ...]) -> float | None:
         """The factor on `tokens(counts)` below which the fit's evidence says the true
@@ -410,16 +399,55 @@ class TokenizerFit:
         }
 
 
-def _spread(residuals: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
-    """The band per kind: the 3 % and 97 % quantiles of its residuals; of all ("*"), wider."""
+def _share(every: list[float], own: list[float] | None, factor: float) -> float:
+    """The share of the residuals at most `factor`: of all of them (`every`, sorted) read
+    `WIDEN` wider each way (a ratio below 1 that much lower, one above 1 that much higher),
+    and, for a kind with residuals of its own (`own`, sorted), of those pulled towards all
+    of them as `MIN_KIND` samples would."""
+    under = bisect.bisect_left(every, 1.0)
+    if factor < 1:
+        found = min(bisect.bisect_right(every, factor / (1 - WIDEN)), under)
+    else:
+        found = max(bisect.bisect_right(every, factor / (1 + WIDEN)), under)
+    share = found / len(every)
+    if own is None:
+        return share
+    return (bisect.bisect_right(own, factor) + MIN_KIND * share) / (len(own) + MIN_KIND)
+
+
+def _first_past(
+    points: list[float], every: list[float], own: list[float], q: float, strict: bool = False
+) -> float:
+    """The first of `points` (sorted) where the share of `_share` reaches `q` (or passes
+    it, `strict`): the share only grows along them, so a bisection finds it."""
+
+    def past(f: float) -> bool:
+        share = _share(every, own, f)
+        return share > q if strict else share >= q
+
+    return points[min(bisect.bisect_left(points, True, key=past), len(points) - 1)]
+
+
+def band_per_kind(residuals: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
+    """The band per kind: the 3 % and 97 % quantiles of the share `share_within` reads (its
+    own residuals pulled towards all of them, widened), so that the band and the chance of
+    a count agree; of all ("*"), their quantiles widened. A kind's band of its own
+    residuals alone was as narrow as the few samples the fit had just been made from:
+    replayed on six vocabularies with 50 answers, 10 % of held-out requests came out above
+    it and 6.5 % below, 7.3 % and 4.5 % with the pull (see `share_within`)."""
     every = residuals.get("*")
     if not every:
         return {}
     low, high = _quantiles(every)
     out = {"*": (max(FLOOR, low * (1 - WIDEN)), min(CEILING, high * (1 + WIDEN)))}
+    points = sorted(
+        {1.0, *(r * (1 - WIDEN) for r in every if r < 1), *(r * (1 + WIDEN) for r in every)}
+    )
     for kind, ratios in residuals.items():
         if kind != "*":
-            out[kind] = _quantiles(ratios)
+            at = sorted({*points, *ratios})
+            low = _first_past(at, every, ratios, LOW_Q, strict=True)
+            out[kind] = (low, max(_first_past(at, every, ratios, HIGH_Q), low))
     return out
 
 
