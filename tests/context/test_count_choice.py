@@ -204,6 +204,13 @@ def _ask(client: Any) -> Any:
     return _create(client, NUMBERS)
 
 
+def _assert_counted_on_base(resp: Any, base: Any) -> None:
+    """The request was counted (121 + 10 tokens) and placed on the base window."""
+    assert resp.headers["x-fleetgate-context-estimate"] == "131; exact"
+    assert resp.headers["x-fleetgate-route"] == "base"
+    assert base.tokenize_calls == 1
+
+
 def test_a_request_unlikely_to_move_is_not_counted_and_goes_where_the_estimate_says(
     stack: Stack, client_for
 ) -> None:
@@ -228,9 +235,7 @@ def test_min_change_zero_counts_whenever_a_window_lies_in_the_band(
     _calibrate(stack, client, 1, 22)
     base.reset_counters()
     resp = _ask(client)
-    assert resp.headers["x-fleetgate-context-estimate"] == "131; exact"
-    assert resp.headers["x-fleetgate-route"] == "base"
-    assert base.tokenize_calls == 1
+    _assert_counted_on_base(resp, base)
 
 
 def test_a_request_that_moves_once_in_twelve_is_counted(stack: Stack, client_for) -> None:
@@ -242,9 +247,7 @@ def test_a_request_that_moves_once_in_twelve_is_counted(stack: Stack, client_for
     _calibrate(stack, client, 2, 21)
     base.reset_counters()
     resp = _ask(client)
-    assert resp.headers["x-fleetgate-context-estimate"] == "131; exact"
-    assert resp.headers["x-fleetgate-route"] == "base"
-    assert base.tokenize_calls == 1
+    _assert_counted_on_base(resp, base)
     record = httpx.get(f"{stack.url}/v1/requests/{resp.headers['x-request-id']}").json()
     assert 0.05 <= record["notes"]["context_change_probability"] < 0.1
 
@@ -255,9 +258,7 @@ def test_a_request_likely_to_move_is_counted(stack: Stack, client_for) -> None:
     _calibrate(stack, client, 10, 10)  # the two ratios as likely: fits half the time
     base.reset_counters()
     resp = _ask(client)
-    assert resp.headers["x-fleetgate-context-estimate"] == "131; exact"
-    assert resp.headers["x-fleetgate-route"] == "base"
-    assert base.tokenize_calls == 1
+    _assert_counted_on_base(resp, base)
 
 
 # A refusal pending: the long deployment's calibration says numbers cost half their
@@ -268,9 +269,11 @@ def test_a_request_likely_to_move_is_counted(stack: Stack, client_for) -> None:
 LONG_NUMBERS = [{"role": "user", "content": words(1150, "12345678")}]
 
 
-def _calibrate_long(stack: Stack, client: Any) -> None:
-    for i in range(23):  # each estimated over the base window: answered by the long one
-        text = words(1200, "中") if i == 0 else words(300, "12345678")
+def _calibrate_long(stack: Stack, client: Any, texts: list[str] | None = None) -> None:
+    """Answers of the long deployment: `texts`, by default "中" then numbers (above)."""
+    if texts is None:
+        texts = [words(1200, "中")] + [words(300, "12345678")] * 22
+    for text in texts:  # each estimated over the base window: answered by the long one
         client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": text}], max_tokens=10
         )
@@ -320,20 +323,14 @@ def test_a_refusal_likely_to_be_due_waits_for_the_count(stack: Stack, client_for
 # yet needs 10,001 + 10: the fixed cost the estimate spreads over the text is a smaller part
 # of it. Uncounted, it went to the long engine, which refused it (a real engine whose
 # window holds the prompt alone cuts the answer short instead).
-def _calibrate_on_han(stack: Stack, client: Any) -> None:
-    for _ in range(12):  # each estimated over the base window: answered by the long one
-        client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": words(1200, "中")}], max_tokens=10
-        )
-    book = stack.gateway.pipeline.state.calibration
-    wait_until(lambda: book.calibrated("m@long") is not None, 5, "long calibrated")
+HAN_ONLY = [words(1200, "中")] * 12
 
 
 def test_a_request_bounded_just_under_the_largest_window_is_counted_and_refused(
     stack: Stack, client_for
 ) -> None:
     base, long = tiered_stack(stack, context_guard="reject")
-    _calibrate_on_han(stack, client_for(stack))
+    _calibrate_long(stack, client_for(stack), HAN_ONLY)
     base.reset_counters()
     long.reset_counters()
     resp = httpx.post(
@@ -356,7 +353,7 @@ def test_a_request_bounded_well_under_the_largest_window_is_not_counted(
 ) -> None:
     base, _long = tiered_stack(stack, context_guard="reject")
     client = client_for(stack)
-    _calibrate_on_han(stack, client)
+    _calibrate_long(stack, client, HAN_ONLY)
     base.reset_counters()
     resp = client.chat.completions.with_raw_response.create(
         model="m", messages=[{"role": "user", "content": words(8000, "中")}], max_tokens=10
