@@ -37,12 +37,12 @@ from fleetgate.translate.registry import unserved_reason
 
 GUARD_PENDING = "context_guard_pending"
 SILENT_PENDING = "context_silent_pending"  # a silent worker's fit waits for the count
-# with the guard `reject`: the band's top lies just under the largest window, so the request
-# may need more than any window holds (then refused) though its upper bound fits
+# with the guard `reject`: the upper bound lies near the largest window, so whether the
+# request fits any window (else it is refused) is in doubt, whatever the spread says
 TOP_PENDING = "context_top_pending"
-# how far above the band's top the largest window may lie and still be in doubt: replayed on
-# six real vocabularies (held-out and foreign text, 200 answers in), 4-9 % of requests
-# needed more than their band's top, three in four of them by at most 5 %
+# how far from the upper bound (either side) the largest window may lie and be in doubt:
+# replayed on six real vocabularies (held-out and foreign text, 200 answers in), 4-9 % of
+# requests needed more than their upper bound, three in four of them by at most 5 %
 TOP_MARGIN = 0.05
 RAW_NOTE = "context_raw"  # the central estimate per tokenizer family (numbers only)
 TALLY_NOTE = "context_tally"  # the request's tally (numbers only): what the fits learn from
