@@ -15,7 +15,11 @@ Then reports the share of held-out requests whose estimate lies within [0.9, 1.1
 true count: the generic family table (no evidence), the fit on the fingerprint alone, and
 after 50 and 300 answers; per kind of corpus text with `--kinds`.
 
-    python3 benchmarks/estimate_accuracy.py [MODEL.gguf ...] [--kinds]
+    python3 benchmarks/estimate_accuracy.py [MODEL.gguf ...] [--kinds] [--cache DIR]
+
+With `--cache DIR` the engine's counts are kept (`DIR/<model>.json`, a few MB each) and a
+second run reads them instead of starting an engine: the tally and the fit are the code's
+of that run, so a change to either is scored in under a second per vocabulary.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
@@ -93,27 +97,58 @@ def foreign_bodies(n_each: int = 30) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def measure(model: Path | None) -> dict[str, Any]:
+def engine_counts(model: Path | None) -> dict[str, Any]:
+    """The engine's counts of the probe set and of every request, next to what it counted
+    (JSON: texts, chats and request bodies), so that a tally or fit changed later can be
+    scored on them again without an engine (`--cache`)."""
     with LlamaServer(n_ctx=512, model=model, alias="unnamed") as engine:
         root = engine.root
-        probes = [(text_tally(t).counts, _count_text(root, t)) for t in (*TEXTS, *MIXES)]
-        chats = [(chat_tally(c).counts, _count(root, c)) for c in CHATS]
-        probes += [(counts, n) for counts, n in chats if n is not None]
 
-        def counted(seed: int, n: int) -> list[Counted]:
-            rows = [
-                (s.kind, tally_body(s.body, "chat.completions").counts, _count(root, s.body))
-                for s in corpus(seed, n, SIZES)
-            ]
-            return [(kind, counts, n) for kind, counts, n in rows if n is not None]
+        def counted(rows: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
+            return [[kind, body, _count(root, body)] for kind, body in rows]
 
-        train = counted(*TRAIN)
-        held = [c for seed, n in HELD_OUT for c in counted(seed, n)]
-        foreign = [
-            (k, tally_body(b, "chat.completions").counts, n)
-            for k, b in foreign_bodies()
-            if (n := _count(root, b)) is not None
+        held = [(s.kind, s.body) for seed, n in HELD_OUT for s in corpus(seed, n, SIZES)]
+        return {
+            "texts": [[t, _count_text(root, t)] for t in (*TEXTS, *MIXES)],
+            "chats": [[c, _count(root, c)] for c in CHATS],
+            "train": counted([(s.kind, s.body) for s in corpus(*TRAIN, SIZES)]),
+            "held": counted(held),
+            "foreign": counted(foreign_bodies()),
+        }
+
+
+def cached_counts(model: Path | None, cache: Path | None) -> dict[str, Any]:
+    """`engine_counts`, kept in `cache` (a directory) under the model file's name: a second
+    run of the same model asks no engine. A cache holds the texts it counted, so a probe
+    set or corpus changed since is scored as it was counted; delete the file to count
+    again."""
+    if cache is None:
+        return engine_counts(model)
+    path = cache / f"{model.stem if model else 'build-model'}.json"
+    if path.exists():
+        return cast(dict[str, Any], json.loads(path.read_text()))
+    counts = engine_counts(model)
+    cache.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(counts))
+    return counts
+
+
+def measure(counted: dict[str, Any]) -> dict[str, Any]:
+    """The share within [0.9, 1.1]: the generic table, the fit on the fingerprint, and after
+    50 and 300 answers; every tally taken now, from what was counted."""
+    probes = [(text_tally(t).counts, n) for t, n in counted["texts"]]
+    probes += [(chat_tally(c).counts, n) for c, n in counted["chats"] if n is not None]
+
+    def tallied(rows: list[list[Any]]) -> list[Counted]:
+        return [
+            (kind, tally_body(body, "chat.completions").counts, n)
+            for kind, body, n in rows
+            if n is not None
         ]
+
+    train = tallied(counted["train"])
+    held = tallied(counted["held"])
+    foreign = tallied(counted["foreign"])
     random.Random(5).shuffle(train)
     sets = {"corpus": held, "foreign": foreign}
     generic = FAMILIES["generic"]
@@ -156,9 +191,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--kinds", action="store_true", help="per kind of corpus text too")
+    parser.add_argument(
+        "--cache", type=Path, help="keep the engine's counts here; a second run asks no engine"
+    )
     args = parser.parse_args()
     for model in args.models or [None]:
-        result = measure(model)
+        result = measure(cached_counts(model, args.cache))
         kinds = result.pop("kinds")
         print(f"{model.name if model else 'build model'}: {json.dumps(result)}")
         if args.kinds:
