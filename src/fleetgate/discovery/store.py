@@ -75,6 +75,11 @@ class WindowStore:
         view = self.view(dep)
         return view.tokens, view.source
 
+    def window(self, dep: Deployment) -> int | None:
+        """The window routing uses for `dep` (declared, or read from its engine); None when
+        unknown."""
+        return self.view(dep).tokens
+
     def is_loaded(self, dep: Deployment) -> bool:
         ev = self._evidence.get(dep.id)
         return ev is not None and ev.loaded

@@ -105,7 +105,7 @@ class Pipeline:
         self.windows = WindowStore(holder.fleet.config.model_capabilities)
         self.discovery = DiscoveryService(holder, self.windows)
         self.fingerprints = FingerprintService(
-            holder, self.state.calibration, FingerprintCache(), self._window_tokens
+            holder, self.state.calibration, FingerprintCache(), self.windows.window
         )
         holder.on_swap(lambda _old, _new: self.fingerprints.wake())
         self.discovery.on_change = self.fingerprints.wake  # a tier read from its engine
@@ -148,10 +148,6 @@ class Pipeline:
         if not await self.fingerprints.settled(max(0.0, deadline - self.loop.time())):
             log.info("started before the engines' tokenizers were fingerprinted")
         self.ready = True
-
-    def _window_tokens(self, dep: Deployment) -> int | None:
-        """The window routing uses for `dep`: declared, or read from its engine."""
-        return self.windows.effective_window(dep)[0]
 
     async def stop(self) -> None:
         """Background work ends and the last records are flushed into their sinks."""

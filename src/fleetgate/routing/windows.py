@@ -36,6 +36,6 @@ def window_function(profile: RequestProfile, windows: WindowStore | None) -> Win
     def window_of(dep: Deployment) -> int | None:
         if num_ctx is not None and dep.provider.kind == "ollama":
             return num_ctx
-        return windows.effective_window(dep)[0]
+        return windows.window(dep)
 
     return window_of

@@ -21,7 +21,7 @@ def largest_window(deployments: Iterable[Deployment], windows: WindowStore | Non
     if windows is None:
         found = [d.context_window for d in deployments]
     else:
-        found = [windows.effective_window(d)[0] for d in deployments]
+        found = [windows.window(d) for d in deployments]
     return max((w for w in found if w), default=None)
 
 

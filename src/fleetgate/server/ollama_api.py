@@ -138,7 +138,7 @@ def ps(fleet: Fleet, windows: WindowStore, listing: Listing) -> dict[str, Any]:
                     continue
                 entry = {**found, "name": model_id, "model": model_id}
             else:
-                window = windows.effective_window(dep)[0]
+                window = windows.window(dep)
                 entry = {**_entry(model_id), "expires_at": _stamp(now + _RESIDENT), "size_vram": 0}
                 if window:
                     entry["context_length"] = window
