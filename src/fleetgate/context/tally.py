@@ -550,8 +550,6 @@ def _longest(batch: list[Any], walk: _Walk) -> None:
 
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
-# the roles whose text turn is its content alone (a tool turn's text is also `tool_text`)
-_TEXT_ROLES = frozenset({"system", "developer", "user", "assistant"})
 # endpoints whose list-valued `prompt` / `input` is a batch of separate sequences
 _BATCHED = frozenset({"completions", "embeddings", "ollama.embed"})
 
@@ -593,24 +591,9 @@ def _walk_body(body: dict[str, Any], endpoint: str) -> _Walk:
     walk = _Walk()
     messages = body.get("messages")
     if isinstance(messages, list):
-        parts, counts = walk.parts, walk.counts
-        plain = replies = 0
         for message in messages:
-            if type(message) is not dict:
-                continue
-            # a text turn of a role and a string content (most of a chat): no call, no
-            # branch that `_Walk.message` takes for tools, parts and reasoning
-            content = message.get("content")
-            role = message.get("role")
-            if type(content) is str and len(message) == 2 and role in _TEXT_ROLES:
-                parts.append(content)
-                plain += 1
-                if role == "assistant":
-                    replies += 1
-            else:
+            if isinstance(message, dict):
                 walk.message(message)
-        counts[MESSAGES] += plain
-        counts[REPLIES] += replies
         first = messages[0] if messages else None
         if (
             isinstance(first, dict)
