@@ -112,18 +112,17 @@ class ContextFitFilter:
             if model
             else candidates
         )
+        beyond = fits_nowhere(everyone, estimate, of)
         near = _near_the_top(everyone, estimate, of)
-        if not fits_nowhere(everyone, estimate, of):
-            if near and _countable(profile, estimate, kept, settings):
-                ctx.notes[GUARD_PENDING] = ctx.notes[TOP_PENDING] = True
+        if not beyond and not near:
             return kept, dropped
-        if estimate.exact or _beyond_on_evidence(everyone, estimate, of):
+        if beyond and (estimate.exact or _beyond_on_evidence(everyone, estimate, of)):
             raise context_too_large(profile.model, estimate, max(known_windows(everyone, of)))
         if _countable(profile, estimate, kept, settings):
             ctx.notes[GUARD_PENDING] = True  # in doubt: an exact count decides
             if near:
                 ctx.notes[TOP_PENDING] = True
-        else:  # no evidence, no count: routed (biggest window first), the engine decides
+        elif beyond:  # no evidence, no count: routed (biggest window first), the engine decides
             ctx.notes["context_guard"] = "not_counted"
         return kept, dropped
 
