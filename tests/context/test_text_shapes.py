@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from fleetgate.config.schema import ContextConfig
 from fleetgate.context.need import estimate_need
-from fleetgate.context.tally import FIELDS, SPACE_RUNS, _sample, count_runs
+from fleetgate.context.tally import FIELDS, SPACE_PAIRS, SPACE_RUNS, _sample, count_runs
 from fleetgate.fleet import build_fleet
 from fleetgate.testing.llama import ALIAS, LlamaServer, find_llama
 from tests.context.shapes import SHAPES, table
@@ -95,11 +95,27 @@ def test_a_padded_table_near_a_window_edge_is_counted_and_lands_where_it_fits(
 def test_the_run_fields_of_a_long_text_come_from_a_sample_and_scale_to_the_whole() -> None:
     """The run fields cost a pass per view, so a long text's are counted on a sample of
     fixed size: on a text of one layout, they come to the whole text's count (within what
-    the sample's eight pieces cut at their edges: a piece that starts inside a run of
-    spaces counts one more run start, up to eight in a sample of 512 bytes)."""
+    the sample's sixteen pieces cut at their edges: a piece that starts inside a run of
+    spaces counts one more run start, up to sixteen in a sample of 1,024 bytes)."""
     text = table(2000).encode()  # about 110 KB
     assert len(_sample(text)) < len(text) // 100
     sampled = [0] * len(FIELDS)
     count_runs(text, True, len(text), sampled)
     whole = len(re.findall(rb"(?<! )  +", text))
     assert sampled[SPACE_RUNS] == pytest.approx(whole, rel=0.08)
+
+
+@pytest.mark.parametrize("unit", ["中 ", "word ", "a "])
+def test_no_run_is_made_where_two_pieces_of_a_sample_meet(unit: str) -> None:
+    """A sample's pieces are glued with a byte that breaks every run. Without it, a space
+    that ends one piece and one that starts the next made a run of two spaces, scaled up by
+    the text's size: a text of single spaces had runs of spaces at some lengths and none at
+    others, so a calibration learned on one length of a text misjudged another length of
+    the same text."""
+    for n in range(600, 3600, 37):
+        text = unit * n
+        data = text.encode()
+        assert len(_sample(data)) < len(data)
+        counts = [0] * len(FIELDS)
+        count_runs(data, data.isascii(), len(text), counts)
+        assert (n, counts[SPACE_RUNS], counts[SPACE_PAIRS]) == (n, 0, 0)
