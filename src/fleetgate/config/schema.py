@@ -411,12 +411,13 @@ class RefineConfig(_Strict):
     band_high: PositiveFloat = 1.3
     """The widest band counted: an exact count is asked for when a window lies between the
     request's calibrated lower and upper bounds, never outside [low, high] x the estimate."""
-    min_change: Annotated[float, Field(ge=0, le=1)] = 0.05
+    min_change: Annotated[float, Field(ge=0, le=1)] = 0.02
     """Where the estimate's spread was measured (a fitted tokenizer, a usage calibration),
     a count is made only when it puts another deployment first with at least this
-    probability; 0: whenever a window lies inside the band. Between 0.05 and 0.1 are few
-    requests (8 in six runs of 300, on three vocabularies), and 2 of them moved: each a
-    request sent to a larger window than it needed; below 0.05 none of 84 moved."""
+    probability; 0: whenever a window lies inside the band. What is left uncounted is
+    expected to move the sum of these probabilities: at 0.05 about a tenth of a request per
+    300 (a JSON request needing exactly the small window, at 0.049, went to the large one),
+    at 0.02 a few hundredths, for a count or two more per 300 requests."""
 
 
 class ContextConfig(_Strict):
