@@ -210,9 +210,9 @@ _WORD_TABLE = bytes(ord("a") if _CLASS[b] in _ALPHABETIC else ord(" ") for b in 
 _COMMON = bytes(b for b in range(256) if _CLASS[b] in b"a " and b not in _CONTINUATION)
 _COMMON_OR_CONTINUATION = _COMMON + _CONTINUATION
 # the views of a sample the run fields are counted on (see `count_runs`): small letters,
-# capitals, digits, spaces, line breaks and tabs, and the rest; tabs and spaces as
-# letters, the rest not (title case marks where each run starts); the same of ASCII
-# punctuation and line breaks; of digits (in the first view)
+# capitals, digits, spaces, line breaks, tabs and the glue (`_GLUE`), and the rest; tabs
+# and spaces as letters, the rest not (title case marks where each run starts); the same of
+# ASCII punctuation and line breaks; of digits (in the first view)
 _SHAPE_TABLE = bytes(
     ord("A")
     if _CLASS[b] == ord("A")
