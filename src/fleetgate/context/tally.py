@@ -243,6 +243,7 @@ _REPEAT_SAMPLE, _REPEAT_PIECES = 512, 4
 # piece and one that starts the next were a run of spaces, a count that changed with the
 # text's length, not its kind)
 _GLUE = b"\0"
+_GLUED = (_PIECES - 1) * len(_GLUE)  # bytes of glue in a sample of `_PIECES` pieces
 # four or more of one character that is no letter, digit or space (`_` included)
 _RUN = re.compile(r"([^\w ]|_)\1{3,}")
 
@@ -306,7 +307,7 @@ def count_runs(data: bytes, ascii: bool, chars: int, counts: list[int]) -> bytes
         sample.count(b"  "),
     )
     # characters in all / sampled (the glue between the pieces is none of them)
-    scale = 1.0 if sample is data else chars / (len(shape) - _PIECES + 1)
+    scale = 1.0 if sample is data else chars / (len(shape) - _GLUED)
     for index, n in zip(_RUN_FIELDS, runs, strict=True):
         if n:
             counts[index] += round(n * scale)
@@ -372,8 +373,7 @@ def count_pieces(data: bytes) -> int:
     pieces = words.count(b" a") + (words[:1] == b"a") + rare.count(b".") + rare.count(b"0")
     if not ascii:
         pieces += len(rare.translate(None, _NOT_SCRIPT))
-    sampled = len(sample) - _PIECES + 1  # the glue is none of the text
-    return pieces if sample is data else round(pieces * len(data) / sampled)
+    return pieces if sample is data else round(pieces * len(data) / (len(sample) - _GLUED))
 
 
 def count_text(data: bytes, counts: list[int]) -> bytes:
