@@ -228,3 +228,26 @@ def test_scripts_that_share_a_lead_byte_are_not_under_estimated() -> None:
         counts[FIELDS.index("requests")] = 0
         ratio = true / FAMILIES["qwen2"].tokens(tuple(counts))
         assert 0.6 <= ratio <= high, (name, true, ratio)
+
+
+def test_a_plain_turn_is_tallied_as_any_other_turn() -> None:
+    """The walk takes a turn of a role and a string content without its general path; a
+    key it does not read (`name`) sends every turn down that path, and the tally is the
+    same, for the roles and contents of the corpus and for turns the short path leaves
+    (tool results, content parts, an odd role)."""
+    bodies = [sample.body for sample in corpus(3, 40, (60, 3000))]
+    bodies.append(
+        {
+            "messages": [
+                {"role": "developer", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "Look it up."}]},
+                {"role": "assistant", "content": "Looking."},
+                {"role": "tool", "content": "found: 12 rows"},
+                {"role": ["user"], "content": "an odd role"},
+                {"role": "user", "content": None},
+            ]
+        }
+    )
+    for body in bodies:
+        named = {**body, "messages": [{**m, "name": "x"} for m in body["messages"]]}
+        assert tally_body(body, "chat.completions") == tally_body(named, "chat.completions")

@@ -545,6 +545,9 @@ def _longest(batch: list[Any], walk: _Walk) -> None:
 
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
+# the roles of a turn that `_Walk.message` counts as a message and, for `assistant`, a reply
+# only: a tool's result is also counted as tool text
+_PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})
 # endpoints whose list-valued `prompt` / `input` is a batch of separate sequences
 _BATCHED = frozenset({"completions", "embeddings", "ollama.embed"})
 
@@ -586,9 +589,29 @@ def _walk_body(body: dict[str, Any], endpoint: str) -> _Walk:
     walk = _Walk()
     messages = body.get("messages")
     if isinstance(messages, list):
+        parts, counts = walk.parts, walk.counts
+        plain = replies = 0
         for message in messages:
-            if isinstance(message, dict):
+            if type(message) is not dict:
+                if isinstance(message, dict):
+                    walk.message(message)
+                continue
+            # the common turn (a role and a string content, no tool's), without a call
+            content = message.get("content")
+            role = message.get("role")
+            if (
+                type(content) is str
+                and len(message) == 2
+                and type(role) is str
+                and role in _PLAIN_ROLES
+            ):
+                parts.append(content)
+                plain += 1
+                replies += role == "assistant"
+            else:
                 walk.message(message)
+        counts[MESSAGES] += plain
+        counts[REPLIES] += replies
         first = messages[0] if messages else None
         if (
             isinstance(first, dict)
