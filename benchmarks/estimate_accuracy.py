@@ -13,9 +13,16 @@ one `llama-server`, counts with it (`/apply-template`, then `/tokenize`) the pro
 
 Then reports the share of held-out requests whose estimate lies within [0.9, 1.1] of the
 true count: the generic family table (no evidence), the fit on the fingerprint alone, and
-after 50 and 300 answers; per kind of corpus text with `--kinds`.
+after 50 and 300 answers; per kind of corpus text with `--kinds`. With `--bands`, how well
+the fit's band and its chance of fitting (`share_within`) tell its own error, at the same
+three points: the share of requests whose true count lies under the band (`under`) or over
+it (`over`), the band's mean width (its high over its low factor, minus 1: what a window
+inside it costs in counts), and the share whose true count the fit gave a chance under 5 %
+to be at most (`u<.05`: the fit said "almost surely more") or over 95 % (`u>.95`: "almost
+surely fewer"). A band that tells its error holds each of `under` and `over` near 3 % and
+each tail near 5 %, on text unlike the answers as on the corpus.
 
-    python3 benchmarks/estimate_accuracy.py [MODEL.gguf ...] [--kinds] [--cache DIR]
+    python3 benchmarks/estimate_accuracy.py [MODEL.gguf ...] [--kinds] [--bands] [--cache DIR]
 
 With `--cache DIR` the engine's counts are kept (`DIR/<model>.json`, a few MB each) and a
 second run reads them instead of starting an engine: the tally and the fit are the code's
@@ -38,8 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from fleetgate.context.families import FAMILIES
 from fleetgate.context.fit import TokenizerFit
+from fleetgate.context.need import UNMEASURED_HIGH, UNMEASURED_LOW, unmeasured
 from fleetgate.context.probes import CHATS, MIXES, TEXTS, chat_tally, text_tally
-from fleetgate.context.tally import tally_body
+from fleetgate.context.tally import Tally, tally_body
 from fleetgate.testing.corpus import corpus
 from fleetgate.testing.llama import LlamaServer, find_llama
 
@@ -54,7 +62,7 @@ FOREIGN = {
     "scripts": "models/*.inp",
 }
 
-Counted = tuple[str, tuple[int, ...], int]  # kind, tally, true count
+Counted = tuple[str, Tally, int]  # kind, tally, true count
 
 
 def _post(root: str, path: str, payload: Any) -> Any:
@@ -141,7 +149,7 @@ def measure(counted: dict[str, Any]) -> dict[str, Any]:
 
     def tallied(rows: list[list[Any]]) -> list[Counted]:
         return [
-            (kind, tally_body(body, "chat.completions").counts, n)
+            (kind, tally_body(body, "chat.completions"), n)
             for kind, body, n in rows
             if n is not None
         ]
@@ -153,30 +161,62 @@ def measure(counted: dict[str, Any]) -> dict[str, Any]:
     sets = {"corpus": held, "foreign": foreign}
     generic = FAMILIES["generic"]
     result: dict[str, Any] = {
-        f"{name}: generic table": _share([n / max(generic.tokens(c), 1) for _, c, n in rows])
+        f"{name}: generic table": _share([n / max(generic.tokens(t.counts), 1) for _, t, n in rows])
         for name, rows in sets.items()
     }
+    bands: dict[str, dict[str, float]] = {}
     fit = TokenizerFit(generic.weights)
     fit.set_fingerprint("probes", probes)
     kinds: dict[str, dict[str, float]] = {}
     taught = 0
     for answers in (0, 50, 300):
-        for _, counts, tokens in train[taught:answers]:
-            fit.add(counts, tokens)
+        for _, tally, tokens in train[taught:answers]:
+            fit.add(tally.counts, tokens)
         taught = max(taught, answers)
         fit.refit()
         label = "fingerprint" if not answers else f"fingerprint + {answers} answers"
         for name, rows in sets.items():
-            ratios = [(kind, n / max(fit.tokens(c), 1)) for kind, c, n in rows]
+            ratios = [(kind, n / max(fit.tokens(t.counts), 1)) for kind, t, n in rows]
             result[f"{name}: {label}"] = _share([r for _, r in ratios])
+            bands[f"{name}: {label}"] = band_check(fit, rows)
             if name == "corpus":
                 by_kind = collections.defaultdict(list)
                 for kind, r in ratios:
                     by_kind[kind].append(r)
                 kinds[label] = {k: _share(v) for k, v in sorted(by_kind.items())}
     result["kinds"] = kinds
+    result["bands"] = bands
     result["requests"] = {"train": len(train), "corpus": len(held), "foreign": len(foreign)}
     return result
+
+
+def band_check(fit: TokenizerFit, rows: list[Counted]) -> dict[str, float]:
+    """How the fit's band and chance of fitting bear out on `rows` (see the module doc): the
+    band as placement takes it (`need.bounds_function`: text the residuals say nothing of
+    gets the wide unmeasured band)."""
+    assert fit.weights is not None
+    under = over = low_tail = high_tail = 0
+    width = 0.0
+    for _, tally, n in rows:
+        guessed = max(fit.tokens(tally.counts), 1)
+        low, high = fit.factors(tally.counts)
+        if unmeasured(tally, fit.weights, guessed):
+            low, high = min(low, UNMEASURED_LOW), max(high, UNMEASURED_HIGH)
+        factor = n / guessed
+        under += factor < low
+        over += factor > high
+        width += high / low - 1
+        chance = fit.share_within(tally.counts, factor)
+        low_tail += chance < 0.05
+        high_tail += chance > 0.95
+    k = max(len(rows), 1)
+    return {
+        "under": round(under / k, 3),
+        "over": round(over / k, 3),
+        "width": round(width / k, 3),
+        "u<.05": round(low_tail / k, 3),
+        "u>.95": round(high_tail / k, 3),
+    }
 
 
 def _count_text(root: str, text: str) -> int:
@@ -191,6 +231,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--kinds", action="store_true", help="per kind of corpus text too")
+    parser.add_argument("--bands", action="store_true", help="how the band tells its error")
     parser.add_argument(
         "--cache", type=Path, help="keep the engine's counts here; a second run asks no engine"
     )
@@ -198,7 +239,11 @@ def main() -> None:
     for model in args.models or [None]:
         result = measure(cached_counts(model, args.cache))
         kinds = result.pop("kinds")
+        bands = result.pop("bands")
         print(f"{model.name if model else 'build model'}: {json.dumps(result)}")
+        if args.bands:
+            for label, check in bands.items():
+                print(f"  {label}: " + " ".join(f"{k} {v:.3f}" for k, v in check.items()))
         if args.kinds:
             for label, shares in kinds.items():
                 print(f"  {label}: " + " ".join(f"{k} {v:.2f}" for k, v in shares.items()))
