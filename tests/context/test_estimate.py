@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 from fleetgate.config.schema import ContextConfig
 from fleetgate.context.estimate import estimate_context_tokens
 from fleetgate.context.families import FAMILIES
+from fleetgate.context.need import estimate_need
 from fleetgate.context.tally import FIELDS, tally_body
 from fleetgate.fleet.families import infer_family
 from fleetgate.testing.corpus import CLASSES, corpus, text_of
@@ -251,3 +252,18 @@ def test_a_plain_turn_is_tallied_as_any_other_turn() -> None:
     for body in bodies:
         named = {**body, "messages": [{**m, "name": "x"} for m in body["messages"]]}
         assert tally_body(body, "chat.completions") == tally_body(named, "chat.completions")
+
+
+def test_the_fewest_tokens_of_a_long_text_count_its_words_whole() -> None:
+    """A long text's words are estimated from a sample of it; the rule that a word is a
+    token at least refuses without a count, so it counts them all (the collapsed walk's),
+    never the sample's scaled-up figure, which can overshoot the truth."""
+    rng = random.Random(3)
+    vocabulary = ["a", "to", "window", "tokenizer", "x", "deployments", "of", "q"]
+    for n in (900, 2500, 6000):
+        text = " ".join(rng.choice(vocabulary) + rng.choice(["", "", ",", "."]) for _ in range(n))
+        body = {"messages": [{"role": "user", "content": text}], "max_tokens": 16}
+        estimate = estimate_need(body, "chat.completions", SETTINGS, [], None)[0]
+        assert estimate.tally is not None
+        assert estimate.tally.whole_words == (len(text) <= 4096)
+        assert estimate.least() == n + 16

@@ -5,6 +5,7 @@ a window's edge is counted, not placed where it does not fit."""
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Any
 
@@ -14,8 +15,17 @@ from tokenizers import Tokenizer
 
 from fleetgate.config.schema import ContextConfig
 from fleetgate.context.need import estimate_need
-from fleetgate.context.tally import FIELDS, SPACE_PAIRS, SPACE_RUNS, _sample, count_runs
+from fleetgate.context.tally import (
+    FIELDS,
+    SPACE_PAIRS,
+    SPACE_RUNS,
+    WORDS,
+    _sample,
+    count_runs,
+    count_text,
+)
 from fleetgate.fleet import build_fleet
+from fleetgate.testing.corpus import text_of
 from fleetgate.testing.llama import ALIAS, LlamaServer, find_llama
 from tests.context.shapes import SHAPES, table
 from tests.engines import LlamaFactory, llama_provider
@@ -119,3 +129,33 @@ def test_no_run_is_made_where_two_pieces_of_a_sample_meet(unit: str) -> None:
         counts = [0] * len(FIELDS)
         count_runs(data, data.isascii(), len(text), counts)
         assert (n, counts[SPACE_RUNS], counts[SPACE_PAIRS]) == (n, 0, 0)
+
+
+def _whole_words(data: bytes) -> int:
+    return len(re.findall(rb"[A-Za-z]+", data))
+
+
+@pytest.mark.parametrize("kind", ["prose", "code", "identifiers", "logs", "markdown"])
+def test_the_words_of_a_long_text_come_from_its_sample_and_scale_to_the_whole(kind: str) -> None:
+    """A text over four samples' size has its words counted on the run fields' sample,
+    scaled by its characters: on a text of one class, that comes to the whole text's
+    count within what sixteen pieces of 64 bytes can tell."""
+    rng = random.Random(7)
+    for size in (5_000, 20_000, 80_000):
+        data = text_of(kind, rng, size).encode("ascii", "ignore")
+        counts = [0] * len(FIELDS)
+        count_text(data, counts)
+        assert counts[WORDS] == pytest.approx(_whole_words(data), rel=0.12), (kind, size)
+
+
+@pytest.mark.parametrize("unit", ["abcdefghijklmnop", "aZ", "ab1", "x"])
+def test_no_word_starts_where_a_piece_of_a_sample_starts(unit: str) -> None:
+    """A piece of the sample starts where the text's middle happens to be, often inside a
+    word: its first letter starts no word of the text, so it is not counted. A text of one
+    long word, or of words that start only every few bytes, comes to its own count, not
+    to one more word a piece (sixteen, scaled up by the text's size)."""
+    for n in range(5_000, 40_000, 2_345):
+        data = (unit * (n // len(unit))).encode()
+        counts = [0] * len(FIELDS)
+        count_text(data, counts)
+        assert counts[WORDS] == pytest.approx(_whole_words(data), abs=2, rel=0.05), (unit, n)

@@ -63,6 +63,9 @@ class ContextEstimate:
     fitted_floor_of: Callable[[Deployment], int | None] | None = field(
         default=None, compare=False, repr=False
     )
+    # the words of the request's text counted whole, where the tally's came from a sample
+    # of a long text; None: not known (`least` then counts none)
+    words_of: Callable[[], int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def total(self) -> int:
@@ -115,11 +118,16 @@ class ContextEstimate:
     def least(self) -> int:
         """The fewest tokens the request can need on any tokenizer that splits text at
         whitespace (byte-level BPE, SentencePiece): a word is a token at least. A rule, not
-        a fit: evidence whatever the tokenizer."""
+        a fit: evidence whatever the tokenizer, so its words are counted, never scaled up
+        from a sample (`Tally.whole_words`, else `words_of`)."""
         if self.exact or self.tally is None:
             return self.total
         counts = self.tally.counts
-        return counts[WORDS] + counts[TOKEN_IDS] + self.output_reserve
+        if self.tally.whole_words:
+            words = counts[WORDS]
+        else:
+            words = self.words_of() if self.words_of is not None else 0
+        return words + counts[TOKEN_IDS] + self.output_reserve
 
     def header(self) -> str:
         """The value of X-Fleetgate-Context-Estimate, e.g. `1234; estimate`."""

@@ -37,6 +37,7 @@ from fleetgate.context.tally import (
     FOUR_BYTE,
     MESSAGES,
     TOKEN_IDS,
+    WORDS,
     Tally,
     says_again,
     tally_body,
@@ -182,6 +183,7 @@ def estimate_need(
         floor_of=collapsed.floor,
         own_of=_own_function(book),
         fitted_floor_of=collapsed.fitted_floor,
+        words_of=collapsed.words,
     )
     return estimate, raw
 
@@ -220,6 +222,11 @@ class _Collapsed:
         if self._tally is None:
             self._tally = tally_body(self._body, self._endpoint, collapsed=True)
         return self._tally
+
+    def words(self) -> int:
+        """The words of the text, counted whole (the collapsed tally's: collapsing runs of
+        one character that is no letter leaves every word)."""
+        return self.tally().counts[WORDS]
 
     def floor(self, dep: Deployment) -> int:
         if self._bounds is None:

@@ -5,7 +5,8 @@ reasoning, system, instructions, prompt, input, suffix) and counts,
 in one pass of C-level byte operations over their UTF-8 bytes:
 
 * digits, ASCII punctuation, newlines, tabs, other whitespace and words (runs of letters: ASCII
-  and the alphabetic scripts below), each by count;
+  and the alphabetic scripts below), each by count (the words of a text over `_WORDS_WHOLE`
+  bytes on a sample of it, as the runs below);
 * non-Latin characters by the script block their UTF-8 lead byte names: Latin extensions,
   Greek, Cyrillic, Hebrew and Armenian, Arabic, Indic and Thai, other 3-byte scripts,
   symbols, kana and CJK punctuation, CJK ideographs, Hangul, full-width forms, and 4-byte
@@ -210,8 +211,9 @@ _WORD_TABLE = bytes(ord("a") if _CLASS[b] in _ALPHABETIC else ord(" ") for b in 
 _COMMON = bytes(b for b in range(256) if _CLASS[b] in b"a " and b not in _CONTINUATION)
 _COMMON_OR_CONTINUATION = _COMMON + _CONTINUATION
 # the views of a sample the run fields are counted on (see `count_runs`): small letters,
-# capitals, digits, spaces, line breaks, tabs and the glue (`_GLUE`), and the rest; tabs
-# and spaces as letters, the rest not (title case marks where each run starts); the same of
+# capitals, digits, spaces, line breaks and tabs, the glue (`_GLUE`), and the rest; of
+# that, letters (`a`) and the glue alone, the rest a space (title case marks where each word
+# starts); tabs and spaces as letters, the rest not (where each run starts); the same of
 # ASCII punctuation and line breaks; of digits (in the first view)
 _SHAPE_TABLE = bytes(
     ord("A")
@@ -222,11 +224,14 @@ _SHAPE_TABLE = bytes(
     if _CLASS[b] == ord("0")
     else ord(" ")
     if b == 32
+    else ord("#")
+    if b == 0
     else ord("n")
-    if b in (0, 9, 10, 13)
+    if b in (9, 10, 13)
     else ord("x")
     for b in range(256)
 )
+_LETTERS_TABLE = bytes(ord("a") if b in b"aA" else b if b == ord("#") else 32 for b in range(256))
 _WS_TABLE = bytes(ord("a") if b == 9 else ord("b") if b == 32 else ord(".") for b in range(256))
 _PUNCT_TABLE = bytes(ord("a") if _CLASS[b] in b".\n" else ord(" ") for b in range(256))
 # the punctuation a rule line or a table is drawn with, as one character (`--` in this view
@@ -244,6 +249,14 @@ _REPEAT_SAMPLE, _REPEAT_PIECES = 512, 4
 # text's length, not its kind)
 _GLUE = b"\0"
 _GLUED = (_PIECES - 1) * len(_GLUE)  # bytes of glue in a sample of `_PIECES` pieces
+# a text longer than this has its words counted on the run fields' sample, scaled up by its
+# characters, not on the whole: a view of the whole text and a search of it for a two-byte
+# pattern cost 15 µs of a 10 KB chat's 70 µs estimate. Replayed on twelve real vocabularies
+# (three orders of the answers), the share of held-out requests within 10 % of their count
+# went from 0.931 to 0.929 after 50 answers and from 0.953 to 0.951 after 300 (0.898 with
+# the fingerprint alone, as before); the estimate of a 10 KB chat for two fitted deployments
+# costs 16 % fewer instructions. A shorter text is counted whole: a sample is most of it
+_WORDS_WHOLE = 4 * _SAMPLE
 # four or more of one character that is no letter, digit or space (`_` included)
 _RUN = re.compile(r"([^\w ]|_)\1{3,}")
 
@@ -275,9 +288,11 @@ def _sample(data: bytes, size: int = _SAMPLE, pieces: int = _PIECES) -> bytes:
     return _GLUE.join([data[i : i + w] for i in range(step // 2, step * pieces, step)])
 
 
-def count_runs(data: bytes, ascii: bool, chars: int, counts: list[int]) -> bytes:
+def count_runs(
+    data: bytes, ascii: bool, chars: int, counts: list[int], words: bool = False
+) -> bytes:
     """Add the fields about runs (long letter runs, spaces, punctuation) of UTF-8 `data`,
-    which holds `chars` characters.
+    which holds `chars` characters; and, with `words`, its words (see `_WORDS_WHOLE`).
 
     Byte-level BPE tokenizers (Qwen2, Llama 3, o200k) first split text by a pattern: a word
     takes the one space or punctuation character before it along, digits stand alone, a
@@ -311,6 +326,13 @@ def count_runs(data: bytes, ascii: bool, chars: int, counts: list[int]) -> bytes
     for index, n in zip(_RUN_FIELDS, runs, strict=True):
         if n:
             counts[index] += round(n * scale)
+    if words:
+        # the words that start inside a piece: a piece's first letter may be a word's
+        # middle, so a letter at a piece's start (the sample's own, or after the glue) is
+        # none; the whole has as many per character as the pieces have after their first
+        titled = shape.translate(_LETTERS_TABLE).title()
+        n = titled.count(b"A") - titled.count(b"#A") - (titled[:1] == b"A")
+        counts[WORDS] += round(n * chars / (len(shape) - _GLUED - _PIECES))
     return sample
 
 
@@ -376,14 +398,14 @@ def count_pieces(data: bytes) -> int:
     return pieces if sample is data else round(pieces * len(data) / (len(sample) - _GLUED))
 
 
-def count_text(data: bytes, counts: list[int]) -> bytes:
+def count_text(data: bytes, counts: list[int], whole_words: bool = False) -> bytes:
     """Add the character classes of UTF-8 `data` to `counts` (a tally vector); returns the
-    sample its runs were counted on."""
+    sample its runs were counted on. Its words are counted on that sample when it is over
+    `_WORDS_WHOLE` bytes, unless `whole_words` (what a rule bounds a need with from below
+    must be counted, not scaled up)."""
     ascii = data.isascii()
     # every class but lower-case letters and spaces, in one short copy: counted there
     rare = data.translate(_CLASS_TABLE, _COMMON if ascii else _COMMON_OR_CONTINUATION)
-    # letters and the rest, one character a byte
-    words = data.translate(_WORD_TABLE) if ascii else data.translate(_WORD_TABLE, _CONTINUATION)
     if not ascii:
         for i, code in enumerate(_SCRIPT_CODES):
             n = rare.count(code)
@@ -397,12 +419,18 @@ def count_text(data: bytes, counts: list[int]) -> bytes:
             latin = sum(map(data.count, _LATIN_EXTENDED_ADDITIONAL))
             counts[OTHER3] -= latin
             counts[LATIN_EXT] += latin
-    counts[CHARS] += len(words)
     counts[UPPER] += rare.count(b"A")
     counts[DIGITS] += rare.count(b"0")
     counts[PUNCT] += rare.count(b".")
     counts[NEWLINES] += rare.count(b"\n")
     counts[TABS] += rare.count(b"\t")
+    if len(data) > _WORDS_WHOLE and not whole_words:
+        chars = len(data) if ascii else len(data.translate(None, _CONTINUATION))
+        counts[CHARS] += chars
+        return count_runs(data, ascii, chars, counts, words=True)
+    # letters and the rest, one character a byte
+    words = data.translate(_WORD_TABLE) if ascii else data.translate(_WORD_TABLE, _CONTINUATION)
+    counts[CHARS] += len(words)
     counts[WORDS] += words.count(b" a") + (words[:1] == b"a")
     return count_runs(data, ascii, len(words), counts)
 
@@ -410,7 +438,17 @@ def count_text(data: bytes, counts: list[int]) -> bytes:
 class _Walk:
     """Collects the text pieces and structure counts of one body."""
 
-    __slots__ = ("audio", "blobs", "counts", "images", "parts", "sample", "token_ids", "tool_parts")
+    __slots__ = (
+        "audio",
+        "blobs",
+        "counts",
+        "images",
+        "parts",
+        "sample",
+        "token_ids",
+        "tool_parts",
+        "whole_words",
+    )
 
     def __init__(self) -> None:
         self.parts: list[str] = []  # text, joined and encoded once
@@ -421,6 +459,7 @@ class _Walk:
         self.audio = 0
         self.counts = [0] * N_FIELDS
         self.sample = b""  # what `says_again` looks at of the text, once counted
+        self.whole_words = True  # whether the text's words were counted whole, not sampled
 
     def json(self, value: Any) -> bool:
         """Add `value`'s JSON to the text; False when it has none."""
@@ -514,7 +553,8 @@ class _Walk:
                 blobs = [collapse_runs(b.decode()).encode() for b in blobs]
             if blobs:
                 text = b" ".join((text, *blobs)) if self.parts else b" ".join(blobs)
-            count_text(text, counts)
+            count_text(text, counts, whole_words=collapse)
+            self.whole_words = collapse or len(text) <= _WORDS_WHOLE
             # a sample, not the text: a long prompt's bytes are not held for the request's life
             self.sample = _sample(text, _REPEAT_SAMPLE, _REPEAT_PIECES)
         if self.tool_parts:
@@ -554,21 +594,24 @@ _BATCHED = frozenset({"completions", "embeddings", "ollama.embed"})
 
 @dataclass(frozen=True, slots=True)
 class Tally:
-    """What one body holds: the counts of FIELDS, and its media parts; and the sample of its
-    text `says_again` looks at (asked only where a band is in question)."""
+    """What one body holds: the counts of FIELDS, and its media parts; the sample of its
+    text `says_again` looks at (asked only where a band is in question); and whether its
+    words were counted whole (a long text's come from a sample: an estimate, no bound)."""
 
     counts: tuple[int, ...]
     images: int = 0
     audio: int = 0
     sample: bytes = field(default=b"", compare=False, repr=False)
+    whole_words: bool = field(default=True, compare=False)
 
 
 def tally_body(body: dict[str, Any], endpoint: str, collapsed: bool = False) -> Tally:
     """The tally of a request body (pure; one walk). With `collapsed`, each run of one
-    repeated character in its text counts as one character (for the fewest tokens)."""
+    repeated character in its text counts as one character, and its words are counted
+    whole (for the fewest tokens)."""
     walk = _walk_body(body, endpoint)
     counts = tuple(walk.finish(collapsed))
-    return Tally(counts, walk.images, walk.audio, walk.sample)
+    return Tally(counts, walk.images, walk.audio, walk.sample, walk.whole_words)
 
 
 def variety(body: dict[str, Any], endpoint: str) -> float:
