@@ -36,6 +36,7 @@ from fleetgate.context.fit import TokenizerFit
 from fleetgate.context.tally import (
     FOUR_BYTE,
     MESSAGES,
+    PLAIN_ROLES,
     TOKEN_IDS,
     WORDS,
     Tally,
@@ -263,9 +264,6 @@ class _Collapsed:
         return math.floor(fit.tokens(counts) * factor) + known
 
 
-_PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})
-
-
 def _plain(body: dict[str, Any]) -> bool:
     """A chat of text turns only, or a prompt of text: what every template renders as it
     is. Tool schemas, tool calls and their results, reasoning and other fields of a
@@ -280,7 +278,7 @@ def _plain(body: dict[str, Any]) -> bool:
     if not isinstance(messages, list):
         return False
     for message in messages:
-        if not isinstance(message, dict) or message.get("role") not in _PLAIN_ROLES:
+        if not isinstance(message, dict) or message.get("role") not in PLAIN_ROLES:
             return False
         if any(value for key, value in message.items() if key not in ("role", "content")):
             return False

@@ -585,9 +585,10 @@ def _longest(batch: list[Any], walk: _Walk) -> None:
 
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
-# the roles of a turn that `_Walk.message` counts as a message and, for `assistant`, a reply
-# only: a tool's result is also counted as tool text
-_PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})
+# the roles of a turn of text alone: `_Walk.message` counts it as a message (and, for
+# `assistant`, a reply) and nothing else (a tool's result is also tool text), and every
+# template renders it as it is (`need._plain`)
+PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})
 # endpoints whose list-valued `prompt` / `input` is a batch of separate sequences
 _BATCHED = frozenset({"completions", "embeddings", "ollama.embed"})
 
@@ -646,7 +647,7 @@ def _walk_body(body: dict[str, Any], endpoint: str) -> _Walk:
                 type(content) is str
                 and len(message) == 2
                 and type(role) is str
-                and role in _PLAIN_ROLES
+                and role in PLAIN_ROLES
             ):
                 parts.append(content)
                 plain += 1
