@@ -398,11 +398,11 @@ def count_pieces(data: bytes) -> int:
     return pieces if sample is data else round(pieces * len(data) / (len(sample) - _GLUED))
 
 
-def count_text(data: bytes, counts: list[int], whole_words: bool = False) -> bytes:
-    """Add the character classes of UTF-8 `data` to `counts` (a tally vector); returns the
-    sample its runs were counted on. Its words are counted on that sample when it is over
-    `_WORDS_WHOLE` bytes, unless `whole_words` (what a rule bounds a need with from below
-    must be counted, not scaled up)."""
+def count_text(data: bytes, counts: list[int], whole_words: bool = False) -> bool:
+    """Add the character classes of UTF-8 `data` to `counts` (a tally vector). Its words
+    are counted on the run fields' sample when it is over `_WORDS_WHOLE` bytes, unless
+    `whole_words` (what a rule bounds a need with from below must be counted, not scaled
+    up); returns whether they were counted whole."""
     ascii = data.isascii()
     # every class but lower-case letters and spaces, in one short copy: counted there
     rare = data.translate(_CLASS_TABLE, _COMMON if ascii else _COMMON_OR_CONTINUATION)
@@ -427,12 +427,14 @@ def count_text(data: bytes, counts: list[int], whole_words: bool = False) -> byt
     if len(data) > _WORDS_WHOLE and not whole_words:
         chars = len(data) if ascii else len(data.translate(None, _CONTINUATION))
         counts[CHARS] += chars
-        return count_runs(data, ascii, chars, counts, words=True)
+        count_runs(data, ascii, chars, counts, words=True)
+        return False
     # letters and the rest, one character a byte
     words = data.translate(_WORD_TABLE) if ascii else data.translate(_WORD_TABLE, _CONTINUATION)
     counts[CHARS] += len(words)
     counts[WORDS] += words.count(b" a") + (words[:1] == b"a")
-    return count_runs(data, ascii, len(words), counts)
+    count_runs(data, ascii, len(words), counts)
+    return True
 
 
 class _Walk:
@@ -553,8 +555,7 @@ class _Walk:
                 blobs = [collapse_runs(b.decode()).encode() for b in blobs]
             if blobs:
                 text = b" ".join((text, *blobs)) if self.parts else b" ".join(blobs)
-            count_text(text, counts, whole_words=collapse)
-            self.whole_words = collapse or len(text) <= _WORDS_WHOLE
+            self.whole_words = count_text(text, counts, whole_words=collapse)
             # a sample, not the text: a long prompt's bytes are not held for the request's life
             self.sample = _sample(text, _REPEAT_SAMPLE, _REPEAT_PIECES)
         if self.tool_parts:
