@@ -242,8 +242,8 @@ _DIGIT_TABLE = bytes(ord("a") if b == ord("0") else ord(" ") for b in range(256)
 _SAMPLE, _PIECES = 1024, 16
 # the sample `says_again` looks at: 512 bytes in 4 pieces, where its thresholds were set
 _REPEAT_SAMPLE, _REPEAT_PIECES = 512, 4
-# the byte between two pieces of a sample: a break in every view (a line break to the shape
-# view, no letter, digit, space or punctuation to the others), so that no piece's edge is
+# the byte between two pieces of a sample: a break in every view (a code of its own in the
+# shape view, no letter, digit, space or punctuation in the others), so that no piece's edge is
 # joined to its neighbour's into a run that the text does not have (a space that ends one
 # piece and one that starts the next were a run of spaces, a count that changed with the
 # text's length, not its kind)
