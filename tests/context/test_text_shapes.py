@@ -16,6 +16,10 @@ from tokenizers import Tokenizer
 from fleetgate.config.schema import ContextConfig
 from fleetgate.context.need import estimate_need
 from fleetgate.context.tally import (
+    _PIECES,
+    _REPEAT_PIECES,
+    _REPEAT_SAMPLE,
+    _SAMPLE,
     FIELDS,
     SPACE_PAIRS,
     SPACE_RUNS,
@@ -23,6 +27,7 @@ from fleetgate.context.tally import (
     _sample,
     count_runs,
     count_text,
+    tally_body,
 )
 from fleetgate.fleet import build_fleet
 from fleetgate.testing.corpus import text_of
@@ -129,6 +134,20 @@ def test_no_run_is_made_where_two_pieces_of_a_sample_meet(unit: str) -> None:
         counts = [0] * len(FIELDS)
         count_runs(data, data.isascii(), len(text), counts)
         assert (n, counts[SPACE_RUNS], counts[SPACE_PAIRS]) == (n, 0, 0)
+
+
+def test_a_sample_taken_again_is_the_same_sample() -> None:
+    """`says_again` samples what it is given, and is given a `Tally`'s sample (four pieces
+    and the glue between them): that must be looked at as it is. Sampled again, it lost
+    its first piece's start and took the glue into its pieces (a sample was taken as its
+    own only up to the pieces' bytes, the glue left out)."""
+    for size, pieces in ((_SAMPLE, _PIECES), (_REPEAT_SAMPLE, _REPEAT_PIECES)):
+        for n in range(size - 40, 6 * size, 53):
+            sample = _sample(bytes(range(32, 127)) * (n // 95 + 1), size, pieces)
+            assert _sample(sample, size, pieces) is sample, (size, n)
+    body = {"messages": [{"role": "user", "content": "a varied text of words " * 300}]}
+    kept = tally_body(body, "chat.completions").sample
+    assert _sample(kept, _REPEAT_SAMPLE, _REPEAT_PIECES) is kept
 
 
 def _whole_words(data: bytes) -> int:
