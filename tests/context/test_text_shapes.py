@@ -20,7 +20,10 @@ from fleetgate.context.tally import (
     _REPEAT_PIECES,
     _REPEAT_SAMPLE,
     _SAMPLE,
+    DIGIT_RUNS,
+    DIGIT_TRIPLES,
     FIELDS,
+    SPACE_DIGITS,
     SPACE_PAIRS,
     SPACE_RUNS,
     WORDS,
@@ -134,6 +137,29 @@ def test_no_run_is_made_where_two_pieces_of_a_sample_meet(unit: str) -> None:
         counts = [0] * len(FIELDS)
         count_runs(data, data.isascii(), len(text), counts)
         assert (n, counts[SPACE_RUNS], counts[SPACE_PAIRS]) == (n, 0, 0)
+
+
+@pytest.mark.parametrize("alphabet", ["ab Cd.\t", "ab Cd.\t 12", "ab  Cd.\t", "a  7 \t 34567,"])
+def test_the_digit_and_space_run_fields_count_what_the_text_has(alphabet: str) -> None:
+    """The run fields of digits and of spaces, against a plain count of the text (whole, under
+    a sample's size), on texts that have digits or two spaces side by side and texts that
+    have neither (whose fields are not searched for)."""
+    rng = random.Random(alphabet)
+    for _ in range(200):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 900)))
+        data = text.encode()
+        counts = [0] * len(FIELDS)
+        count_runs(data, True, len(text), counts)
+        numbers = re.findall(r"[0-9]+", text)
+        expected = (
+            len(re.findall(r" (?=[0-9])", text)),
+            len(numbers),
+            sum((len(n) - 1) // 3 for n in numbers),
+            len(re.findall(r"(?<![ \t])  ", text)),
+            text.count("  "),
+        )
+        fields = (SPACE_DIGITS, DIGIT_RUNS, DIGIT_TRIPLES, SPACE_RUNS, SPACE_PAIRS)
+        assert tuple(counts[i] for i in fields) == expected, text
 
 
 def test_a_sample_taken_again_is_the_same_sample() -> None:

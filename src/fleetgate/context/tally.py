@@ -41,7 +41,6 @@ tallies with each run counted as one character.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -309,19 +308,28 @@ def count_runs(
     shape = sample.translate(_SHAPE_TABLE, b"" if ascii else _CONTINUATION)
     spaces = sample.translate(_WS_TABLE).title()  # `A`, `B` start a run of tabs, spaces
     punct = sample.translate(_PUNCT_TABLE).title()
-    digits = shape.translate(_DIGIT_TABLE).title()  # `A` starts a run of digits
+    # a field whose characters the sample lacks is not searched for (the same counts,
+    # fewer passes: prose often has no digit, a text with no two spaces side by side no
+    # run of them)
+    if b"0" in shape:
+        digits = shape.translate(_DIGIT_TABLE).title()  # `A` starts a run of digits
+        space_digits, digit_runs = shape.count(b" 0"), digits.count(b"A")
+        digit_triples = digits.count(b"aaa")
+    else:
+        space_digits = digit_runs = digit_triples = 0
+    space_pairs = sample.count(b"  ")
     runs = (
         shape.count(b"aaaaaaaa"),
         shape.count(b"aA"),
-        shape.count(b" 0"),
+        space_digits,
         spaces.count(b"A"),
-        spaces.count(b"Bb"),
+        spaces.count(b"Bb") if space_pairs else 0,
         punct.count(b"A"),
         shape.count(b"xa"),
-        digits.count(b"A"),
-        digits.count(b"aaa"),
+        digit_runs,
+        digit_triples,
         sample.translate(_PAIR_TABLE).count(b"--"),
-        sample.count(b"  "),
+        space_pairs,
     )
     # characters in all / sampled (the glue between the pieces is none of them)
     scale = 1.0 if sample is data else chars / (len(shape) - _GLUED)
@@ -687,8 +695,11 @@ def _walk_body(body: dict[str, Any], endpoint: str) -> _Walk:
             walk.counts[TOOL_BLOCKS] = 1
             blobs = []
             for tool in tools:
-                with contextlib.suppress(TypeError):
-                    blobs.append(orjson.dumps(tool))
+                try:  # free when nothing is raised, where a `suppress` costs a call a tool
+                    blob = orjson.dumps(tool)
+                except TypeError:  # no JSON: no schema to count
+                    continue
+                blobs.append(blob)
             for index, n in zip(_SCHEMA_FIELDS, _schema_counts(b" ".join(blobs)), strict=True):
                 walk.counts[index] += n
     return walk
