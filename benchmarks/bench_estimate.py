@@ -1,7 +1,10 @@
 """Cost of the context estimate on a typical 10 KB chat request, in µs per call: one walk
 (`estimate_context_tokens`) and the walk plus a dot product for each of the four families,
 each against a floor measured in the same run: the old bytes/4 rule (a plain walk that
-encodes every text piece and sums the lengths), and `orjson.dumps` of the same body.
+encodes every text piece and sums the lengths), and `orjson.dumps` of the same body. The
+typical chat's text is prose; the last row estimates a chat of mixed text as large (code,
+a log, numbers, a markdown table, prose), whose sample needs every pass of the run fields
+(a sample without digits, say, skips theirs).
 
 Each of `--repeat` rounds times the floor and the estimate back to back, so a loaded
 machine slows both; the table gives the best round of each and the median of the
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -36,6 +40,7 @@ from fleetgate.context.families import FAMILIES
 from fleetgate.context.need import estimate_need
 from fleetgate.context.tally import tally_body
 from fleetgate.fleet import Deployment, build_fleet
+from fleetgate.testing.corpus import text_of
 
 BUDGET_US = 50.0
 
@@ -66,6 +71,21 @@ def typical_request(target_bytes: int = 10_000) -> dict[str, Any]:
     while len(orjson.dumps(body)) < target_bytes:
         role = "assistant" if turn % 2 else "user"
         messages.append({"role": role, "content": sentence * 4})
+        turn += 1
+    return body
+
+
+def mixed_request(target_bytes: int = 10_000) -> dict[str, Any]:
+    """The typical chat's shape (system prompt, turns, two tool schemas) with turns of
+    several kinds of text, fixed by a seed."""
+    body = typical_request(0)
+    rng = random.Random(3)
+    kinds = ("code", "logs", "numbers", "markdown", "prose")
+    messages = body["messages"]
+    turn = 0
+    while len(orjson.dumps(body)) < target_bytes:
+        role = "assistant" if turn % 2 else "user"
+        messages.append({"role": role, "content": text_of(kinds[turn % len(kinds)], rng, 600)})
         turn += 1
     return body
 
@@ -136,6 +156,13 @@ def main() -> None:
         need, _ = estimate_need(body, "chat.completions", settings, deps, book)
         return sum(need.bounds(d)[1] for d in deps)
 
+    mixed = mixed_request(size)
+    mixed_deps, mixed_book = fitted_deployments(mixed)
+
+    def fitted_mixed() -> int:
+        need, _ = estimate_need(mixed, "chat.completions", settings, mixed_deps, mixed_book)
+        return sum(need.bounds(d)[1] for d in mixed_deps)
+
     timed: dict[str, Callable[[], object]] = {
         "floor: bytes/4 walk": lambda: bytes_rule(body),
         "floor: orjson.dumps": lambda: orjson.dumps(body),
@@ -144,6 +171,7 @@ def main() -> None:
         ),
         f"tally + {len(FAMILIES)} families": every_family,
         "estimate_need, 2 deployments with their own fit": fitted,
+        f"the same, a chat of mixed text ({len(orjson.dumps(mixed))} bytes)": fitted_mixed,
     }
     rounds: dict[str, list[float]] = {name: [] for name in timed}
     for _ in range(args.repeat):
