@@ -3,12 +3,12 @@
 Short texts, a few per character class a tokenizer costs differently (prose, long words,
 digits, whitespace runs, punctuation, code, JSON and tool schemas, encodings, each script
 block, emoji, numbers at random: `_numbers`), fixed mixes of their pieces (`MIXES`), and a
-few chats that tell the
-template's cost apart: per message, per reply, per role step, the default system prompt,
-the tools block and each tool, the words of a schema apart from the tools' number (tools
-of other sizes: `RICH_CHATS`), tool calls and their results. Each probe is a request body,
-so its tally is taken the way a request's is (`tally.py`): the engine's count of it is one
-equation of the fit (`fit.py`). The texts are fixed, so a fingerprint is the same on every replica.
+few chats that tell the template's cost apart: per message, per reply, per role step, the
+default system prompt, the tools block and each tool, the words of a schema apart from the
+tools' number (tools of other sizes: `RICH_CHATS`), tool calls and their results. Each
+probe is a request body, so its tally is taken the way a request's is (`tally.py`): the
+engine's count of it is one equation of the fit (`fit.py`). The texts are fixed, so a
+fingerprint is the same on every replica.
 """
 
 # ruff: noqa: RUF001  (the probes are meant to hold these scripts, as they are)
