@@ -291,7 +291,7 @@ def _sample(data: bytes, size: int = _SAMPLE, pieces: int = _PIECES) -> bytes:
 
 def count_runs(
     data: bytes, ascii: bool, chars: int, counts: list[int], words: bool = False
-) -> bytes:
+) -> None:
     """Add the fields about runs (long letter runs, spaces, punctuation) of UTF-8 `data`,
     which holds `chars` characters; and, with `words`, its words (see `_WORDS_WHOLE`).
 
@@ -302,7 +302,7 @@ def count_runs(
     cell one more for its padding however wide it is, and `": 1,` as many as `": "x",`.
     Counts of characters cannot tell these apart; runs can. Each run field takes a pass
     over a view of the text, so they are counted on a sample (`_sample`) and scaled up to
-    the whole: their cost stays flat however long the text. Returns the sample."""
+    the whole: their cost stays flat however long the text."""
     sample = _sample(data)
     # one character a byte in `shape`, as in the words view
     shape = sample.translate(_SHAPE_TABLE, b"" if ascii else _CONTINUATION)
@@ -343,7 +343,6 @@ def count_runs(
         titled = shape.translate(_LETTERS_TABLE).title()
         n = titled.count(b"A") - titled.count(b"#A") - (titled[:1] == b"A")
         counts[WORDS] += round(n * chars / (len(shape) - _GLUED - _PIECES))
-    return sample
 
 
 # a text whose sample's last three quarters compress to under this share of their size says
