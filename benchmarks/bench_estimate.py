@@ -150,18 +150,17 @@ def main() -> None:
         tally = tally_body(body, "chat.completions")
         return max(f.tokens(tally.counts) for f in FAMILIES.values())
 
-    deps, book = fitted_deployments(body)
+    def fitted(chat: dict[str, Any]) -> Callable[[], int]:
+        """`estimate_need` of `chat` for two deployments fitted on it."""
+        deps, book = fitted_deployments(chat)
 
-    def fitted() -> int:
-        need, _ = estimate_need(body, "chat.completions", settings, deps, book)
-        return sum(need.bounds(d)[1] for d in deps)
+        def call() -> int:
+            need, _ = estimate_need(chat, "chat.completions", settings, deps, book)
+            return sum(need.bounds(d)[1] for d in deps)
+
+        return call
 
     mixed = mixed_request(size)
-    mixed_deps, mixed_book = fitted_deployments(mixed)
-
-    def fitted_mixed() -> int:
-        need, _ = estimate_need(mixed, "chat.completions", settings, mixed_deps, mixed_book)
-        return sum(need.bounds(d)[1] for d in mixed_deps)
 
     timed: dict[str, Callable[[], object]] = {
         "floor: bytes/4 walk": lambda: bytes_rule(body),
@@ -170,8 +169,8 @@ def main() -> None:
             body, "chat.completions", settings
         ),
         f"tally + {len(FAMILIES)} families": every_family,
-        "estimate_need, 2 deployments with their own fit": fitted,
-        f"the same, a chat of mixed text ({len(orjson.dumps(mixed))} bytes)": fitted_mixed,
+        "estimate_need, 2 deployments with their own fit": fitted(body),
+        f"the same, a chat of mixed text ({len(orjson.dumps(mixed))} bytes)": fitted(mixed),
     }
     rounds: dict[str, list[float]] = {name: [] for name in timed}
     for _ in range(args.repeat):
