@@ -25,6 +25,7 @@ from fleetgate.context.tally import (
     FIELDS,
     SPACE_DIGITS,
     SPACE_PAIRS,
+    SPACE_PUNCT,
     SPACE_RUNS,
     WORDS,
     _sample,
@@ -139,11 +140,14 @@ def test_no_run_is_made_where_two_pieces_of_a_sample_meet(unit: str) -> None:
         assert (n, counts[SPACE_RUNS], counts[SPACE_PAIRS]) == (n, 0, 0)
 
 
-@pytest.mark.parametrize("alphabet", ["ab Cd.\t", "ab Cd.\t 12", "ab  Cd.\t", "a  7 \t 34567,"])
+@pytest.mark.parametrize(
+    "alphabet", ["ab Cd.\t", "ab Cd.\t 12", "ab  Cd.\t", "a  7 \t 34567,", "ab {}|= _\n"]
+)
 def test_the_digit_and_space_run_fields_count_what_the_text_has(alphabet: str) -> None:
-    """The run fields of digits and of spaces, against a plain count of the text (whole, under
-    a sample's size), on texts that have digits or two spaces side by side and texts that
-    have neither (whose fields are not searched for)."""
+    """The run fields of digits and of spaces, and a space before punctuation, against a
+    plain count of the text (whole, under a sample's size), on texts that have digits or
+    two spaces side by side and texts that have neither (whose fields are not searched
+    for)."""
     rng = random.Random(alphabet)
     for _ in range(200):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 900)))
@@ -157,8 +161,9 @@ def test_the_digit_and_space_run_fields_count_what_the_text_has(alphabet: str) -
             sum((len(n) - 1) // 3 for n in numbers),
             len(re.findall(r"(?<![ \t])  ", text)),
             text.count("  "),
+            len(re.findall(r" (?=[^A-Za-z0-9\s])", text)),
         )
-        fields = (SPACE_DIGITS, DIGIT_RUNS, DIGIT_TRIPLES, SPACE_RUNS, SPACE_PAIRS)
+        fields = (SPACE_DIGITS, DIGIT_RUNS, DIGIT_TRIPLES, SPACE_RUNS, SPACE_PAIRS, SPACE_PUNCT)
         assert tuple(counts[i] for i in fields) == expected, text
 
 

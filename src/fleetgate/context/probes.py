@@ -2,7 +2,8 @@
 
 Short texts, a few per character class a tokenizer costs differently (prose, long words,
 digits, whitespace runs, punctuation, code, JSON and tool schemas, encodings, each script
-block, emoji, numbers at random: `_numbers`), fixed mixes of their pieces (`MIXES`), and a
+block, emoji, numbers at random: `_numbers`, punctuation after a space and without:
+`_spaced`), fixed mixes of their pieces (`MIXES`), and a
 few chats that tell the template's cost apart: per message, per reply, per role step, the
 default system prompt, the tools block and each tool, the words of a schema apart from the
 tools' number (tools of other sizes: `RICH_CHATS`), tool calls and their results. Each
@@ -41,6 +42,25 @@ def _numbers(seed: int = 41) -> tuple[str, ...]:
     apart = tuple(sep.join(number() for _ in range(40)) for sep in (" ", ", ", "\t", "\n"))
     runs = "\n".join("".join(rng.choice("0123456789") for _ in range(64)) for _ in range(4))
     return (*apart, runs)
+
+
+def _spaced(seed: int = 43) -> tuple[str, ...]:
+    """Words and punctuation at random, each mark after a space, and the same words and
+    marks with none (`{{ name }}` and `{{name}}`, `a = b` and `a=b`): a space before
+    punctuation starts a token on every vocabulary, where punctuation right after a letter
+    may join the word's token, and the two texts tell the fit what the space costs apart
+    from the marks and the spaces between words. Without them, chat templates and docs
+    cost up to 10 % over their estimate on the fingerprint alone. Fixed by a seed."""
+    rng = random.Random(seed)
+    words = ("the", "gateway", "sends", "each", "request", "to", "a", "window", "holds", "it")
+    marks = ("{{", "}}", "{%", "%}", "|", "=", "==", "(", ")", "[", "]", ":", ";", ",", ".")
+    marks += ("->", "-", "+", "*", "/", "<", ">", "&&", "#", "'", '"')
+    pairs = [
+        (rng.choice(words), rng.choice(marks) if rng.random() < 0.6 else "") for _ in range(120)
+    ]
+    apart = " ".join(f"{w} {m}" if m else w for w, m in pairs)
+    joined = " ".join(w + m for w, m in pairs)
+    return apart, joined
 
 
 TEXTS: tuple[str, ...] = (
@@ -166,8 +186,22 @@ TEXTS: tuple[str, ...] = (
     "Note: the p95 latency (ms) rose from 12.5 to 48.0 after deploy #4821 — see "
     "https://example.org/runs/4821?view=full&tab=logs for the 3 failing checks: `test_io`, "
     "`test_net` and `test_db`. 中文说明见附件。",
+    # punctuation after a space and the same without: a token starts at a space before
+    # punctuation, where punctuation after a letter may join the word's token
+    "{% for message in messages %}{{ message['role'] }} : {{ message['content'] }}{% endfor %}"
+    "\n{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}",
+    "{%for message in messages%}{{message['role']}}:{{message['content']}}{%endfor%}"
+    "\n{%if add_generation_prompt%}{{'<|assistant|>'}}{%endif%}",
+    "for (int i = 0; i < n; ++i) { if (a [i] != b [i]) return -1 ; } x = ( y + z ) * w / 2 ;"
+    "\nfor(int i=0;i<n;++i){if(a[i]!=b[i])return -1;} x=(y+z)*w/2;",
+    'Wait , what ? No ! ( really ) ; fine : ok . " quoted " - dash * star | pipe & amp\n'
+    'Wait, what? No! (really); fine: ok. "quoted" -dash *star |pipe &amp',
+    "| alpha | beta | gamma |\n| --- | --- | --- |\n| one | two | three |\n| 4 | 5 | 6 |\n"
+    "# Title\n\n- item one\n- item two\n* star item\n> a quote\n## Sub **bold** and `code` -> "
+    "next => then <= less\n$ ls -la | grep -v foo > out.txt && wc -l < out.txt # count",
     # numbers at random, of every length (`_numbers`)
     *_numbers(),
+    *_spaced(),
 )
 
 

@@ -52,7 +52,7 @@ log = logging.getLogger("fleetgate.discovery")
 
 KINDS = frozenset({"llamacpp", "vllm", "sglang"})
 BUDGET = 20.0  # seconds for one deployment's probe counts
-MAX_CALLS = 64
+MAX_CALLS = 96  # the probe texts and chats (69), and mixes as far as it goes
 INTERVAL = 300.0  # seconds between identity checks
 _MARK = (0, 0, 0, 0, 0, 0, 0)  # token ids between texts in llama.cpp's list tokenize
 
