@@ -23,6 +23,7 @@ from fleetgate.context.tally import (
     DIGIT_RUNS,
     DIGIT_TRIPLES,
     FIELDS,
+    PUNCT_WORDS,
     SPACE_DIGITS,
     SPACE_PAIRS,
     SPACE_PUNCT,
@@ -165,6 +166,23 @@ def test_the_digit_and_space_run_fields_count_what_the_text_has(alphabet: str) -
         )
         fields = (SPACE_DIGITS, DIGIT_RUNS, DIGIT_TRIPLES, SPACE_RUNS, SPACE_PAIRS, SPACE_PUNCT)
         assert tuple(counts[i] for i in fields) == expected, text
+
+
+def test_a_space_before_punctuation_is_ascii_punctuation_only() -> None:
+    """A space before an emoji or a CJK character is no space before punctuation: such a
+    character is a token or more of its own on every vocabulary, where ` {{` or ` =` may
+    cost a token more than `{{` after a word. Counted with them, emoji text cost 4 points
+    of its share within 10 % after 50 answers. A punctuation character before a word counts
+    the same whatever it is (`punct_words`)."""
+    for text, spaced, before_words in (
+        ("a {{ b }} = c", 3, 0),
+        ("ship it 🚀 now 🎉 and 中文 too", 0, 0),
+        ("x 中a 🎉b -c", 1, 3),
+    ):
+        counts = [0] * len(FIELDS)
+        data = text.encode()
+        count_runs(data, data.isascii(), len(text), counts)
+        assert (counts[SPACE_PUNCT], counts[PUNCT_WORDS]) == (spaced, before_words), text
 
 
 def test_a_sample_taken_again_is_the_same_sample() -> None:

@@ -100,10 +100,10 @@ FIELDS = (
     # pairs of spaces (a run of eight spaces has four): a vocabulary without tokens for runs
     # of spaces (GPT-2's) costs indentation and padding by their length, not their number
     "space_pairs",
-    # a space before punctuation (` |`, ` =`, ` (`, ` {{`; or before any character that is
-    # no letter, digit or space: a CJK character or an emoji after a space too): a token
-    # starts there on every vocabulary, where punctuation right after a letter may join the
-    # word's token, and some vocabularies hold few tokens of a space and a mark
+    # a space before ASCII punctuation (` |`, ` =`, ` (`, ` {{`): a token starts there on
+    # every vocabulary, where punctuation right after a letter may join the word's token,
+    # and some vocabularies hold few tokens of a space and a mark (a space before an emoji
+    # or a CJK character is none: such a character is a token or more of its own anyway)
     "space_punct",
     "token_ids",  # prompts given as token ids: one token each
     "messages",  # chat turns (each costs the template's per-message scaffolding)
@@ -217,10 +217,10 @@ _WORD_TABLE = bytes(ord("a") if _CLASS[b] in _ALPHABETIC else ord(" ") for b in 
 _COMMON = bytes(b for b in range(256) if _CLASS[b] in b"a " and b not in _CONTINUATION)
 _COMMON_OR_CONTINUATION = _COMMON + _CONTINUATION
 # the views of a sample the run fields are counted on (see `count_runs`): small letters,
-# capitals, digits, spaces, line breaks and tabs, the glue (`_GLUE`), and the rest; of
-# that, letters (`a`) and the glue alone, the rest a space (title case marks where each word
-# starts); tabs and spaces as letters, the rest not (where each run starts); the same of
-# ASCII punctuation and line breaks; of digits (in the first view)
+# capitals, digits, spaces, line breaks and tabs, the glue (`_GLUE`), ASCII punctuation,
+# and the rest; of that, letters (`a`) and the glue alone, the rest a space (title case
+# marks where each word starts); tabs and spaces as letters, the rest not (where each run
+# starts); the same of ASCII punctuation and line breaks; of digits (in the first view)
 _SHAPE_TABLE = bytes(
     ord("A")
     if _CLASS[b] == ord("A")
@@ -235,6 +235,8 @@ _SHAPE_TABLE = bytes(
     else ord("n")
     if b in (9, 10, 13)
     else ord("x")
+    if b < 128
+    else ord("y")  # a character outside ASCII that is no letter (CJK, a symbol, an emoji)
     for b in range(256)
 )
 _LETTERS_TABLE = bytes(ord("a") if b in b"aA" else b if b == ord("#") else 32 for b in range(256))
@@ -332,7 +334,7 @@ def count_runs(
         spaces.count(b"A"),
         spaces.count(b"Bb") if space_pairs else 0,
         punct.count(b"A"),
-        shape.count(b"xa"),
+        shape.count(b"xa") + (0 if ascii else shape.count(b"ya")),
         digit_runs,
         digit_triples,
         sample.translate(_PAIR_TABLE).count(b"--"),
