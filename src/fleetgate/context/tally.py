@@ -15,12 +15,12 @@ in one pass of C-level byte operations over their UTF-8 bytes:
   (`count_runs`): runs of spaces, of tabs, of punctuation and line breaks, a space before a
   digit, a capital after a small letter, each full 8 letters of a long word, a punctuation
   character a word takes along, runs of digits and their groups of three, pairs of the
-  characters rule lines are drawn with, pairs of spaces, and a space before punctuation.
-  Such a field's weight is what a tokenizer's rules make of it (a group of three digits is
-  a token on Llama 3, three on Qwen2; a run of spaces one token, or one a space on GPT-2's
-  vocabulary), which a fit learns (`fit.py`). Runs take a pass over a view of the text
-  each, so they are counted on a sample of at most 1,024 bytes spread over the text and
-  scaled up: their cost does not grow with the text;
+  characters rule lines are drawn with, and pairs of spaces. Such a field's weight is what
+  a tokenizer's rules make of it (a group of three digits is a token on Llama 3, three on
+  Qwen2; a run of spaces one token, or one a space on GPT-2's vocabulary), which a fit
+  learns (`fit.py`). Runs take a pass over a view of the text each, so they are counted on
+  a sample of at most 1,024 bytes spread over the text and scaled up: their cost does not
+  grow with the text;
 
 and, by structure: token ids, messages, replies, tool turns, the characters of tool calls,
 whether a chat has no system turn (Qwen2.5's template then writes its own default system
@@ -100,11 +100,6 @@ FIELDS = (
     # pairs of spaces (a run of eight spaces has four): a vocabulary without tokens for runs
     # of spaces (GPT-2's) costs indentation and padding by their length, not their number
     "space_pairs",
-    # a space before ASCII punctuation (` |`, ` =`, ` (`, ` {{`): a token starts there on
-    # every vocabulary, where punctuation right after a letter may join the word's token,
-    # and some vocabularies hold few tokens of a space and a mark (a space before an emoji
-    # or a CJK character is none: such a character is a token or more of its own anyway)
-    "space_punct",
     "token_ids",  # prompts given as token ids: one token each
     "messages",  # chat turns (each costs the template's per-message scaffolding)
     "replies",  # assistant turns (a template may wrap a reply in more than a question)
@@ -156,7 +151,6 @@ DIGIT_RUNS = FIELDS.index("digit_runs")
 DIGIT_TRIPLES = FIELDS.index("digit_triples")
 PUNCT_PAIRS = FIELDS.index("punct_pairs")
 SPACE_PAIRS = FIELDS.index("space_pairs")
-SPACE_PUNCT = FIELDS.index("space_punct")
 _RUN_FIELDS = (
     LONG_RUNS,
     CASE_CHANGES,
@@ -169,7 +163,6 @@ _RUN_FIELDS = (
     DIGIT_TRIPLES,
     PUNCT_PAIRS,
     SPACE_PAIRS,
-    SPACE_PUNCT,
 )
 DEFAULT_SYSTEM = FIELDS.index("default_system")
 REQUESTS = FIELDS.index("requests")
@@ -217,10 +210,10 @@ _WORD_TABLE = bytes(ord("a") if _CLASS[b] in _ALPHABETIC else ord(" ") for b in 
 _COMMON = bytes(b for b in range(256) if _CLASS[b] in b"a " and b not in _CONTINUATION)
 _COMMON_OR_CONTINUATION = _COMMON + _CONTINUATION
 # the views of a sample the run fields are counted on (see `count_runs`): small letters,
-# capitals, digits, spaces, line breaks and tabs, the glue (`_GLUE`), ASCII punctuation,
-# and the rest; of that, letters (`a`) and the glue alone, the rest a space (title case
-# marks where each word starts); tabs and spaces as letters, the rest not (where each run
-# starts); the same of ASCII punctuation and line breaks; of digits (in the first view)
+# capitals, digits, spaces, line breaks and tabs, the glue (`_GLUE`), and the rest; of
+# that, letters (`a`) and the glue alone, the rest a space (title case marks where each word
+# starts); tabs and spaces as letters, the rest not (where each run starts); the same of
+# ASCII punctuation and line breaks; of digits (in the first view)
 _SHAPE_TABLE = bytes(
     ord("A")
     if _CLASS[b] == ord("A")
@@ -235,8 +228,6 @@ _SHAPE_TABLE = bytes(
     else ord("n")
     if b in (9, 10, 13)
     else ord("x")
-    if b < 128
-    else ord("y")  # a character outside ASCII that is no letter (CJK, a symbol, an emoji)
     for b in range(256)
 )
 _LETTERS_TABLE = bytes(ord("a") if b in b"aA" else b if b == ord("#") else 32 for b in range(256))
@@ -334,12 +325,11 @@ def count_runs(
         spaces.count(b"A"),
         spaces.count(b"Bb") if space_pairs else 0,
         punct.count(b"A"),
-        shape.count(b"xa") + (0 if ascii else shape.count(b"ya")),
+        shape.count(b"xa"),
         digit_runs,
         digit_triples,
         sample.translate(_PAIR_TABLE).count(b"--"),
         space_pairs,
-        shape.count(b" x"),
     )
     # characters in all / sampled (the glue between the pieces is none of them)
     scale = 1.0 if sample is data else chars / (len(shape) - _GLUED)
