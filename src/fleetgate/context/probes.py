@@ -44,15 +44,27 @@ def _numbers(seed: int = 41) -> tuple[str, ...]:
     return (*apart, runs)
 
 
+_PROSE = (
+    "The gateway sends each request to a deployment whose window holds it. Short requests "
+    "stay on the base fleet, and the long host takes what does not fit there. When the "
+    "estimate cannot decide, the engine counts the prompt exactly, and the answer's usage "
+    "teaches the estimate how this tokenizer really counts."
+)
+
+
 def _spaced(seed: int = 43) -> tuple[str, ...]:
     """Words and punctuation at random, each mark after a space, and the same words and
     marks with none (`{{ name }}` and `{{name}}`, `a = b` and `a=b`): a template, a doc or
     code that sets its marks apart costs what its marks, spaces and words cost on some
     vocabularies and more on others, which prose and code with marks attached do not show.
     Without these and the spaced texts above, chat templates cost 6-13 % over their
-    estimate on the fingerprint of the real Qwen2 vocabulary. Fixed by a seed."""
+    estimate on the fingerprint of the real Qwen2 vocabulary. The words are prose's, as
+    long as prose's: ten short words alone told the fit that a word costs its short words'
+    cost, and it took from long words' pieces (`long_runs`, 0.78 a piece on Qwen2 before,
+    0.25 with short words, 0.54 with prose's), so a long word said again and again came to
+    0.73 of its count. Fixed by a seed."""
     rng = random.Random(seed)
-    words = ("the", "gateway", "sends", "each", "request", "to", "a", "window", "holds", "it")
+    words = re.findall(r"[a-z]+", _PROSE.lower())
     marks = ("{{", "}}", "{%", "%}", "|", "=", "==", "(", ")", "[", "]", ":", ";", ",", ".")
     marks += ("->", "-", "+", "*", "/", "<", ">", "&&", "#", "'", '"')
     pairs = [
@@ -65,10 +77,7 @@ def _spaced(seed: int = 43) -> tuple[str, ...]:
 
 TEXTS: tuple[str, ...] = (
     # prose
-    "The gateway sends each request to a deployment whose window holds it. Short requests "
-    "stay on the base fleet, and the long host takes what does not fit there. When the "
-    "estimate cannot decide, the engine counts the prompt exactly, and the answer's usage "
-    "teaches the estimate how this tokenizer really counts.",
+    _PROSE,
     "Operators rarely name their fine-tunes after the family they came from. A model called "
     "Orchard-7B-Support-v3 might be anything; what the engine says about its own vocabulary "
     "is the only reliable evidence. Nevertheless, internationalization and "
