@@ -10,7 +10,7 @@ windows, or its guard refuses), on an engine with a tokenize endpoint, in the ba
   replica or a former run, `FingerprintCache`), the **counts** of the probe set:
   - llama.cpp: one `POST /tokenize` of every probe text and mix (as one list, each text
     tokenized alone, a marker of token ids between them, so the answer splits per text)
-    and of every probe chat rendered by `POST /apply-template` (one call each): 12 calls.
+    and of every probe chat rendered by `POST /apply-template` (one call each): 15 calls.
     A chat the template refuses (a client error: Llama 3.1's raises for two tool calls in
     one turn) is left out, and the other probes stand. A rendered chat leaves out the
     special tokens the engine adds to a prompt it serves (a BOS token on most
@@ -52,7 +52,7 @@ log = logging.getLogger("fleetgate.discovery")
 
 KINDS = frozenset({"llamacpp", "vllm", "sglang"})
 BUDGET = 20.0  # seconds for one deployment's probe counts
-MAX_CALLS = 96  # the probe texts and chats (69), and mixes as far as it goes
+MAX_CALLS = 96  # the probe texts and chats (69 today), and mixes as far as it goes
 INTERVAL = 300.0  # seconds between identity checks
 _MARK = (0, 0, 0, 0, 0, 0, 0)  # token ids between texts in llama.cpp's list tokenize
 
