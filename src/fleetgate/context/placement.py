@@ -128,16 +128,32 @@ def fits_nowhere(
     return True
 
 
-def uncertain(candidates: Iterable[Candidate], estimate: ContextEstimate, of: WindowOf) -> bool:
+def uncertain(
+    candidates: Iterable[Candidate],
+    estimate: ContextEstimate,
+    of: WindowOf,
+    min_share: float = 0.0,
+) -> bool:
     """Whether some known window lies inside the request's band on its deployment: there
-    the estimate alone cannot tell whether it fits, and an exact count can."""
+    the estimate alone cannot tell whether it fits, and an exact count can. With
+    `min_share`, also a window outside the band where the measured spread gives the
+    request at least that chance of fitting, or of not fitting (`estimate.within`): a band
+    is the spread's 3 % and 97 % quantiles, and a count that is likely enough to matter
+    (`refine.min_change`, 2 % by default) must not be ruled out by the band first."""
     if estimate.exact:
         return False
+    seen: set[int] = set()
     for c in candidates:
         window = of(c.deployment)
-        if window is not None:
-            low, high = estimate.bounds(c.deployment)
-            if low <= window < high:
+        if window is None:
+            continue
+        low, high = estimate.bounds(c.deployment)
+        if low <= window < high:
+            return True
+        if min_share and window not in seen:  # the first deployment at a window speaks
+            seen.add(window)
+            share = estimate.within(c.deployment, window)
+            if share is not None and min_share <= share <= 1.0 - min_share:
                 return True
     return False
 

@@ -100,7 +100,7 @@ class ContextRefiner:
         of = plan.window_of or effective_window
         if not guard and (
             len(known_windows(plan.candidates, of)) < 2
-            or not uncertain(plan.candidates, estimate, of)
+            or not uncertain(plan.candidates, estimate, of, refine.min_change)
         ):
             return False
         if not refine.min_change:
