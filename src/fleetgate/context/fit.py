@@ -338,6 +338,13 @@ class TokenizerFit:
         if not every:  # no residuals at all: the band's fixed width, as `factors` gives it
             low, high = 1 - 2 * WIDEN, 1 + 2 * WIDEN
             return 0.0 if factor < low else 1.0 if factor >= high else 0.5
+        # beyond every residual, widened, the share is 0 or 1 whatever the kind (a kind's
+        # residuals are among them): the kind is not looked for (placement asks of each
+        # window, most of them far from the request)
+        if factor < every[0] * (1 - WIDEN):
+            return 0.0
+        if factor >= every[-1] * (1 + WIDEN):
+            return 1.0
         return _share(every, residuals.get(kind_of(counts, self.weights)), factor)
 
     def lowest(self, counts: tuple[int, ...]) -> float | None:
