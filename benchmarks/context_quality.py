@@ -425,9 +425,11 @@ BINS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.01)
 def _weighed(items: list[Item], outcomes: list[Outcome], guard: str) -> list[dict[str, Any]]:
     """The requests whose count was weighed (`context_change_probability`), by that
     probability: how many, how many were counted and their calls, the moves predicted (the
-    sum of the probabilities) and those that happened. A weighed request's estimate puts
-    the 2048 engine first, so its count moves it when it belongs on 512, or, with a refusal
-    pending (`reject`), when it fits nowhere."""
+    sum of the probabilities) and those that happened. A request whose estimate's upper
+    bound (before any count) is over the 512 window has the 2048 engine first, and its
+    count moves it when it belongs on 512, or, with a refusal pending (`reject`), when it
+    fits nowhere; one whose upper bound is within 512 (its chance of needing more was
+    weighed) is moved when it does not belong on 512."""
     rows = [
         {"from": lo, "to": min(hi, 1.0), "n": 0, "counted": 0, "calls": 0}
         | {"predicted": 0.0, "moved": 0}
@@ -442,7 +444,11 @@ def _weighed(items: list[Item], outcomes: list[Outcome], guard: str) -> list[dic
         row["counted"] += o.counted
         row["calls"] += o.count_calls
         row["predicted"] = round(row["predicted"] + p, 3)
-        row["moved"] += item.tier == WINDOWS[0] or (guard == "reject" and item.tier is None)
+        upper = o.notes.get("context_estimated", o.notes.get("context_estimate"))
+        if upper is not None and upper <= WINDOWS[0]:  # the 512 engine was first
+            row["moved"] += item.tier != WINDOWS[0]
+        else:
+            row["moved"] += item.tier == WINDOWS[0] or (guard == "reject" and item.tier is None)
     return rows
 
 
