@@ -100,9 +100,8 @@ def test_a_window_outside_the_band_is_counted_when_its_chance_is_measured_as_lik
     # 1,100 tokens estimated; the measured spread puts the true count at 0.85x (935: fits
     # the small window) once in 40 and at 1.0-1.2x otherwise. The band is the spread's 3 %
     # to 97 %, 1,100 and up: the small window lies under it, yet the request fits there
-    # 2.5 % of the time, over the 2 % a count is asked for. (Live, a request of numbers
-    # needing 511 tokens on a 512 window went to the large one, its true count 0.885 of
-    # the fit's estimate, under its kind's band and never weighed.)
+    # 2.5 % of the time, over the 2 % a count is asked for, and the band must not rule it
+    # out before its chance is read
     ratios = [0.85] + [1.0 + 0.2 * i / 38 for i in range(39)]
 
     def band(_dep: Deployment) -> tuple[int, int]:
