@@ -56,6 +56,21 @@ def test_the_streamed_body_reads_as_the_message_it_stands_for(body: bytes):
     assert pb.ProcessingResponse.FromString(streamed_body(body)) == expected
 
 
+@pytest.mark.parametrize("end", [True, False])
+@pytest.mark.parametrize("body", [b"", b"data: {}\n\n", b"x" * 70000])
+def test_a_response_chunk_sent_back_reads_as_the_message_it_stands_for(body: bytes, end: bool):
+    """A gateway that sends the response to the pick's own call in full-duplex mode gets
+    each chunk back in the response's phase, ended or not as Envoy showed it."""
+    expected = pb.ProcessingResponse()
+    streamed = expected.response_body.response.body_mutation.streamed_response
+    streamed.body = body
+    streamed.end_of_stream = end
+    data = streamed_body(body, end=end, response=True)
+    assert pb.ProcessingResponse.FromString(data) == expected
+    # the request's head of the same size is another one
+    assert pb.ProcessingResponse.FromString(streamed_body(body)).HasField("request_body")
+
+
 def test_streamed_bodies_of_every_size_read_right_past_the_bound_of_those_kept():
     """What goes before a body is kept for each size: the same size again, and sizes past
     the bound (at each length's varint step), read as their messages."""

@@ -18,6 +18,7 @@ from fleetgate.epp.protocol import DESTINATION, LB_NAMESPACE
 # wire type 2 (length-delimited) and 0 (varint) tags: (field number << 3) | wire type
 _REQUEST_HEADERS = 1 << 3 | 2  # ProcessingResponse.request_headers (HeadersResponse)
 _REQUEST_BODY = 3 << 3 | 2  # ProcessingResponse.request_body (BodyResponse)
+_RESPONSE_BODY = 4 << 3 | 2  # ProcessingResponse.response_body (BodyResponse)
 _DYNAMIC_METADATA = 8 << 3 | 2  # ProcessingResponse.dynamic_metadata (Struct)
 _RESPONSE = 1 << 3 | 2  # HeadersResponse.response, BodyResponse.response (CommonResponse)
 _HEADER_MUTATION = 2 << 3 | 2  # CommonResponse.header_mutation
@@ -125,38 +126,41 @@ def pick_answer(in_body: bool, mutation: bytes, endpoints: str, body: bytes | No
     return _field(phase, _field(_RESPONSE, common)) + _lb_metadata(endpoints)
 
 
-def streamed_body(body: bytes) -> bytes:
-    """The request's whole body sent back in full-duplex mode, its end with it: the tags
-    and lengths of the four fields around the body, then the body, copied once. What goes
-    before a body depends only on its size: kept for each size, a bounded number of them."""
-    size = len(body)
-    head = _STREAMED_HEADS.get(size)
+def streamed_body(body: bytes, end: bool = True, response: bool = False) -> bytes:
+    """A body sent back in full-duplex mode: the request's, whole, with its end (the
+    default), or a chunk of the response (`response`) as Envoy showed it, ended or not. The
+    tags and lengths of the four fields around the body, then the body, copied once. What
+    goes before a body depends only on its size and direction: kept for each, a bounded
+    number of them."""
+    key = (len(body), response)
+    head = _STREAMED_HEADS.get(key)
     if head is None:
-        head = _streamed_head(size)
+        head = _streamed_head(*key)
         if len(_STREAMED_HEADS) >= _CACHED:
             _STREAMED_HEADS.clear()
-        _STREAMED_HEADS[size] = head
-    return b"".join((head, body, _STREAM_END))
+        _STREAMED_HEADS[key] = head
+    return b"".join((head, body, _STREAM_END if end else _STREAM_GOES_ON))
 
 
-def _streamed_head(size: int) -> bytes:
+def _streamed_head(size: int, response: bool) -> bytes:
     """The tags and lengths before a streamed body of `size` bytes, written from the inside
     out (each field's length counts what it holds)."""
     length = _varint(size)
     tags = [_TAG[_BODY] + length]
     size += 1 + len(length) + 2  # the body's field, and its end beside it
-    for tag in _NESTING:  # each field: its tag, its length, then what it holds
-        length = _varint(size)
+    for tag in (*_NESTING, _RESPONSE_BODY if response else _REQUEST_BODY):
+        length = _varint(size)  # each field: its tag, its length, then what it holds
         tags.append(_TAG[tag] + length)
         size += 1 + len(length)
     tags.reverse()
     return b"".join(tags)
 
 
-_STREAMED_HEADS: dict[int, bytes] = {}
+_STREAMED_HEADS: dict[tuple[int, bool], bytes] = {}
 
 
-# the fields the streamed body is nested in, inside out
-_NESTING = (_STREAMED_RESPONSE, _BODY_MUTATION, _RESPONSE, _REQUEST_BODY)
-_TAG = {tag: bytes((tag,)) for tag in (_BODY, *_NESTING)}
+# the fields the streamed body is nested in, inside out, up to the phase's own
+_NESTING = (_STREAMED_RESPONSE, _BODY_MUTATION, _RESPONSE)
+_TAG = {tag: bytes((tag,)) for tag in (_BODY, *_NESTING, _REQUEST_BODY, _RESPONSE_BODY)}
 _STREAM_END = bytes((_END_OF_STREAM, 1))
+_STREAM_GOES_ON = bytes((_END_OF_STREAM, 0))  # written all the same: one head per size

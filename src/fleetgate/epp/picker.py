@@ -118,16 +118,22 @@ class Picker:
         headers: Iterable[tuple[bytes, bytes]],
         body: bytes,
         subset: frozenset[str] | None = None,
+        claimable: bool = True,
     ) -> Pick:
-        """The pick for one request; raises `Refusal` with the answer the client gets."""
+        """The pick for one request; raises `Refusal` with the answer the client gets.
+        `claimable`: its answer is shown on another call, which `claim`s it by the request's
+        id (else the caller holds it, and `finish`es it)."""
         headers = list(headers)
         path = path.partition("?")[0]
         ex = Exchange(path, headers)
         try:
-            return await self._pick(ex, path, headers, body, subset)
+            pick = await self._pick(ex, path, headers, body, subset)
         except GatewayError as exc:
             status, body_out, extra = refusal(ex.protocol, exc, self.pipeline.holder.fleet.redactor)
             raise Refusal(status, body_out, [*ex.base_headers(), *extra]) from None
+        if claimable:
+            self._pending.setdefault(ex.request_id, deque()).append(pick)
+        return pick
 
     async def _pick(
         self,
@@ -162,7 +168,6 @@ class Picker:
         pick = Pick(ex, profile, plan, handed, rewritten, began)
         pick.deadline = time.monotonic() + head.deployment.provider.timeouts.total
         pick.deadline += UNOBSERVED_GRACE
-        self._pending.setdefault(ex.request_id, deque()).append(pick)
         return pick
 
     def _handover(
@@ -287,6 +292,13 @@ class Picker:
                 if exceeded.limit is not None:
                     pipeline.context_limit_stated(dep.id, exceeded.limit)
         self._record_failed(pick, watch, attempts)
+
+    def give_up(self, pick: Pick) -> None:
+        """A held pick whose answer never came (the client left before it): its in-flight
+        count ends and its budget hold is given back, as the proxy does for a client that
+        leaves before any record."""
+        self.pipeline.state.end(pick.began)
+        self.pipeline.settle_unfinished(pick.ex)
 
     def _record_failed(self, pick: Pick, watch: ResponseWatch, attempts: list) -> None:
         pipeline = self.pipeline

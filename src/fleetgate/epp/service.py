@@ -5,7 +5,9 @@ The `pick` filter's stream carries the request: its headers, then its body, in t
 BUFFERED mode (the whole body in one message; the answer comes with it) or the
 FULL_DUPLEX_STREAMED mode (the body in chunks that Envoy leaves with the picker, which
 sends it back, rewritten or not, after its headers' answer). The `observe` filter's
-stream carries the response, in Envoy's observability mode: nothing is answered.
+stream carries the response, in Envoy's observability mode: nothing is answered. A
+gateway's own single filter may send the response to the pick's stream instead: it is
+answered there, and watched there (`_Pick`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from fleetgate.epp.protocol import (
 log = logging.getLogger("fleetgate.epp")
 
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+NO_BODY = processing_mode_pb2.ProcessingMode.NONE
 PROCESS_PATH = f"/{EXT_PROC_SERVICE}/Process"
 ROLE_HEADER_BYTES = ROLE_HEADER.encode()
 ROLE_OBSERVE_BYTES = ROLE_OBSERVE.encode()
@@ -75,6 +78,19 @@ def _watched(msg: pb.HttpHeaders) -> dict[str, str]:
         raw = h.raw_value
         out[key] = raw.decode("latin-1") if raw else h.value
     return out
+
+
+def _see_headers(watch: ResponseWatch, response: pb.HttpHeaders, upstream: str | None) -> None:
+    """The answer's status and framing, and the endpoint that served it: the data plane's
+    report, else the upstream address Envoy sent (else, later, the first one picked)."""
+    headers = _watched(response)
+    status = headers.get(":status", "0")
+    watch.served = headers.get(SERVED) or upstream
+    watch.headers(
+        int(status) if status.isdigit() else 0,
+        headers.get("content-type", ""),
+        headers.get("retry-after"),
+    )
 
 
 OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
@@ -164,6 +180,9 @@ RESPONSE_HEADERS_PASS = pb.ProcessingResponse(
     response_headers=pb.HeadersResponse()
 ).SerializeToString()
 RESPONSE_BODY_PASS = pb.ProcessingResponse(response_body=pb.BodyResponse()).SerializeToString()
+RESPONSE_TRAILERS_PASS = pb.ProcessingResponse(
+    response_trailers=pb.TrailersResponse()
+).SerializeToString()
 
 
 def _pick_answer(pick: Pick, in_body: bool) -> bytes:
@@ -203,7 +222,14 @@ _KEPT_ANSWERS = 512
 
 
 class _Pick:
-    """The `pick` filter's call: the request's headers and body in, the pick out."""
+    """The `pick` filter's call: the request's headers and body in, the pick out.
+
+    A data plane whose filter also sends the response to this call (a gateway's own
+    ext_proc configuration, as GIE gateways and llm-d's router write it: the response body
+    in full-duplex mode on the picker's one stream) says so in the call's first message;
+    the call is then kept after the pick, each response message is answered as its mode
+    asks (a full-duplex chunk is sent straight back, unchanged) and the answer's evidence is
+    read from it, as the observe filter's call reads it."""
 
     __slots__ = (
         "busy",
@@ -211,10 +237,13 @@ class _Pick:
         "chunks",
         "done",
         "duplex",
+        "echo",
         "headers",
+        "held",
         "later",
         "picker",
         "subset",
+        "watch",
     )
 
     def __init__(self, picker: Picker, call: Call) -> None:
@@ -227,6 +256,11 @@ class _Pick:
         self.done = False  # the answer is given (or being made)
         self.busy = False  # the answer is being made: what follows waits for it
         self.later: list[bytes] = []
+        # the response, when the data plane sends it to this call: what is seen of it, the
+        # pick it belongs to (once given) and whether its chunks are sent back (full duplex)
+        self.watch: ResponseWatch | None = None
+        self.held: Pick | None = None
+        self.echo = False
 
     def message(self, data: bytes) -> None:
         if data in REQUEST_BODY_ENDS:  # the body's end alone
@@ -237,7 +271,11 @@ class _Pick:
         if kind == "request_headers":
             headers = request.request_headers
             self.headers = _headers(headers)
-            self.duplex = request.protocol_config.request_body_mode == FULL_DUPLEX
+            config = request.protocol_config
+            self.duplex = config.request_body_mode == FULL_DUPLEX
+            if config.response_body_mode != NO_BODY:  # the response comes to this call
+                self.watch = ResponseWatch()
+                self.echo = config.response_body_mode == FULL_DUPLEX
             # a hint's namespace is in the bytes of a message that carries one
             self.subset = _subset(request) if _SUBSET_BYTES in data else None
             if headers.end_of_stream:  # no body at all
@@ -255,10 +293,30 @@ class _Pick:
             if not self.done:  # a full-duplex body ends with its trailers
                 self._answer(self._whole(), "duplex")
             self._send(TRAILERS_PASS)
-        elif kind == "response_headers":  # not asked for; answered all the same
-            self._send(RESPONSE_HEADERS_PASS)
+        elif kind == "response_headers":
+            response = request.response_headers
+            if self.held is not None and self.watch is not None:
+                upstream = _attributes(request)[1] if request.attributes else None
+                _see_headers(self.watch, response, upstream)
+            if response.end_of_stream:
+                self._response_ended(RESPONSE_HEADERS_PASS)
+            else:
+                self._send(RESPONSE_HEADERS_PASS)
         elif kind == "response_body":
-            self._send(RESPONSE_BODY_PASS)
+            chunk = request.response_body
+            if self.held is not None and self.watch is not None:
+                self.watch.chunk(chunk.body)
+            reply = (
+                streamed_body(chunk.body, chunk.end_of_stream, response=True)
+                if self.echo
+                else RESPONSE_BODY_PASS
+            )
+            if chunk.end_of_stream:
+                self._response_ended(reply)
+            else:
+                self._send(reply)
+        elif kind == "response_trailers":
+            self._response_ended(RESPONSE_TRAILERS_PASS)
 
     def _body_ended(self) -> None:
         """The body is whole: the pick is made with it, unless it was made already."""
@@ -292,30 +350,58 @@ class _Pick:
     async def _pick(self, body: bytes, step: str) -> None:
         headers = self.headers
         path = _header(headers, b":path") or "/"
+        held = None
         try:
             try:
-                pick = await self.picker.pick(path, headers, body, self.subset)
+                pick = await self.picker.pick(
+                    path, headers, body, self.subset, claimable=self.watch is None
+                )
             except Refusal as refusal:
                 responses = [_refused(refusal).SerializeToString()]
             else:
                 responses = _responses(pick, body, step)
+                held = pick if self.watch is not None else None
         except Exception:
             log.exception("the pick failed")
             self.call.finish(INTERNAL, "the picker failed on this request")
             return
         self.busy = False
-        # the pick is all this call is for: ended now, Envoy need not end it at the end of
-        # the request (and does not send the response phases a gateway may ask for)
         responses += self.later
         self.later.clear()
+        if held is not None:  # the response comes to this call: it stays open for it
+            self.held = held
+            self.call.send(*responses)
+            return
+        # the pick is all this call is for: ended now, Envoy need not end it at the end of
+        # the request (and does not send the response phases a gateway may ask for)
         self.call.answer(*responses)
 
+    def _response_ended(self, reply: bytes) -> None:
+        """The response's last message, answered with `reply`: the call ends with it, and
+        the answer's evidence is fed."""
+        self.call.answer(reply)
+        self._settle()
+
+    def _settle(self) -> None:
+        pick, self.held = self.held, None
+        if pick is None or self.watch is None:
+            return
+        try:
+            if self.watch.headers_at is None:  # nothing of the answer came: the client left
+                self.picker.give_up(pick)
+            else:
+                self.picker.finish(pick, self.watch)
+        except Exception:
+            log.exception("request %s: its answer could not be recorded", pick.ex.request_id)
+
     def end(self) -> None:
+        self._settle()  # Envoy ended it before the response ended: what was seen is all
         if not self.busy:  # Envoy ended it before the request was whole
             self.call.finish()
 
     def cancel(self) -> None:
         self.later.clear()
+        self._settle()
 
 
 class _Observe:
@@ -345,15 +431,7 @@ class _Observe:
                 self.call.finish(lazy=True)
                 return
             response = request.response_headers
-            headers = _watched(response)
-            status = headers.get(":status", "0")
-            watch = self.watch
-            watch.served = headers.get(SERVED) or upstream
-            watch.headers(
-                int(status) if status.isdigit() else 0,
-                headers.get("content-type", ""),
-                headers.get("retry-after"),
-            )
+            _see_headers(self.watch, response, upstream)
             if response.end_of_stream:
                 self._finish()
         elif kind == "response_body" and self.pick is not None:

@@ -1,0 +1,167 @@
+"""A gateway's own ext_proc filter in front of the picker: one filter, no observe filter,
+and the response sent to the pick's own call, as GIE gateways and llm-d's router configure
+Envoy (the response body in full-duplex mode, trailers sent). The answer reaches the client
+unchanged and with its cadence, and its evidence reaches the picker on that call."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import openai
+import pytest
+
+from fleetgate.epp.envoy_config import OBSERVE_FILTER, PICK_FILTER
+from fleetgate.testing.fake_engine import Fault
+from tests.epp.stack import EppStack
+from tests.harness import Stack, deployment, provider, wait_until
+
+
+def _http_filters(doc: Any) -> list[dict[str, Any]]:
+    """The listener's HTTP filter list, wherever the bootstrap nests it."""
+    if isinstance(doc, dict):
+        if "http_filters" in doc:
+            return doc["http_filters"]
+        values = list(doc.values())
+    elif isinstance(doc, list):
+        values = doc
+    else:
+        values = []
+    for value in values:
+        found = _http_filters(value)
+        if found:
+            return found
+    return []
+
+
+def _gateway_filter(response_body_mode: str) -> Callable[[dict[str, Any]], None]:
+    """The bootstrap as a gateway would write it: the pick's filter alone, the response
+    sent to it, none of fleetgate's own settings (the call's role, the headers shown)."""
+
+    def edit(doc: dict[str, Any]) -> None:
+        filters = _http_filters(doc)
+        filters[:] = [f for f in filters if f["name"] != OBSERVE_FILTER]
+        (pick,) = [f for f in filters if f["name"] == PICK_FILTER]
+        config = pick["typed_config"]
+        config.pop("forward_rules", None)
+        config["grpc_service"].pop("initial_metadata", None)
+        config["processing_mode"] = {
+            "request_header_mode": "SEND",
+            "response_header_mode": "SEND",
+            "request_body_mode": "FULL_DUPLEX_STREAMED",
+            "response_body_mode": response_body_mode,
+            "request_trailer_mode": "SEND",
+            "response_trailer_mode": "SEND",
+        }
+
+    return edit
+
+
+def _client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=20)
+
+
+def _records(stack: Stack) -> list[Any]:
+    assert stack.gateway is not None
+    return list(stack.gateway.pipeline.recent._records.values())
+
+
+@pytest.mark.parametrize("mode", ["FULL_DUPLEX_STREAMED", "STREAMED", "BUFFERED"])
+def test_an_answer_shown_on_the_pick_s_call_is_passed_on_and_recorded(
+    stack: Stack, epp: EppStack, mode: str
+):
+    a = stack.engine("a")
+    config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
+    envoy = epp.start(config, edit=_gateway_filter(mode))
+    client = _client(envoy.url)
+    answers = [
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
+        for text in ("one", "two", "three")
+    ]
+    # the body came back through the picker unchanged: the engine's own answer
+    assert all(answer.system_fingerprint == "fake-a" for answer in answers)
+    assert all(answer.choices[0].message.content for answer in answers)
+    wait_until(lambda: len(_records(stack)) == 3, 5, "three requests recorded")
+    for record in _records(stack):
+        assert record.status == 200 and record.deployment_id == "a"
+        assert record.notes["endpoint"] == f"127.0.0.1:{a.port}"
+        attempt = record.attempts[-1]
+        assert attempt.prompt_tokens and attempt.completion_tokens  # read from the body
+        assert attempt.finish == "stop"
+    gateway = stack.gateway
+    assert gateway is not None and epp.picker is not None
+    # each request's in-flight count ended with its answer; no pick waits to be claimed
+    assert gateway.pipeline.state.health("a").inflight == 0
+    assert not epp.picker.picker._pending
+
+
+def test_a_stream_shown_on_the_pick_s_call_keeps_its_cadence(stack: Stack, epp: EppStack):
+    a = stack.engine("a", tokens_per_second=20, reply_words=12)
+    config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
+    envoy = epp.start(config, edit=_gateway_filter("FULL_DUPLEX_STREAMED"))
+    stream = _client(envoy.url).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    arrivals, usage, text = [], None, []
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            arrivals.append(time.monotonic())
+            text.append(chunk.choices[0].delta.content)
+        if chunk.usage is not None:
+            usage = chunk.usage
+    assert len(arrivals) >= 10 and usage is not None
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    # each chunk went to the picker and straight back: none held back and bunched
+    assert sorted(gaps)[len(gaps) // 2] > 0.03, gaps
+    assert arrivals[-1] - arrivals[0] > 0.4
+    wait_until(lambda: len(_records(stack)) == 1, 5, "the stream recorded")
+    record = _records(stack)[0]
+    assert record.stream and record.status == 200 and record.deployment_id == "a"
+    attempt = record.attempts[-1]
+    assert attempt.ttft is not None and attempt.ttft < record.latency
+    assert attempt.completion_tokens == usage.completion_tokens
+    gateway = stack.gateway
+    assert gateway is not None
+    assert gateway.pipeline.state.health("a").ttft_ema is not None
+    assert gateway.pipeline.state.health("a").inflight == 0
+
+
+def test_an_error_shown_on_the_pick_s_call_counts_against_its_endpoint(stack: Stack, epp: EppStack):
+    a = stack.engine("a")
+    config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
+    envoy = epp.start(config, edit=_gateway_filter("FULL_DUPLEX_STREAMED"))
+    a.fail_next(Fault("status", status=503))
+    with pytest.raises(openai.InternalServerError):
+        _client(envoy.url).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
+    wait_until(lambda: len(_records(stack)) == 1, 5, "the failure recorded")
+    record = _records(stack)[0]
+    assert record.status == 503
+    assert record.attempts[-1].error_class is not None
+    gateway = stack.gateway
+    assert gateway is not None
+    assert gateway.pipeline.state.health("a").failures == 1
+    assert gateway.pipeline.state.health("a").inflight == 0
+
+
+def test_a_client_that_leaves_before_the_answer_charges_no_endpoint(stack: Stack, epp: EppStack):
+    a = stack.engine("a")
+    config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
+    envoy = epp.start(config, edit=_gateway_filter("FULL_DUPLEX_STREAMED"))
+    a.fail_next(Fault("hang"))
+    gateway = stack.gateway
+    assert gateway is not None
+    client = openai.OpenAI(base_url=envoy.url + "/v1", api_key="unused", max_retries=0, timeout=0.5)
+    with pytest.raises(openai.APITimeoutError):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    # Envoy ends the picker's call with the request: the pick's in-flight count ends, and
+    # an endpoint that only had no time to answer is not charged a failure
+    wait_until(lambda: gateway.pipeline.state.health("a").inflight == 0, 5, "in flight ended")
+    assert gateway.pipeline.state.health("a").failures == 0
+    assert _records(stack) == []
