@@ -18,7 +18,9 @@ and adds at most 1 ms p50 over Envoy alone.
 
 Run: `python3 -m benchmarks.epp` (DURATION=5 CONC=16 PACED_CONC=256 GAP_MS=5; OBSERVE=0 runs
 Envoy without the filter that shows the picker the answers: the pick's cost alone;
-BODY_MODE=BUFFERED the other body mode; PIN=1 runs fleetgate alone on CPU 0 and everything
+SINGLE=1 runs the one filter a gateway writes from an InferencePool instead of the two,
+the response sent to the pick's call in full-duplex mode; BODY_MODE=BUFFERED the other
+body mode; PIN=1 runs fleetgate alone on CPU 0 and everything
 else on CPU 1; THINK_MS=20 has each of wrk's connections wait a random time, exponential
 with that mean, before each request, so requests come as a quiet gateway's do, neither back
 to back nor in step; DELAY_MS=10 has the plain upstream wait that long before each answer,
@@ -309,11 +311,21 @@ def main() -> int:
             text=True,
             check=True,
         ).stdout
-        if os.environ.get("OBSERVE", "1") == "0":  # the pick alone: what watching answers costs
+        bare = os.environ.get("OBSERVE", "1") == "0"  # the pick alone: what watching costs
+        single = os.environ.get("SINGLE", "0") == "1"  # a gateway's own one-filter shape
+        if bare or single:
             doc = yaml.safe_load(bootstrap)
             hcm = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
             filters = hcm["typed_config"]["http_filters"]
             filters[:] = [f for f in filters if f["name"] != "fleetgate.observe"]
+            if single:  # the response sent to the pick's own call, as GIE gateways do
+                pick = filters[0]["typed_config"]
+                pick["processing_mode"].update(
+                    response_header_mode="SEND",
+                    response_body_mode="FULL_DUPLEX_STREAMED",
+                    response_trailer_mode="SEND",
+                )
+                pick.pop("forward_rules", None)
             bootstrap = yaml.safe_dump(doc)
         rows: dict[str, dict[str, Any]] = {}
         for sc in scenarios:

@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from fleetgate.epp.envoy_config import OBSERVE_FILTER, PICK_FILTER
+from fleetgate.epp.protocol import LB_NAMESPACE, SERVED
 from fleetgate.testing.fake_engine import Fault
 from tests.epp.stack import EppStack
 from tests.harness import Stack, deployment, provider, wait_until
@@ -165,3 +166,69 @@ def test_a_client_that_leaves_before_the_answer_charges_no_endpoint(stack: Stack
     wait_until(lambda: gateway.pipeline.state.health("a").inflight == 0, 5, "in flight ended")
     assert gateway.pipeline.state.health("a").failures == 0
     assert _records(stack) == []
+
+
+def _reports_served(doc: dict[str, Any]) -> None:
+    """The data plane reports the endpoint that served as GIE's protocol says: in the
+    `envoy.lb` metadata it forwards with the response (a header the router sets from the
+    upstream's address, moved into that metadata and taken off the answer)."""
+    _gateway_filter("FULL_DUPLEX_STREAMED")(doc)
+    filters = _http_filters(doc)
+    (pick,) = [f for f in filters if f["name"] == PICK_FILTER]
+    namespaces = pick["typed_config"]["metadata_options"]["forwarding_namespaces"]["untyped"]
+    namespaces.append(LB_NAMESPACE)
+    mover = {
+        "name": "envoy.filters.http.header_to_metadata",
+        "typed_config": {
+            "@type": "type.googleapis.com/"
+            "envoy.extensions.filters.http.header_to_metadata.v3.Config",
+            "response_rules": [
+                {
+                    "header": "x-test-served",
+                    "on_header_present": {"metadata_namespace": LB_NAMESPACE, "key": SERVED},
+                    "remove": True,
+                }
+            ],
+        },
+    }
+    filters.insert(filters.index(pick) + 1, mover)  # on the way back it runs first
+    for route in _routes(doc):
+        route["response_headers_to_add"] = [
+            {"header": {"key": "x-test-served", "value": "%UPSTREAM_REMOTE_ADDRESS%"}}
+        ]
+
+
+def _routes(doc: Any) -> list[dict[str, Any]]:
+    if isinstance(doc, dict):
+        found = [doc] if "match" in doc and "route" in doc else []
+        return found + [r for value in doc.values() for r in _routes(value)]
+    if isinstance(doc, list):
+        return [r for value in doc for r in _routes(value)]
+    return []
+
+
+def test_the_endpoint_the_data_plane_reports_in_its_metadata_is_the_one_recorded(
+    stack: Stack, epp: EppStack
+):
+    a, b = stack.engine("a"), stack.engine("b")
+    config = {
+        "providers": [provider("a", a), provider("b", b)],
+        "deployments": [deployment("m", "a", priority=0), deployment("m", "b", priority=1)],
+        "models": [{"id": "m", "provider": {"order": ["a", "b"]}}],
+    }
+    envoy = epp.start(config, edit=_reports_served)
+    a.fail_next(Fault("status", status=503))
+    answer = _client(envoy.url).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hello"}]
+    )
+    assert answer.system_fingerprint == "fake-b"  # Envoy went on down the list
+    wait_until(lambda: len(_records(stack)) == 1, 5, "the request recorded")
+    record = _records(stack)[0]
+    # b served, as the data plane said: a is charged its failure, b its success
+    assert record.deployment_id == "b"
+    assert record.notes["endpoint"] == f"127.0.0.1:{b.port}"
+    assert [x.deployment_id for x in record.attempts] == ["a", "b"]
+    gateway = stack.gateway
+    assert gateway is not None
+    assert gateway.pipeline.state.health("a").failures == 1
+    assert gateway.pipeline.state.health("b").successes == 1

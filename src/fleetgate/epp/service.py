@@ -28,6 +28,7 @@ from fleetgate.epp.grpc_calls import INTERNAL, Call, Handler, Method
 from fleetgate.epp.picker import CLIENT_CREDENTIALS, Pick, Picker, Refusal
 from fleetgate.epp.protocol import (
     EXT_PROC_SERVICE,
+    LB_NAMESPACE,
     REQUEST_ID,
     ROLE_HEADER,
     ROLE_OBSERVE,
@@ -80,12 +81,13 @@ def _watched(msg: pb.HttpHeaders) -> dict[str, str]:
     return out
 
 
-def _see_headers(watch: ResponseWatch, response: pb.HttpHeaders, upstream: str | None) -> None:
+def _see_headers(watch: ResponseWatch, response: pb.HttpHeaders, reported: str | None) -> None:
     """The answer's status and framing, and the endpoint that served it: the data plane's
-    report, else the upstream address Envoy sent (else, later, the first one picked)."""
+    header, else what it `reported` otherwise (its metadata, the upstream address Envoy
+    sent), else, later, the first one picked."""
     headers = _watched(response)
     status = headers.get(":status", "0")
-    watch.served = headers.get(SERVED) or upstream
+    watch.served = headers.get(SERVED) or reported
     watch.headers(
         int(status) if status.isdigit() else 0,
         headers.get("content-type", ""),
@@ -143,6 +145,20 @@ def _body_ends(phase: str) -> frozenset[bytes]:
 
 REQUEST_BODY_ENDS = _body_ends("request_body")
 RESPONSE_BODY_ENDS = _body_ends("response_body")
+
+
+def _served(request: pb.ProcessingRequest, data: bytes) -> str | None:
+    """The endpoint that served, as a GIE data plane reports it with the response: in the
+    metadata it forwards, `envoy.lb` → `x-gateway-destination-endpoint-served` (read only
+    when the message's bytes hold the name)."""
+    if _SERVED_BYTES not in data:
+        return None
+    lb = request.metadata_context.filter_metadata.get(LB_NAMESPACE)
+    value = lb.fields.get(SERVED) if lb is not None else None
+    return value.string_value or None if value is not None else None
+
+
+_SERVED_BYTES = SERVED.encode()
 
 
 def _subset(request: pb.ProcessingRequest) -> frozenset[str] | None:
@@ -297,7 +313,7 @@ class _Pick:
             response = request.response_headers
             if self.held is not None and self.watch is not None:
                 upstream = _attributes(request)[1] if request.attributes else None
-                _see_headers(self.watch, response, upstream)
+                _see_headers(self.watch, response, _served(request, data) or upstream)
             if response.end_of_stream:
                 self._response_ended(RESPONSE_HEADERS_PASS)
             else:
@@ -431,7 +447,7 @@ class _Observe:
                 self.call.finish(lazy=True)
                 return
             response = request.response_headers
-            _see_headers(self.watch, response, upstream)
+            _see_headers(self.watch, response, _served(request, data) or upstream)
             if response.end_of_stream:
                 self._finish()
         elif kind == "response_body" and self.pick is not None:
