@@ -26,7 +26,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_epp(args: argparse.Namespace) -> int:
     from fleetgate.commands.epp import run
 
-    run(args.config, args.host, args.port, args.http_host, args.http_port)
+    run(args.config, args.host, args.port, args.http_host, args.http_port, args.endpoints)
     return 0
 
 
@@ -198,6 +198,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=9002, help="the gRPC (ext_proc) port")
     p.add_argument("--http-host", default=None, help="default: the config's server.host")
     p.add_argument("--http-port", type=int, default=8080, help="admin, metrics, dashboard")
+    p.add_argument(
+        "--endpoints",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="name at most N endpoints in a pick (default: every one the plan can fall back "
+        "to); 1 for a data plane that reads a single address, such as an ORIGINAL_DST "
+        "cluster on the x-gateway-destination-endpoint header",
+    )
     p.set_defaults(func=_cmd_epp)
 
     p = sub.add_parser("envoy-config", help="print an Envoy bootstrap that uses the picker")

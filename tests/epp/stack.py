@@ -32,10 +32,12 @@ class EppStack:
         body_mode: str = "FULL_DUPLEX_STREAMED",
         options: ControlOptions | None = None,
         edit: Callable[[dict[str, Any]], None] | None = None,
+        endpoints: int | None = None,
     ) -> Envoy:
-        """`edit` changes the printed bootstrap before Envoy reads it (a test's own filter)."""
+        """`edit` changes the printed bootstrap before Envoy reads it (a test's own filter);
+        `endpoints` is the picker's `--endpoints`."""
         gateway = self.stack.start_gateway(config, options)
-        self.picker = PickerServer(gateway.pipeline, "127.0.0.1", 0)
+        self.picker = PickerServer(gateway.pipeline, "127.0.0.1", 0, max_endpoints=endpoints)
         epp_port = self.stack.lt.run(self.picker.start())
         listen, admin = free_port(), free_port()
         path = self.workdir / "fleet.yaml"

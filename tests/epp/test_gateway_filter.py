@@ -14,10 +14,10 @@ import openai
 import pytest
 
 from fleetgate.epp.envoy_config import OBSERVE_FILTER, PICK_FILTER
-from fleetgate.epp.protocol import LB_NAMESPACE, SERVED
+from fleetgate.epp.protocol import DESTINATION, LB_NAMESPACE, SERVED
 from fleetgate.testing.fake_engine import Fault
 from tests.epp.stack import EppStack
-from tests.harness import Stack, deployment, provider, wait_until
+from tests.harness import Stack, client_requests, deployment, provider, wait_until
 
 
 def _http_filters(doc: Any) -> list[dict[str, Any]]:
@@ -232,3 +232,38 @@ def test_the_endpoint_the_data_plane_reports_in_its_metadata_is_the_one_recorded
     assert gateway is not None
     assert gateway.pipeline.state.health("a").failures == 1
     assert gateway.pipeline.state.health("b").successes == 1
+
+
+def _original_destination(doc: dict[str, Any]) -> None:
+    """The endpoints' cluster as llm-d's router chart writes it: ORIGINAL_DST on the
+    `x-gateway-destination-endpoint` header, which takes one address."""
+    clusters = doc["static_resources"]["clusters"]
+    (at,) = [i for i, c in enumerate(clusters) if c["name"] == "fleetgate_endpoints"]
+    clusters[at] = {
+        "name": "fleetgate_endpoints",
+        "type": "ORIGINAL_DST",
+        "lb_policy": "CLUSTER_PROVIDED",
+        "connect_timeout": "5s",
+        "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION},
+    }
+
+
+def test_a_data_plane_that_reads_one_address_is_named_one(stack: Stack, epp: EppStack):
+    """A list of fallbacks is not an address: such a data plane answers 503 to every pick
+    that names two. `--endpoints 1` names the plan's first alone, and it serves."""
+    a, b = stack.engine("a"), stack.engine("b")
+    config = {
+        "providers": [provider("a", a), provider("b", b)],
+        "deployments": [deployment("m", "a", priority=0), deployment("m", "b", priority=1)],
+        "models": [{"id": "m", "provider": {"order": ["a", "b"]}}],
+    }
+    envoy = epp.start(config, edit=_original_destination, endpoints=1)
+    client = _client(envoy.url)
+    for text in ("one", "two"):
+        answer = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": text}]
+        )
+        assert answer.system_fingerprint == "fake-a"
+    assert len(client_requests(a)) == 2 and not client_requests(b)
+    wait_until(lambda: len(_records(stack)) == 2, 5, "both requests recorded")
+    assert {r.notes["endpoint"] for r in _records(stack)} == {f"127.0.0.1:{a.port}"}

@@ -12,7 +12,12 @@ log = logging.getLogger("fleetgate.epp")
 
 
 async def serve_picker(
-    config_path: str, host: str, port: int, http_host: str | None, http_port: int
+    config_path: str,
+    host: str,
+    port: int,
+    http_host: str | None,
+    http_port: int,
+    endpoints: int | None = None,
 ) -> None:
     from fleetgate.assemble import gateway_for
     from fleetgate.config import load_config_file
@@ -22,7 +27,7 @@ async def serve_picker(
     config = load_config_file(config_path)
     gateway = gateway_for(config)
     http = server_for(gateway, http_host or config.server.host, http_port)
-    picker = PickerServer(gateway.pipeline, host, port)
+    picker = PickerServer(gateway.pipeline, host, port, max_endpoints=endpoints)
     http_task = asyncio.get_running_loop().create_task(http.serve())
     # the HTTP side's start-up starts the pipeline and its control plane (store, state);
     # uvicorn says it is done only through `started`
@@ -39,13 +44,22 @@ async def serve_picker(
         await picker.stop(grace=5)
 
 
-def run(config_path: str, host: str, port: int, http_host: str | None, http_port: int) -> None:
+def run(
+    config_path: str,
+    host: str,
+    port: int,
+    http_host: str | None,
+    http_port: int,
+    endpoints: int | None = None,
+) -> None:
     from fleetgate.gc_tuning import tune_gc
     from fleetgate.server.accept import new_event_loop
 
     loop = new_event_loop()
     tune_gc()
     try:
-        loop.run_until_complete(serve_picker(config_path, host, port, http_host, http_port))
+        loop.run_until_complete(
+            serve_picker(config_path, host, port, http_host, http_port, endpoints)
+        )
     finally:
         loop.close()

@@ -106,9 +106,14 @@ def _same_body(a: Candidate, b: Candidate) -> bool:
 
 
 class Picker:
-    def __init__(self, pipeline: Pipeline, book: EndpointBook) -> None:
+    def __init__(
+        self, pipeline: Pipeline, book: EndpointBook, max_endpoints: int | None = None
+    ) -> None:
         self.pipeline = pipeline
         self.book = book
+        # how many endpoints a pick names at most (None: every one the plan can fall back
+        # to): a data plane that reads one address (ORIGINAL_DST on the header) takes 1
+        self.max_endpoints = max_endpoints
         self._pending: dict[str, deque[Pick]] = {}
 
     # ---- the request ------------------------------------------------------------------
@@ -180,6 +185,7 @@ class Picker:
         state = self.pipeline.state
         began = ""
         full: list[str] = []  # at their worker's concurrency limit: the picker holds no queue
+        room = self.max_endpoints  # endpoints the pick may still name (None: no bound)
         for candidate in plan.candidates:
             dep = candidate.deployment
             reason = self.book.blocker(dep.provider)
@@ -207,7 +213,12 @@ class Picker:
             if reason is not None:
                 plan.dropped.append(Dropped(dep.id, DATA_PLANE, reason))
                 continue
+            if room is not None:  # the bound reached: the plan's later candidates are not named
+                ends = ends[:room]
+                room -= len(ends)
             handed.append((candidate, ends))
+            if room == 0:
+                break
         if not handed and full:
             raise queue_full_error(plan, full, state)
         if not handed:

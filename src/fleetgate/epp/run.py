@@ -26,11 +26,17 @@ HEALTH_NAMES = ("", "liveness", "readiness", EXT_PROC_SERVICE)
 class PickerServer:
     """The gRPC side of one picker, over the process's pipeline."""
 
-    def __init__(self, pipeline: Pipeline, host: str = "0.0.0.0", port: int = 9002) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        host: str = "0.0.0.0",
+        port: int = 9002,
+        max_endpoints: int | None = None,
+    ) -> None:
         self.pipeline = pipeline
         self.host, self.port = host, port
         self.book = EndpointBook(pipeline.holder)
-        self.picker = Picker(pipeline, self.book)
+        self.picker = Picker(pipeline, self.book, max_endpoints)
         self.health = Health()
         self.dispatch = Dispatcher({**methods(self.picker), **self.health.methods()})
         self.connections: set[Http2Connection] = set()
