@@ -267,3 +267,33 @@ def test_a_data_plane_that_reads_one_address_is_named_one(stack: Stack, epp: Epp
     assert len(client_requests(a)) == 2 and not client_requests(b)
     wait_until(lambda: len(_records(stack)) == 2, 5, "both requests recorded")
     assert {r.notes["endpoint"] for r in _records(stack)} == {f"127.0.0.1:{a.port}"}
+
+
+def test_an_answer_through_the_pick_s_call_names_the_client_s_model(stack: Stack, epp: EppStack):
+    """The deployment names another model upstream: the engine answers with that name, and
+    the client reads its own, whole answer and stream alike, as through the proxy."""
+    a = stack.engine("a", reply_words=30)
+    config = {
+        "providers": [provider("a", a)],
+        "deployments": [deployment("m", "a", upstream_model="org/served-name-of-m")],
+    }
+    envoy = epp.start(config, edit=_gateway_filter("FULL_DUPLEX_STREAMED"))
+    client = _client(envoy.url)
+    raw = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "hi"}]
+    )
+    answer = raw.parse()
+    assert client_requests(a)[0].body["model"] == "org/served-name-of-m"
+    assert answer.model == "m" and answer.choices[0].message.content
+    assert b"org/served-name-of-m" not in raw.http_response.content
+    stream = client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert len(chunks) > 5 and {c.model for c in chunks} == {"m"}
+    assert chunks[-1].usage is not None
+    wait_until(lambda: len(_records(stack)) == 2, 5, "both recorded")
+    assert all(r.attempts[-1].prompt_tokens for r in _records(stack))

@@ -69,6 +69,11 @@ class Pick:
     deadline: float = 0.0  # monotonic time past which its answer is given up on
 
     @property
+    def upstream_model(self) -> str:
+        """The model name sent upstream: every handed candidate takes the same body."""
+        return self.handed[0][0].deployment.upstream_model
+
+    @property
     def endpoints(self) -> list[str]:
         """Every endpoint handed, in order, each once (most often one candidate's)."""
         handed = self.handed

@@ -38,6 +38,8 @@ from fleetgate.epp.protocol import (
     UPSTREAM_ADDRESS,
     WATCHED_RESPONSE_HEADERS,
 )
+from fleetgate.epp.rename import AnswerRename
+from fleetgate.execute.rewrite import rewriter_for
 
 log = logging.getLogger("fleetgate.epp")
 
@@ -196,6 +198,14 @@ RESPONSE_HEADERS_PASS = pb.ProcessingResponse(
     response_headers=pb.HeadersResponse()
 ).SerializeToString()
 RESPONSE_BODY_PASS = pb.ProcessingResponse(response_body=pb.BodyResponse()).SerializeToString()
+# a renamed answer's headers: its length changes (the data plane sends it chunked)
+RESPONSE_HEADERS_UNSIZED = pb.ProcessingResponse(
+    response_headers=pb.HeadersResponse(
+        response=pb.CommonResponse(
+            header_mutation=pb.HeaderMutation(remove_headers=["content-length"])
+        )
+    )
+).SerializeToString()
 RESPONSE_TRAILERS_PASS = pb.ProcessingResponse(
     response_trailers=pb.TrailersResponse()
 ).SerializeToString()
@@ -258,6 +268,7 @@ class _Pick:
         "held",
         "later",
         "picker",
+        "rename",
         "subset",
         "watch",
     )
@@ -277,6 +288,7 @@ class _Pick:
         self.watch: ResponseWatch | None = None
         self.held: Pick | None = None
         self.echo = False
+        self.rename: AnswerRename | None = None  # the client's model name put back
 
     def message(self, data: bytes) -> None:
         if data in REQUEST_BODY_ENDS:  # the body's end alone
@@ -311,23 +323,35 @@ class _Pick:
             self._send(TRAILERS_PASS)
         elif kind == "response_headers":
             response = request.response_headers
-            if self.held is not None and self.watch is not None:
+            reply = RESPONSE_HEADERS_PASS
+            held, watch = self.held, self.watch
+            if held is not None and watch is not None:
                 upstream = _attributes(request)[1] if request.attributes else None
-                _see_headers(self.watch, response, _served(request, data) or upstream)
+                _see_headers(watch, response, _served(request, data) or upstream)
+                if self.echo and 0 < watch.status < 300:
+                    rewriter = rewriter_for(held.upstream_model, held.profile.model)
+                    if not rewriter.identity:  # renamed: its length is no longer known
+                        self.rename = AnswerRename(rewriter, watch.framing)
+                        reply = RESPONSE_HEADERS_UNSIZED
             if response.end_of_stream:
-                self._response_ended(RESPONSE_HEADERS_PASS)
+                self._response_ended(reply)
             else:
-                self._send(RESPONSE_HEADERS_PASS)
+                self._send(reply)
         elif kind == "response_body":
             chunk = request.response_body
+            body, end = chunk.body, chunk.end_of_stream
             if self.held is not None and self.watch is not None:
-                self.watch.chunk(chunk.body)
-            reply = (
-                streamed_body(chunk.body, chunk.end_of_stream, response=True)
-                if self.echo
-                else RESPONSE_BODY_PASS
-            )
-            if chunk.end_of_stream:
+                self.watch.chunk(body)
+            if not self.echo:
+                reply = RESPONSE_BODY_PASS
+            elif self.rename is None:
+                reply = streamed_body(body, end, response=True)
+            else:  # full duplex: what is not whole yet is sent back later, with the rest
+                body = self.rename.chunk(body, end)
+                if not body and not end:
+                    return
+                reply = streamed_body(body, end, response=True)
+            if end:
                 self._response_ended(reply)
             else:
                 self._send(reply)
