@@ -24,9 +24,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_epp(args: argparse.Namespace) -> int:
-    from fleetgate.commands.epp import run
+    from fleetgate.commands.epp import PickerArgs, run
 
-    run(args.config, args.host, args.port, args.http_host, args.http_port, args.endpoints)
+    run(
+        PickerArgs(
+            args.config, args.host, args.port, args.http_host, args.http_port, args.endpoints
+        )
+    )
     return 0
 
 

@@ -7,27 +7,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 log = logging.getLogger("fleetgate.epp")
 
 
-async def serve_picker(
-    config_path: str,
-    host: str,
-    port: int,
-    http_host: str | None,
-    http_port: int,
-    endpoints: int | None = None,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class PickerArgs:
+    """What `fleetgate epp` is told on its command line."""
+
+    config_path: str
+    host: str
+    port: int
+    http_host: str | None
+    http_port: int
+    endpoints: int | None = None  # the most endpoints a pick names (None: every one)
+
+
+async def serve_picker(args: PickerArgs) -> None:
     from fleetgate.assemble import gateway_for
     from fleetgate.config import load_config_file
     from fleetgate.epp.run import PickerServer
     from fleetgate.server.run import server_for
 
-    config = load_config_file(config_path)
+    config = load_config_file(args.config_path)
     gateway = gateway_for(config)
-    http = server_for(gateway, http_host or config.server.host, http_port)
-    picker = PickerServer(gateway.pipeline, host, port, max_endpoints=endpoints)
+    http = server_for(gateway, args.http_host or config.server.host, args.http_port)
+    picker = PickerServer(gateway.pipeline, args.host, args.port, max_endpoints=args.endpoints)
     http_task = asyncio.get_running_loop().create_task(http.serve())
     # the HTTP side's start-up starts the pipeline and its control plane (store, state);
     # uvicorn says it is done only through `started`
@@ -37,29 +43,22 @@ async def serve_picker(
             return
         await asyncio.sleep(0.01)
     await picker.start()
-    log.warning("fleetgate epp: gRPC on %s:%d, HTTP on port %d", host, picker.port, http_port)
+    log.warning(
+        "fleetgate epp: gRPC on %s:%d, HTTP on port %d", args.host, picker.port, args.http_port
+    )
     try:
         await http_task
     finally:
         await picker.stop(grace=5)
 
 
-def run(
-    config_path: str,
-    host: str,
-    port: int,
-    http_host: str | None,
-    http_port: int,
-    endpoints: int | None = None,
-) -> None:
+def run(args: PickerArgs) -> None:
     from fleetgate.gc_tuning import tune_gc
     from fleetgate.server.accept import new_event_loop
 
     loop = new_event_loop()
     tune_gc()
     try:
-        loop.run_until_complete(
-            serve_picker(config_path, host, port, http_host, http_port, endpoints)
-        )
+        loop.run_until_complete(serve_picker(args))
     finally:
         loop.close()
