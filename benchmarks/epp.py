@@ -71,6 +71,28 @@ PIN = os.environ.get("PIN", "0") == "1"
 FLEETGATE_CPU, OTHERS_CPU = 0, 1
 
 
+# a gateway's own one-filter shape (SINGLE=1), or the pick alone (OBSERVE=0)
+SINGLE = os.environ.get("SINGLE", "0") == "1"
+
+
+def shaped(doc: dict[str, Any]) -> dict[str, Any]:
+    """The bootstrap without the observe filter and, with `SINGLE`, as a gateway writes it
+    from an InferencePool: its one ext_proc filter sends the picker the response too, on
+    the pick's own call, in full-duplex mode."""
+    hcm = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    filters = hcm["typed_config"]["http_filters"]
+    filters[:] = [f for f in filters if f["name"] != "fleetgate.observe"]
+    if SINGLE:
+        pick = filters[0]["typed_config"]
+        pick["processing_mode"].update(
+            response_header_mode="SEND",
+            response_body_mode="FULL_DUPLEX_STREAMED",
+            response_trailer_mode="SEND",
+        )
+        pick.pop("forward_rules", None)
+    return doc
+
+
 def _spawn(
     cmd: list[str], log: Path, env: dict[str, str], fleetgate: bool = False
 ) -> subprocess.Popen[bytes]:
@@ -311,22 +333,8 @@ def main() -> int:
             text=True,
             check=True,
         ).stdout
-        bare = os.environ.get("OBSERVE", "1") == "0"  # the pick alone: what watching costs
-        single = os.environ.get("SINGLE", "0") == "1"  # a gateway's own one-filter shape
-        if bare or single:
-            doc = yaml.safe_load(bootstrap)
-            hcm = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
-            filters = hcm["typed_config"]["http_filters"]
-            filters[:] = [f for f in filters if f["name"] != "fleetgate.observe"]
-            if single:  # the response sent to the pick's own call, as GIE gateways do
-                pick = filters[0]["typed_config"]
-                pick["processing_mode"].update(
-                    response_header_mode="SEND",
-                    response_body_mode="FULL_DUPLEX_STREAMED",
-                    response_trailer_mode="SEND",
-                )
-                pick.pop("forward_rules", None)
-            bootstrap = yaml.safe_dump(doc)
+        if os.environ.get("OBSERVE", "1") == "0" or SINGLE:
+            bootstrap = yaml.safe_dump(shaped(yaml.safe_load(bootstrap)))
         rows: dict[str, dict[str, Any]] = {}
         for sc in scenarios:
             upstream = ports["paced"] if sc.kind == "paced" else ports["up"]

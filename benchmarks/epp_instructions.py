@@ -13,7 +13,8 @@ divides the tree's instructions by the requests (`benchmarks.instructions.measur
 
 Run: `python3 -m benchmarks.epp_instructions` (env: `REQUESTS` 1000, `WARMUP` 100, `CONCS`
 "1 16", `KINDS` "plain stream", `PATHS` "picker proxy", `BODY_MODE` FULL_DUPLEX_STREAMED,
-`CALLGRIND_DIR`: keep each scenario's dumps there, for `callgrind_annotate`). Needs
+`CALLGRIND_DIR`: keep each scenario's dumps there, for `callgrind_annotate`; `SINGLE=1`: the
+one ext_proc filter a gateway writes, the response on the pick's call). Needs
 valgrind, hey and the `test` extra (Envoy's wheel). Under valgrind the picker answers about
 50 times slower than at full speed, so Envoy's timeouts towards it are raised here; latency
 means nothing in this run, only the counts.
@@ -33,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.epp import _envoy, fleet
+from benchmarks.epp import SINGLE, _envoy, fleet, shaped
 from benchmarks.instructions import (
     Counts,
     Target,
@@ -74,8 +75,11 @@ def _start(name: str, cmd: list[str], port: int, env: dict[str, str], work: Path
 
 
 def slow_bootstrap(bootstrap: str) -> dict[str, Any]:
-    """The bootstrap with Envoy's timeouts towards the picker raised (nothing else changed)."""
+    """The bootstrap with Envoy's timeouts towards the picker raised (nothing else changed,
+    but for `SINGLE=1`: a gateway's one-filter shape, `benchmarks.epp.shaped`)."""
     doc = yaml.safe_load(bootstrap)
+    if SINGLE:
+        doc = shaped(doc)
     hcm = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
     for f in hcm["typed_config"]["http_filters"]:
         config = f.get("typed_config", {})
