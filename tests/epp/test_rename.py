@@ -6,6 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from fleetgate.epp.evidence import WHOLE_LIMIT
 from fleetgate.epp.rename import AnswerRename
 from fleetgate.execute.framing import NDJSON, SSE
 from fleetgate.execute.rewrite import rewriter_for
@@ -65,3 +66,18 @@ def test_ndjson_lines_are_renamed_line_by_line():
     rename = AnswerRename(REWRITER, NDJSON)
     out = rename.chunk(lines[:30], False) + rename.chunk(lines[30:], True)
     assert [orjson.loads(line)["model"] for line in out.splitlines()] == ["m"] * 3
+
+
+def test_what_is_held_is_bounded_and_nothing_is_lost_past_the_bound():
+    """A whole answer larger than the bound goes back as it comes, every byte of it, in
+    order, not renamed: the picker never holds more than the bound."""
+    body = orjson.dumps({"model": "org/served-name-of-m", "data": "x" * (WHOLE_LIMIT + 10)})
+    rename = AnswerRename(REWRITER, None)
+    chunks = _cut(body, 1 << 20)
+    sent = [rename.chunk(c, i == len(chunks) - 1) for i, c in enumerate(chunks)]
+    assert b"".join(sent) == body
+    assert max(map(len, sent)) <= WHOLE_LIMIT + (1 << 20)
+    # an event that never ends is let go the same way
+    rename = AnswerRename(REWRITER, SSE)
+    endless = [b"data: " + b"y" * (1 << 20) for _ in range(6)]
+    assert b"".join(rename.chunk(c, False) for c in endless) == b"".join(endless)

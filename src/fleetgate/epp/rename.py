@@ -9,23 +9,35 @@ event waits for the rest of it), and a whole answer, one JSON document, when it 
 
 from __future__ import annotations
 
+from fleetgate.epp.evidence import WHOLE_LIMIT
 from fleetgate.execute.framing import Framing
 from fleetgate.execute.rewrite import ModelRewriter
 
 
 class AnswerRename:
     """One answer's renaming: `chunk` takes each body chunk Envoy shows, and gives what to
-    send back now (empty while an event or the document is not whole yet)."""
+    send back now (empty while an event or the document is not whole yet). What is held
+    is bounded: past `WHOLE_LIMIT` bytes (a whole answer that large, an event that never
+    ends), the rest of the answer goes back as it comes, not renamed."""
 
-    __slots__ = ("framing", "held", "rewriter")
+    __slots__ = ("framing", "held", "held_size", "passing", "rewriter")
 
     def __init__(self, rewriter: ModelRewriter, framing: Framing | None) -> None:
         self.rewriter = rewriter
         self.framing = framing  # a stream's; None: one whole document
         self.held: list[bytes] = []  # what is not sent back yet
+        self.held_size = 0
+        self.passing = False  # past the bound: sent back as it comes
 
     def chunk(self, data: bytes, end: bool) -> bytes:
         held = self.held
+        if self.passing:
+            return data
+        self.held_size += len(data)
+        if self.held_size > WHOLE_LIMIT:
+            self.passing = True
+            self.held = []
+            return b"".join((*held, data))
         framing = self.framing
         if framing is None:  # a whole answer: renamed once it is all here
             held.append(data)
@@ -41,8 +53,9 @@ class AnswerRename:
         if cut < 0:
             if block:
                 held.append(block)
-            return b""
+            return b""  # held_size already counts it
         cut += len(framing.separator)
-        if cut < len(block):
+        self.held_size = len(block) - cut
+        if self.held_size:
             held.append(block[cut:])
         return framing.rewrite(self.rewriter, block[:cut])
