@@ -1,6 +1,6 @@
 """What the picker learns and keeps while Envoy carries the bytes: the request log with the
-endpoint, affinity across turns, exact counts near a boundary, and how it is operated (its
-HTTP side through Envoy, its gRPC health)."""
+endpoint, affinity across turns, exact counts near a boundary, an answer cut before its
+end, and how it is operated (its HTTP side through Envoy, its gRPC health)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from fleetgate.control.plane import ControlOptions
 from fleetgate.epp.picker import Pick
 from fleetgate.epp.protocol import EXT_PROC_SERVICE
+from fleetgate.testing.fake_engine import Fault
 from tests.epp.stack import EppStack
+from tests.epp.test_gateway_filter import _gateway_filter
 from tests.harness import Stack, client_requests, deployment, provider, wait_until
 from tests.tiers import chat_calls, tiered_config, words
 
@@ -29,6 +31,11 @@ ADMIN = "admin-secret"
 
 def _client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=20)
+
+
+def _records(stack: Stack) -> list[Any]:
+    assert stack.gateway is not None
+    return list(stack.gateway.pipeline.recent._records.values())
 
 
 def _replicas(stack: Stack, n: int) -> dict[str, Any]:
@@ -249,3 +256,31 @@ def test_client_keys_are_checked_by_the_picker(stack: Stack, epp: EppStack, sqli
         len(client_requests(engine)) == 1
         and "Authorization" not in client_requests(engine)[0].headers
     )
+
+
+@pytest.mark.parametrize("shape", ["two filters", "a gateway's one filter"])
+def test_a_stream_cut_before_its_end_is_recorded_as_interrupted_and_charged_to_none(
+    stack: Stack, epp: EppStack, shape: str
+):
+    """The upstream breaks after three events: the client gets a broken answer, and the
+    record says so, not 200 and whole. The data plane does not say whether the upstream
+    broke or the client left (a user's stop looks the same), so no endpoint is charged."""
+    a = stack.engine("a", tokens_per_second=50, reply_words=40)
+    config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
+    edit = _gateway_filter("FULL_DUPLEX_STREAMED") if shape != "two filters" else None
+    envoy = epp.start(config, edit=edit)
+    a.fail_next(Fault("break_stream", after_chunks=3))
+    with pytest.raises(openai.APIConnectionError):
+        for _chunk in _client(envoy.url).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        ):
+            pass
+    # the observe call is ended by Envoy's deferred close (5 s) of an observability stream
+    wait_until(lambda: len(_records(stack)) == 1, 15, "the cut stream recorded")
+    record = _records(stack)[0]
+    assert record.status == 200 and record.error_code == "stream_interrupted"
+    assert record.attempts[-1].error_class == "stream_broken"
+    gateway = stack.gateway
+    assert gateway is not None
+    health = gateway.pipeline.state.health("a")
+    assert health.failures == 0 and health.successes == 0 and health.inflight == 0

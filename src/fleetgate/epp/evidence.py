@@ -9,7 +9,14 @@ import time
 import orjson
 
 from fleetgate.execute.framing import Framing, framing_for
-from fleetgate.execute.outcome import Attempt, classify_status, error_message, parse_retry_after
+from fleetgate.execute.outcome import (
+    RESET,
+    STREAM_BROKEN,
+    Attempt,
+    classify_status,
+    error_message,
+    parse_retry_after,
+)
 from fleetgate.execute.usage import (
     USAGE_TAIL,
     stop_in_stream,
@@ -50,7 +57,7 @@ class ResponseWatch:
         self.tail = b""  # a stream's last bytes
         self.events = 0
         self.chunks = 0
-        self.ended = False
+        self.ended = False  # its end was seen (the headers' or the body's end of stream)
         self.too_big = False
 
     def headers(self, status: int, content_type: str, retry_after: str | None) -> None:
@@ -89,6 +96,12 @@ class ResponseWatch:
             attempt.message = error_message(body) if body else f"status {self.status}"
             attempt.upstream_body = body or None
             return
+        if not self.ended:  # the call ended first: the client did not get it whole
+            attempt.error_class = STREAM_BROKEN if self.framing is not None else RESET
+            attempt.message = (
+                "the answer ended before its last byte: its upstream broke or its client "
+                "left (the data plane does not say which)"
+            )
         if self.framing is not None:
             first = self.first_byte if self.first_byte is not None else self.headers_at
             attempt.ttft = (first or now) - started

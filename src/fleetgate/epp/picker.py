@@ -25,7 +25,14 @@ from fleetgate.execute.failures import (
     queue_full_error,
     record_failure,
 )
-from fleetgate.execute.outcome import CLIENT_ERROR, CONNECT, CONTEXT_EXCEEDED, SERVER_ERROR
+from fleetgate.execute.outcome import (
+    CLIENT_ERROR,
+    CONNECT,
+    CONTEXT_EXCEEDED,
+    RESET,
+    SERVER_ERROR,
+    STREAM_BROKEN,
+)
 from fleetgate.fleet import Provider
 from fleetgate.ingress.profile import RequestProfile
 from fleetgate.ingress.routes import INGRESS_ROUTES
@@ -293,6 +300,13 @@ class Picker:
         watch.fill(attempt, pick.picked_at)
         overhead = 0.0
         outcome = Outcome(attempts, served, watch.status, "")
+        if not watch.ended and attempt.error_class in (STREAM_BROKEN, RESET):
+            # cut before its end: an upstream that broke, or a client that left (a user's
+            # stop), which the data plane does not tell apart. Recorded as what the client
+            # got, charged to no endpoint (the proxy charges only the upstream's break)
+            code = "stream_interrupted" if watch.framing is not None else "upstream_error"
+            pipeline.record(pick.ex, profile, plan, watch.status, code, attempts, outcome, 0.0)
+            return
         if attempt.ok:
             tokens = attempt.completion_tokens or (watch.events or None)
             pipeline.state.record_success(dep.id, attempt.ttft, attempt.latency, tokens)

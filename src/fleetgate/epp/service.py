@@ -420,6 +420,8 @@ class _Pick:
         """The response's last message, answered with `reply`: the call ends with it, and
         the answer's evidence is fed."""
         self.call.answer(reply)
+        if self.watch is not None:
+            self.watch.ended = True
         self._settle()
 
     def _settle(self) -> None:
@@ -459,6 +461,7 @@ class _Observe:
     def message(self, data: bytes) -> None:
         if data in RESPONSE_BODY_ENDS:  # the body's end alone
             if self.pick is not None:
+                self.watch.ended = True
                 self._finish()
             return
         request = pb.ProcessingRequest.FromString(data)
@@ -473,11 +476,13 @@ class _Observe:
             response = request.response_headers
             _see_headers(self.watch, response, _served(request, data) or upstream)
             if response.end_of_stream:
+                self.watch.ended = True
                 self._finish()
         elif kind == "response_body" and self.pick is not None:
             chunk = request.response_body
             self.watch.chunk(chunk.body)
             if chunk.end_of_stream:
+                self.watch.ended = True
                 self._finish()
 
     def _finish(self) -> None:
