@@ -284,3 +284,36 @@ def test_a_stream_cut_before_its_end_is_recorded_as_interrupted_and_charged_to_n
     assert gateway is not None
     health = gateway.pipeline.state.health("a")
     assert health.failures == 0 and health.successes == 0 and health.inflight == 0
+
+
+def test_a_stream_whose_first_event_is_an_error_is_recorded_as_that_error(
+    stack: Stack, epp: EppStack
+):
+    """A 200 stream that carries an engine's error in place of an answer (SGLang's shape,
+    a message with a secret in it): recorded as the error, charged to its endpoint, its
+    message redacted, as the proxy reads it."""
+    a = stack.engine("a", error_style="sglang")
+    key = "sk-upstream-secret-4f9a2c"
+    config = {  # a hosted provider's key, which the redactor knows (the proxy's alone)
+        "providers": [provider("a", a), provider("hosted", a, api_key=key)],
+        "deployments": [deployment("m", "a"), deployment("other", "hosted")],
+    }
+    message = f"scheduler crashed serving key {key}"
+    envoy = epp.start(config)
+    a.fail_next(Fault("stream_error_event", status=503, message=message))
+    stream = _client(envoy.url).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    with pytest.raises(openai.APIError):
+        for _chunk in stream:
+            pass
+    wait_until(lambda: len(_records(stack)) == 1, 10, "the stream recorded")
+    record = _records(stack)[0]
+    attempt = record.attempts[-1]
+    assert attempt.status == 503 and attempt.error_class == "server_error"
+    assert "scheduler crashed" in (attempt.message or "")
+    assert key not in (attempt.message or "")
+    gateway = stack.gateway
+    assert gateway is not None
+    health = gateway.pipeline.state.health("a")
+    assert health.failures == 1 and health.successes == 0 and health.inflight == 0

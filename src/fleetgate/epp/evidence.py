@@ -8,6 +8,7 @@ import time
 
 import orjson
 
+from fleetgate.execute.failures import error_event
 from fleetgate.execute.framing import Framing, framing_for
 from fleetgate.execute.outcome import (
     RESET,
@@ -24,8 +25,10 @@ from fleetgate.execute.usage import (
     stream_usage,
     take_usage,
 )
+from fleetgate.redact import Redactor
 
 WHOLE_LIMIT = 4 * 1024 * 1024  # a whole answer larger than this is not read for usage
+HEAD_LIMIT = 8 * 1024  # a stream's first bytes kept, for an error event in place of an answer
 
 
 class ResponseWatch:
@@ -38,6 +41,7 @@ class ResponseWatch:
         "events",
         "first_byte",
         "framing",
+        "head",
         "headers_at",
         "retry_after",
         "served",
@@ -55,6 +59,7 @@ class ResponseWatch:
         self.first_byte: float | None = None
         self.body = bytearray()  # a whole answer, or an error's body
         self.tail = b""  # a stream's last bytes
+        self.head = b""  # a stream's first bytes
         self.events = 0
         self.chunks = 0
         self.ended = False  # its end was seen (the headers' or the body's end of stream)
@@ -75,6 +80,8 @@ class ResponseWatch:
             self.first_byte = time.perf_counter()
         framing = self.framing
         if framing is not None:
+            if len(self.head) < HEAD_LIMIT:
+                self.head += data[: HEAD_LIMIT - len(self.head)]
             self.events += data.count(framing.separator)
             self.tail = (self.tail + data)[-USAGE_TAIL:]
         elif not self.too_big:
@@ -84,15 +91,17 @@ class ResponseWatch:
             else:
                 self.body += data
 
-    def fill(self, attempt: Attempt, started: float) -> None:
-        """The attempt's row from what was seen: status, timings, usage, stop reason."""
+    def fill(self, attempt: Attempt, started: float, redactor: Redactor) -> None:
+        """The attempt's row from what was seen: status, timings, usage, stop reason; an
+        error's body (or a stream's error event in place of its answer) read through
+        `redactor`, as the proxy reads it."""
         now = time.perf_counter()
         attempt.status = self.status or None
         attempt.latency = now - started
         if self.status >= 300 or not self.status:
             attempt.error_class = classify_status(self.status) if self.status else "reset"
             attempt.retry_after = self.retry_after
-            body = bytes(self.body)
+            body = redactor.bytes(bytes(self.body))
             attempt.message = error_message(body) if body else f"status {self.status}"
             attempt.upstream_body = body or None
             return
@@ -103,6 +112,10 @@ class ResponseWatch:
                 "left (the data plane does not say which)"
             )
         if self.framing is not None:
+            data = self.framing.first_data(self.head)
+            if data is not None and self.framing.is_error(data):  # an error, not an answer
+                error_event(attempt, redactor.bytes(data))
+                return
             first = self.first_byte if self.first_byte is not None else self.headers_at
             attempt.ttft = (first or now) - started
             stream_usage(attempt, self.tail, self.framing)

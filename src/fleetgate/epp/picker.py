@@ -297,7 +297,7 @@ class Picker:
         plan.notes["endpoint"] = served_at or next(iter(_endpoints_of(pick, served)), None)
         attempt = attempt_row(served, plan, len(attempts))
         attempts.append(attempt)
-        watch.fill(attempt, pick.picked_at)
+        watch.fill(attempt, pick.picked_at, fleet.redactor)
         overhead = 0.0
         outcome = Outcome(attempts, served, watch.status, "")
         if not watch.ended and attempt.error_class in (STREAM_BROKEN, RESET):

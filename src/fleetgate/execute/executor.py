@@ -29,10 +29,10 @@ from fleetgate.execute.event_check import EndCheck
 from fleetgate.execute.failures import (
     classify_exception,
     client_error,
+    error_event,
     exhausted_error,
     queue_full_error,
     record_failure,
-    status_in_event,
 )
 from fleetgate.execute.framing import (
     NDJSON,
@@ -65,7 +65,7 @@ from fleetgate.execute.resume import (
     switched,
 )
 from fleetgate.execute.resume import ENDPOINTS as RESUMED_ENDPOINTS
-from fleetgate.execute.sse import CR, DONE
+from fleetgate.execute.sse import CR
 from fleetgate.execute.upstream import UpstreamPool, request_headers
 from fleetgate.execute.usage import (
     answer_facts,
@@ -610,35 +610,24 @@ class Executor:
         client (one at least); 0 when they may not (the first is an error event, or an
         event is not JSON); None while no data event has come. Checked by `ends` when
         given (`EndCheck.events`, which notes where the answer may end)."""
-        sep = framing.separator
-        at = 0
-        while at < len(block):  # event by event, up to the first that carries data
-            end = block.find(sep, at)
-            end = len(block) if end < 0 else end
-            data = framing.payload(block[at:end])
-            at = end + len(sep)
-            if data is None or data == DONE:
-                continue
-            if framing.is_error(data):
-                data = redactor.bytes(data)
-                attempt.status = status_in_event(data)
-                attempt.error_class = classify_status(attempt.status)
-                attempt.message = error_message(data)
-                attempt.upstream_body = data
-                attempt.latency = time.perf_counter() - started
-                return 0
-            events = framing.json_events(block) if ends is None else ends.events(block)
-            if events is None:
-                self._fail(
-                    attempt,
-                    INVALID_RESPONSE,
-                    "with an event that is not JSON",
-                    "invalid response",
-                    started,
-                )
-                return 0
-            return events
-        return None
+        data = framing.first_data(block)
+        if data is None:
+            return None
+        if framing.is_error(data):
+            error_event(attempt, redactor.bytes(data))
+            attempt.latency = time.perf_counter() - started
+            return 0
+        events = framing.json_events(block) if ends is None else ends.events(block)
+        if events is None:
+            self._fail(
+                attempt,
+                INVALID_RESPONSE,
+                "with an event that is not JSON",
+                "invalid response",
+                started,
+            )
+            return 0
+        return events
 
     def _stream_end(
         self,

@@ -28,6 +28,8 @@ from fleetgate.execute.outcome import (
     STREAM_BROKEN,
     TIMEOUT,
     Attempt,
+    classify_status,
+    error_message,
     failure_of,
 )
 from fleetgate.routing.filters.capability import explain_narrowing
@@ -65,6 +67,15 @@ def classify_exception(exc: BaseException) -> tuple[str, str, str]:
             ("connect refused" if refused else "connect failed"),
         )
     return RESET, f"{type(exc).__name__}: {exc}", "reset"
+
+
+def error_event(attempt: Attempt, data: bytes) -> None:
+    """`attempt` failed with the error event `data` (redacted) in place of its answer: the
+    status it carries, its class and its message."""
+    attempt.status = status_in_event(data)
+    attempt.error_class = classify_status(attempt.status)
+    attempt.message = error_message(data)
+    attempt.upstream_body = data
 
 
 def status_in_event(data: bytes) -> int:

@@ -58,6 +58,20 @@ class Framing:
             bool(obj.get("error")) or obj.get("type") == "error" or obj.get("object") == "error"
         )
 
+    def first_data(self, block: bytes) -> bytes | None:
+        """The payload of the first event of `block` that carries data (`[DONE]` is none);
+        None while none has come."""
+        sep = self.separator
+        at = 0
+        while at < len(block):
+            end = block.find(sep, at)
+            end = len(block) if end < 0 else end
+            data = self.payload(block[at:end])
+            at = end + len(sep)
+            if data is not None and data != sse.DONE:
+                return data
+        return None
+
     def json_events(self, block: bytes) -> int | None:
         """How many data events a block of whole events holds (`[DONE]` included) when
         every one carries JSON (or is `[DONE]`); None when one does not. The executor
