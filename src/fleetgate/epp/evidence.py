@@ -39,6 +39,7 @@ class ResponseWatch:
         "chunks",
         "ended",
         "events",
+        "first",
         "first_byte",
         "framing",
         "head",
@@ -59,7 +60,8 @@ class ResponseWatch:
         self.first_byte: float | None = None
         self.body = bytearray()  # a whole answer, or an error's body
         self.tail = b""  # a stream's last bytes
-        self.head = b""  # a stream's first bytes
+        self.head = b""  # a stream's first bytes, until its first data event is whole
+        self.first: bytes | None = None  # that event's data
         self.events = 0
         self.chunks = 0
         self.ended = False  # its end was seen (the headers' or the body's end of stream)
@@ -80,8 +82,13 @@ class ResponseWatch:
             self.first_byte = time.perf_counter()
         framing = self.framing
         if framing is not None:
-            if len(self.head) < HEAD_LIMIT:
-                self.head += data[: HEAD_LIMIT - len(self.head)]
+            if self.first is None and len(self.head) < HEAD_LIMIT:
+                head = self.head = self.head + data
+                whole = head.rfind(framing.separator)
+                if whole >= 0:
+                    self.first = framing.first_data(head[:whole])
+                    if self.first is not None:
+                        self.head = b""  # what it was read from is not needed any more
             self.events += data.count(framing.separator)
             self.tail = (self.tail + data)[-USAGE_TAIL:]
         elif not self.too_big:
@@ -112,7 +119,7 @@ class ResponseWatch:
                 "left (the data plane does not say which)"
             )
         if self.framing is not None:
-            data = self.framing.first_data(self.head)
+            data = self.first
             if data is not None and self.framing.is_error(data):  # an error, not an answer
                 error_event(attempt, redactor.bytes(data))
                 return
