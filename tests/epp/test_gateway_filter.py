@@ -37,7 +37,9 @@ def _http_filters(doc: Any) -> list[dict[str, Any]]:
     return []
 
 
-def _gateway_filter(response_body_mode: str) -> Callable[[dict[str, Any]], None]:
+def _gateway_filter(
+    response_body_mode: str, response_header_mode: str = "SEND"
+) -> Callable[[dict[str, Any]], None]:
     """The bootstrap as a gateway would write it: the pick's filter alone, the response
     sent to it, none of fleetgate's own settings (the call's role, the headers shown)."""
 
@@ -50,11 +52,11 @@ def _gateway_filter(response_body_mode: str) -> Callable[[dict[str, Any]], None]
         config["grpc_service"].pop("initial_metadata", None)
         config["processing_mode"] = {
             "request_header_mode": "SEND",
-            "response_header_mode": "SEND",
+            "response_header_mode": response_header_mode,
             "request_body_mode": "FULL_DUPLEX_STREAMED",
             "response_body_mode": response_body_mode,
             "request_trailer_mode": "SEND",
-            "response_trailer_mode": "SEND",
+            "response_trailer_mode": "SEND" if response_body_mode != "NONE" else "SKIP",
         }
 
     return edit
@@ -297,3 +299,29 @@ def test_an_answer_through_the_pick_s_call_names_the_client_s_model(stack: Stack
     assert chunks[-1].usage is not None
     wait_until(lambda: len(_records(stack)) == 2, 5, "both recorded")
     assert all(r.attempts[-1].prompt_tokens for r in _records(stack))
+
+
+@pytest.mark.parametrize("headers", ["SEND", "SKIP"])
+def test_a_gateway_that_sends_no_response_body_leaks_no_in_flight_count(
+    stack: Stack, epp: EppStack, headers: str
+):
+    """A gateway's filter that sends the picker the response's headers only, or nothing of
+    the response: the pick's in-flight count still ends with the request (the call lives
+    as long as it), and the headers, when they come, are the request's record."""
+    a = stack.engine("a")
+    config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
+    envoy = epp.start(config, edit=_gateway_filter("NONE", response_header_mode=headers))
+    client = _client(envoy.url)
+    for text in ("one", "two", "three"):
+        answer = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": text}]
+        )
+        assert answer.system_fingerprint == "fake-a"
+    gateway = stack.gateway
+    assert gateway is not None and epp.picker is not None
+    wait_until(lambda: gateway.pipeline.state.health("a").inflight == 0, 5, "in flight ended")
+    assert not epp.picker.picker._pending  # nothing waits for an observe call
+    if headers == "SEND":
+        wait_until(lambda: len(_records(stack)) == 3, 5, "three requests recorded")
+        assert {r.status for r in _records(stack)} == {200}
+        assert gateway.pipeline.state.health("a").successes == 3

@@ -32,6 +32,7 @@ from fleetgate.epp.protocol import (
     REQUEST_ID,
     ROLE_HEADER,
     ROLE_OBSERVE,
+    ROLE_PICK,
     SERVED,
     SUBSET,
     SUBSET_NAMESPACE,
@@ -48,6 +49,7 @@ NO_BODY = processing_mode_pb2.ProcessingMode.NONE
 PROCESS_PATH = f"/{EXT_PROC_SERVICE}/Process"
 ROLE_HEADER_BYTES = ROLE_HEADER.encode()
 ROLE_OBSERVE_BYTES = ROLE_OBSERVE.encode()
+ROLE_PICK_BYTES = ROLE_PICK.encode()
 
 
 def _headers(msg: pb.HttpHeaders) -> list[tuple[bytes, bytes]]:
@@ -250,14 +252,17 @@ _KEPT_ANSWERS = 512
 class _Pick:
     """The `pick` filter's call: the request's headers and body in, the pick out.
 
-    A data plane whose filter also sends the response to this call (a gateway's own
-    ext_proc configuration, as GIE gateways and llm-d's router write it: the response body
-    in full-duplex mode on the picker's one stream) says so in the call's first message;
-    the call is then kept after the pick, each response message is answered as its mode
-    asks (a full-duplex chunk is sent straight back, unchanged) and the answer's evidence is
-    read from it, as the observe filter's call reads it."""
+    `fleetgate envoy-config`'s pick filter (its calls carry the pick role) sends no
+    response here: the call ends with the pick, and the observe call claims it. A gateway's
+    own ext_proc filter (no role: GIE gateways, llm-d's router chart) may send the response
+    to this call, its body in full-duplex mode most often, or only its headers, or nothing:
+    the call is then kept after the pick for as long as Envoy keeps it, each response
+    message is answered as its mode asks (a full-duplex chunk is sent straight back) and
+    the answer's evidence is read from what comes, as the observe call reads it. The
+    pick's in-flight count ends with the call, whatever came."""
 
     __slots__ = (
+        "bodiless",
         "busy",
         "call",
         "chunks",
@@ -288,6 +293,7 @@ class _Pick:
         self.watch: ResponseWatch | None = None
         self.held: Pick | None = None
         self.echo = False
+        self.bodiless = False  # the response's headers come here, never its body
         self.rename: AnswerRename | None = None  # the client's model name put back
 
     def message(self, data: bytes) -> None:
@@ -301,9 +307,11 @@ class _Pick:
             self.headers = _headers(headers)
             config = request.protocol_config
             self.duplex = config.request_body_mode == FULL_DUPLEX
-            if config.response_body_mode != NO_BODY:  # the response comes to this call
+            if self.call.metadata.get(ROLE_HEADER_BYTES) != ROLE_PICK_BYTES:
+                # a gateway's own filter: what comes of the response comes here
                 self.watch = ResponseWatch()
                 self.echo = config.response_body_mode == FULL_DUPLEX
+                self.bodiless = config.response_body_mode == NO_BODY
             # a hint's namespace is in the bytes of a message that carries one
             self.subset = _subset(request) if _SUBSET_BYTES in data else None
             if headers.end_of_stream:  # no body at all
@@ -328,6 +336,8 @@ class _Pick:
             if held is not None and watch is not None:
                 upstream = _attributes(request)[1] if request.attributes else None
                 _see_headers(watch, response, _served(request, data) or upstream)
+                if self.bodiless:  # all that will come of it: its end, as far as seen here
+                    watch.ended = True
                 if self.echo and 0 < watch.status < 300:
                     rewriter = rewriter_for(held.upstream_model, held.profile.model)
                     if not rewriter.identity:  # renamed: its length is no longer known
