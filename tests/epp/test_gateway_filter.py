@@ -7,59 +7,17 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
 from typing import Any
 
 import openai
 import pytest
 
-from fleetgate.epp.envoy_config import OBSERVE_FILTER, PICK_FILTER
+from fleetgate.epp.envoy_config import PICK_FILTER
 from fleetgate.epp.protocol import DESTINATION, LB_NAMESPACE, SERVED
 from fleetgate.testing.fake_engine import Fault
+from tests.epp.bootstraps import gateway_filter, http_filters
 from tests.epp.stack import EppStack
 from tests.harness import Stack, client_requests, deployment, provider, wait_until
-
-
-def _http_filters(doc: Any) -> list[dict[str, Any]]:
-    """The listener's HTTP filter list, wherever the bootstrap nests it."""
-    if isinstance(doc, dict):
-        if "http_filters" in doc:
-            return doc["http_filters"]
-        values = list(doc.values())
-    elif isinstance(doc, list):
-        values = doc
-    else:
-        values = []
-    for value in values:
-        found = _http_filters(value)
-        if found:
-            return found
-    return []
-
-
-def _gateway_filter(
-    response_body_mode: str, response_header_mode: str = "SEND"
-) -> Callable[[dict[str, Any]], None]:
-    """The bootstrap as a gateway would write it: the pick's filter alone, the response
-    sent to it, none of fleetgate's own settings (the call's role, the headers shown)."""
-
-    def edit(doc: dict[str, Any]) -> None:
-        filters = _http_filters(doc)
-        filters[:] = [f for f in filters if f["name"] != OBSERVE_FILTER]
-        (pick,) = [f for f in filters if f["name"] == PICK_FILTER]
-        config = pick["typed_config"]
-        config.pop("forward_rules", None)
-        config["grpc_service"].pop("initial_metadata", None)
-        config["processing_mode"] = {
-            "request_header_mode": "SEND",
-            "response_header_mode": response_header_mode,
-            "request_body_mode": "FULL_DUPLEX_STREAMED",
-            "response_body_mode": response_body_mode,
-            "request_trailer_mode": "SEND",
-            "response_trailer_mode": "SEND" if response_body_mode != "NONE" else "SKIP",
-        }
-
-    return edit
 
 
 def _client(url: str) -> openai.OpenAI:
@@ -77,7 +35,7 @@ def test_an_answer_shown_on_the_pick_s_call_is_passed_on_and_recorded(
 ):
     a = stack.engine("a")
     config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
-    envoy = epp.start(config, edit=_gateway_filter(mode))
+    envoy = epp.start(config, edit=gateway_filter(mode))
     client = _client(envoy.url)
     answers = [
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
@@ -103,7 +61,7 @@ def test_an_answer_shown_on_the_pick_s_call_is_passed_on_and_recorded(
 def test_a_stream_shown_on_the_pick_s_call_keeps_its_cadence(stack: Stack, epp: EppStack):
     a = stack.engine("a", tokens_per_second=20, reply_words=12)
     config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
-    envoy = epp.start(config, edit=_gateway_filter("FULL_DUPLEX_STREAMED"))
+    envoy = epp.start(config, edit=gateway_filter("FULL_DUPLEX_STREAMED"))
     stream = _client(envoy.url).chat.completions.create(
         model="m",
         messages=[{"role": "user", "content": "hi"}],
@@ -137,7 +95,7 @@ def test_a_stream_shown_on_the_pick_s_call_keeps_its_cadence(stack: Stack, epp: 
 def test_an_error_shown_on_the_pick_s_call_counts_against_its_endpoint(stack: Stack, epp: EppStack):
     a = stack.engine("a")
     config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
-    envoy = epp.start(config, edit=_gateway_filter("FULL_DUPLEX_STREAMED"))
+    envoy = epp.start(config, edit=gateway_filter("FULL_DUPLEX_STREAMED"))
     a.fail_next(Fault("status", status=503))
     with pytest.raises(openai.InternalServerError):
         _client(envoy.url).chat.completions.create(
@@ -156,7 +114,7 @@ def test_an_error_shown_on_the_pick_s_call_counts_against_its_endpoint(stack: St
 def test_a_client_that_leaves_before_the_answer_charges_no_endpoint(stack: Stack, epp: EppStack):
     a = stack.engine("a")
     config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
-    envoy = epp.start(config, edit=_gateway_filter("FULL_DUPLEX_STREAMED"))
+    envoy = epp.start(config, edit=gateway_filter("FULL_DUPLEX_STREAMED"))
     a.fail_next(Fault("hang"))
     gateway = stack.gateway
     assert gateway is not None
@@ -174,8 +132,8 @@ def _reports_served(doc: dict[str, Any]) -> None:
     """The data plane reports the endpoint that served as GIE's protocol says: in the
     `envoy.lb` metadata it forwards with the response (a header the router sets from the
     upstream's address, moved into that metadata and taken off the answer)."""
-    _gateway_filter("FULL_DUPLEX_STREAMED")(doc)
-    filters = _http_filters(doc)
+    gateway_filter("FULL_DUPLEX_STREAMED")(doc)
+    filters = http_filters(doc)
     (pick,) = [f for f in filters if f["name"] == PICK_FILTER]
     namespaces = pick["typed_config"]["metadata_options"]["forwarding_namespaces"]["untyped"]
     namespaces.append(LB_NAMESPACE)
@@ -279,7 +237,7 @@ def test_an_answer_through_the_pick_s_call_names_the_client_s_model(stack: Stack
         "providers": [provider("a", a)],
         "deployments": [deployment("m", "a", upstream_model="org/served-name-of-m")],
     }
-    envoy = epp.start(config, edit=_gateway_filter("FULL_DUPLEX_STREAMED"))
+    envoy = epp.start(config, edit=gateway_filter("FULL_DUPLEX_STREAMED"))
     client = _client(envoy.url)
     raw = client.chat.completions.with_raw_response.create(
         model="m", messages=[{"role": "user", "content": "hi"}]
@@ -310,7 +268,7 @@ def test_a_gateway_that_sends_no_response_body_leaks_no_in_flight_count(
     as long as it), and the headers, when they come, are the request's record."""
     a = stack.engine("a")
     config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
-    envoy = epp.start(config, edit=_gateway_filter("NONE", response_header_mode=headers))
+    envoy = epp.start(config, edit=gateway_filter("NONE", response_header_mode=headers))
     client = _client(envoy.url)
     for text in ("one", "two", "three"):
         answer = client.chat.completions.create(

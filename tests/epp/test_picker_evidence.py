@@ -21,8 +21,8 @@ from fleetgate.control.plane import ControlOptions
 from fleetgate.epp.picker import Pick
 from fleetgate.epp.protocol import EXT_PROC_SERVICE
 from fleetgate.testing.fake_engine import Fault
+from tests.epp.bootstraps import gateway_filter
 from tests.epp.stack import EppStack
-from tests.epp.test_gateway_filter import _gateway_filter
 from tests.harness import Stack, client_requests, deployment, provider, wait_until
 from tests.tiers import chat_calls, tiered_config, words
 
@@ -267,7 +267,7 @@ def test_a_stream_cut_before_its_end_is_recorded_as_interrupted_and_charged_to_n
     broke or the client left (a user's stop looks the same), so no endpoint is charged."""
     a = stack.engine("a", tokens_per_second=50, reply_words=40)
     config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
-    edit = _gateway_filter("FULL_DUPLEX_STREAMED") if shape != "two filters" else None
+    edit = gateway_filter("FULL_DUPLEX_STREAMED") if shape != "two filters" else None
     envoy = epp.start(config, edit=edit)
     a.fail_next(Fault("break_stream", after_chunks=3))
     with pytest.raises(openai.APIConnectionError):
