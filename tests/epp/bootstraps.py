@@ -28,7 +28,9 @@ def http_filters(doc: Any) -> list[dict[str, Any]]:
 
 
 def gateway_filter(
-    response_body_mode: str, response_header_mode: str = "SEND"
+    response_body_mode: str,
+    response_header_mode: str = "SEND",
+    request_body_mode: str = "FULL_DUPLEX_STREAMED",
 ) -> Callable[[dict[str, Any]], None]:
     """The bootstrap as a gateway would write it: the pick's filter alone, the response
     sent to it, none of fleetgate's own settings (the call's role, the headers shown)."""
@@ -43,9 +45,11 @@ def gateway_filter(
         config["processing_mode"] = {
             "request_header_mode": "SEND",
             "response_header_mode": response_header_mode,
-            "request_body_mode": "FULL_DUPLEX_STREAMED",
+            "request_body_mode": request_body_mode,
             "response_body_mode": response_body_mode,
-            "request_trailer_mode": "SEND",
+            "request_trailer_mode": "SEND"
+            if request_body_mode == "FULL_DUPLEX_STREAMED"
+            else "SKIP",
             "response_trailer_mode": "SEND" if response_body_mode != "NONE" else "SKIP",
         }
 

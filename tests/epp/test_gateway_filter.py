@@ -29,13 +29,21 @@ def _records(stack: Stack) -> list[Any]:
     return list(stack.gateway.pipeline.recent._records.values())
 
 
-@pytest.mark.parametrize("mode", ["FULL_DUPLEX_STREAMED", "STREAMED", "BUFFERED"])
+@pytest.mark.parametrize(
+    ("mode", "request_mode"),
+    [
+        ("FULL_DUPLEX_STREAMED", "FULL_DUPLEX_STREAMED"),
+        ("STREAMED", "FULL_DUPLEX_STREAMED"),
+        ("BUFFERED", "FULL_DUPLEX_STREAMED"),
+        ("FULL_DUPLEX_STREAMED", "BUFFERED"),
+    ],
+)
 def test_an_answer_shown_on_the_pick_s_call_is_passed_on_and_recorded(
-    stack: Stack, epp: EppStack, mode: str
+    stack: Stack, epp: EppStack, mode: str, request_mode: str
 ):
     a = stack.engine("a")
     config = {"providers": [provider("a", a)], "deployments": [deployment("m", "a")]}
-    envoy = epp.start(config, edit=gateway_filter(mode))
+    envoy = epp.start(config, edit=gateway_filter(mode, request_body_mode=request_mode))
     client = _client(envoy.url)
     answers = [
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
