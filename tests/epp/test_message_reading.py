@@ -178,3 +178,30 @@ def test_a_pick_names_each_endpoint_once_in_order():
     assert pick.endpoints == ["10.0.0.5:80", "10.0.0.6:80"]
     pick.handed = [(one, ("10.0.0.5:80",)), (two, ("10.0.0.7:80", "10.0.0.5:80"))]  # type: ignore[list-item]
     assert pick.endpoints == ["10.0.0.5:80", "10.0.0.7:80"]
+
+
+def test_what_a_renamed_answer_held_goes_back_before_its_trailers():
+    """A full-duplex answer whose body ends with trailers, not with an end of stream: the
+    part of an event the renaming held is sent back before the trailers' answer."""
+    from fleetgate.epp.rename import AnswerRename
+    from fleetgate.execute.framing import SSE
+    from fleetgate.execute.rewrite import rewriter_for
+
+    settled: list[ResponseWatch] = []
+    picker = SimpleNamespace(finish=lambda _pick, watch: settled.append(watch))
+    call = _Call()
+    handler = service._Pick(picker, call)  # type: ignore[arg-type]
+    handler.watch, handler.held, handler.echo = ResponseWatch(), object(), True  # type: ignore[assignment]
+    handler.watch.headers(200, "text/event-stream", None)
+    handler.rename = AnswerRename(rewriter_for("up", "m"), SSE)
+    chunk = b'data: {"model":"up","n":1}\n\ndata: {"model":"up","n":2}'
+    handler.message(pb.ProcessingRequest(response_body=pb.HttpBody(body=chunk)).SerializeToString())
+    handler.message(pb.ProcessingRequest(response_trailers=pb.HttpTrailers()).SerializeToString())
+    bodies = [
+        m.response_body.response.body_mutation.streamed_response.body
+        for m in map(pb.ProcessingResponse.FromString, call.sent)
+        if m.HasField("response_body")
+    ]
+    assert b"".join(bodies) == b'data: {"model":"m","n":1}\n\ndata: {"model":"m","n":2}'
+    assert pb.ProcessingResponse.FromString(call.sent[-1]).HasField("response_trailers")
+    assert len(settled) == 1 and settled[0].ended

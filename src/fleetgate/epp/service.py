@@ -365,7 +365,9 @@ class _Pick:
                 self._response_ended(reply)
             else:
                 self._send(reply)
-        elif kind == "response_trailers":
+        elif kind == "response_trailers":  # the body ended with them
+            if self.rename is not None and (rest := self.rename.chunk(b"", True)):
+                self._send(streamed_body(rest, False, response=True))  # what was held
             self._response_ended(RESPONSE_TRAILERS_PASS)
 
     def _body_ended(self) -> None:
