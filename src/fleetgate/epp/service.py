@@ -85,13 +85,16 @@ def _watched(msg: pb.HttpHeaders) -> dict[str, str]:
     return out
 
 
-def _see_headers(watch: ResponseWatch, response: pb.HttpHeaders, reported: str | None) -> None:
-    """The answer's status and framing, and the endpoint that served it: the data plane's
-    header, else what it `reported` otherwise (its metadata, the upstream address Envoy
-    sent), else, later, the first one picked."""
-    headers = _watched(response)
+def _see_headers(
+    watch: ResponseWatch, request: pb.ProcessingRequest, data: bytes, upstream: str | None
+) -> None:
+    """The answer's status and framing from the response headers `request` (`data`, its
+    bytes), and the endpoint that served it: the data plane's header, else its forwarded
+    metadata (`_served`), else the `upstream` address Envoy sent, else, later, the first
+    one picked."""
+    headers = _watched(request.response_headers)
     status = headers.get(":status", "0")
-    watch.served = headers.get(SERVED) or reported
+    watch.served = headers.get(SERVED) or _served(request, data) or upstream
     watch.headers(
         int(status) if status.isdigit() else 0,
         headers.get("content-type", ""),
@@ -335,7 +338,7 @@ class _Pick:
             held, watch = self.held, self.watch
             if held is not None and watch is not None:
                 upstream = _attributes(request)[1] if request.attributes else None
-                _see_headers(watch, response, _served(request, data) or upstream)
+                _see_headers(watch, request, data, upstream)
                 if self.bodiless:  # all that will come of it: its end, as far as seen here
                     watch.ended = True
                 if self.echo and 0 < watch.status < 300:
@@ -486,7 +489,7 @@ class _Observe:
                 self.call.finish(lazy=True)
                 return
             response = request.response_headers
-            _see_headers(self.watch, response, _served(request, data) or upstream)
+            _see_headers(self.watch, request, data, upstream)
             if response.end_of_stream:
                 self.watch.ended = True
                 self._finish()
