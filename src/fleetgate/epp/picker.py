@@ -47,6 +47,7 @@ log = logging.getLogger("fleetgate.epp")
 Headers = list[tuple[bytes, bytes]]
 DATA_PLANE = "data_plane"  # the name dropped candidates carry in explain and the log
 UNOBSERVED_GRACE = 60.0  # seconds past its provider's timeout a pick waits for its answer
+UNOBSERVED = "answer_unobserved"  # the request log's code for a pick whose answer never came
 # the client's credentials to the gateway: never passed on to an engine (as the proxy never
 # sends them either)
 CLIENT_CREDENTIALS = ("authorization", "x-api-key", "proxy-authorization")
@@ -344,17 +345,27 @@ class Picker:
         status = watch.status or error.status
         pipeline.record(pick.ex, pick.profile, pick.plan, status, error.code, attempts, None, 0.0)
 
-    def sweep(self) -> int:
-        """Give up on picks whose answer never came (Envoy never reached the response):
-        their in-flight count ends. Returns how many."""
-        now = time.monotonic()
+    def sweep(self, now: float | None = None) -> int:
+        """Give up on picks whose answer never came by their deadline (`now`, monotonic):
+        Envoy never showed the response, as when the observe filter's call failed (it
+        fails open). Each is ended as `_unobserved` says. Returns how many."""
+        now = time.monotonic() if now is None else now
         gone = 0
         for request_id in list(self._pending):
             picks = self._pending[request_id]
             while picks and picks[0].deadline < now:
-                pick = picks.popleft()
-                self.pipeline.state.end(pick.began)
+                self._unobserved(picks.popleft())
                 gone += 1
             if not picks:
                 del self._pending[request_id]
         return gone
+
+    def _unobserved(self, pick: Pick) -> None:
+        """A pick handed to the data plane whose answer was never seen: its in-flight count
+        ends and the request log gets its row, `answer_unobserved` with no status. The row
+        settles the budget hold as every row does, by the usage it shows: none, so nothing
+        is charged (a hold left standing would have held the key's budget for good). No
+        endpoint is charged or credited: nothing is known of how it answered."""
+        self.pipeline.state.end(pick.began)
+        pick.plan.notes["handed"] = pick.endpoints  # where it was sent, not who served
+        self.pipeline.record(pick.ex, pick.profile, pick.plan, 0, UNOBSERVED, [], None, 0.0)

@@ -64,8 +64,12 @@ class PickerServer:
         while True:
             await asyncio.sleep(SWEEP_SECONDS)
             gone = self.picker.sweep()
-            if gone:
-                log.debug("%d picks ended unobserved", gone)
+            if gone:  # the data plane's observe path fails (it fails open)
+                log.warning(
+                    "%d picks ended with no answer seen past their provider's timeout; "
+                    "is the data plane's observe filter reaching the picker?",
+                    gone,
+                )
 
     async def stop(self, grace: float | None = None) -> None:
         if self._sweeper is not None:
