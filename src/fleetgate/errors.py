@@ -117,6 +117,13 @@ ERROR_KINDS: dict[str, ErrorKind] = _kinds(
         "No candidate could be connected to. Check that the backends are up.",
     ),
     ErrorKind(
+        "picker_unavailable",
+        503,
+        "service_unavailable_error",
+        "Behind Envoy: the endpoint picker did not answer in time or could not be reached, "
+        "so no model server was asked. Retry shortly; operators check the picker's pods.",
+    ),
+    ErrorKind(
         "upstream_overloaded",
         529,
         "overloaded_error",

@@ -3,6 +3,7 @@ body modes, and it names only the endpoints a picker can hand over."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ import pytest
 import yaml
 
 from fleetgate.cli import main as fleetgate
+from fleetgate.epp.local_replies import ENVOY_REPLIES, local_reply_config
+from fleetgate.ingress.routes import INGRESS_ROUTES, error_protocol
 from tests.epp.envoy import envoy_binary
 
 FLEET: dict[str, Any] = {
@@ -77,3 +80,33 @@ def test_the_bootstrap_names_what_the_picker_can_hand_over(tmp_path: Path, capsy
     assert filters["fleetgate.observe"]["observability_mode"] is True
     # the largest of the providers' (the local engine's default 5 s over the pool's 2 s)
     assert clusters["fleetgate_endpoints"]["connect_timeout"] == "5.000s"
+
+
+def test_envoy_s_own_answers_take_the_shape_of_each_path_s_protocol():
+    """Each proxied path gets the error shape its clients expect, as the proxy shapes it."""
+    mappers = local_reply_config()["mappers"]
+    assert len(mappers) == 3 * len(ENVOY_REPLIES)
+    for path in INGRESS_ROUTES:
+        for reply in ENVOY_REPLIES:
+            own = [m for m in mappers if reply.filter in _filters(m)]
+            chosen = next(m for m in own if _on_path(m) is None or re.match(_on_path(m), path))
+            body = chosen["body_format_override"]["json_format"]
+            protocol = error_protocol(path)
+            if protocol == "ollama":
+                assert isinstance(body["error"], str), path
+            elif protocol == "anthropic":
+                assert body["type"] == "error" and body["error"]["type"], path
+            else:
+                assert body["error"]["code"] == reply.code, path
+
+
+def _filters(mapper: dict[str, Any]) -> list[dict[str, Any]]:
+    match = mapper["filter"]
+    return match["and_filter"]["filters"] if "and_filter" in match else [match]
+
+
+def _on_path(mapper: dict[str, Any]) -> str | None:
+    for f in _filters(mapper):
+        if "header_filter" in f:
+            return str(f["header_filter"]["header"]["string_match"]["safe_regex"]["regex"])
+    return None

@@ -20,6 +20,7 @@ import yaml
 from fleetgate.auth.guard import CREDENTIAL_HEADERS
 from fleetgate.config.addresses import endpoint_text, host_port
 from fleetgate.config.schema import FleetConfig
+from fleetgate.epp.local_replies import local_reply_config
 from fleetgate.epp.protocol import (
     DESTINATION,
     LB_NAMESPACE,
@@ -288,6 +289,9 @@ def envoy_bootstrap(
         "codec_type": "AUTO",
         # the client gets the request id the picker set, as the proxy's clients do
         "always_set_request_id_in_response": True,
+        # Envoy's own answers (no picker, no endpoint reachable, a timeout) in the
+        # client's protocol, with the proxy's codes
+        "local_reply_config": local_reply_config(),
         "route_config": {
             "name": "fleetgate",
             "virtual_hosts": [{"name": "fleet", "domains": ["*"], "routes": _routes(config, most)}],
