@@ -221,9 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin", default="127.0.0.1:9901", help="Envoy's admin HOST:PORT")
     p.add_argument(
         "--body-mode",
-        default="FULL_DUPLEX_STREAMED",
-        choices=["FULL_DUPLEX_STREAMED", "BUFFERED"],
-        help="how Envoy hands the request body to the picker",
+        default="BUFFERED",
+        choices=["BUFFERED", "FULL_DUPLEX_STREAMED"],
+        help="how Envoy hands the request body to the picker (BUFFERED: a stalled picker "
+        "fails closed within its message timeout; docs/kubernetes.md)",
     )
     p.set_defaults(func=_cmd_envoy_config)
 

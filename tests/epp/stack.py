@@ -29,7 +29,7 @@ class EppStack:
     def start(
         self,
         config: dict[str, Any],
-        body_mode: str = "FULL_DUPLEX_STREAMED",
+        body_mode: str = "BUFFERED",
         options: ControlOptions | None = None,
         edit: Callable[[dict[str, Any]], None] | None = None,
         endpoints: int | None = None,

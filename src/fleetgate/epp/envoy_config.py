@@ -224,7 +224,7 @@ def envoy_bootstrap(
     listen: str,
     http: str | None = None,
     admin: str = "127.0.0.1:9901",
-    body_mode: str = "FULL_DUPLEX_STREAMED",
+    body_mode: str = "BUFFERED",
 ) -> dict[str, Any]:
     """The bootstrap as data: `epp` the picker's gRPC address, `listen` Envoy's own, `http`
     the picker's HTTP side (default: the picker's host, port 8080)."""

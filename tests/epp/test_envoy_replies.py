@@ -1,0 +1,119 @@
+"""Envoy's own answers behind the picker (no picker, no reachable endpoint, a timeout) reach
+each client in its protocol's shape, with the code and status the proxy gives the same
+failure; the picker's own refusals pass unchanged."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.epp.stack import EppStack
+from tests.harness import Stack, deployment, ollama_provider, provider
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def _openai(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=20)
+
+
+def _anthropic(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=20)
+
+
+def _fleet(stack: Stack, **timeouts: float) -> dict[str, Any]:
+    """`m` on a vLLM engine, `llama3.2` on an Ollama worker."""
+    engine, worker = stack.engine("a"), stack.ollama("w")
+    return {
+        "providers": [
+            provider("a", engine, timeouts={"total": 30, **timeouts}),
+            ollama_provider("w", worker),
+        ],
+        "deployments": [deployment("m", "a"), deployment("llama3.2", "w")],
+    }
+
+
+def test_no_endpoint_reachable_is_upstream_unreachable_in_each_shape(stack: Stack, epp: EppStack):
+    envoy = epp.start(_fleet(stack))
+    stack.lt.run(stack.engines["a"].stop())  # its port now refuses connections
+    stack.lt.run(stack.workers["w"].stop())
+    with pytest.raises(openai.InternalServerError) as caught:
+        _openai(envoy.url).chat.completions.create(model="m", messages=HI)
+    assert caught.value.status_code == 502
+    assert caught.value.code == "upstream_unreachable"
+    assert "could be connected to" in caught.value.message
+    assert caught.value.response.headers["x-request-id"]
+
+    with pytest.raises(anthropic.InternalServerError) as refused:
+        _anthropic(envoy.url).messages.create(model="m", max_tokens=8, messages=HI)
+    assert refused.value.status_code == 502
+    body = refused.value.body
+    assert isinstance(body, dict) and body["type"] == "error"
+    assert body["error"]["type"] == "api_error"
+
+    answer = httpx.post(envoy.url + "/api/chat", json={"model": "llama3.2", "messages": HI})
+    assert answer.status_code == 502
+    assert answer.headers["content-type"] == "application/json"
+    assert "could be connected to" in answer.json()["error"]
+
+
+def test_an_endpoint_past_its_timeout_is_upstream_timeout(stack: Stack, epp: EppStack):
+    envoy = epp.start(_fleet(stack, total=0.5))
+    stack.engines["a"].latency = 3.0
+    started = time.monotonic()
+    with pytest.raises(openai.APIStatusError) as caught:
+        _openai(envoy.url).chat.completions.create(model="m", messages=HI)
+    assert caught.value.status_code == 504
+    assert caught.value.code == "upstream_timeout"
+    assert time.monotonic() - started < 2.5  # the provider's timeout, not the engine's answer
+
+
+def test_a_dead_picker_is_picker_unavailable_in_each_shape(stack: Stack, epp: EppStack):
+    envoy = epp.start(_fleet(stack))
+    epp.stop_picker()
+    with pytest.raises(openai.InternalServerError) as caught:
+        _openai(envoy.url).chat.completions.create(model="m", messages=HI)
+    assert caught.value.status_code == 503
+    assert caught.value.code == "picker_unavailable"
+    # Anthropic's clients get its overloaded status, as the proxy's 503s give them
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        _anthropic(envoy.url).messages.create(model="m", max_tokens=8, messages=HI)
+    assert refused.value.status_code == 529
+    assert isinstance(refused.value.body, dict)
+    assert refused.value.body["error"]["type"] == "overloaded_error"
+
+
+def test_a_picker_that_stops_answering_fails_closed_within_its_message_timeout(
+    stack: Stack, epp: EppStack
+):
+    """A picker alive but stalled (its loop held: a long pause, a starved CPU), behind the
+    bootstrap's default body mode. Envoy's message timeout is the exact count's budget plus
+    half a second. (In FULL_DUPLEX_STREAMED mode Envoy applies no message timeout: such a
+    request waits for the picker, docs/kubernetes.md.)"""
+    config = _fleet(stack)
+    config["routing"] = {"context": {"refine": {"timeout_seconds": 0.2}}}
+    envoy = epp.start(config)
+    client = _openai(envoy.url)
+    assert client.chat.completions.create(model="m", messages=HI).choices
+    stall = 3.0
+    stack.lt.loop.call_soon_threadsafe(time.sleep, stall)  # the picker's loop stops
+    started = time.monotonic()
+    with pytest.raises(openai.InternalServerError) as caught:
+        client.chat.completions.create(model="m", messages=HI)
+    waited = time.monotonic() - started
+    assert caught.value.status_code == 503
+    assert caught.value.code == "picker_unavailable"
+    assert waited < stall - 1.0  # Envoy's timeout answered, not the picker once it woke
+
+
+def test_the_picker_s_refusals_pass_unchanged(stack: Stack, epp: EppStack):
+    envoy = epp.start(_fleet(stack))
+    with pytest.raises(openai.NotFoundError) as caught:
+        _openai(envoy.url).chat.completions.create(model="nope", messages=HI)
+    assert caught.value.code == "model_not_found"
+    assert "GET /v1/models" in caught.value.message
