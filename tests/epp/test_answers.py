@@ -8,8 +8,14 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from fleetgate.epp.answers import header_options, pick_answer, removed_headers, streamed_body
-from fleetgate.epp.protocol import DESTINATION, LB_NAMESPACE
+from fleetgate.epp.answers import (
+    header_options,
+    pick_answer,
+    removed_headers,
+    streamed_body,
+    token_metadata,
+)
+from fleetgate.epp.protocol import DESTINATION, LB_NAMESPACE, PICK_NAMESPACE, PICK_TOKEN
 
 OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 HEADERS = [
@@ -141,3 +147,15 @@ def test_a_pick_leaves_a_taken_request_id_as_it_is_and_its_answer_is_kept():
         "x-envoy-max-retries": "0",
         "x-envoy-upstream-rq-timeout-ms": "30000",
     }
+
+
+def test_a_claim_token_after_the_answer_arrives_beside_the_endpoints():
+    """Appended to an answer, the token's metadata field is merged into the answer's own:
+    Envoy receives both namespaces."""
+    mutation = header_options(HEADERS) + removed_headers(REMOVED)
+    data = pick_answer(True, mutation, "10.0.0.5:8000,10.0.0.6:8000", None)
+    data += token_metadata("a1b2c3-7")
+    expected = _expected(True, None)
+    token = expected.dynamic_metadata.fields[PICK_NAMESPACE].struct_value
+    token.fields[PICK_TOKEN].string_value = "a1b2c3-7"
+    assert pb.ProcessingResponse.FromString(data) == expected

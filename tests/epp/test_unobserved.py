@@ -54,7 +54,7 @@ def test_a_pick_never_observed_gives_its_budget_hold_back_and_is_logged(
 
     assert epp.picker is not None and stack.gateway is not None
     picker, pipeline = epp.picker.picker, stack.gateway.pipeline
-    (pick,) = picker._pending[request_id]  # waits for an observe call that never comes
+    pick = picker._pending[request_id]  # waits for an observe call that never comes
     hold = pick.ex.hold
     assert hold is not None and hold.amount > 50 and not hold.settled
     with pytest.raises(openai.RateLimitError) as refused:

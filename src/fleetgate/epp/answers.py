@@ -13,7 +13,7 @@ envoy/config/core/v3/base.proto and google/protobuf/struct.proto.
 
 from __future__ import annotations
 
-from fleetgate.epp.protocol import DESTINATION, LB_NAMESPACE
+from fleetgate.epp.protocol import DESTINATION, LB_NAMESPACE, PICK_NAMESPACE, PICK_TOKEN
 
 # wire type 2 (length-delimited) and 0 (varint) tags: (field number << 3) | wire type
 _REQUEST_HEADERS = 1 << 3 | 2  # ProcessingResponse.request_headers (HeadersResponse)
@@ -113,6 +113,18 @@ def _lb_metadata(endpoints: str) -> bytes:
 
 
 _METADATA: dict[str, bytes] = {}
+_PICK_KEY = _field(_ENTRY_KEY, PICK_NAMESPACE.encode())
+_TOKEN_KEY = _field(_ENTRY_KEY, PICK_TOKEN.encode())
+
+
+def token_metadata(token: str) -> bytes:
+    """ProcessingResponse.dynamic_metadata: `fleetgate.pick` → {token}. Written after an
+    answer's own metadata field, it is merged into it (protobuf reads an embedded message
+    field that comes twice as one, merged): both namespaces arrive."""
+    value = _field(_ENTRY_VALUE, _field(_STRING_VALUE, token.encode("latin-1")))
+    inner = _field(_FIELDS, _TOKEN_KEY + value)
+    outer = _field(_FIELDS, _PICK_KEY + _field(_ENTRY_VALUE, _field(_STRUCT_VALUE, inner)))
+    return _field(_DYNAMIC_METADATA, outer)
 
 
 def pick_answer(in_body: bool, mutation: bytes, endpoints: str, body: bytes | None) -> bytes:

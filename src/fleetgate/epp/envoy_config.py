@@ -24,6 +24,7 @@ from fleetgate.epp.local_replies import local_reply_config
 from fleetgate.epp.protocol import (
     DESTINATION,
     LB_NAMESPACE,
+    PICK_NAMESPACE,
     REQUEST_ID,
     ROLE_HEADER,
     ROLE_OBSERVE,
@@ -127,7 +128,8 @@ def _pick_filter(config: FleetConfig, body_mode: str) -> dict[str, Any]:
             # the pick sets `x-envoy-max-retries` and `x-envoy-upstream-rq-timeout-ms`
             "mutation_rules": {"allow_all_routing": True, "allow_envoy": True},
             "metadata_options": {
-                "receiving_namespaces": {"untyped": [LB_NAMESPACE]},
+                # the endpoints, and the claim token of a request whose id is the client's
+                "receiving_namespaces": {"untyped": [LB_NAMESPACE, PICK_NAMESPACE]},
                 # a data plane's subset hint, when an earlier filter sets one
                 "forwarding_namespaces": {"untyped": [SUBSET_NAMESPACE]},
             },
@@ -155,6 +157,8 @@ def _observe_filter() -> dict[str, Any]:
                 "response_trailer_mode": "SKIP",
             },
             "response_attributes": [UPSTREAM_ADDRESS, REQUEST_ID],
+            # the pick's claim token, when it set one (requests that share the client's id)
+            "metadata_options": {"forwarding_namespaces": {"untyped": [PICK_NAMESPACE]}},
             "forward_rules": _forwarded(WATCHED_RESPONSE_HEADERS),
         }
     )

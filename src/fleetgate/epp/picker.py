@@ -8,9 +8,10 @@ the response Envoy showed it and feeds the same state and record as the proxy's 
 
 from __future__ import annotations
 
+import itertools
 import logging
+import secrets
 import time
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -73,6 +74,9 @@ class Pick:
     handed: list[tuple[Candidate, tuple[str, ...]]]  # in order, each with its endpoints
     body: bytes | None  # the body to send instead (its `model` rewritten); None: as is
     began: str  # the deployment counted in flight
+    # what the observe call claims it by: the request's id, or a token of its own when
+    # another pick in flight has that id (a client's own id, shared by its requests)
+    key: str = ""
     picked_at: float = field(default_factory=time.perf_counter)
     deadline: float = 0.0  # monotonic time past which its answer is given up on
 
@@ -127,7 +131,7 @@ class Picker:
         # how many endpoints a pick names at most (None: every one the plan can fall back
         # to): a data plane that reads one address (ORIGINAL_DST on the header) takes 1
         self.max_endpoints = max_endpoints
-        self._pending: dict[str, deque[Pick]] = {}
+        self._pending: dict[str, Pick] = {}  # by claim key
 
     # ---- the request ------------------------------------------------------------------
     async def pick(
@@ -150,7 +154,11 @@ class Picker:
             status, body_out, extra = refusal(ex.protocol, exc, self.pipeline.holder.fleet.redactor)
             raise Refusal(status, body_out, [*ex.base_headers(), *extra]) from None
         if claimable:
-            self._pending.setdefault(ex.request_id, deque()).append(pick)
+            key = ex.request_id
+            if key in self._pending:  # shared: this one's answer is claimed by a token
+                key = _token()
+            pick.key = key
+            self._pending[key] = pick
         return pick
 
     async def _pick(
@@ -256,15 +264,9 @@ class Picker:
         return sum(health(d.id).inflight for d in deps if d.provider is provider) >= limit
 
     # ---- the response -----------------------------------------------------------------
-    def claim(self, request_id: str) -> Pick | None:
-        """The pick whose answer is about to be shown (the oldest of that request id)."""
-        picks = self._pending.get(request_id)
-        if not picks:
-            return None
-        pick = picks.popleft()
-        if not picks:
-            del self._pending[request_id]
-        return pick
+    def claim(self, key: str) -> Pick | None:
+        """The pick whose answer is about to be shown, by its claim key."""
+        return self._pending.pop(key, None)
 
     def finish(self, pick: Pick, watch: ResponseWatch) -> None:
         """Feed the answer's evidence: state, affinity, calibration, the request log."""
@@ -351,13 +353,11 @@ class Picker:
         fails open). Each is ended as `_unobserved` says. Returns how many."""
         now = time.monotonic() if now is None else now
         gone = 0
-        for request_id in list(self._pending):
-            picks = self._pending[request_id]
-            while picks and picks[0].deadline < now:
-                self._unobserved(picks.popleft())
+        for key, pick in list(self._pending.items()):
+            if pick.deadline < now:
+                del self._pending[key]
+                self._unobserved(pick)
                 gone += 1
-            if not picks:
-                del self._pending[request_id]
         return gone
 
     def _unobserved(self, pick: Pick) -> None:
@@ -369,3 +369,13 @@ class Picker:
         self.pipeline.state.end(pick.began)
         pick.plan.notes["handed"] = pick.endpoints  # where it was sent, not who served
         self.pipeline.record(pick.ex, pick.profile, pick.plan, 0, UNOBSERVED, [], None, 0.0)
+
+
+# claim tokens: unique within this process (the count) and across pickers (the prefix), as
+# the observe call may reach another picker behind the same data plane
+_TOKEN_PREFIX = secrets.token_hex(6)
+_TOKENS = itertools.count()
+
+
+def _token() -> str:
+    return f"{_TOKEN_PREFIX}-{next(_TOKENS)}"

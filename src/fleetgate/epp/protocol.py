@@ -8,6 +8,11 @@ SERVED = "x-gateway-destination-endpoint-served"  # the endpoint that served, wh
 SUBSET = "x-gateway-destination-endpoint-subset"  # the proxy's candidate endpoints
 LB_NAMESPACE = "envoy.lb"  # the dynamic metadata namespace the load balancer reads
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"  # where a proxy puts its subset hint
+# fleetgate's own dynamic metadata: the pick's claim token, from the pick filter (which
+# receives it) to the observe filter (which forwards it), when another request in flight
+# has the same id (a client's own id, shared by its requests)
+PICK_NAMESPACE = "fleetgate.pick"
+PICK_TOKEN = "token"
 
 # the gRPC metadata the bootstrap gives each ext_proc filter's calls: which of the two it is
 ROLE_HEADER = "x-fleetgate-role"

@@ -22,13 +22,21 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 
-from fleetgate.epp.answers import header_options, pick_answer, removed_headers, streamed_body
+from fleetgate.epp.answers import (
+    header_options,
+    pick_answer,
+    removed_headers,
+    streamed_body,
+    token_metadata,
+)
 from fleetgate.epp.evidence import ResponseWatch
 from fleetgate.epp.grpc_calls import INTERNAL, Call, Handler, Method
 from fleetgate.epp.picker import CLIENT_CREDENTIALS, Pick, Picker, Refusal
 from fleetgate.epp.protocol import (
     EXT_PROC_SERVICE,
     LB_NAMESPACE,
+    PICK_NAMESPACE,
+    PICK_TOKEN,
     REQUEST_ID,
     ROLE_HEADER,
     ROLE_OBSERVE,
@@ -166,6 +174,15 @@ def _served(request: pb.ProcessingRequest, data: bytes) -> str | None:
 
 
 _SERVED_BYTES = SERVED.encode()
+_PICK_BYTES = PICK_NAMESPACE.encode()
+
+
+def _token(request: pb.ProcessingRequest) -> str | None:
+    """The pick's claim token, in the metadata the observe filter forwards (read only when
+    the message's bytes hold the namespace's name)."""
+    ours = request.metadata_context.filter_metadata.get(PICK_NAMESPACE)
+    value = ours.fields.get(PICK_TOKEN) if ours is not None else None
+    return value.string_value or None if value is not None else None
 
 
 def _subset(request: pb.ProcessingRequest) -> frozenset[str] | None:
@@ -242,6 +259,8 @@ def _pick_answer(pick: Pick, in_body: bool) -> bytes:
 
 def _responses(pick: Pick, body: bytes, step: str) -> list[bytes]:
     answer = _pick_answer(pick, step == "body")
+    if pick.key and pick.key != pick.ex.request_id:  # claimed by its token, not its id
+        answer += token_metadata(pick.key)
     if step != "duplex":
         return [answer]
     # full duplex: the headers' answer, then the body, whole, as Envoy left it
@@ -483,7 +502,8 @@ class _Observe:
         kind = _choice(data, request)
         if kind == "response_headers":
             request_id, upstream = _attributes(request)
-            self.pick = self.picker.claim(request_id) if request_id else None
+            key = _token(request) if _PICK_BYTES in data else request_id
+            self.pick = self.picker.claim(key) if key else None
             if self.pick is None:
                 # not a picked request (or its pick already given up on)
                 self.call.finish(lazy=True)
