@@ -128,7 +128,7 @@ def _pick_filter(config: FleetConfig, body_mode: str) -> dict[str, Any]:
             # the pick sets `x-envoy-max-retries` and `x-envoy-upstream-rq-timeout-ms`
             "mutation_rules": {"allow_all_routing": True, "allow_envoy": True},
             "metadata_options": {
-                # the endpoints, and the claim token of a request whose id is the client's
+                # the endpoints, and the claim token of a pick whose id another shares
                 "receiving_namespaces": {"untyped": [LB_NAMESPACE, PICK_NAMESPACE]},
                 # a data plane's subset hint, when an earlier filter sets one
                 "forwarding_namespaces": {"untyped": [SUBSET_NAMESPACE]},
