@@ -17,15 +17,15 @@ Targets (issue 38): the picker costs fleetgate less CPU per request than the pro
 and adds at most 1 ms p50 over Envoy alone.
 
 Run: `python3 -m benchmarks.epp` (DURATION=5 CONC=16 PACED_CONC=256 GAP_MS=5; OBSERVE=0 runs
-Envoy without the filter that shows the picker the answers: the pick's cost alone;
-SINGLE=1 runs the one filter a gateway writes from an InferencePool instead of the two,
-the response sent to the pick's call in full-duplex mode; BODY_MODE=FULL_DUPLEX_STREAMED
-the other body mode (BUFFERED, `fleetgate envoy-config`'s default, otherwise); PIN=1 runs
-fleetgate alone on CPU 0 and everything else on CPU 1; THINK_MS=20 has each of wrk's connections wait a random time, exponential
-with that mean, before each request, so requests come as a quiet gateway's do, neither back
-to back nor in step; DELAY_MS=10 has the plain upstream wait that long before each answer,
-as an engine does). Needs wrk and the `test` extra (Envoy's wheel). On a
-shared machine the figures are indicative; the ratios within one run are what count.
+Envoy without the filter that shows the picker the answers: the pick's cost alone; SINGLE=1
+runs the one filter a gateway writes from an InferencePool instead of the two, the response
+sent to the pick's call in full-duplex mode; BODY_MODE=FULL_DUPLEX_STREAMED the other body
+mode (BUFFERED, `fleetgate envoy-config`'s default, otherwise); PIN=1 runs fleetgate alone
+on CPU 0 and everything else on CPU 1; THINK_MS=20 has each of wrk's connections wait a
+random time, exponential with that mean, before each request, so requests come as a quiet
+gateway's do, neither back to back nor in step; DELAY_MS=10 has the plain upstream wait that
+long before each answer, as an engine does). Needs wrk and the `test` extra (Envoy's wheel).
+On a shared machine the figures are indicative; the ratios within one run are what count.
 """
 
 from __future__ import annotations
