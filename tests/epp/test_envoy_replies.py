@@ -117,3 +117,28 @@ def test_the_picker_s_refusals_pass_unchanged(stack: Stack, epp: EppStack):
         _openai(envoy.url).chat.completions.create(model="nope", messages=HI)
     assert caught.value.code == "model_not_found"
     assert "GET /v1/models" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("limit", "size", "by"),
+    [
+        (65536, 200_000, "65536-byte limit"),  # the picker refuses it, as the proxy does
+        (1_500_000, 2_000_000, "server.max_body_bytes"),  # Envoy does, holding the body
+    ],
+)
+def test_a_body_over_the_limit_is_payload_too_large(
+    stack: Stack, epp: EppStack, limit: int, size: int, by: str
+):
+    """A body over `server.max_body_bytes`: Envoy refuses one over what it holds (the
+    limit, or its own 1 MiB when larger), the picker any other."""
+    config = _fleet(stack)
+    config["server"] = {"max_body_bytes": limit}
+    envoy = epp.start(config)
+    big = [{"role": "user", "content": "w" * size}]
+    with pytest.raises(openai.APIStatusError) as caught:
+        _openai(envoy.url).chat.completions.create(model="m", messages=big)
+    assert caught.value.status_code == 413
+    assert caught.value.code == "payload_too_large"
+    assert by in caught.value.message
+    assert not stack.engines["a"].requests  # no engine was asked
+    assert _openai(envoy.url).chat.completions.create(model="m", messages=HI).choices

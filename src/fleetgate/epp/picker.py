@@ -42,6 +42,7 @@ from fleetgate.pipeline.exchange import Exchange
 from fleetgate.pipeline.respond import refusal
 from fleetgate.routing.orderers.affinity import record_served
 from fleetgate.routing.plan import Candidate, Dropped, RoutePlan
+from fleetgate.web.asgi import too_large
 
 log = logging.getLogger("fleetgate.epp")
 
@@ -171,6 +172,9 @@ class Picker:
     ) -> Pick:
         if ex.refused is not None:
             raise ex.refused
+        limit = self.pipeline.holder.fleet.config.server.max_body_bytes
+        if len(body) > limit:  # as the proxy refuses it (Envoy holds a body up to 1 MiB)
+            raise too_large(limit)
         route = INGRESS_ROUTES.get(path)
         if route is None:
             raise GatewayError("not_found", f"There is no endpoint at {path}.")
