@@ -162,27 +162,24 @@ REQUEST_BODY_ENDS = _body_ends("request_body")
 RESPONSE_BODY_ENDS = _body_ends("response_body")
 
 
+def _forwarded_string(request: pb.ProcessingRequest, namespace: str, key: str) -> str | None:
+    """A string the data plane forwards in the message's metadata: `namespace` → `key`."""
+    fields = request.metadata_context.filter_metadata.get(namespace)
+    value = fields.fields.get(key) if fields is not None else None
+    return value.string_value or None if value is not None else None
+
+
 def _served(request: pb.ProcessingRequest, data: bytes) -> str | None:
     """The endpoint that served, as a GIE data plane reports it with the response: in the
     metadata it forwards, `envoy.lb` → `x-gateway-destination-endpoint-served` (read only
     when the message's bytes hold the name)."""
     if _SERVED_BYTES not in data:
         return None
-    lb = request.metadata_context.filter_metadata.get(LB_NAMESPACE)
-    value = lb.fields.get(SERVED) if lb is not None else None
-    return value.string_value or None if value is not None else None
+    return _forwarded_string(request, LB_NAMESPACE, SERVED)
 
 
 _SERVED_BYTES = SERVED.encode()
 _PICK_BYTES = PICK_NAMESPACE.encode()
-
-
-def _token(request: pb.ProcessingRequest) -> str | None:
-    """The pick's claim token, in the metadata the observe filter forwards (read only when
-    the message's bytes hold the namespace's name)."""
-    ours = request.metadata_context.filter_metadata.get(PICK_NAMESPACE)
-    value = ours.fields.get(PICK_TOKEN) if ours is not None else None
-    return value.string_value or None if value is not None else None
 
 
 def _subset(request: pb.ProcessingRequest) -> frozenset[str] | None:
@@ -502,7 +499,12 @@ class _Observe:
         kind = _choice(data, request)
         if kind == "response_headers":
             request_id, upstream = _attributes(request)
-            key = _token(request) if _PICK_BYTES in data else request_id
+            # the pick's claim token, when the observe filter forwards one, else the id
+            key = (
+                _forwarded_string(request, PICK_NAMESPACE, PICK_TOKEN)
+                if _PICK_BYTES in data
+                else request_id
+            )
             self.pick = self.picker.claim(key) if key else None
             if self.pick is None:
                 # not a picked request (or its pick already given up on)
