@@ -492,8 +492,7 @@ class _Observe:
     def message(self, data: bytes) -> None:
         if data in RESPONSE_BODY_ENDS:  # the body's end alone
             if self.pick is not None:
-                self.watch.ended = True
-                self._finish()
+                self._ended()
             return
         request = pb.ProcessingRequest.FromString(data)
         kind = _choice(data, request)
@@ -510,21 +509,27 @@ class _Observe:
                 # not a picked request (or its pick already given up on)
                 self.call.finish(lazy=True)
                 return
-            response = request.response_headers
             _see_headers(self.watch, request, data, upstream)
-            if response.end_of_stream:
-                self.watch.ended = True
-                self._finish()
+            if request.response_headers.end_of_stream:
+                self._ended()
         elif kind == "response_body" and self.pick is not None:
             chunk = request.response_body
             self.watch.chunk(chunk.body)
             if chunk.end_of_stream:
-                self.watch.ended = True
-                self._finish()
+                self._ended()
+
+    def _ended(self) -> None:
+        """The answer's end came: what was seen of it is whole."""
+        self.watch.ended = True
+        self._finish()
 
     def _finish(self) -> None:
-        pick, self.pick = self.pick, None
         self.call.finish(lazy=True)  # Envoy waits for nothing from it
+        self._feed()
+
+    def _feed(self) -> None:
+        """The answer's evidence, as far as it was seen, to its pick (once)."""
+        pick, self.pick = self.pick, None
         if pick is None:
             return
         try:
@@ -536,12 +541,7 @@ class _Observe:
         self._finish()
 
     def cancel(self) -> None:
-        pick, self.pick = self.pick, None
-        if pick is not None:  # what was seen of the answer is all there will be
-            try:
-                self.picker.finish(pick, self.watch)
-            except Exception:
-                log.exception("request %s: its answer could not be recorded", pick.ex.request_id)
+        self._feed()  # what was seen of the answer is all there will be
 
 
 _RUNNING: set[asyncio.Task[None]] = set()  # the picks being made (a task needs a holder)
