@@ -15,11 +15,13 @@ every upstream's own answer pass unchanged.
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
 import orjson
 
 from fleetgate.errors import GatewayError
+from fleetgate.ingress.routes import INGRESS_ROUTES, error_protocol
 from fleetgate.pipeline.error_shapes import error_body, error_status
 
 CEL_FILTER = "envoy.access_loggers.extension_filters.cel"
@@ -27,12 +29,16 @@ CEL_EXPRESSION = (
     "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter"
 )
 
-# the request paths whose clients expect another shape than OpenAI's (ingress/routes.py's
-# `error_protocol`: the paths the picker is on, /v1/models aside, which is the HTTP side's)
-_PROTOCOL_PATHS = (
-    ("anthropic", r"^/v1/messages([/?].*)?$"),
-    ("ollama", r"^/api/.*"),
-)
+
+def _protocol_paths() -> list[tuple[str, str]]:
+    """Each protocol other than OpenAI's, with a regex of the picked paths whose clients
+    expect it (`error_protocol` says which; a query string may follow the path)."""
+    by_protocol: dict[str, list[str]] = {}
+    for path in INGRESS_ROUTES:
+        protocol = error_protocol(path)
+        if protocol != "openai":
+            by_protocol.setdefault(protocol, []).append(re.escape(path))
+    return [(protocol, f"^({'|'.join(paths)})(\\?.*)?$") for protocol, paths in by_protocol.items()]
 
 
 class EnvoyReply(NamedTuple):
@@ -120,7 +126,7 @@ def local_reply_config() -> dict[str, Any]:
     """The `local_reply_config` of the HTTP connection manager in front of the picker."""
     mappers = []
     for reply in ENVOY_REPLIES:
-        for protocol, path in _PROTOCOL_PATHS:
+        for protocol, path in _protocol_paths():
             mappers.append(_mapper(reply, protocol, path))
         mappers.append(_mapper(reply, "openai", None))
     return {"mappers": mappers}
