@@ -144,8 +144,9 @@ class Picker:
         claimable: bool = True,
     ) -> Pick:
         """The pick for one request; raises `Refusal` with the answer the client gets.
-        `claimable`: its answer is shown on another call, which `claim`s it by the request's
-        id (else the caller holds it, and `finish`es it)."""
+        `claimable`: its answer is shown on another call, which `claim`s it by its key (the
+        request's id, or a token when that id is pending already; else the caller holds it,
+        and `finish`es it)."""
         headers = list(headers)
         path = path.partition("?")[0]
         ex = Exchange(path, headers)
