@@ -27,6 +27,12 @@ def http_filters(doc: Any) -> list[dict[str, Any]]:
     return []
 
 
+def without_observer(doc: dict[str, Any]) -> None:
+    """The bootstrap with no observe filter: the picker is never shown an answer."""
+    filters = http_filters(doc)
+    filters[:] = [f for f in filters if f["name"] != OBSERVE_FILTER]
+
+
 def gateway_filter(
     response_body_mode: str,
     response_header_mode: str = "SEND",
@@ -36,9 +42,8 @@ def gateway_filter(
     sent to it, none of fleetgate's own settings (the call's role, the headers shown)."""
 
     def edit(doc: dict[str, Any]) -> None:
-        filters = http_filters(doc)
-        filters[:] = [f for f in filters if f["name"] != OBSERVE_FILTER]
-        (pick,) = [f for f in filters if f["name"] == PICK_FILTER]
+        without_observer(doc)
+        (pick,) = [f for f in http_filters(doc) if f["name"] == PICK_FILTER]
         config = pick["typed_config"]
         config.pop("forward_rules", None)
         config["grpc_service"].pop("initial_metadata", None)

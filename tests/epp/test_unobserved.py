@@ -12,16 +12,11 @@ import pytest
 
 from fleetgate.control.plane import ControlOptions
 from fleetgate.epp.picker import UNOBSERVED
+from tests.epp.bootstraps import without_observer
 from tests.epp.stack import EppStack
 from tests.harness import Stack, deployment, provider, wait_until
 
 ADMIN = "admin-secret"
-
-
-def _without_observer(doc: dict[str, Any]) -> None:
-    hcm = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
-    filters = hcm["typed_config"]["http_filters"]
-    filters[:] = [f for f in filters if f["name"] != "fleetgate.observe"]
 
 
 def test_a_pick_never_observed_gives_its_budget_hold_back_and_is_logged(
@@ -35,7 +30,7 @@ def test_a_pick_never_observed_gives_its_budget_hold_back_and_is_logged(
         "deployments": [deployment("m", "a", price={"input": 1e6, "output": 1e6})],
     }
     options = ControlOptions(data_dir=str(tmp_path / "data"), admin_key=ADMIN)
-    envoy = epp.start(config, options=options, edit=_without_observer)
+    envoy = epp.start(config, options=options, edit=without_observer)
     api = httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
     # a budget under one request's expected cost: while its hold stands, no other request
     key = api.post("/admin/keys", json={"name": "k", "budget": 50.0}).json()
