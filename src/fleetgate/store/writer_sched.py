@@ -4,8 +4,9 @@ A writer that keeps up runs SCHED_IDLE: it gets the CPU only when nothing else w
 and the server preempts it the moment it wakes, so log writes stay out of requests'
 latency (a SCHED_BATCH writer at nice 5 on a shared core still held it for milliseconds at
 a time, the c1 tail's known cause). An idle writer starves beside a server that saturates
-the core, so the serving process moves it back to SCHED_BATCH as soon as its pipe is full,
-and the writer lowers itself again once it has caught up. Leaving SCHED_IDLE needs
+the core, so the serving process moves it back to SCHED_BATCH once rows pile up behind its
+full pipe (`log_writer.RAISE_AT`), and the writer lowers itself again once it has caught
+up. Leaving SCHED_IDLE needs
 CAP_SYS_NICE or an RLIMIT_NICE that admits the writer's nice value; where neither is
 there, the writer stays SCHED_BATCH throughout.
 """
