@@ -10,8 +10,9 @@ nothing):
 
 Scenarios: plain requests (one connection, and `CONC`), 20-chunk streams (`CONC`), and
 `PACED_CONC` (256) concurrent streams whose 20 events leave the upstream `GAP_MS` apart.
-For each it reports wrk's p50/p99, the picker's added p50/p99 over Envoy alone, and the
-CPU per request of fleetgate's process tree (picker vs proxy) and of Envoy.
+For each it reports wrk's p50/p99, the picker's added p50/p99 over Envoy alone, the CPU per
+request of fleetgate's process tree (picker vs proxy) and of Envoy, and of fleetgate's own
+process the kernel's share of that CPU and how often it slept (and was woken) per request.
 
 Targets (issue 38): the picker costs fleetgate less CPU per request than the proxy does,
 and adds at most 1 ms p50 over Envoy alone.
@@ -224,10 +225,32 @@ def fleet(upstream: int, paced: int, port: int, data: Path) -> dict[str, Any]:
     }
 
 
+def _system_ticks(pid: int) -> int:
+    """The CPU a process spent in the kernel (stime, all threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return int(stat[stat.rfind(")") + 2 :].split()[12])
+
+
+def _sleeps(pid: int) -> int:
+    """How often the process's threads gave up the CPU to wait (each is one wake-up)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+    return total
+
+
 def measure(
     url: str, sc: Scenario, duration: float, fleetgate: int | None, envoy: int | None
 ) -> dict[str, Any]:
     before = {pid: ProcSample.of(pid).ticks for pid in (fleetgate, envoy) if pid}
+    fg_before = (_system_ticks(fleetgate), _sleeps(fleetgate)) if fleetgate else (0, 0)
     result = run_wrk(url + "/v1/chat/completions", sc, duration, cpu=1)
     after = {pid: ProcSample.of(pid).ticks for pid in before}
     requests = max(1, result["requests"])
@@ -240,6 +263,13 @@ def measure(
     for name, pid in (("fleetgate", fleetgate), ("envoy", envoy)):
         if pid:
             row[f"{name}_cpu_us"] = (after[pid] - before[pid]) / CLK_TCK / requests * 1e6
+    if fleetgate:
+        # what the CPU per request is made of: the kernel's share, and how often fleetgate
+        # slept and was woken (each wake-up costs the kernel and a cold cache besides the
+        # work it brings; a picked request comes to the picker in several messages)
+        system = _system_ticks(fleetgate) - fg_before[0]
+        row["fleetgate_system_us"] = system / CLK_TCK / requests * 1e6
+        row["fleetgate_sleeps"] = (_sleeps(fleetgate) - fg_before[1]) / requests
     return row
 
 
@@ -368,8 +398,8 @@ def main() -> int:
 def report(rows: dict[str, dict[str, Any]], scenarios: list[Scenario]) -> str:
     lines = [
         "| scenario | path | req | err | p50 ms | p99 ms | added p50 / p99 ms over Envoy "
-        "| fleetgate CPU µs/req | Envoy CPU µs/req |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| fleetgate CPU µs/req (system) | fleetgate sleeps/req | Envoy CPU µs/req |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for sc in scenarios:
         floor = rows[f"envoy {sc.name}"]
@@ -382,10 +412,12 @@ def report(rows: dict[str, dict[str, Any]], scenarios: list[Scenario]) -> str:
             )
             fg = row.get("fleetgate_cpu_us")
             ev = row.get("envoy_cpu_us")
+            cpu = "" if fg is None else f"{fg:.0f} ({row['fleetgate_system_us']:.0f})"
+            sleeps = "" if fg is None else f"{row['fleetgate_sleeps']:.2f}"
             lines.append(
                 f"| {sc.name} | {path} | {row['requests']} | {row['errors']} "
                 f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {added} "
-                f"| {'' if fg is None else f'{fg:.0f}'} | {'' if ev is None else f'{ev:.0f}'} |"
+                f"| {cpu} | {sleeps} | {'' if ev is None else f'{ev:.0f}'} |"
             )
     for sc in scenarios:
         picker, proxy = rows[f"picker {sc.name}"], rows[f"proxy {sc.name}"]
