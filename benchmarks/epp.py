@@ -20,13 +20,14 @@ and adds at most 1 ms p50 over Envoy alone.
 Run: `python3 -m benchmarks.epp` (DURATION=5 CONC=16 PACED_CONC=256 GAP_MS=5; OBSERVE=0 runs
 Envoy without the filter that shows the picker the answers: the pick's cost alone; SINGLE=1
 runs the one filter a gateway writes from an InferencePool instead of the two, the response
-sent to the pick's call in full-duplex mode; BODY_MODE=FULL_DUPLEX_STREAMED the other body
-mode (BUFFERED, `fleetgate envoy-config`'s default, otherwise); PIN=1 runs fleetgate alone
-on CPU 0 and everything else on CPU 1; THINK_MS=20 has each of wrk's connections wait a
-random time, exponential with that mean, before each request, so requests come as a quiet
-gateway's do, neither back to back nor in step; DELAY_MS=10 has the plain upstream wait that
-long before each answer, as an engine does). Needs wrk and the `test` extra (Envoy's wheel).
-On a shared machine the figures are indicative; the ratios within one run are what count.
+sent to the pick's call in full-duplex mode; BODY_MODE=BUFFERED or FULL_DUPLEX_STREAMED
+another body mode (`fleetgate envoy-config`'s default, STREAMED, otherwise); PIN=1 runs
+fleetgate alone on CPU 0 and everything else on CPU 1; THINK_MS=20 has each of wrk's
+connections wait a random time, exponential with that mean, before each request, so requests
+come as a quiet gateway's do, neither back to back nor in step; DELAY_MS=10 has the plain
+upstream wait that long before each answer, as an engine does). Needs wrk and the `test`
+extra (Envoy's wheel). On a shared machine the figures are indicative; the ratios within one
+run are what count.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from benchmarks.run import (
     stop,
     wait_http,
 )
+from fleetgate.epp.protocol import BODY_MODES
 
 HERE = Path(__file__).resolve().parent
 TARGET_ADDED_P50_MS = 1.0
@@ -356,7 +358,7 @@ def main() -> int:
                 "--admin",
                 f"127.0.0.1:{ports['admin']}",
                 "--body-mode",
-                os.environ.get("BODY_MODE", "BUFFERED"),
+                os.environ.get("BODY_MODE", BODY_MODES[0]),
             ],
             env=env,
             capture_output=True,

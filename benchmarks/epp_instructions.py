@@ -12,7 +12,7 @@ request-log writer included) until the request log holds a row for each request,
 divides the tree's instructions by the requests (`benchmarks.instructions.measure`).
 
 Run: `python3 -m benchmarks.epp_instructions` (env: `REQUESTS` 1000, `WARMUP` 100, `CONCS`
-"1 16", `KINDS` "plain stream", `PATHS` "picker proxy", `BODY_MODE` BUFFERED,
+"1 16", `KINDS` "plain stream", `PATHS` "picker proxy", `BODY_MODE` (the bootstrap's default),
 `CALLGRIND_DIR`: keep each scenario's dumps there, for `callgrind_annotate`; `SINGLE=1`: the
 one ext_proc filter a gateway writes, the response on the pick's call). Needs
 valgrind, hey and the `test` extra (Envoy's wheel). Under valgrind the picker answers about
@@ -54,6 +54,7 @@ from benchmarks.run import (
     stop,
     wait_http,
 )
+from fleetgate.epp.protocol import BODY_MODES
 
 PICKER, PROXY = "picker", "proxy"
 # Envoy's waits for the picker, raised for a picker that runs under valgrind
@@ -138,7 +139,7 @@ def run() -> int:
             envoy_cmd += ["--listen", f"127.0.0.1:{ports['listen']}"]
             envoy_cmd += ["--http", f"127.0.0.1:{ports['http']}"]
             envoy_cmd += ["--admin", f"127.0.0.1:{ports['admin']}"]
-            envoy_cmd += ["--body-mode", os.environ.get("BODY_MODE", "BUFFERED")]
+            envoy_cmd += ["--body-mode", os.environ.get("BODY_MODE", BODY_MODES[0])]
             bootstrap = subprocess.run(
                 envoy_cmd,
                 env=env,

@@ -12,6 +12,7 @@ from typing import Any
 
 from fleetgate import __version__
 from fleetgate.config import ConfigError, check_config_text, load_config_file
+from fleetgate.epp.protocol import BODY_MODES
 from fleetgate.logs import LEVELS
 from fleetgate.store.errors import StoreUnavailable
 
@@ -221,10 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin", default="127.0.0.1:9901", help="Envoy's admin HOST:PORT")
     p.add_argument(
         "--body-mode",
-        default="BUFFERED",
-        choices=["BUFFERED", "FULL_DUPLEX_STREAMED"],
-        help="how Envoy hands the request body to the picker (BUFFERED: a stalled picker "
-        "fails closed within its message timeout; docs/kubernetes.md)",
+        default=BODY_MODES[0],
+        choices=BODY_MODES,
+        help="how Envoy hands the request body to the picker (STREAMED, BUFFERED: a stalled "
+        "picker fails closed within its message timeout; docs/kubernetes.md)",
     )
     p.set_defaults(func=_cmd_envoy_config)
 

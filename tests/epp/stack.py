@@ -13,6 +13,7 @@ import yaml
 
 from fleetgate.cli import main as fleetgate
 from fleetgate.control.plane import ControlOptions
+from fleetgate.epp.protocol import BODY_MODES
 from fleetgate.epp.run import PickerServer
 from tests.epp.envoy import Envoy, free_port
 from tests.harness import Stack
@@ -29,7 +30,7 @@ class EppStack:
     def start(
         self,
         config: dict[str, Any],
-        body_mode: str = "BUFFERED",
+        body_mode: str = BODY_MODES[0],
         options: ControlOptions | None = None,
         edit: Callable[[dict[str, Any]], None] | None = None,
         endpoints: int | None = None,

@@ -9,6 +9,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from fleetgate.epp.answers import (
+    body_parts,
     header_options,
     pick_answer,
     removed_headers,
@@ -159,3 +160,26 @@ def test_a_claim_token_after_the_answer_arrives_beside_the_endpoints():
     token = expected.dynamic_metadata.fields[PICK_NAMESPACE].struct_value
     token.fields[PICK_TOKEN].string_value = "a1b2c3-7"
     assert pb.ProcessingResponse.FromString(data) == expected
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+@pytest.mark.parametrize("body", [None, b"", b'{"model": "served"}'])
+def test_a_streamed_body_s_parts_read_as_the_messages_they_stand_for(
+    parts: int, body: bytes | None
+):
+    """After a STREAMED pick, one answer per part of the body, in order: each as it is, or
+    the rewritten body in place of the first and nothing in place of the others."""
+    expected = []
+    for i in range(parts):
+        answer = pb.ProcessingResponse()
+        answer.request_body.SetInParent()
+        if body is not None:
+            mutation = answer.request_body.response.body_mutation
+            if i == 0:
+                mutation.body = body
+            else:
+                mutation.clear_body = True
+        expected.append(answer)
+    got = [pb.ProcessingResponse.FromString(data) for data in body_parts(parts, body)]
+    assert got == expected
+    assert all(g.WhichOneof("response") == "request_body" for g in got)

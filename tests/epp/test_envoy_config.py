@@ -13,6 +13,7 @@ import yaml
 
 from fleetgate.cli import main as fleetgate
 from fleetgate.epp.local_replies import ENVOY_REPLIES, local_reply_config
+from fleetgate.epp.protocol import BODY_MODES
 from fleetgate.ingress.routes import INGRESS_ROUTES, error_protocol
 from tests.epp.envoy import envoy_binary
 
@@ -49,7 +50,7 @@ def _print(tmp_path: Path, capsys: Any, *extra: str) -> str:
     return capsys.readouterr().out
 
 
-@pytest.mark.parametrize("mode", ["FULL_DUPLEX_STREAMED", "BUFFERED"])
+@pytest.mark.parametrize("mode", BODY_MODES)
 def test_envoy_accepts_the_bootstrap(tmp_path: Path, capsys: Any, mode: str):
     text = _print(tmp_path, capsys, "--body-mode", mode)
     path = tmp_path / "envoy.yaml"

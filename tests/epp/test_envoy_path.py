@@ -15,11 +15,11 @@ import openai
 import orjson
 import pytest
 
+from fleetgate.epp.protocol import BODY_MODES
 from fleetgate.testing.fake_engine import Fault
 from tests.epp.stack import EppStack
 from tests.harness import Stack, client_requests, deployment, provider, wait_until
 
-MODES = ["FULL_DUPLEX_STREAMED", "BUFFERED"]
 LONG = "word " * 6000  # ~6000 tokens: more than the small window holds
 
 
@@ -44,7 +44,7 @@ def _records(stack: Stack) -> list[Any]:
     return list(stack.gateway.pipeline.recent._records.values())
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", BODY_MODES)
 def test_long_prompt_lands_on_the_long_window_and_short_on_the_small(
     stack: Stack, epp: EppStack, mode: str
 ):
@@ -145,7 +145,7 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", BODY_MODES)
 def test_refusals_match_the_proxy_s_status_code_and_shape(stack: Stack, epp: EppStack, mode: str):
     """The picker's refusals are the proxy's: same status, same body (request id aside)."""
     config = _tiers(stack)
@@ -175,7 +175,7 @@ def test_the_anthropic_sdk_through_envoy(stack: Stack, epp: EppStack):
     assert client_requests(stack.engines["small"])[0].path == "/v1/messages"
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", BODY_MODES)
 def test_the_upstream_model_name_is_written_into_the_body(stack: Stack, epp: EppStack, mode: str):
     a = stack.engine("a")
     config = {
@@ -208,7 +208,7 @@ def _small_windows(doc: dict[str, Any]) -> None:
             h2["initial_connection_window_size"] = 65535
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", BODY_MODES)
 def test_a_large_body_crosses_the_picker_whole(stack: Stack, epp: EppStack, mode: str):
     """A 400 KB prompt goes to the picker in many frames and comes back rewritten, larger
     than Envoy's window: the engine gets every byte."""

@@ -4,12 +4,14 @@ failure; the picker's own refusals pass unchanged."""
 
 from __future__ import annotations
 
+import http.client
 import time
 from typing import Any
 
 import anthropic
 import httpx
 import openai
+import orjson
 import pytest
 
 from tests.epp.stack import EppStack
@@ -111,6 +113,33 @@ def test_a_picker_that_stops_answering_fails_closed_within_its_message_timeout(
     assert waited < stall - 1.0  # Envoy's timeout answered, not the picker once it woke
 
 
+def test_a_client_slow_with_its_body_is_not_taken_for_a_stalled_picker(stack: Stack, epp: EppStack):
+    """In the default (STREAMED) mode Envoy times the picker's answer from the headers on,
+    and again from each part of the body it sends: a client that pauses within its body
+    longer than that timeout (here 1.5 s against 0.7 s) would get `picker_unavailable`
+    from a live picker. After each part but the last, the picker asks Envoy to wait."""
+    config = _fleet(stack)
+    config["routing"] = {"context": {"refine": {"timeout_seconds": 0.2}}}
+    envoy = epp.start(config)
+    body = orjson.dumps({"model": "m", "messages": HI})
+    half = len(body) // 2
+    host, port = envoy.url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=20)
+    try:
+        conn.putrequest("POST", "/v1/chat/completions")
+        conn.putheader("content-type", "application/json")
+        conn.putheader("content-length", str(len(body)))
+        conn.endheaders(body[:half])
+        time.sleep(1.5)  # the client's own pause (what is tested), nothing waited for
+        conn.send(body[half:])
+        response = conn.getresponse()
+        answer = response.read()
+    finally:
+        conn.close()
+    assert response.status == 200, answer
+    assert orjson.loads(answer)["choices"][0]["message"]["content"]
+
+
 def test_the_picker_s_refusals_pass_unchanged(stack: Stack, epp: EppStack):
     envoy = epp.start(_fleet(stack))
     with pytest.raises(openai.NotFoundError) as caught:
@@ -120,20 +149,27 @@ def test_the_picker_s_refusals_pass_unchanged(stack: Stack, epp: EppStack):
 
 
 @pytest.mark.parametrize(
-    ("limit", "size", "by"),
+    ("mode", "limit", "size", "by"),
     [
-        (65536, 200_000, "65536-byte limit"),  # the picker refuses it, as the proxy does
-        (1_500_000, 2_000_000, "server.max_body_bytes"),  # Envoy does, holding the body
+        # the picker refuses it, as the proxy does
+        ("BUFFERED", 65536, 200_000, "65536-byte limit"),
+        ("STREAMED", 65536, 200_000, "65536-byte limit"),
+        # buffered, Envoy refuses a body over what it holds
+        ("BUFFERED", 1_500_000, 2_000_000, "server.max_body_bytes"),
+        # streamed, the picker refuses it once its parts pass the limit, before Envoy's
+        # buffer is full (Envoy then stops reading the rest)
+        ("STREAMED", 1_500_000, 2_000_000, "1500000-byte limit"),
     ],
 )
 def test_a_body_over_the_limit_is_payload_too_large(
-    stack: Stack, epp: EppStack, limit: int, size: int, by: str
+    stack: Stack, epp: EppStack, mode: str, limit: int, size: int, by: str
 ):
-    """A body over `server.max_body_bytes`: Envoy refuses one over what it holds (the
-    limit, or its own 1 MiB when larger), the picker any other."""
+    """A body over `server.max_body_bytes`: buffered, Envoy refuses one over what it holds
+    (the limit, or its own 1 MiB when larger), the picker any other; streamed, the
+    picker refuses each."""
     config = _fleet(stack)
     config["server"] = {"max_body_bytes": limit}
-    envoy = epp.start(config)
+    envoy = epp.start(config, body_mode=mode)
     big = [{"role": "user", "content": "w" * size}]
     with pytest.raises(openai.APIStatusError) as caught:
         _openai(envoy.url).chat.completions.create(model="m", messages=big)

@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from fleetgate.control.plane import ControlOptions
 from fleetgate.epp.picker import Pick
-from fleetgate.epp.protocol import EXT_PROC_SERVICE
+from fleetgate.epp.protocol import BODY_MODES, EXT_PROC_SERVICE
 from fleetgate.testing.fake_engine import Fault
 from tests.epp.bootstraps import gateway_filter
 from tests.epp.stack import EppStack
@@ -110,7 +110,7 @@ def test_an_exact_count_is_asked_near_the_boundary(stack: Stack, epp: EppStack):
     assert chat_calls(long) == 1
 
 
-@pytest.mark.parametrize("body_mode", ["FULL_DUPLEX_STREAMED", "BUFFERED"])
+@pytest.mark.parametrize("body_mode", BODY_MODES)
 def test_a_pick_that_needs_no_count_is_answered_in_the_turn_its_body_came(
     stack: Stack, epp: EppStack, body_mode: str
 ):

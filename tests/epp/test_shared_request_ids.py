@@ -9,13 +9,14 @@ from typing import Any
 import httpx
 import pytest
 
+from fleetgate.epp.protocol import BODY_MODES
 from tests.epp.stack import EppStack
 from tests.harness import Stack, deployment, provider, wait_until
 
 LONG = "word " * 6000  # ~6000 tokens: only the long window holds it
 
 
-@pytest.mark.parametrize("mode", ["BUFFERED", "FULL_DUPLEX_STREAMED"])
+@pytest.mark.parametrize("mode", BODY_MODES)
 def test_answers_of_requests_sharing_an_id_are_each_charged_to_their_own_pick(
     stack: Stack, epp: EppStack, mode: str
 ):

@@ -2,7 +2,8 @@
 
 A pick's answer is always the same few fields: the header mutation (set and removed
 headers), the `envoy.lb` dynamic metadata with the endpoint list, and the body (rewritten,
-or as Envoy left it in full-duplex mode). Building them as `ProcessingResponse` objects and
+or as Envoy left it in full-duplex mode; in STREAMED mode, each of the body's parts is
+answered after the pick). Building them as `ProcessingResponse` objects and
 serialising them cost more than writing these bytes (a Python call per field and per
 sub-message); the tests check that Envoy's own protobuf classes read them back as the
 messages they stand for (`tests/epp/test_answers.py`).
@@ -31,6 +32,7 @@ _OVERWRITE_IF_EXISTS_OR_ADD = 2
 _KEY = 1 << 3 | 2  # HeaderValue.key
 _RAW_VALUE = 3 << 3 | 2  # HeaderValue.raw_value
 _BODY = 1 << 3 | 2  # BodyMutation.body, StreamedBodyResponse.body
+_CLEAR_BODY = 2 << 3  # BodyMutation.clear_body (bool)
 _STREAMED_RESPONSE = 3 << 3 | 2  # BodyMutation.streamed_response
 _END_OF_STREAM = 2 << 3  # StreamedBodyResponse.end_of_stream (bool)
 _FIELDS = 1 << 3 | 2  # Struct.fields (map entry: key 1, value 2)
@@ -136,6 +138,23 @@ def pick_answer(in_body: bool, mutation: bytes, endpoints: str, body: bytes | No
         common += _field(_BODY_MUTATION, _field(_BODY, body))
     phase = _REQUEST_BODY if in_body else _REQUEST_HEADERS
     return _field(phase, _field(_RESPONSE, common)) + _lb_metadata(endpoints)
+
+
+_BODY_PASS = _field(_REQUEST_BODY, b"")  # a BodyResponse with nothing in it: as it is
+_BODY_CLEARED = _field(
+    _REQUEST_BODY, _field(_RESPONSE, _field(_BODY_MUTATION, bytes((_CLEAR_BODY, 1))))
+)
+
+
+def body_parts(parts: int, body: bytes | None) -> list[bytes]:
+    """The answers to the `parts` messages of a body Envoy sent in STREAMED mode, given
+    after the pick (the headers' answer), in their order: each part as it is, or, where the
+    pick rewrote the body (`body`), the new body in place of the first part and nothing in
+    place of the others."""
+    if body is None:
+        return [_BODY_PASS] * parts
+    first = _field(_REQUEST_BODY, _field(_RESPONSE, _field(_BODY_MUTATION, _field(_BODY, body))))
+    return [first, *[_BODY_CLEARED] * (parts - 1)]
 
 
 def streamed_body(body: bytes, end: bool = True, response: bool = False) -> bytes:

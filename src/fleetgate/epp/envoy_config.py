@@ -22,6 +22,7 @@ from fleetgate.config.addresses import endpoint_text, host_port
 from fleetgate.config.schema import FleetConfig
 from fleetgate.epp.local_replies import local_reply_config
 from fleetgate.epp.protocol import (
+    BODY_MODES,
     DESTINATION,
     LB_NAMESPACE,
     PICK_NAMESPACE,
@@ -105,6 +106,18 @@ def _forwarded(exact: tuple[str, ...], prefix: str | None = None) -> dict[str, A
 PICK_HEADERS = (":path", *READ_HEADERS, *CREDENTIAL_HEADERS)
 
 
+def _streamed(timeout: float, config: FleetConfig) -> dict[str, Any]:
+    """What the STREAMED body mode adds: the body goes to the picker as it comes, without
+    waiting for the headers' answer, which the picker gives with the pick. While a body
+    comes in parts, the picker asks Envoy after each one to wait for the next as long as
+    the proxy waits for a body (`override_message_timeout`, bounded here): a slow client
+    is not taken for a stalled picker, whose silence still ends the request at `timeout`."""
+    return {
+        "send_body_without_waiting_for_header_response": True,
+        "max_message_timeout": _seconds(max(timeout, config.server.body_timeout_seconds)),
+    }
+
+
 def _pick_filter(config: FleetConfig, body_mode: str) -> dict[str, Any]:
     timeout = config.routing.context.refine.timeout_seconds + MESSAGE_MARGIN
     processor = _ext_proc(timeout, ROLE_PICK)
@@ -125,6 +138,7 @@ def _pick_filter(config: FleetConfig, body_mode: str) -> dict[str, Any]:
                 "response_trailer_mode": "SKIP",
             },
             "forward_rules": _forwarded(PICK_HEADERS, FLEETGATE_PREFIX),
+            **(_streamed(timeout, config) if body_mode == "STREAMED" else {}),
             # the pick sets `x-envoy-max-retries` and `x-envoy-upstream-rq-timeout-ms`
             "mutation_rules": {"allow_all_routing": True, "allow_envoy": True},
             "metadata_options": {
@@ -228,12 +242,12 @@ def envoy_bootstrap(
     listen: str,
     http: str | None = None,
     admin: str = "127.0.0.1:9901",
-    body_mode: str = "BUFFERED",
+    body_mode: str = BODY_MODES[0],
 ) -> dict[str, Any]:
     """The bootstrap as data: `epp` the picker's gRPC address, `listen` Envoy's own, `http`
     the picker's HTTP side (default: the picker's host, port 8080)."""
-    if body_mode not in ("FULL_DUPLEX_STREAMED", "BUFFERED"):
-        raise ValueError("the body mode is FULL_DUPLEX_STREAMED or BUFFERED")
+    if body_mode not in BODY_MODES:
+        raise ValueError(f"the body mode is one of {', '.join(BODY_MODES)}")
     epp_host, epp_port = _split(epp, "--epp")
     listen_host, listen_port = _split(listen, "--listen")
     http_host, http_port = _split(http, "--http") if http else (epp_host, 8080)

@@ -19,6 +19,14 @@ ROLE_HEADER = "x-fleetgate-role"
 ROLE_PICK = "pick"  # the request path: headers and body in, the pick out
 ROLE_OBSERVE = "observe"  # the response path, in Envoy's observability mode: nothing waits
 
+# The body modes the bootstrap's pick filter can run, the default first. STREAMED sends the
+# body as it comes, without waiting for the headers' answer, each message under the message
+# timeout: the pick takes one exchange, as in FULL_DUPLEX_STREAMED (where Envoy applies no
+# message timeout at all), and a stalled picker still fails closed, as in BUFFERED (which
+# costs a second exchange: the headers' answer before the body is sent). docs/kubernetes.md,
+# "Body modes".
+BODY_MODES = ("STREAMED", "BUFFERED", "FULL_DUPLEX_STREAMED")
+
 EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 # the Envoy attribute that says which upstream host served (sent with the response headers)
 UPSTREAM_ADDRESS = "upstream.address"

@@ -21,8 +21,10 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
+from google.protobuf import duration_pb2
 
 from fleetgate.epp.answers import (
+    body_parts,
     header_options,
     pick_answer,
     removed_headers,
@@ -53,6 +55,7 @@ from fleetgate.execute.rewrite import rewriter_for
 log = logging.getLogger("fleetgate.epp")
 
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+STREAMED = processing_mode_pb2.ProcessingMode.STREAMED
 NO_BODY = processing_mode_pb2.ProcessingMode.NONE
 PROCESS_PATH = f"/{EXT_PROC_SERVICE}/Process"
 ROLE_HEADER_BYTES = ROLE_HEADER.encode()
@@ -254,14 +257,31 @@ def _pick_answer(pick: Pick, in_body: bool) -> bytes:
     return answer
 
 
-def _responses(pick: Pick, body: bytes, step: str) -> list[bytes]:
+def _responses(pick: Pick, body: bytes, step: str, parts: int) -> list[bytes]:
     answer = _pick_answer(pick, step == "body")
     if pick.key and pick.key != pick.ex.request_id:  # claimed by its token, not its id
         answer += token_metadata(pick.key)
+    if step == "streamed":  # the headers' answer, then each of the body's `parts`
+        return [answer, *body_parts(parts, pick.body)]
     if step != "duplex":
         return [answer]
     # full duplex: the headers' answer, then the body, whole, as Envoy left it
     return [answer, streamed_body(pick.body if pick.body is not None else body)]
+
+
+def _keep_waiting(seconds: float) -> bytes:
+    """Asks Envoy to wait `seconds` for the answer now due (`override_message_timeout`)."""
+    answer = _WAITS.get(seconds)
+    if answer is None:
+        whole = int(seconds)
+        wait = duration_pb2.Duration(seconds=whole, nanos=int((seconds - whole) * 1e9))
+        answer = _WAITS[seconds] = pb.ProcessingResponse(
+            override_message_timeout=wait
+        ).SerializeToString()
+    return answer
+
+
+_WAITS: dict[float, bytes] = {}
 
 
 _ANSWERS: dict[tuple[bool, str, float, int | None], bytes] = {}
@@ -291,8 +311,11 @@ class _Pick:
         "headers",
         "held",
         "later",
+        "parts",
         "picker",
+        "received",
         "rename",
+        "streamed",
         "subset",
         "watch",
     )
@@ -302,7 +325,11 @@ class _Pick:
         self.call = call
         self.headers: list[tuple[bytes, bytes]] = []
         self.chunks: list[bytes] = []  # the body's chunks so far
+        self.received = 0  # their bytes
+        self.parts = 0  # the body's messages so far (STREAMED mode answers each)
         self.duplex = False
+        # STREAMED, Envoy not waiting for the headers' answer: the pick is that answer
+        self.streamed = False
         self.subset: frozenset[str] | None = None
         self.done = False  # the answer is given (or being made)
         self.busy = False  # the answer is being made: what follows waits for it
@@ -317,6 +344,7 @@ class _Pick:
 
     def message(self, data: bytes) -> None:
         if data in REQUEST_BODY_ENDS:  # the body's end alone
+            self.parts += 1
             self._body_ended()
             return
         request = pb.ProcessingRequest.FromString(data)
@@ -326,6 +354,10 @@ class _Pick:
             self.headers = _headers(headers)
             config = request.protocol_config
             self.duplex = config.request_body_mode == FULL_DUPLEX
+            self.streamed = (
+                config.request_body_mode == STREAMED
+                and config.send_body_without_waiting_for_header_response
+            )
             if self.call.metadata.get(ROLE_HEADER_BYTES) != ROLE_PICK_BYTES:
                 # a gateway's own filter: what comes of the response comes here
                 self.watch = ResponseWatch()
@@ -335,15 +367,19 @@ class _Pick:
             self.subset = _subset(request) if _SUBSET_BYTES in data else None
             if headers.end_of_stream:  # no body at all
                 self._answer(b"", "headers")
-            elif not self.duplex:
+            elif not (self.duplex or self.streamed):
                 self._send(HEADERS_PASS)
         elif kind == "request_body":
+            self.parts += 1
             chunk = request.request_body
             piece = chunk.body
             if piece:
                 self.chunks.append(piece)
+                self.received += len(piece)
             if chunk.end_of_stream:
                 self._body_ended()
+            elif self.streamed and not self.done:
+                self._more_to_come()
         elif kind == "request_trailers":
             if not self.done:  # a full-duplex body ends with its trailers
                 self._answer(self._whole(), "duplex")
@@ -392,7 +428,19 @@ class _Pick:
     def _body_ended(self) -> None:
         """The body is whole: the pick is made with it, unless it was made already."""
         if not self.done:
-            self._answer(self._whole(), "duplex" if self.duplex else "body")
+            step = "duplex" if self.duplex else "streamed" if self.streamed else "body"
+            self._answer(self._whole(), step)
+
+    def _more_to_come(self) -> None:
+        """A STREAMED body's part, more to come: Envoy times each part's answer, which is
+        due only with the pick, so the picker asks it to wait for the next part as long as
+        the proxy waits for a body. A body already over the limit is refused now (the pick
+        refuses it): Envoy may hold the rest back once its buffer is full."""
+        server = self.picker.pipeline.holder.fleet.config.server
+        if self.received > server.max_body_bytes:
+            self._body_ended()
+        else:
+            self.call.send(_keep_waiting(server.body_timeout_seconds))
 
     def _whole(self) -> bytes:
         """The body so far: most often one chunk, handed on without a copy."""
@@ -430,7 +478,7 @@ class _Pick:
             except Refusal as refusal:
                 responses = [_refused(refusal).SerializeToString()]
             else:
-                responses = _responses(pick, body, step)
+                responses = _responses(pick, body, step, self.parts)
                 held = pick if self.watch is not None else None
         except Exception:
             log.exception("the pick failed")
