@@ -140,6 +140,37 @@ def test_a_client_slow_with_its_body_is_not_taken_for_a_stalled_picker(stack: St
     assert orjson.loads(answer)["choices"][0]["message"]["content"]
 
 
+def test_a_picker_that_stops_answering_mid_body_fails_closed_all_the_same(
+    stack: Stack, epp: EppStack
+):
+    """The picker's request to wait for the next part (above) lasts until that part comes:
+    Envoy times the next part's answer afresh, so a picker stalled meanwhile ends the
+    request within the message timeout, not the body timeout."""
+    config = _fleet(stack)
+    config["routing"] = {"context": {"refine": {"timeout_seconds": 0.2}}}
+    envoy = epp.start(config)
+    body = orjson.dumps({"model": "m", "messages": HI})
+    half = len(body) // 2
+    host, port = envoy.url.removeprefix("http://").rsplit(":", 1)
+    stall = 3.0
+    conn = http.client.HTTPConnection(host, int(port), timeout=20)
+    try:
+        conn.putrequest("POST", "/v1/chat/completions")
+        conn.putheader("content-type", "application/json")
+        conn.putheader("content-length", str(len(body)))
+        conn.endheaders(body[:half])
+        stack.lt.loop.call_soon_threadsafe(time.sleep, stall)  # the picker's loop stops
+        started = time.monotonic()
+        conn.send(body[half:])
+        response = conn.getresponse()
+        answer = orjson.loads(response.read())
+    finally:
+        conn.close()
+    assert response.status == 503
+    assert answer["error"]["code"] == "picker_unavailable"
+    assert time.monotonic() - started < stall - 1.0  # Envoy's timeout, not the picker's
+
+
 def test_the_picker_s_refusals_pass_unchanged(stack: Stack, epp: EppStack):
     envoy = epp.start(_fleet(stack))
     with pytest.raises(openai.NotFoundError) as caught:
