@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -113,6 +114,26 @@ def test_a_picker_that_stops_answering_fails_closed_within_its_message_timeout(
     assert waited < stall - 1.0  # Envoy's timeout answered, not the picker once it woke
 
 
+def _post_in_two_parts(url: str, between: Callable[[], None]) -> tuple[int, bytes]:
+    """A chat request whose body leaves in two parts, `between` called after the first (a
+    client's pause, the picker's stall): the answer's status and body."""
+    body = orjson.dumps({"model": "m", "messages": HI})
+    half = len(body) // 2
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=20)
+    try:
+        conn.putrequest("POST", "/v1/chat/completions")
+        conn.putheader("content-type", "application/json")
+        conn.putheader("content-length", str(len(body)))
+        conn.endheaders(body[:half])
+        between()
+        conn.send(body[half:])
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
 def test_a_client_slow_with_its_body_is_not_taken_for_a_stalled_picker(stack: Stack, epp: EppStack):
     """In the default (STREAMED) mode Envoy times the picker's answer from the headers on,
     and again from each part of the body it sends: a client that pauses within its body
@@ -121,22 +142,9 @@ def test_a_client_slow_with_its_body_is_not_taken_for_a_stalled_picker(stack: St
     config = _fleet(stack)
     config["routing"] = {"context": {"refine": {"timeout_seconds": 0.2}}}
     envoy = epp.start(config)
-    body = orjson.dumps({"model": "m", "messages": HI})
-    half = len(body) // 2
-    host, port = envoy.url.removeprefix("http://").rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=20)
-    try:
-        conn.putrequest("POST", "/v1/chat/completions")
-        conn.putheader("content-type", "application/json")
-        conn.putheader("content-length", str(len(body)))
-        conn.endheaders(body[:half])
-        time.sleep(1.5)  # the client's own pause (what is tested), nothing waited for
-        conn.send(body[half:])
-        response = conn.getresponse()
-        answer = response.read()
-    finally:
-        conn.close()
-    assert response.status == 200, answer
+    # the client's own pause (what is tested), nothing waited for
+    status, answer = _post_in_two_parts(envoy.url, lambda: time.sleep(1.5))
+    assert status == 200, answer
     assert orjson.loads(answer)["choices"][0]["message"]["content"]
 
 
@@ -149,26 +157,17 @@ def test_a_picker_that_stops_answering_mid_body_fails_closed_all_the_same(
     config = _fleet(stack)
     config["routing"] = {"context": {"refine": {"timeout_seconds": 0.2}}}
     envoy = epp.start(config)
-    body = orjson.dumps({"model": "m", "messages": HI})
-    half = len(body) // 2
-    host, port = envoy.url.removeprefix("http://").rsplit(":", 1)
     stall = 3.0
-    conn = http.client.HTTPConnection(host, int(port), timeout=20)
-    try:
-        conn.putrequest("POST", "/v1/chat/completions")
-        conn.putheader("content-type", "application/json")
-        conn.putheader("content-length", str(len(body)))
-        conn.endheaders(body[:half])
+    started: list[float] = []
+
+    def stop_the_picker() -> None:
         stack.lt.loop.call_soon_threadsafe(time.sleep, stall)  # the picker's loop stops
-        started = time.monotonic()
-        conn.send(body[half:])
-        response = conn.getresponse()
-        answer = orjson.loads(response.read())
-    finally:
-        conn.close()
-    assert response.status == 503
-    assert answer["error"]["code"] == "picker_unavailable"
-    assert time.monotonic() - started < stall - 1.0  # Envoy's timeout, not the picker's
+        started.append(time.monotonic())
+
+    status, answer = _post_in_two_parts(envoy.url, stop_the_picker)
+    assert status == 503
+    assert orjson.loads(answer)["error"]["code"] == "picker_unavailable"
+    assert time.monotonic() - started[0] < stall - 1.0  # Envoy's timeout, not the picker's
 
 
 def test_the_picker_s_refusals_pass_unchanged(stack: Stack, epp: EppStack):
