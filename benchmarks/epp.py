@@ -51,6 +51,7 @@ from benchmarks.run import (
     _free_port,
     _pinned,
     checkout_env,
+    cpu_ticks,
     run_wrk,
     stop,
     wait_http,
@@ -227,13 +228,6 @@ def fleet(upstream: int, paced: int, port: int, data: Path) -> dict[str, Any]:
     }
 
 
-def _system_ticks(pid: int) -> int:
-    """The CPU a process spent in the kernel (stime, all threads)."""
-    with open(f"/proc/{pid}/stat") as f:
-        stat = f.read()
-    return int(stat[stat.rfind(")") + 2 :].split()[12])
-
-
 def _sleeps(pid: int) -> int:
     """How often the process's threads gave up the CPU to wait (each is one wake-up)."""
     total = 0
@@ -252,7 +246,7 @@ def measure(
     url: str, sc: Scenario, duration: float, fleetgate: int | None, envoy: int | None
 ) -> dict[str, Any]:
     before = {pid: ProcSample.of(pid).ticks for pid in (fleetgate, envoy) if pid}
-    fg_before = (_system_ticks(fleetgate), _sleeps(fleetgate)) if fleetgate else (0, 0)
+    fg_before = (cpu_ticks(fleetgate)[1], _sleeps(fleetgate)) if fleetgate else (0, 0)
     result = run_wrk(url + "/v1/chat/completions", sc, duration, cpu=1)
     after = {pid: ProcSample.of(pid).ticks for pid in before}
     requests = max(1, result["requests"])
@@ -269,7 +263,7 @@ def measure(
         # what the CPU per request is made of: the kernel's share, and how often fleetgate
         # slept and was woken (each wake-up costs the kernel and a cold cache besides the
         # work it brings; a picked request comes to the picker in several messages)
-        system = _system_ticks(fleetgate) - fg_before[0]
+        system = cpu_ticks(fleetgate)[1] - fg_before[0]
         row["fleetgate_system_us"] = system / CLK_TCK / requests * 1e6
         row["fleetgate_sleeps"] = (_sleeps(fleetgate) - fg_before[1]) / requests
     return row

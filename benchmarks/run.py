@@ -243,11 +243,17 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def _ticks(pid: int) -> int:
+def cpu_ticks(pid: int) -> tuple[int, int]:
+    """The CPU a process spent in user space and in the kernel (utime, stime: all
+    threads), in clock ticks."""
     with open(f"/proc/{pid}/stat") as f:
         stat = f.read()
     fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime, all threads
+    return int(fields[11]), int(fields[12])
+
+
+def _ticks(pid: int) -> int:
+    return sum(cpu_ticks(pid))
 
 
 def _status_kb(pid: int, *keys: str) -> list[int]:
