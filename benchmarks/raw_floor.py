@@ -31,6 +31,22 @@ _BAD = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\
 _GONE = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
+def upstream_request(body: bytes, upstream_host: bytes) -> tuple[bytes, bytes, bytes, bytes] | None:
+    """The upstream's request for a client's chat `body` (its model renamed): its head, its
+    body, and the answer's model field as the upstream writes it and as the client gets it
+    back. None: the body names no model."""
+    match = _MODEL.search(body)
+    if match is None:
+        return None
+    client_model = match.group(1)
+    upstream_model = client_model.replace(b"bench-model", b"upstream-bench")
+    body = body[: match.start(1)] + upstream_model + body[match.end(1) :]
+    prefix = b"/paced" if client_model == b"bench-model-paced" else b""
+    head = b"POST %s/v1/chat/completions HTTP/1.1\r\nHost: %s\r\n" % (prefix, upstream_host)
+    head += b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    return head, body, b'"model":"' + upstream_model + b'"', b'"model":"' + client_model + b'"'
+
+
 class Upstream:
     """Kept-alive connections to the upstream, unbounded, last used first."""
 
@@ -156,23 +172,12 @@ class ClientConnection(asyncio.Protocol):
         if self.parser.get_method() == b"GET":
             self._write(_READY)
             return
-        body = b"".join(self.body)
-        match = _MODEL.search(body)
-        if match is None:
+        sent = upstream_request(b"".join(self.body), self.upstream_host)
+        if sent is None:
             self._write(_BAD)
             self._close()
             return
-        client_model = match.group(1)
-        upstream_model = client_model.replace(b"bench-model", b"upstream-bench")
-        body = body[: match.start(1)] + upstream_model + body[match.end(1) :]
-        self.old = b'"model":"' + upstream_model + b'"'
-        self.new = b'"model":"' + client_model + b'"'
-        prefix = b"/paced" if client_model == b"bench-model-paced" else b""
-        head = b"POST %s/v1/chat/completions HTTP/1.1\r\nHost: %s\r\n" % (
-            prefix,
-            self.upstream_host,
-        )
-        head += b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        head, body, self.old, self.new = sent
         asyncio.get_running_loop().create_task(self._forward(head, body))
 
     async def _forward(self, head: bytes, body: bytes) -> None:

@@ -64,6 +64,7 @@ STREAM_CHUNKS = 20
 GATEWAY = "fleetgate"
 BASELINE = "baseline"
 RAW_FLOOR = "raw"  # raw_floor.py: no framework at all (issue 42's floor)
+RSGI_FLOOR = "rsgi"  # rsgi_floor.py: the raw floor's pass-through on granian's Rust server
 # issue 42: against the raw floor of the same run, and the whole process tree's memory
 TARGET_RAW_CPU_RATIO = 2.0
 TARGET_TREE_RSS_MB = 80.0
@@ -94,6 +95,7 @@ class Settings:
     load_cpu: int = 0
     baseline: bool = True
     raw_floor: bool = True  # the raw floor too (`raw_floor.py`)
+    rsgi_floor: bool = False  # the RSGI floor too (`rsgi_floor.py`; needs granian)
     profile: bool = False
     # fleetgate variants, each its own target: storage.log_writer values, `--workers` counts
     log_writers: list[str] = field(default_factory=lambda: ["process"])
@@ -125,6 +127,7 @@ class Settings:
         s.load_cpu = int(env.get("LOAD_CPU", s.load_cpu))
         s.baseline = env.get("BASELINE", "1") not in ("0", "", "no", "false")
         s.raw_floor = env.get("RAW", "1") not in ("0", "", "no", "false")
+        s.rsgi_floor = env.get("RSGI", "0") not in ("0", "", "no", "false")
         s.profile = env.get("PROFILE", "0") not in ("0", "", "no", "false")
         if env.get("LOG_WRITERS"):
             s.log_writers = env["LOG_WRITERS"].replace(",", " ").split()
@@ -1050,6 +1053,21 @@ def run(s: Settings) -> dict[str, Any]:
             raw = start_server(RAW_FLOOR, cmd, raw_port, "/readyz", s.gw_cpu, env, ROOT, log)
             started.append(raw)
             targets.insert(0, raw)
+        if s.rsgi_floor:
+            granian = shutil.which("granian")
+            if granian is None:
+                raise BenchError("RSGI=1 needs granian (pip install granian)")
+            rsgi_port = _free_port()
+            cmd = [granian, "--interface", "rsgi", "--workers", "1", "--runtime-mode", "st"]
+            cmd += ["--runtime-threads", "1", "--loop", "uvloop", "--no-ws"]
+            cmd += ["--port", str(rsgi_port), "benchmarks.rsgi_floor:app"]
+            rsgi_env = {**env, "RSGI_UPSTREAM": upstream.url("")}
+            log = work / f"{RSGI_FLOOR}.log"
+            rsgi = start_server(
+                RSGI_FLOOR, cmd, rsgi_port, "/readyz", s.gw_cpu, rsgi_env, ROOT, log
+            )
+            started.append(rsgi)
+            targets.insert(0, rsgi)
         for t in targets:
             t.idle_rss_mb = ProcSample.of(t.pid).rss_kb / 1024
 
@@ -1071,7 +1089,7 @@ def run(s: Settings) -> dict[str, Any]:
                 row["target"] = "direct"
                 runs.setdefault("direct", []).append(row)
                 for t in targets:
-                    if t.name == RAW_FLOOR and sc.kind == "engine":
+                    if t.name in (RAW_FLOOR, RSGI_FLOOR) and sc.kind == "engine":
                         continue  # it knows the fake upstream only
                     prof = None
                     if s.profile and t.name == GATEWAY:
