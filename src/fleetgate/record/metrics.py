@@ -8,10 +8,11 @@ not know is `_unknown`, so no client can grow the label sets (and a scrape) with
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter as Counter_
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -62,6 +63,8 @@ GENAI_LABELS = (
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
 _WAIT_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.5, 1, 5, 30, 120)
+# histogram values a flush observes in one loop turn at most: about 25 µs of work
+OBSERVED_PER_TURN = 256
 
 
 class _Tally:
@@ -110,6 +113,7 @@ class Metrics(BatchSink):
         self.fleet = fleet  # the live fleet, whose names are the only label values
         self.state = state  # the deployments' health, read at each scrape
         self._tally = _Tally()
+        self._flushing = asyncio.Lock()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -305,29 +309,66 @@ class Metrics(BatchSink):
         )
 
     async def flush(self) -> None:
-        tally, self._tally = self._tally, _Tally()
-        for labels, values in tally.genai_duration.items():
-            self.genai_duration.observe(labels, values)
-        for labels, values in tally.genai_tokens.items():
-            self.genai_tokens.observe(labels, values)
-        for labels, values in tally.genai_first_chunk.items():
-            self.genai_first_chunk.observe(labels, values)
+        """Hands the tallies to the metrics: the counters at once, the histograms' values
+        a loop turn's share at a time (`OBSERVED_PER_TURN`), so that a flush of a busy
+        interval (hundreds of records, each in several histograms) does not hold the loop
+        for a fraction of a millisecond at once: every request arriving meanwhile would
+        wait for it. One flush at a time: a scrape's flush waits for the one under way, so
+        the scrape shows every record taken before it. Cancelled midway (the recorder
+        stopping), it hands on the rest at once: a swapped-out tally is never lost."""
+        async with self._flushing:
+            tally, self._tally = self._tally, _Tally()
+            self._count(tally)
+            steps = self._observations(tally)
+            try:
+                for _ in steps:
+                    await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                for _ in steps:
+                    pass
+                raise
+
+    def _count(self, tally: _Tally) -> None:
         for (model, endpoint, status, code, tier), n in tally.requests.items():
             self.requests.labels(model, endpoint, str(status), code, str(tier)).inc(n)
         for (dep, provider, status, error, window), n in tally.attempts.items():
             self.attempts.labels(dep, provider, str(status or ""), error, str(window)).inc(n)
         for model, n in tally.fallbacks.items():
             self.fallbacks.labels(model).inc(n)
-        for model, values in tally.latency.items():
-            self.latency.observe((model,), values)
-        for dep, values in tally.ttft.items():
-            self.ttft.observe((dep,), values)
-        if tally.overhead:
-            self.overhead.observe((), tally.overhead)
-        for provider, values in tally.pool_wait.items():
-            self.pool_wait.observe((provider,), values)
         if tally.tokens:
             self._count_tokens(tally.tokens)
+
+    def _observations(self, tally: _Tally) -> Iterator[None]:
+        """Observes the tally's histogram values, pausing (a `yield`) after each
+        `OBSERVED_PER_TURN` of them."""
+        series: list[tuple[BatchHistogram, tuple[str, ...], list[float]]] = []
+        for histogram, by_labels in (
+            (self.genai_duration, tally.genai_duration),
+            (self.genai_tokens, tally.genai_tokens),
+            (self.genai_first_chunk, tally.genai_first_chunk),
+        ):
+            series += [(histogram, labels, values) for labels, values in by_labels.items()]
+        for histogram, by_name in (
+            (self.latency, tally.latency),
+            (self.ttft, tally.ttft),
+            (self.pool_wait, tally.pool_wait),
+        ):
+            series += [(histogram, (name,), values) for name, values in by_name.items()]
+        if tally.overhead:
+            series.append((self.overhead, (), tally.overhead))
+        room = OBSERVED_PER_TURN
+        for histogram, labels, values in series:
+            start = 0
+            while len(values) - start > room:
+                histogram.observe(labels, values[start : start + room])
+                start += room
+                room = OBSERVED_PER_TURN
+                yield
+            histogram.observe(labels, values[start:] if start else values)
+            room -= len(values) - start
+            if room <= 0:
+                room = OBSERVED_PER_TURN
+                yield
 
     def _count_tokens(self, tokens: Counter_[tuple[str, str]]) -> None:
         fleet = self.fleet() if self.fleet is not None else None
