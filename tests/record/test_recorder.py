@@ -191,6 +191,16 @@ def _taken(n: int) -> Metrics:
     return metrics
 
 
+async def _flush_under_way() -> tuple[Metrics, int, asyncio.Task[None]]:
+    """Metrics holding a busy interval's records, their flush started two turns ago."""
+    n = 4 * OBSERVED_PER_TURN
+    metrics = _taken(n)
+    flushing = asyncio.create_task(metrics.flush())
+    await _turns(2)
+    assert not flushing.done()
+    return metrics, n, flushing
+
+
 async def test_a_busy_flush_of_the_metrics_gives_the_loop_back_between_its_shares() -> None:
     # a busy interval's records (each in five histograms): handed on at once, they held the
     # loop for a fraction of a millisecond, and every request arriving meanwhile waited
@@ -216,11 +226,7 @@ async def test_a_small_flush_of_the_metrics_is_made_in_one_turn() -> None:
 
 
 async def test_a_metrics_flush_cancelled_midway_loses_nothing_it_took() -> None:
-    n = 4 * OBSERVED_PER_TURN
-    metrics = _taken(n)
-    flushing = asyncio.create_task(metrics.flush())
-    await _turns(2)
-    assert not flushing.done()
+    metrics, n, flushing = await _flush_under_way()
     assert _observed(metrics) < n
     flushing.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -229,11 +235,7 @@ async def test_a_metrics_flush_cancelled_midway_loses_nothing_it_took() -> None:
 
 
 async def test_a_scrape_flush_waits_for_the_flush_under_way() -> None:
-    n = 4 * OBSERVED_PER_TURN
-    metrics = _taken(n)
-    background = asyncio.create_task(metrics.flush())
-    await _turns(2)
-    assert not background.done()
+    metrics, n, background = await _flush_under_way()
     metrics.take(_record(n))
     await metrics.flush()  # as /metrics does before it renders
     assert _observed(metrics) == n + 1
