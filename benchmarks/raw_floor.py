@@ -25,8 +25,11 @@ from urllib.parse import urlsplit
 import httptools
 
 _MODEL = re.compile(rb'"model"\s*:\s*"([^"]{1,200})"')
-_READY = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 18\r\n\r\n"
-_READY += b'{"status":"ready"}'
+READY_BODY = b'{"status":"ready"}'
+_READY = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+    len(READY_BODY),
+    READY_BODY,
+)
 _BAD = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _GONE = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 

@@ -20,9 +20,8 @@ import os
 from collections import deque
 from typing import Any
 
-from benchmarks.raw_floor import Upstream, upstream_request
+from benchmarks.raw_floor import READY_BODY, Upstream, upstream_request
 
-_READY = b'{"status":"ready"}'
 _JSON = [("content-type", "application/json")]
 
 _upstream = Upstream(os.environ.get("RSGI_UPSTREAM", "http://127.0.0.1:18090"))
@@ -65,7 +64,7 @@ class _Answer:
 
 async def app(scope: Any, proto: Any) -> None:
     if scope.method == "GET":
-        proto.response_bytes(200, _JSON, _READY)
+        proto.response_bytes(200, _JSON, READY_BODY)
         return
     sent = upstream_request(await proto(), _upstream_host)
     if sent is None:
