@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 
 from fleetgate.config.schema import ContextConfig
+from fleetgate.context.counts import CHAT_COUNT_PATH
 from fleetgate.context.refine import ContextRefiner
 from fleetgate.execute.upstream import UpstreamPool
 from fleetgate.fleet import build_fleet
@@ -28,18 +29,33 @@ class Recorder:
         self.calls: list[tuple[str, Any]] = []
 
 
-async def _stand_in(bos: bool) -> AsyncIterator[tuple[str, Recorder]]:
+def _rendered(messages: list[dict[str, Any]]) -> str:
+    """The stand-in's chat template: `<|role|>content` a message."""
+    return "".join(f"<|{m['role']}|>{m['content']}" for m in messages)
+
+
+async def _stand_in(bos: bool, chat_count: bool) -> AsyncIterator[tuple[str, Recorder]]:
     """Answers llama.cpp's /apply-template, /tokenize and /v1/messages/count_tokens, and
-    SGLang's /v1/tokenize; one token a word. With `bos`, a vocabulary with a BOS token, which
-    llama.cpp puts before a prompt it serves (count_tokens counts it), and which /tokenize
+    SGLang's /v1/tokenize; one token a word, seven a tool schema. With `chat_count`, a
+    llama.cpp that counts an OpenAI chat (/v1/chat/completions/input_tokens); without, one
+    that predates it (a 404, recorded). With `bos`, a vocabulary with a BOS token, which
+    llama.cpp puts before a prompt it serves (its counts count it), and which /tokenize
     adds only when asked (`add_special`), before a list's first string."""
     seen = Recorder()
 
     async def apply_template(request: web.Request) -> web.Response:
         body = await request.json()
         seen.calls.append((request.path, body))
-        text = "".join(f"<|{m['role']}|>{m['content']}" for m in body["messages"])
-        return web.json_response({"prompt": text})
+        return web.json_response({"prompt": _rendered(body["messages"])})
+
+    async def input_tokens(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.calls.append((request.path, body))
+        if not chat_count:
+            return web.json_response({"error": "File Not Found"}, status=404)
+        words = len(_rendered(body["messages"]).split())
+        tools = 7 * len(body.get("tools", ()))
+        return web.json_response({"input_tokens": bos + words + tools})
 
     async def tokenize(request: web.Request) -> web.Response:
         body = await request.json()
@@ -59,6 +75,7 @@ async def _stand_in(bos: bool) -> AsyncIterator[tuple[str, Recorder]]:
 
     app = web.Application()
     app.router.add_post("/v1/messages/count_tokens", count_tokens)
+    app.router.add_post("/v1/chat/completions/input_tokens", input_tokens)
     app.router.add_post("/apply-template", apply_template)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/v1/tokenize", tokenize)
@@ -73,13 +90,19 @@ async def _stand_in(bos: bool) -> AsyncIterator[tuple[str, Recorder]]:
 
 @pytest.fixture
 async def engine() -> AsyncIterator[tuple[str, Recorder]]:
-    async for served in _stand_in(bos=False):
+    async for served in _stand_in(bos=False, chat_count=True):
+        yield served
+
+
+@pytest.fixture
+async def older_engine() -> AsyncIterator[tuple[str, Recorder]]:
+    async for served in _stand_in(bos=False, chat_count=False):
         yield served
 
 
 @pytest.fixture
 async def bos_engine() -> AsyncIterator[tuple[str, Recorder]]:
-    async for served in _stand_in(bos=True):
+    async for served in _stand_in(bos=True, chat_count=False):
         yield served
 
 
@@ -115,11 +138,10 @@ async def test_llamacpp_counts_a_plain_chat_with_its_tools_whole_then_by_its_tex
     url, seen = engine
     body = {"messages": MESSAGES, "max_tokens": 10, "tools": TOOLS}
     plan, profile = await _refine("llamacpp", url, body)
-    # the shape's first count: the whole (count_tokens, tools included) beside the texts
-    assert sorted(path for path, _ in seen.calls) == ["/tokenize", "/v1/messages/count_tokens"]
-    sent = dict(seen.calls)["/v1/messages/count_tokens"]
-    assert sent["messages"] == MESSAGES
-    assert sent["tools"] == [{"name": "f", "description": "", "input_schema": {"type": "object"}}]
+    # the shape's first count: the whole (the chat as it is, tools included) beside the texts
+    assert sorted(path for path, _ in seen.calls) == ["/tokenize", CHAT_COUNT_PATH]
+    sent = dict(seen.calls)[CHAT_COUNT_PATH]
+    assert sent == {"model": "m", "messages": MESSAGES, "tools": TOOLS}
     assert dict(seen.calls)["/tokenize"] == {"content": [MESSAGES[0]["content"]]}
     assert profile.context.exact and profile.context.prompt_tokens == 80 + 7
     assert plan.notes["context_refine"] == "exact"
@@ -131,6 +153,12 @@ async def test_llamacpp_counts_a_plain_chat_with_its_tools_whole_then_by_its_tex
 async def _count_runs(url: str, extra: dict[str, object]) -> list[int]:
     """Exact counts of two chats of 80 and 30 words (with `extra` fields), one after the
     other, on a one-deployment llama.cpp fleet at `url`: the second on a learned shape."""
+    chats = [[{"role": "user", "content": "9 " * words + "x"}] for words in (80, 30)]
+    return await _counts(url, [{"messages": m, **extra} for m in chats])
+
+
+async def _counts(url: str, bodies: list[dict[str, object]]) -> list[int]:
+    """Exact counts of chats, one after the other, on a one-deployment llama.cpp fleet."""
     fleet = build_fleet(
         fleet_config(
             {
@@ -144,9 +172,8 @@ async def _count_runs(url: str, extra: dict[str, object]) -> list[int]:
     refiner = ContextRefiner(pool)
     counts = []
     try:
-        for words in (80, 30):
-            body = {"model": "m", "messages": [{"role": "user", "content": "9 " * words + "x"}]}
-            profile = parse_openai("chat.completions", orjson.dumps({**body, **extra}))
+        for body in bodies:
+            profile = parse_openai("chat.completions", orjson.dumps({"model": "m", **body}))
             counts.append(await refiner.count(dep, profile, ContextConfig()))
     finally:
         await pool.close()
@@ -162,25 +189,64 @@ async def test_llamacpp_counts_a_learned_shape_by_its_text_alone(
     assert [path for path, _ in seen.calls][2:] == ["/tokenize"]
 
 
-async def test_llamacpp_applies_the_template_with_tools_when_turns_carry_tool_calls(
+_CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+WITH_TOOL_CALLS = [
+    *MESSAGES,
+    {"role": "assistant", "content": "", "tool_calls": [_CALL]},
+    {"role": "tool", "tool_call_id": "c1", "content": "done"},
+]
+
+
+async def test_llamacpp_counts_turns_with_tool_calls_in_one_call(
     engine: tuple[str, Recorder],
 ) -> None:
     url, seen = engine
-    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    messages = [
-        *MESSAGES,
-        {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    body = {"messages": WITH_TOOL_CALLS, "max_tokens": 10, "tools": TOOLS, "tool_choice": "auto"}
+    plan, profile = await _refine("llamacpp", url, body)
+    assert seen.calls == [
+        (
+            CHAT_COUNT_PATH,
+            {"model": "m", "messages": WITH_TOOL_CALLS, "tools": TOOLS, "tool_choice": "auto"},
+        )
     ]
-    body = {"messages": messages, "max_tokens": 10, "tools": TOOLS, "tool_choice": "auto"}
+    # `<|user|>1234567890 … 1234567890<|assistant|><|tool|>done`: 80 words; the tool's 7
+    assert profile.context.exact and profile.context.prompt_tokens == 80 + 7
+    assert plan.notes["context_count_calls"] == 1
+
+
+async def test_an_older_llamacpp_applies_the_template_then_tokenizes_turns_with_tool_calls(
+    older_engine: tuple[str, Recorder],
+) -> None:
+    url, seen = older_engine
+    body = {"messages": WITH_TOOL_CALLS, "max_tokens": 10, "tools": TOOLS, "tool_choice": "auto"}
     _plan, profile = await _refine("llamacpp", url, body)
-    assert [path for path, _ in seen.calls] == ["/apply-template", "/tokenize"]
-    assert seen.calls[0][1] == {"messages": messages, "tools": TOOLS, "tool_choice": "auto"}
-    assert seen.calls[1][1]["content"].startswith("<|user|>1234567890")
-    assert profile.context.exact
+    paths = [path for path, _ in seen.calls]
+    assert paths == [CHAT_COUNT_PATH, "/apply-template", "/tokenize"]  # the first: a 404
+    assert seen.calls[1][1] == {"messages": WITH_TOOL_CALLS, "tools": TOOLS, "tool_choice": "auto"}
+    assert seen.calls[2][1]["content"].startswith("<|user|>1234567890")
+    assert profile.context.exact and profile.context.prompt_tokens == 80  # no tool cost here
 
 
-_CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+async def test_an_older_llamacpp_is_asked_for_the_chat_count_once(
+    older_engine: tuple[str, Recorder],
+) -> None:
+    """Its plain chats go to the Messages API's count_tokens, tools included; the endpoint
+    it lacks is not asked again."""
+    url, seen = older_engine
+    turns = [
+        {"role": "user", "content": "one two"},
+        {"role": "assistant", "content": "three"},
+        {"role": "user", "content": "9 " * 30 + "x"},
+    ]
+    counts = await _counts(url, [{"messages": m, "tools": TOOLS} for m in (MESSAGES, turns)])
+    assert counts == [80 + 7, 3 + 31 + 7]  # two shapes: each counted whole
+    paths = [path for path, _ in seen.calls]
+    assert paths.count(CHAT_COUNT_PATH) == 1
+    assert paths.count("/v1/messages/count_tokens") == 2
+    sent = dict(seen.calls)["/v1/messages/count_tokens"]
+    assert sent["tools"] == [{"name": "f", "description": "", "input_schema": {"type": "object"}}]
+
+
 # requests whose whole prompt llama.cpp tokenizes: (endpoint, body, words of the prompt)
 WHOLE_PROMPTS = {
     "templated turns with tool calls": (

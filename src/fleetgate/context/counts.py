@@ -6,9 +6,11 @@
 * a deployment with a local `tokenizer:` (a `tokenizer.json`): its text counted by the
   `tokenizers` library, off the event loop for long inputs, plus the chat template's
   scaffolding as the family estimates it; no network call;
-* llama.cpp: `POST /v1/messages/count_tokens` (the templated length, tools included, in one
-  call) for plain chats; `POST /apply-template` with `messages`, `tools` and `tool_choice`
-  then `POST /tokenize` when turns carry tool calls. Rendering the template is most of
+* llama.cpp: `POST /v1/chat/completions/input_tokens` (the templated length of the chat as
+  it is, tools, tool calls and tool results included, in one call). An engine that predates
+  it (a 404, remembered per engine) is asked as before: `POST /v1/messages/count_tokens`
+  for plain chats; `POST /apply-template` with `messages`, `tools` and `tool_choice` then
+  `POST /tokenize` when turns carry tool calls. Rendering the template is most of
   such a call (about 2.7 ms of it on one engine thread, whatever the length), so a chat
   whose messages are plain text costs, once its shape (roles, tools) was counted whole,
   one `/tokenize` of its texts plus the shape's framing (`template_costs.py`). A whole
@@ -55,6 +57,8 @@ _CACHE_SIZE = 4096
 # llama.cpp's /tokenize adds no special tokens unless asked: a whole prompt takes those the
 # engine adds to what it serves (its usage and its window count them)
 _SERVED = {"add_special": True}
+# llama.cpp's count of an OpenAI chat, templated as served (special tokens included)
+CHAT_COUNT_PATH = "/v1/chat/completions/input_tokens"
 # template fields: what a count adds for the scaffolding when it counts text only
 _STRUCTURE = tuple(
     i for i, f in enumerate(FIELDS) if f in ("messages", "tools", "tool_blocks", "requests")
@@ -62,7 +66,11 @@ _STRUCTURE = tuple(
 
 
 class TokenizeError(Exception):
-    """The engine gave no usable count."""
+    """The engine gave no usable count (`status`: its HTTP status, when it answered one)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def can_count(dep: Deployment) -> bool:
@@ -275,6 +283,7 @@ class ExactCounter:
         self.template = template or TemplateCosts()
         self.calls = 0  # engine calls made, in all
         self._cache: OrderedDict[bytes, int] = OrderedDict()
+        self._without_chat_count: set[str] = set()  # engine roots that lack CHAT_COUNT_PATH
 
     def _keys(self, dep: Deployment, profile: RequestProfile) -> list[bytes]:
         """The cache keys of a request: of each prefix of its messages (chats), the last
@@ -446,7 +455,7 @@ class ExactCounter:
         client = self.pool.client(dep.provider)
         status, raw = await call(client, "POST", url, orjson.dumps(payload), calls.headers)
         if status != 200:
-            raise TokenizeError(f"tokenize answered {status}")
+            raise TokenizeError(f"tokenize answered {status}", status)
         return orjson.loads(raw)
 
     async def _engine_count(self, dep: Deployment, profile: RequestProfile, calls: _Calls) -> int:
@@ -472,6 +481,10 @@ class ExactCounter:
                 payload = {"content": content, **_SERVED}
                 return _count(await self._post(dep, root + "/tokenize", payload, calls))
             messages = body["messages"]
+            if root not in self._without_chat_count:
+                counted = await self._chat_count(dep, root, body, calls)
+                if counted is not None:
+                    return counted
             if _plain_chat(messages):
                 answer = await self._post(
                     dep,
@@ -492,6 +505,25 @@ class ExactCounter:
             payload = {"content": text, **_SERVED}
             return _count(await self._post(dep, root + "/tokenize", payload, calls))
         raise TokenizeError(f"{kind} engines are not counted here")
+
+    async def _chat_count(
+        self, dep: Deployment, root: str, body: dict[str, Any], calls: _Calls
+    ) -> int | None:
+        """llama.cpp's count of the chat in one call; None: the engine lacks the endpoint
+        (remembered: it is not asked again)."""
+        payload: dict[str, Any] = {"model": dep.upstream_model, "messages": body["messages"]}
+        if body.get("tools"):
+            payload["tools"] = body["tools"]
+            if body.get("tool_choice") is not None:
+                payload["tool_choice"] = body["tool_choice"]
+        try:
+            return _count(await self._post(dep, root + CHAT_COUNT_PATH, payload, calls))
+        except TokenizeError as exc:
+            if exc.status not in (404, 405):
+                raise
+        self._without_chat_count.add(root)
+        log.info("%s has no %s: counted by its older endpoints", root, CHAT_COUNT_PATH)
+        return None
 
     async def _sglang_count(
         self, dep: Deployment, profile: RequestProfile, calls: _Calls
