@@ -120,47 +120,6 @@ def test_text_the_evidence_never_showed_has_no_fitted_floor() -> None:
     assert _floor(book, deps[1], body) is None
 
 
-def _tiers_book(small_identity: str, large_identity: str) -> CalibrationBook:
-    """The small tier answered prose and a few short lists of numbers; the large one long
-    lists of numbers (a token per three characters, and one per message)."""
-    small, large = _deployments()
-    book = CalibrationBook()
-    for dep, identity in ((small, small_identity), (large, large_identity)):
-        book.fit(dep.id, FAMILIES[dep.tokenizer_family].weights).set_fingerprint(identity, [])
-    rng = random.Random(5)
-    answers = [(small, "prose", 400, 2000, 4)] * (MIN_ANSWERS * 2)
-    answers += [(small, "numbers", 100, 300, 3)] * 3  # its kind: too few of its own
-    answers += [(large, "numbers", 2000, 9000, 3)] * (MIN_ANSWERS * 2)
-    for dep, kind, low, high, per_token in answers:
-        text = text_of(kind, rng, rng.randint(low, high))
-        counts = tally_body(_chat(text), "chat.completions").counts
-        prior = FAMILIES[dep.tokenizer_family].weights
-        book.observe_answer(dep.id, prior, counts, len(text) // per_token + 5)
-    book.refit(now=1e9)
-    return book
-
-
-def test_a_tier_borrows_the_residuals_of_its_tokenizer_for_text_it_answered_too_little_of() -> None:
-    """Tiers of one model on one engine build see different traffic: what a small tier never
-    answered enough of, the large one did, on the same tokenizer (one fingerprint
-    identity). Its residuals there bound the small tier's fit from below too; its weights
-    stay the small tier's own."""
-    small, _large = _deployments()
-    shared = _tiers_book("llamacpp|m|/models/m.gguf|32000", "llamacpp|m|/models/m.gguf|32000")
-    apart = _tiers_book("llamacpp|m|/models/m.gguf|32000", "llamacpp|m|/models/n.gguf|32000")
-    text = text_of("numbers", random.Random(8), 12000)
-    body = _chat(text)
-    assert variety(body, "chat.completions") > VARIED
-    assert _floor(apart, small, body) is None  # its own evidence: three short lists
-    floor = _floor(shared, small, body)
-    assert floor is not None
-    true = len(text) // 3 + 5 + 16
-    assert true * SPARE * 0.8 <= floor <= true
-    own, lent = apart.own_fit(small.id), shared.own_fit(small.id)
-    assert own is not None and lent is not None
-    assert lent.weights == own.weights
-
-
 # -- through the gateway, on real engines -----------------------------------------------
 
 

@@ -214,7 +214,8 @@ class CalibrationBook:
     ) -> None:
         """An answer's tally and reported prompt tokens (`shared`: another replica's)."""
         when = time.time() if now is None else now
-        self._add(deployment_id, self.fit(deployment_id, prior), (counts, tokens, when))
+        self.fit(deployment_id, prior).add(counts, tokens, when)
+        self.changed.add(deployment_id)
         self.version += 1
         if shared or self._answers_size >= MAX_UNSHARED:
             return
@@ -243,26 +244,15 @@ class CalibrationBook:
                 except (TypeError, ValueError, IndexError):
                     continue
                 if fit is not None:
-                    self._add(str(dep_id), fit, sample)
+                    fit.add(*sample)
                 elif waiting is not None and len(waiting) < MAX_UNSHARED:
                     waiting.append(sample)
                 taken += 1
+            if fit is not None:
+                self.changed.add(str(dep_id))
         if taken:
             self.version += 1
         return taken
-
-    def _add(
-        self, deployment_id: str, fit: TokenizerFit, sample: tuple[tuple[int, ...], int, float]
-    ) -> None:
-        """An answer to its deployment's fit; lent to the fits of deployments fingerprinted
-        as the same tokenizer (`TokenizerFit.borrow`)."""
-        fit.add(*sample)
-        self.changed.add(deployment_id)
-        identity = fit.fingerprint
-        if identity is not None:
-            for other in self._fits.values():
-                if other is not fit and other.fingerprint == identity:
-                    other.borrow(sample[0], sample[1])
 
     def refit(self, now: float | None = None) -> int:
         """Refit the fits that are due (off the hot path); returns how many were."""

@@ -25,10 +25,8 @@ last one are an eighth of all.
 
 The band: after each refit, the residuals `true / estimate` of the kept samples under the
 new weights give, per kind of text (`kind_of`: prose, code, digits, CJK, other scripts,
-mixed), the 3 % and 97 % quantiles the true count lies between. A kind the deployment's own
-answers hold too few of takes the answers of deployments fingerprinted as the same tokenizer
-too (`borrow`: tiers of one model see different traffic), their residuals under this fit's
-weights, which they never move; with too few still, the spread of all samples, widened. Placement scales the estimate by them; the exact
+mixed), the 3 % and 97 % quantiles the true count lies between. A kind with too few samples
+takes the spread of all of them, widened. Placement scales the estimate by them; the exact
 count decides when a window lies between.
 
 Pure and synchronous; the book (`calibration.py`) holds one fit per deployment, shares the
@@ -42,7 +40,6 @@ import math
 import operator
 import time
 from collections import deque
-from collections.abc import Iterable
 from typing import Any
 
 from fleetgate.context.tally import FIELDS, LAYOUT, N_FIELDS, TOKEN_IDS
@@ -179,8 +176,6 @@ class TokenizerFit:
         self.fingerprint: str | None = None  # the identity the probes were counted on
         self._probes: list[tuple[tuple[int, ...], int]] = []
         self._recent: deque[tuple[tuple[int, ...], int]] = deque(maxlen=KEEP)
-        # answers of deployments fingerprinted as the same tokenizer (`borrow`)
-        self._borrowed: deque[tuple[tuple[int, ...], int]] = deque(maxlen=KEEP)
         self._pending = 0  # samples since the last refit
         self._refit_at = 0.0
         self.weights: tuple[float, ...] | None = None  # None: no evidence yet
@@ -222,22 +217,11 @@ class TokenizerFit:
         self._pending += 1
         self.updated_at = time.time() if now is None else now
 
-    def borrow(self, counts: tuple[int, ...], tokens: int) -> None:
-        """An answer of another deployment fingerprinted as the same tokenizer: evidence
-        for the residuals of a kind of text this one's own answers hold too few of (a small
-        tier answers short requests only), never for the weights, which fit the traffic
-        this deployment is sent."""
-        x, y = estimated_part(counts), tokens - counts[TOKEN_IDS]
-        if y > 0:
-            self._borrowed.append((x, y))
-            self._pending += 1
-
     def set_fingerprint(self, identity: str, probes: list[tuple[tuple[int, ...], int]]) -> None:
         """The probe set's counts on the engine (replacing an earlier fingerprint's)."""
         if identity == self.fingerprint:
             return
         self.fingerprint = identity
-        self._borrowed.clear()  # what other engines of the former identity answered
         self._probes = [(estimated_part(c), t) for c, t in probes if t > 0]
         self._rebuild()
 
@@ -313,15 +297,17 @@ class TokenizerFit:
         samples = list(self._recent)
         if len(samples) < MIN_ANSWERS:
             samples.extend(self._probes)
-        by_kind = _ratios(samples, weights)
-        if not by_kind:
+        by_kind: dict[str, list[float]] = {}
+        every: list[float] = []
+        for x, y in samples:
+            guess = dot(weights, x)
+            if guess <= 0:
+                continue
+            ratio = min(max(y / guess, FLOOR), CEILING)
+            by_kind.setdefault(kind_of(x, weights), []).append(ratio)
+            every.append(ratio)
+        if not every:
             return {}
-        every = [r for ratios in by_kind.values() for r in ratios]
-        # a kind of text too few own answers show: the same tokenizer's answers elsewhere
-        borrowed = _ratios(self._borrowed, weights) if self._borrowed else {}
-        for kind, ratios in borrowed.items():
-            if len(by_kind.get(kind, ())) < MIN_KIND:
-                by_kind[kind] = by_kind.get(kind, []) + ratios
         out = {kind: sorted(r) for kind, r in by_kind.items() if len(r) >= MIN_KIND}
         out["*"] = sorted(every)
         return out
@@ -418,19 +404,6 @@ class TokenizerFit:
             "spread": {k: [round(lo, 3), round(hi, 3)] for k, (lo, hi) in self.spread.items()},
             "updated_at": self.updated_at or None,
         }
-
-
-def _ratios(
-    samples: Iterable[tuple[tuple[int, ...], int]], weights: tuple[float, ...]
-) -> dict[str, list[float]]:
-    """The samples' true / estimate under `weights` (bounded), per kind of text."""
-    by_kind: dict[str, list[float]] = {}
-    for x, y in samples:
-        guess = dot(weights, x)
-        if guess > 0:
-            ratio = min(max(y / guess, FLOOR), CEILING)
-            by_kind.setdefault(kind_of(x, weights), []).append(ratio)
-    return by_kind
 
 
 def _share(every: list[float], own: list[float] | None, factor: float) -> float:
