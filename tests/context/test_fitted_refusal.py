@@ -157,22 +157,28 @@ def test_a_fingerprinted_fleet_refuses_what_is_far_beyond_its_windows_without_a_
     assert resp.headers["x-fleetgate-context-estimate"].endswith("; exact")
 
 
-def test_a_chat_with_tools_or_tool_calls_has_no_fitted_floor() -> None:
+def test_a_chat_with_tools_or_tool_calls_is_bounded_by_its_user_turns_alone() -> None:
     """A template renders tool schemas, tool calls and their results its own way or drops
-    them (on Phi-3.5's, a chat with tool calls cost 0.79 of its fitted floor)."""
+    them (on Phi-3.5's, a chat with tool calls cost 0.79 of a floor that counted them); it
+    renders every user turn's text as it is, so that alone bounds such a chat from below."""
     deps = _deployments()
     book = _book(deps)
     text = text_of("prose", random.Random(9), 16000)
-    assert _floor(book, deps[1], _chat(text)) is not None
+    plain = _floor(book, deps[1], _chat(text))
+    assert plain is not None
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     turns = [
         {"role": "user", "content": text},
         {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+        {"role": "tool", "tool_call_id": "c1", "content": text_of("code", random.Random(3), 9000)},
     ]
-    assert _floor(book, deps[1], {"messages": turns, "max_tokens": 16}) is None
+    assert _floor(book, deps[1], {"messages": turns, "max_tokens": 16}) == plain
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-    assert _floor(book, deps[1], {**_chat(text), "tools": [tool]}) is None
+    assert _floor(book, deps[1], {**_chat(text), "tools": [tool]}) == plain
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    parts = [{"role": "user", "content": [image, {"type": "text", "text": text}]}]
+    assert _floor(book, deps[1], {"messages": parts, "max_tokens": 16}) == plain
+    # no user turn of text: nothing every template renders as it is
     reasoning = [{"role": "assistant", "content": "ok", "reasoning_content": text}]
     assert _floor(book, deps[1], {"messages": reasoning, "max_tokens": 16}) is None
 

@@ -202,6 +202,7 @@ class _Collapsed:
         "_reserve",
         "_settings",
         "_tally",
+        "_user_tally",
         "_variety",
     )
 
@@ -218,6 +219,7 @@ class _Collapsed:
         self._tally: Tally | None = None
         self._bounds: BoundsOf | None = None
         self._variety: float | None = None
+        self._user_tally: Tally | None = None  # what the fitted floor bounds
 
     def tally(self) -> Tally:
         if self._tally is None:
@@ -240,28 +242,73 @@ class _Collapsed:
     def fitted_floor(self, dep: Deployment) -> int | None:
         """The fit's estimate of the collapsed tally, its emoji left out, times its lowest
         residual for this kind of text, with room to spare (`TokenizerFit.lowest`), plus
-        what is known (token ids, media reserves, the output reserve). None without a fit
-        of the deployment's own, where its residuals do not cover the text, for a request
-        that is no plain chat or prompt (`_plain`), or for a text that says the same thing
-        again and again (`variety` under `VARIED`): its cost is what its few pieces cost,
-        which no average measured on varied text bounds. An emoji costs one token to eight
-        (sequences joined by U+200D, skin tones, flags), so none is costed at all."""
+        what is known (token ids, media reserves, the output reserve). Of a request that
+        is no plain chat or prompt (`_plain`: tools, tool calls and results, media, other
+        fields), only its user turns' text is bounded (`_user_turns`): every template
+        renders that as it is. None without a fit of the deployment's own, where its
+        residuals do not cover the text, for a request without a user turn of text, or for
+        a text that says the same thing again and again (`variety` under `VARIED`): its
+        cost is what its few pieces cost, which no average measured on varied text bounds.
+        An emoji costs one token to eight (sequences joined by U+200D, skin tones, flags),
+        so none is costed at all."""
         fit = self._book.own_fit(dep.id) if self._book is not None else None
-        if fit is None or not _plain(self._body):
+        if fit is None:
             return None
-        tally = self.tally()
+        bounded = self._bounded()
+        if bounded is None:
+            return None
+        tally, text_variety = bounded
         factor = fit.lowest(tally.counts)
-        if factor is None:
-            return None
-        if self._variety is None:
-            self._variety = variety(self._body, self._endpoint)
-        if self._variety < VARIED:
+        if factor is None or text_variety < VARIED:
             return None
         counts = tally.counts
         if counts[FOUR_BYTE]:
             counts = (*counts[:FOUR_BYTE], 0, *counts[FOUR_BYTE + 1 :])
         known = counts[TOKEN_IDS] + media_tokens(tally, self._settings) + self._reserve
         return math.floor(fit.tokens(counts) * factor) + known
+
+    def _bounded(self) -> tuple[Tally, float] | None:
+        """The collapsed tally and the variety of what the fitted floor bounds: the whole
+        body when it is plain, else its user turns' text (None: it has none)."""
+        if self._variety is None:
+            if _plain(self._body):
+                self._variety = variety(self._body, self._endpoint)
+                self._user_tally = self.tally()
+            else:
+                turns = _user_turns(self._body)
+                if turns is None:
+                    self._variety = -1.0
+                else:
+                    self._variety = variety(turns, self._endpoint)
+                    self._user_tally = tally_body(turns, self._endpoint, collapsed=True)
+        if self._user_tally is None:
+            return None
+        return self._user_tally, self._variety
+
+
+def _user_turns(body: dict[str, Any]) -> dict[str, Any] | None:
+    """A chat of the text of `body`'s user turns alone (None: it has none). Whatever else a
+    template renders of a request (tool schemas, calls and results, media, reasoning) or
+    drops, it renders each user turn's text as it is: a lower bound of the prompt."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    turns = []
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, list):  # its text parts, as they are (media left out)
+            content = [
+                {"type": "text", "text": p["text"]}
+                for p in content
+                if isinstance(p, dict)
+                and p.get("type") == "text"
+                and isinstance(p.get("text"), str)
+            ]
+        if content and isinstance(content, (str, list)):
+            turns.append({"role": "user", "content": content})
+    return {"messages": turns} if turns else None
 
 
 def _plain(body: dict[str, Any]) -> bool:
