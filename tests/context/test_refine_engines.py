@@ -224,7 +224,8 @@ async def test_an_older_llamacpp_applies_the_template_then_tokenizes_turns_with_
     assert paths == [CHAT_COUNT_PATH, "/apply-template", "/tokenize"]  # the first: a 404
     assert seen.calls[1][1] == {"messages": WITH_TOOL_CALLS, "tools": TOOLS, "tool_choice": "auto"}
     assert seen.calls[2][1]["content"].startswith("<|user|>1234567890")
-    assert profile.context.exact and profile.context.prompt_tokens == 80  # no tool cost here
+    # the stand-in's template renders no tools
+    assert profile.context.exact and profile.context.prompt_tokens == 80
 
 
 async def test_an_older_llamacpp_is_asked_for_the_chat_count_once(

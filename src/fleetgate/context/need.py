@@ -197,12 +197,12 @@ class _Collapsed:
     __slots__ = (
         "_body",
         "_book",
+        "_bounded_tally",
         "_bounds",
         "_endpoint",
         "_reserve",
         "_settings",
         "_tally",
-        "_user_tally",
         "_variety",
     )
 
@@ -219,7 +219,7 @@ class _Collapsed:
         self._tally: Tally | None = None
         self._bounds: BoundsOf | None = None
         self._variety: float | None = None
-        self._user_tally: Tally | None = None  # what the fitted floor bounds
+        self._bounded_tally: Tally | None = None  # of what the fitted floor bounds
 
     def tally(self) -> Tally:
         if self._tally is None:
@@ -273,17 +273,17 @@ class _Collapsed:
         if self._variety is None:
             if _plain(self._body):
                 self._variety = variety(self._body, self._endpoint)
-                self._user_tally = self.tally()
+                self._bounded_tally = self.tally()
             else:
                 turns = _user_turns(self._body)
                 if turns is None:
                     self._variety = -1.0
                 else:
                     self._variety = variety(turns, self._endpoint)
-                    self._user_tally = tally_body(turns, self._endpoint, collapsed=True)
-        if self._user_tally is None:
+                    self._bounded_tally = tally_body(turns, self._endpoint, collapsed=True)
+        if self._bounded_tally is None:
             return None
-        return self._user_tally, self._variety
+        return self._bounded_tally, self._variety
 
 
 def _user_turns(body: dict[str, Any]) -> dict[str, Any] | None:
