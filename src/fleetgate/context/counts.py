@@ -182,6 +182,16 @@ def _plain_chat(messages: list[Any]) -> bool:
     return True
 
 
+def _chat_payload(body: dict[str, Any]) -> dict[str, Any]:
+    """What llama.cpp templates of a chat: its messages, and its tools with `tool_choice`."""
+    payload: dict[str, Any] = {"messages": body["messages"]}
+    if body.get("tools"):
+        payload["tools"] = body["tools"]
+        if body.get("tool_choice") is not None:
+            payload["tool_choice"] = body["tool_choice"]
+    return payload
+
+
 def _anthropic_count_body(body: dict[str, Any], model: str) -> dict[str, Any]:
     messages = body["messages"]
     system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
@@ -493,12 +503,7 @@ class ExactCounter:
                     calls,
                 )
                 return _count(answer)
-            payload = {"messages": messages}
-            if tools:
-                payload["tools"] = tools
-                if body.get("tool_choice") is not None:
-                    payload["tool_choice"] = body["tool_choice"]
-            templated = await self._post(dep, root + "/apply-template", payload, calls)
+            templated = await self._post(dep, root + "/apply-template", _chat_payload(body), calls)
             text = templated.get("prompt") if isinstance(templated, dict) else None
             if not isinstance(text, str):
                 raise TokenizeError("no prompt in the apply-template answer")
@@ -511,11 +516,7 @@ class ExactCounter:
     ) -> int | None:
         """llama.cpp's count of the chat in one call; None: the engine lacks the endpoint
         (remembered: it is not asked again)."""
-        payload: dict[str, Any] = {"model": dep.upstream_model, "messages": body["messages"]}
-        if body.get("tools"):
-            payload["tools"] = body["tools"]
-            if body.get("tool_choice") is not None:
-                payload["tool_choice"] = body["tool_choice"]
+        payload = {"model": dep.upstream_model, **_chat_payload(body)}
         try:
             return _count(await self._post(dep, root + CHAT_COUNT_PATH, payload, calls))
         except TokenizeError as exc:
