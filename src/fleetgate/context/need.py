@@ -197,7 +197,8 @@ class _Collapsed:
     __slots__ = (
         "_body",
         "_book",
-        "_bounded_tally",
+        "_bounded",
+        "_bounded_done",
         "_bounds",
         "_endpoint",
         "_reserve",
@@ -218,8 +219,10 @@ class _Collapsed:
         self._settings, self._book = settings, book
         self._tally: Tally | None = None
         self._bounds: BoundsOf | None = None
-        self._variety: float | None = None
-        self._bounded_tally: Tally | None = None  # of what the fitted floor bounds
+        # what the fitted floor bounds, and its collapsed tally (`_bounded_text`)
+        self._bounded: tuple[dict[str, Any], Tally] | None = None
+        self._bounded_done = False
+        self._variety: float | None = None  # of what the fitted floor bounds
 
     def tally(self) -> Tally:
         if self._tally is None:
@@ -254,12 +257,16 @@ class _Collapsed:
         fit = self._book.own_fit(dep.id) if self._book is not None else None
         if fit is None:
             return None
-        bounded = self._bounded()
+        bounded = self._bounded_text()
         if bounded is None:
             return None
-        tally, text_variety = bounded
+        text, tally = bounded
         factor = fit.lowest(tally.counts)
-        if factor is None or text_variety < VARIED:
+        if factor is None:
+            return None
+        if self._variety is None:
+            self._variety = variety(text, self._endpoint)
+        if self._variety < VARIED:
             return None
         counts = tally.counts
         if counts[FOUR_BYTE]:
@@ -267,23 +274,16 @@ class _Collapsed:
         known = counts[TOKEN_IDS] + media_tokens(tally, self._settings) + self._reserve
         return math.floor(fit.tokens(counts) * factor) + known
 
-    def _bounded(self) -> tuple[Tally, float] | None:
-        """The collapsed tally and the variety of what the fitted floor bounds: the whole
-        body when it is plain, else its user turns' text (None: it has none)."""
-        if self._variety is None:
+    def _bounded_text(self) -> tuple[dict[str, Any], Tally] | None:
+        """What the fitted floor bounds, and its collapsed tally: the whole body when it is
+        plain, else its user turns' text (None: it has none)."""
+        if not self._bounded_done:
+            self._bounded_done = True
             if _plain(self._body):
-                self._variety = variety(self._body, self._endpoint)
-                self._bounded_tally = self.tally()
-            else:
-                turns = _user_turns(self._body)
-                if turns is None:
-                    self._variety = -1.0
-                else:
-                    self._variety = variety(turns, self._endpoint)
-                    self._bounded_tally = tally_body(turns, self._endpoint, collapsed=True)
-        if self._bounded_tally is None:
-            return None
-        return self._bounded_tally, self._variety
+                self._bounded = (self._body, self.tally())
+            elif (turns := _user_turns(self._body)) is not None:
+                self._bounded = (turns, tally_body(turns, self._endpoint, collapsed=True))
+        return self._bounded
 
 
 def _user_turns(body: dict[str, Any]) -> dict[str, Any] | None:
