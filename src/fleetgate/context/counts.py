@@ -523,7 +523,8 @@ class ExactCounter:
             if exc.status not in (404, 405):
                 raise
         self._without_chat_count.add(root)
-        log.info("%s has no %s: counted by its older endpoints", root, CHAT_COUNT_PATH)
+        # the provider's id, not its URL (a URL may carry credentials)
+        log.info("%s has no %s: counted by its older endpoints", dep.provider.id, CHAT_COUNT_PATH)
         return None
 
     async def _sglang_count(
