@@ -183,6 +183,41 @@ def test_a_chat_with_tools_or_tool_calls_is_bounded_by_its_user_turns_alone() ->
     assert _floor(book, deps[1], {"messages": reasoning, "max_tokens": 16}) is None
 
 
+def test_the_user_turns_bound_a_chat_by_their_text_not_by_a_template_default() -> None:
+    """A template that writes a long system prompt into a chat without one (SmolLM3's, 217
+    tokens) costs a plain user turn that much more, and the fit learns it. The user turns
+    taken from a chat with a system turn and tools are no such chat: their floor is their
+    text's, without that prompt (it made such a chat's floor 1.76 times its true count)."""
+    deps = _deployments()
+    book = CalibrationBook()
+    rng = random.Random(5)
+    system = {"role": "system", "content": "Answer briefly."}
+    for i in range(MIN_ANSWERS * 2):
+        prose = text_of("prose", rng, rng.randint(400, 6000))
+        body = _chat(prose)
+        true = len(prose) // 4 + 5
+        if i % 2:
+            body["messages"].insert(0, system)
+            true += 9
+        else:
+            true += 300  # the template's own system prompt
+        counts = tally_body(body, "chat.completions").counts
+        for dep in deps:
+            book.observe_answer(dep.id, FAMILIES[dep.tokenizer_family].weights, counts, true)
+    book.refit(now=1e9)
+    text = text_of("prose", random.Random(9), 12000)
+    plain = _floor(book, deps[1], _chat(text))
+    assert plain is not None
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    body = {"messages": [system, {"role": "user", "content": text}], "tools": [tool]}
+    with_tools = _floor(book, deps[1], {**body, "max_tokens": 16})
+    assert with_tools is not None
+    # the plain chat's floor holds the default prompt (300 tokens, 0.8 x its lowest
+    # residual at least); the user text taken from the chat with tools does not
+    assert with_tools < plain - 200
+    assert with_tools <= (len(text) // 4 + 16) * 1.05
+
+
 def test_emoji_add_nothing_to_the_fitted_floor() -> None:
     """An emoji costs one token to eight (joined sequences, skin tones, flags): on Qwen2 a
     text of them cost 0.56 of its fitted estimate, so the floor leaves them out."""

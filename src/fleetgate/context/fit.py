@@ -76,6 +76,7 @@ _TEMPLATE = (
     "default_system",
     "requests",
 )
+TEMPLATE_FIELDS = frozenset(FIELDS.index(f) for f in _TEMPLATE)
 TEMPLATE_PULL = 0.05  # the prior's pull on a template field, to a text field's
 _PULL = tuple(TEMPLATE_PULL if f in _TEMPLATE else 1.0 for f in FIELDS)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from fleetgate.config.schema import ContextConfig
@@ -32,7 +33,7 @@ from fleetgate.context.estimate import (
     with_margin,
 )
 from fleetgate.context.families import FAMILIES
-from fleetgate.context.fit import TokenizerFit
+from fleetgate.context.fit import TEMPLATE_FIELDS, TokenizerFit
 from fleetgate.context.tally import (
     FOUR_BYTE,
     MESSAGES,
@@ -282,8 +283,17 @@ class _Collapsed:
             if _plain(self._body):
                 self._bounded = (self._body, self.tally())
             elif (turns := _user_turns(self._body)) is not None:
-                self._bounded = (turns, tally_body(turns, self._endpoint, collapsed=True))
+                self._bounded = (turns, _text_alone(tally_body(turns, self._endpoint, True)))
         return self._bounded
+
+
+def _text_alone(tally: Tally) -> Tally:
+    """`tally` without the template's fields: the user turns taken from a request are not
+    the chat a template renders (that one had a system turn, or tools in place of the
+    default system prompt Qwen2.5's or SmolLM3's writes into a chat without one, 217
+    tokens on the latter), so only their text bounds it."""
+    counts = tuple(0 if i in TEMPLATE_FIELDS else n for i, n in enumerate(tally.counts))
+    return replace(tally, counts=counts)
 
 
 def _user_turns(body: dict[str, Any]) -> dict[str, Any] | None:
