@@ -5,6 +5,7 @@ failure; the picker's own refusals pass unchanged."""
 from __future__ import annotations
 
 import http.client
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -104,7 +105,7 @@ def test_a_picker_that_stops_answering_fails_closed_within_its_message_timeout(
     client = _openai(envoy.url)
     assert client.chat.completions.create(model="m", messages=HI).choices
     stall = 3.0
-    stack.lt.loop.call_soon_threadsafe(time.sleep, stall)  # the picker's loop stops
+    _stall(stack, stall)
     started = time.monotonic()
     with pytest.raises(openai.InternalServerError) as caught:
         client.chat.completions.create(model="m", messages=HI)
@@ -112,6 +113,20 @@ def test_a_picker_that_stops_answering_fails_closed_within_its_message_timeout(
     assert caught.value.status_code == 503
     assert caught.value.code == "picker_unavailable"
     assert waited < stall - 1.0  # Envoy's timeout answered, not the picker once it woke
+
+
+def _stall(stack: Stack, seconds: float) -> None:
+    """Holds the picker's loop for `seconds` (a long pause, a starved CPU), and returns once
+    it is held: a request sent before the loop ran the pause could be read in the same loop
+    turn, ahead of it, and answered."""
+    held = threading.Event()
+
+    def pause() -> None:
+        held.set()
+        time.sleep(seconds)
+
+    stack.lt.loop.call_soon_threadsafe(pause)
+    assert held.wait(10), "the picker's loop did not take the pause"
 
 
 def _post_in_two_parts(url: str, between: Callable[[], None]) -> tuple[int, bytes]:
@@ -161,7 +176,7 @@ def test_a_picker_that_stops_answering_mid_body_fails_closed_all_the_same(
     started: list[float] = []
 
     def stop_the_picker() -> None:
-        stack.lt.loop.call_soon_threadsafe(time.sleep, stall)  # the picker's loop stops
+        _stall(stack, stall)
         started.append(time.monotonic())
 
     status, answer = _post_in_two_parts(envoy.url, stop_the_picker)
