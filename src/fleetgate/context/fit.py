@@ -183,6 +183,9 @@ class TokenizerFit:
         self.spread: dict[str, tuple[float, float]] = {}
         # the residuals true / estimate of the last refit, sorted, per kind of text ("*": all)
         self.residuals: dict[str, list[float]] = {}
+        # the fingerprint's probes' residuals per kind, once the answers make `residuals`
+        # alone: the engine's own evidence for the kinds the answers have too few of
+        self.probe_residuals: dict[str, list[float]] = {}
         # the fields some probe or answer showed (the others keep their prior's weight)
         self.seen: frozenset[int] = frozenset()
         self.updated_at = 0.0
@@ -289,6 +292,9 @@ class TokenizerFit:
         self.seen = frozenset(i for i in range(N_FIELDS) if self._a[i][i] > 0)
         self.residuals = self._residuals(self.weights)
         self.spread = band_per_kind(self.residuals)
+        self.probe_residuals = (
+            _by_kind(self._probes, self.weights)[0] if len(self._recent) >= MIN_ANSWERS else {}
+        )
 
     def _residuals(self, weights: tuple[float, ...]) -> dict[str, list[float]]:
         """The samples' true / estimate under `weights`, sorted, per kind of text with
@@ -298,19 +304,9 @@ class TokenizerFit:
         samples = list(self._recent)
         if len(samples) < MIN_ANSWERS:
             samples.extend(self._probes)
-        by_kind: dict[str, list[float]] = {}
-        every: list[float] = []
-        for x, y in samples:
-            guess = dot(weights, x)
-            if guess <= 0:
-                continue
-            ratio = min(max(y / guess, FLOOR), CEILING)
-            by_kind.setdefault(kind_of(x, weights), []).append(ratio)
-            every.append(ratio)
-        if not every:
-            return {}
-        out = {kind: sorted(r) for kind, r in by_kind.items() if len(r) >= MIN_KIND}
-        out["*"] = sorted(every)
+        out, every = _by_kind(samples, weights)
+        if every:
+            out["*"] = every
         return out
 
     # -- the hot path ----------------------------------------------------------------------
@@ -352,13 +348,16 @@ class TokenizerFit:
         """The factor on `tokens(counts)` below which the fit's evidence says the true
         count does not lie, with room to spare: the lowest residual of this kind of text
         (or the 3 % quantile of all of them, widened, when that is lower) times `SPARE`.
-        None when the evidence does not cover the text: a kind without residuals of its
-        own, or fields no probe or answer showed costing more than `UNSEEN_SHARE` of the
-        estimate (they keep the prior's weight, a guess)."""
+        A kind the answers have too few of takes the fingerprint's probes of that kind,
+        whose counts are the engine's own. None when the evidence does not cover the text:
+        a kind without residuals of its own in either, or fields no probe or answer showed
+        costing more than `UNSEEN_SHARE` of the estimate (they keep the prior's weight, a
+        guess)."""
         assert self.weights is not None
         weights = self.weights
         counts = estimated_part(counts)
-        own = self.residuals.get(kind_of(counts, weights))
+        kind = kind_of(counts, weights)
+        own = self.residuals.get(kind) or self.probe_residuals.get(kind)
         spread = self.spread.get("*")
         if own is None or spread is None:
             return None
@@ -405,6 +404,24 @@ class TokenizerFit:
             "spread": {k: [round(lo, 3), round(hi, 3)] for k, (lo, hi) in self.spread.items()},
             "updated_at": self.updated_at or None,
         }
+
+
+def _by_kind(
+    samples: list[tuple[tuple[int, ...], int]], weights: tuple[float, ...]
+) -> tuple[dict[str, list[float]], list[float]]:
+    """The samples' true / estimate under `weights`, sorted: per kind of text with
+    `MIN_KIND` of them at least, and all of them."""
+    by_kind: dict[str, list[float]] = {}
+    every: list[float] = []
+    for x, y in samples:
+        guess = dot(weights, x)
+        if guess <= 0:
+            continue
+        ratio = min(max(y / guess, FLOOR), CEILING)
+        by_kind.setdefault(kind_of(x, weights), []).append(ratio)
+        every.append(ratio)
+    out = {kind: sorted(r) for kind, r in by_kind.items() if len(r) >= MIN_KIND}
+    return out, sorted(every)
 
 
 def _share(every: list[float], own: list[float] | None, factor: float) -> float:
