@@ -81,8 +81,9 @@ SINGLE = os.environ.get("SINGLE", "0") == "1"
 
 def shaped(doc: dict[str, Any]) -> dict[str, Any]:
     """The bootstrap without the observe filter and, with `SINGLE`, as a gateway writes it
-    from an InferencePool: its one ext_proc filter sends the picker the response too, on
-    the pick's own call, in full-duplex mode."""
+    from an InferencePool: its one ext_proc filter, without fleetgate's own settings (the
+    headers it forwards, the call's role), sends the picker the response too, on the pick's
+    own call, in full-duplex mode."""
     hcm = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
     filters = hcm["typed_config"]["http_filters"]
     filters[:] = [f for f in filters if f["name"] != "fleetgate.observe"]
@@ -94,6 +95,9 @@ def shaped(doc: dict[str, Any]) -> dict[str, Any]:
             response_trailer_mode="SEND",
         )
         pick.pop("forward_rules", None)
+        # a gateway's filter carries none of fleetgate's call roles: without the pick's, the
+        # picker keeps the call for the response, as it does behind such a gateway
+        pick["grpc_service"].pop("initial_metadata", None)
     return doc
 
 
