@@ -14,6 +14,10 @@ For each it reports wrk's p50/p99, the picker's added p50/p99 over Envoy alone, 
 request of fleetgate's process tree (picker vs proxy) and of Envoy, and of fleetgate's own
 process the kernel's share of that CPU and how often it slept (and was woken) per request.
 
+Each picker and proxy run must have recorded every request wrk completed (its
+`fleetgate_requests_total` on `/metrics`), or the benchmark stops: a bootstrap that kept the
+picker from seeing the answers would otherwise report the cost of a pick alone.
+
 Targets (issue 38): the picker costs fleetgate less CPU per request than the proxy does,
 and adds at most 1 ms p50 over Envoy alone.
 
@@ -43,15 +47,18 @@ from typing import Any
 
 import yaml
 
+from benchmarks.instructions import guarded
 from benchmarks.run import (
     CLIENT_MODELS,
     CLK_TCK,
+    BenchError,
     ProcSample,
     Scenario,
     _free_port,
     _pinned,
     checkout_env,
     cpu_ticks,
+    http_request,
     run_wrk,
     stop,
     wait_http,
@@ -246,9 +253,45 @@ def _sleeps(pid: int) -> int:
     return total
 
 
+def _answered(port: int) -> float:
+    """The requests a fleetgate process has recorded (`fleetgate_requests_total`, every
+    series of it, from its `/metrics`)."""
+    status, _, body = http_request(port, "GET", "/metrics")
+    if status != 200:
+        raise BenchError(f"GET /metrics on port {port} answered {status}")
+    prefix = "fleetgate_requests_total{"
+    return sum(
+        float(line.rpartition(" ")[2])
+        for line in body.decode().splitlines()
+        if line.startswith(prefix)
+    )
+
+
+def _all_recorded(name: str, port: int, before: float, requests: int) -> None:
+    """Waits until the process recorded at least the `requests` wrk completed since
+    `before`: CPU per request is only its cost if each request's work was done (a bootstrap
+    whose filter the picker ends with the pick, say, never shows it an answer)."""
+    deadline = time.perf_counter() + 10
+    while (recorded := _answered(port) - before) < requests:
+        if time.perf_counter() > deadline:
+            raise BenchError(
+                f"{name}: recorded {recorded:.0f} of the {requests} requests wrk completed; "
+                "the figures would not be its whole work (see its log)"
+            )
+        time.sleep(0.05)
+
+
 def measure(
-    url: str, sc: Scenario, duration: float, fleetgate: int | None, envoy: int | None
+    url: str,
+    sc: Scenario,
+    duration: float,
+    fleetgate: int | None,
+    envoy: int | None,
+    metrics_port: int | None = None,
 ) -> dict[str, Any]:
+    """wrk's figures and the CPU per request of `fleetgate` and `envoy` (pids); with
+    `metrics_port`, fleetgate's, checked to have recorded every request."""
+    answered = _answered(metrics_port) if metrics_port else 0.0
     before = {pid: ProcSample.of(pid).ticks for pid in (fleetgate, envoy) if pid}
     fg_before = (cpu_ticks(fleetgate)[1], _sleeps(fleetgate)) if fleetgate else (0, 0)
     result = run_wrk(url + "/v1/chat/completions", sc, duration, cpu=1)
@@ -270,6 +313,8 @@ def measure(
         system = cpu_ticks(fleetgate)[1] - fg_before[0]
         row["fleetgate_system_us"] = system / CLK_TCK / requests * 1e6
         row["fleetgate_sleeps"] = (_sleeps(fleetgate) - fg_before[1]) / requests
+    if metrics_port:
+        _all_recorded(url, metrics_port, answered, result["requests"])
     return row
 
 
@@ -382,12 +427,14 @@ def main() -> int:
             try:
                 url = f"http://127.0.0.1:{ports['listen']}"
                 run_wrk(url + "/v1/chat/completions", sc, 1, cpu=1)
-                rows[f"picker {sc.name}"] = measure(url, sc, duration, picker.pid, gateway.pid)
+                rows[f"picker {sc.name}"] = measure(
+                    url, sc, duration, picker.pid, gateway.pid, ports["http"]
+                )
             finally:
                 stop(gateway)
             url = f"http://127.0.0.1:{ports['proxy']}"
             run_wrk(url + "/v1/chat/completions", sc, 1, cpu=1)
-            rows[f"proxy {sc.name}"] = measure(url, sc, duration, proxy.pid, None)
+            rows[f"proxy {sc.name}"] = measure(url, sc, duration, proxy.pid, None, ports["proxy"])
     finally:
         for proc in reversed(procs):
             stop(proc)
@@ -432,4 +479,4 @@ def report(rows: dict[str, dict[str, Any]], scenarios: list[Scenario]) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))
