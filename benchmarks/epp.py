@@ -16,7 +16,8 @@ process the kernel's share of that CPU and how often it slept (and was woken) pe
 
 Each picker and proxy run must have recorded every request wrk completed (its
 `fleetgate_requests_total` on `/metrics`), or the benchmark stops: a bootstrap that kept the
-picker from seeing the answers would otherwise report the cost of a pick alone.
+picker from seeing the answers would otherwise report the cost of a pick alone (`OBSERVE=0`
+measures that on purpose, and is not checked).
 
 Targets (issue 38): the picker costs fleetgate less CPU per request than the proxy does,
 and adds at most 1 ms p50 over Envoy alone.
@@ -408,8 +409,12 @@ def main() -> int:
             text=True,
             check=True,
         ).stdout
-        if os.environ.get("OBSERVE", "1") == "0" or SINGLE:
+        observed = os.environ.get("OBSERVE", "1") != "0"
+        if not observed or SINGLE:
             bootstrap = yaml.safe_dump(shaped(yaml.safe_load(bootstrap)))
+        # without the observe filter the picker is shown no answer, by design: the pick's
+        # cost alone, whose requests are recorded only once their answers are given up on
+        picked = ports["http"] if observed or SINGLE else None
         rows: dict[str, dict[str, Any]] = {}
         for sc in scenarios:
             upstream = ports["paced"] if sc.kind == "paced" else ports["up"]
@@ -428,7 +433,7 @@ def main() -> int:
                 url = f"http://127.0.0.1:{ports['listen']}"
                 run_wrk(url + "/v1/chat/completions", sc, 1, cpu=1)
                 rows[f"picker {sc.name}"] = measure(
-                    url, sc, duration, picker.pid, gateway.pid, ports["http"]
+                    url, sc, duration, picker.pid, gateway.pid, picked
                 )
             finally:
                 stop(gateway)
