@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.instructions import guarded
 from benchmarks.run import (
@@ -260,11 +261,11 @@ def _answered(port: int) -> float:
     status, _, body = http_request(port, "GET", "/metrics")
     if status != 200:
         raise BenchError(f"GET /metrics on port {port} answered {status}")
-    prefix = "fleetgate_requests_total{"
     return sum(
-        float(line.rpartition(" ")[2])
-        for line in body.decode().splitlines()
-        if line.startswith(prefix)
+        sample.value
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+        if sample.name == "fleetgate_requests_total"
     )
 
 
