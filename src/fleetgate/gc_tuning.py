@@ -11,7 +11,7 @@ def tune_gc() -> None:
 
     Called once a process has started: the serving process once its config, fleet and
     modules are loaded, the request log's writer once its store is open. Full collections
-    otherwise walk every module, model and SQLAlchemy object at each pass, finding nothing
+    otherwise walk every module, model and long-lived object at each pass, finding nothing
     to free: tens of milliseconds of p99 under load in the serving process, and part of
     the 8 % of the writer's instructions per row saved with it (the rest: rows no longer
     copied into tuples). (No collection before the freeze: it would find a

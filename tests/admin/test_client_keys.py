@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from sqlalchemy import select
 
 from fleetgate.store.database import database_url, open_database
-from fleetgate.store.tables import client_keys
 from tests.admin.helpers import admin, early_in_a_minute, options, two_tier_fleet
 from tests.harness import Stack, wait_until
 
@@ -50,8 +48,9 @@ def test_keys_auth_allow_lists_and_rpm(stack: Stack, db_url: str) -> None:
     async def stored() -> list[str]:
         db = open_database(database_url(db_url))
         try:
-            rows = await db.read(lambda c: c.execute(select(client_keys)).all())
-            return [str(tuple(r)) for r in rows]
+            rows = await db.read(lambda c: c.tuples("SELECT * FROM client_keys"))
+            assert rows
+            return [str(r) for r in rows]
         finally:
             await db.dispose()
 

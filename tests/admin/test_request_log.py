@@ -157,8 +157,6 @@ async def test_retention_purge_in_chunks(db_url: str) -> None:
 
 
 async def test_rows_wait_while_the_database_fails(sqlite_url: str) -> None:
-    from sqlalchemy import text
-
     from fleetgate.store.database import migrate
 
     db = open_database(database_url(sqlite_url))
@@ -166,15 +164,13 @@ async def test_rows_wait_while_the_database_fails(sqlite_url: str) -> None:
         await migrate(db)
         log = RequestLog(db, capacity=3)
         await db.transaction(  # the table "goes away" for a while
-            lambda c: c.execute(text("ALTER TABLE requests RENAME TO requests_away"))
+            lambda c: c.execute("ALTER TABLE requests RENAME TO requests_away")
         )
         now = time.time()
         await log.write([_record(1, now), _record(2, now + 1)])
         await log.write([_record(3, now + 2), _record(4, now + 3)])
         assert log.failures == 2 and log.dropped == 1 and log.written == 0
-        await db.transaction(
-            lambda c: c.execute(text("ALTER TABLE requests_away RENAME TO requests"))
-        )
+        await db.transaction(lambda c: c.execute("ALTER TABLE requests_away RENAME TO requests"))
         await log.write([])
         assert log.written == 3
         assert [r["request_id"] for r in (await log.page(limit=10)).rows] == ["r4", "r3", "r2"]

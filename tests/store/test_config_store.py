@@ -4,7 +4,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from sqlalchemy import inspect
 
 from fleetgate.config.loader import ConfigError
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, find
@@ -15,6 +14,8 @@ from fleetgate.store.database import (
     database_url,
     migrate,
     open_database,
+    table_names,
+    with_sqlalchemy,
 )
 from tests.harness import fleet_config
 
@@ -35,7 +36,7 @@ async def test_migrations_create_the_tables_and_are_idempotent(db_url: str) -> N
         await asyncio.gather(*(migrate(db) for _ in range(3)))
         await migrate(db)
         assert await current_revision(db) == SCHEMA_HEAD
-        names = await db.read(lambda c: set(inspect(c).get_table_names()))
+        names = set(await db.read(table_names))
         assert {"config_entities", "requests", "client_keys"} <= names
     finally:
         await db.dispose()
@@ -86,8 +87,10 @@ async def test_migrations_match_the_table_definitions(db_url: str) -> None:
 
     db = open_database(database_url(db_url))
     try:
-        await db.transaction(alembic_upgrade)  # the migrations themselves, not create_all
-        diff = await db.read(lambda c: compare_metadata(MigrationContext.configure(c), metadata))
+        await with_sqlalchemy(db, alembic_upgrade)  # the migrations themselves
+        diff = await with_sqlalchemy(
+            db, lambda c: compare_metadata(MigrationContext.configure(c), metadata)
+        )
         assert diff == []
     finally:
         await db.dispose()
@@ -106,16 +109,70 @@ def test_schema_head_constant_is_alembics_head() -> None:
 
 
 async def test_a_new_store_is_created_and_stamped_without_alembic(db_url: str) -> None:
-    """A fresh store gets tables.py's tables and the head revision; Alembic then finds
-    nothing to do, which proves the stamp is right."""
+    """A fresh store gets schema.py's tables, equal to tables.py's (Alembic compares them),
+    and the head revision; Alembic then finds nothing to do, which proves the stamp is
+    right."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from fleetgate.store.tables import metadata
+
     db = open_database(database_url(db_url))
     try:
         await migrate(db)
         assert await current_revision(db) == SCHEMA_HEAD
-        await db.transaction(alembic_upgrade)
+        diff = await with_sqlalchemy(
+            db, lambda c: compare_metadata(MigrationContext.configure(c), metadata)
+        )
+        assert diff == []
+        await with_sqlalchemy(db, alembic_upgrade)
         assert await current_revision(db) == SCHEMA_HEAD
     finally:
         await db.dispose()
+
+
+async def test_a_store_behind_the_schema_is_upgraded_by_alembic(db_url: str) -> None:
+    """A store an older version made (here at revision 0004, without the request notes)
+    is brought to the head by `migrate`, and the code reads and writes it after."""
+    db = open_database(database_url(db_url))
+    try:
+        await with_sqlalchemy(db, alembic_upgrade, "0004")
+        assert await current_revision(db) == "0004"
+        await migrate(db)
+        assert await current_revision(db) == SCHEMA_HEAD
+        store = ConfigStore(db)
+        assert await store.seed(fleet_config(BASE)) is True
+        assert [b["id"] for b in (await store.entities())["deployments"]] == ["pa/m", "long"]
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_the_new_stores_statements_are_what_sqlalchemy_makes_of_tables_py(dialect: str) -> None:
+    """schema.py (what a new store gets, without SQLAlchemy) says what tables.py (what the
+    migrations upgrade to) says, statement by statement."""
+    import re
+
+    from sqlalchemy.dialects import postgresql, sqlite
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    from fleetgate.store.schema import BOOLEAN_COLUMNS, JSON_COLUMNS, create_statements
+    from fleetgate.store.tables import metadata
+
+    def plain(sql: str) -> str:
+        return re.sub(r"\s+", " ", sql).replace("( ", "(").replace(" )", ")").strip()
+
+    compiler = {"sqlite": sqlite.dialect(), "postgresql": postgresql.dialect()}[dialect]
+    expected = []
+    for table in metadata.sorted_tables:
+        expected.append(plain(str(CreateTable(table).compile(dialect=compiler))))
+        for index in sorted(table.indexes, key=lambda i: str(i.name)):
+            expected.append(plain(str(CreateIndex(index).compile(dialect=compiler))))
+    quoted = [sql.replace('"', "") for sql in create_statements(dialect)]
+    assert quoted == [sql.replace('"', "") for sql in expected]
+    columns = [c for t in metadata.sorted_tables for c in t.columns]
+    assert {c.name for c in columns if type(c.type).__name__ == "JSON"} == JSON_COLUMNS
+    assert {c.name for c in columns if type(c.type).__name__ == "Boolean"} == BOOLEAN_COLUMNS
 
 
 def test_database_urls_get_the_shipped_drivers(

@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from sqlalchemy import delete
 
 from fleetgate.cli import main
-from fleetgate.store.tables import store_meta
 from tests.admin.helpers import admin, options, two_tier_fleet
 from tests.cluster.test_replicas import _options
 from tests.harness import LoopThread, Stack, wait_until
@@ -136,7 +134,7 @@ def test_a_store_seeded_without_a_record_of_its_file(
     assert control is not None
     stack.lt.run(
         control.db.transaction(
-            lambda conn: conn.execute(delete(store_meta).where(store_meta.c.key == "fleet_file"))
+            lambda conn: conn.execute("DELETE FROM store_meta WHERE \"key\" = 'fleet_file'")
         )
     )
     gw = _restart(stack, _edited(config), db_url, caplog)

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Boolean, text
+from sqlalchemy import Boolean
 
 from fleetgate.execute.outcome import Attempt
 from fleetgate.record.recorder import RequestRecord
@@ -258,7 +258,7 @@ async def test_the_writer_appends_with_a_smaller_page_cache_than_the_serving_pro
         assert writer.written == 3
         assert writer._conn.execute("PRAGMA cache_size").fetchone() == (-WRITER_CACHE_KIB,)
         writer.close()
-        served = await db.read(lambda c: c.execute(text("PRAGMA cache_size")).scalar())
+        served = await db.read(lambda c: c.value("PRAGMA cache_size"))
         assert served == -SQLITE_CACHE_KIB
     finally:
         await db.dispose()
@@ -361,16 +361,12 @@ async def test_rows_wait_in_the_child_through_a_store_outage(
     url, db = store
     writer = _started(url)
     try:
-        await db.transaction(
-            lambda c: c.execute(text("ALTER TABLE requests RENAME TO requests_away"))
-        )
+        await db.transaction(lambda c: c.execute("ALTER TABLE requests RENAME TO requests_away"))
         await writer.write(_batch(0, 30))
         await until(lambda: writer.failures >= 1, 10, "the child failed to write")
         await writer.write(_batch(30, 20))
         assert writer.written == 0
-        await db.transaction(
-            lambda c: c.execute(text("ALTER TABLE requests_away RENAME TO requests"))
-        )
+        await db.transaction(lambda c: c.execute("ALTER TABLE requests_away RENAME TO requests"))
         await until(lambda: writer.written == 50, 10, "the child wrote them after the outage")
     finally:
         await writer.stop()
@@ -392,7 +388,7 @@ async def test_shutdown_during_an_outage_counts_what_it_could_not_write(
     monkeypatch.setattr(log_writer, "STOP_TIMEOUT", 3.0)
     url, db = store
     writer = _started(url)
-    await db.transaction(lambda c: c.execute(text("ALTER TABLE requests RENAME TO requests_away")))
+    await db.transaction(lambda c: c.execute("ALTER TABLE requests RENAME TO requests_away"))
     await writer.write(_batch(0, 12))
     started = time.monotonic()
     await writer.stop()

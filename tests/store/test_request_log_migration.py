@@ -9,7 +9,13 @@ from typing import Any
 from alembic import command
 from sqlalchemy import Connection, text
 
-from fleetgate.store.database import alembic_config, alembic_upgrade, database_url, open_database
+from fleetgate.store.database import (
+    alembic_config,
+    alembic_upgrade,
+    database_url,
+    open_database,
+    with_sqlalchemy,
+)
 from fleetgate.store.request_log import RequestLog
 
 _REQUEST = (
@@ -88,8 +94,8 @@ def _split_rows(conn: Connection) -> tuple[list[Any], int]:
 async def test_upgrade_inlines_attempts_and_downgrade_splits_them(db_url: str) -> None:
     db = open_database(database_url(db_url))
     try:
-        await db.transaction(_at_0001_with_old_rows)
-        await db.transaction(alembic_upgrade)
+        await with_sqlalchemy(db, _at_0001_with_old_rows)
+        await with_sqlalchemy(db, alembic_upgrade)
 
         log = RequestLog(db)
         fb = await log.get("fb-1")
@@ -108,8 +114,8 @@ async def test_upgrade_inlines_attempts_and_downgrade_splits_them(db_url: str) -
         assert refused["stream"] is True and refused["tokens_estimated"] is True
         assert [r["request_id"] for r in (await log.page()).rows] == ["refused", "fb-1"]
 
-        await db.transaction(lambda c: command.downgrade(alembic_config(c), "0001"))
-        rows, requests = await db.read(_split_rows)
+        await with_sqlalchemy(db, lambda c: command.downgrade(alembic_config(c), "0001"))
+        rows, requests = await with_sqlalchemy(db, _split_rows)
         assert requests == 2
         assert [tuple(r[:4]) for r in rows] == [("fb-1", 0, "pa", 503), ("fb-1", 1, "pb", 200)]
         params = rows[0][4]

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope
@@ -30,7 +29,7 @@ from fleetgate.admin.errors import AdminError
 from fleetgate.admin.openapi import entity_model, install_openapi
 from fleetgate.auth.guard import presents
 from fleetgate.errors import GatewayError
-from fleetgate.store.errors import StoreUnavailable
+from fleetgate.store.errors import RowRejected, StoreError, StoreUnavailable
 from fleetgate.store.kinds import ENTITY_KINDS
 
 if TYPE_CHECKING:
@@ -75,7 +74,7 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
         return JSONResponse(err.body(), status_code=exc.status_code, headers=headers)
 
     async def _store_error(request: Request, exc: Exception) -> JSONResponse:
-        if isinstance(exc, DataError):  # a value the database cannot hold
+        if isinstance(exc, RowRejected):  # a value the database cannot hold
             err = GatewayError("invalid_request", "A value is too long or malformed to store.")
             return JSONResponse(err.body(), status_code=err.status)
         control.store_outage.failed(exc)
@@ -89,7 +88,7 @@ def create_admin_app(control: ControlPlane) -> FastAPI:
 
     # answered here, not by the framework's plain-text 500 (after which the gateway's own
     # error answer would have broken the client's kept-alive connection)
-    for store_error in (SQLAlchemyError, OSError, StoreUnavailable):
+    for store_error in (StoreError, OSError, StoreUnavailable):
         app.add_exception_handler(store_error, _store_error)
 
     @app.exception_handler(RequestValidationError)

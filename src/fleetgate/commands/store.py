@@ -7,9 +7,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import inspect, make_url
-from sqlalchemy.exc import SQLAlchemyError
-
 from fleetgate.config import FleetConfig, load_config_file
 from fleetgate.config.schema import StorageConfig
 from fleetgate.store.database import (
@@ -20,9 +17,12 @@ from fleetgate.store.database import (
     database_url,
     open_database,
     store_unavailable,
+    table_names,
 )
-from fleetgate.store.db import Database
-from fleetgate.store.errors import StoreUnavailable
+from fleetgate.store.db import Conn, Database
+from fleetgate.store.db import shown_url as _shown_url
+from fleetgate.store.errors import StoreError, StoreUnavailable
+from fleetgate.store.sqlite_setup import sqlite_path
 
 T = TypeVar("T")
 
@@ -59,24 +59,26 @@ def existing_store_url() -> str:
 
 def shown_url(url: str) -> str:
     """A store's URL as a command says it: without its password."""
-    return make_url(url).render_as_string(hide_password=True)
+    return _shown_url(url)
 
 
 def shown(db: Database) -> str:
-    return db.url.render_as_string(hide_password=True)
+    return _shown_url(db.url)
 
 
 async def is_empty(db: Database) -> bool:
     """True when the store was never created or has no tables yet (nothing is written)."""
-    return await db.run(_is_empty, db)
-
-
-def _is_empty(db: Database) -> bool:
-    path = db.url.database
-    if db.dialect.name == "sqlite" and path and path != ":memory:" and not Path(path).exists():
+    if not db.is_postgres and not await db.run(_exists, sqlite_path(db.url)):
         return True  # connecting would create the file
-    with db.engine.connect() as conn:
-        return "config_entities" not in inspect(conn).get_table_names()
+    return await db.read(_is_empty)
+
+
+def _exists(path: str) -> bool:
+    return Path(path).exists()
+
+
+def _is_empty(conn: Conn) -> bool:
+    return "config_entities" not in table_names(conn)
 
 
 async def with_store(url: str, work: Callable[[Database], Awaitable[T]]) -> T:
@@ -84,7 +86,7 @@ async def with_store(url: str, work: Callable[[Database], Awaitable[T]]) -> T:
     db = open_database(url)
     try:
         return await work(db)
-    except (SQLAlchemyError, OSError) as exc:
+    except (StoreError, OSError) as exc:
         raise store_unavailable(db, exc) from exc
     finally:
         await db.dispose()

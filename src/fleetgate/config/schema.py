@@ -535,8 +535,8 @@ class ServerConfig(_Strict):
 
 class StorageConfig(_Strict):
     database_url: str | None = None
-    """SQLAlchemy URL of the store; SQLite under `data_dir` when unset (env
-    FLEETGATE_DATABASE_URL overrides)."""
+    """URL of the store (`sqlite:///PATH` or `postgresql://USER@HOST:PORT/DB`); SQLite
+    under `data_dir` when unset (env FLEETGATE_DATABASE_URL overrides)."""
     redis_url: str | None = None
     """Shared runtime state for many replicas (env FLEETGATE_REDIS_URL overrides)."""
     redis_namespace: str | None = None

@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from fleetgate import __version__
 from fleetgate.auth.guard import Guard, record_usage
 from fleetgate.auth.keys import KeyRing
@@ -34,6 +32,8 @@ from fleetgate.store.calibration import CalibrationKeeper, CalibrationStore
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
 from fleetgate.store.database import database_url, migrate, open_database
+from fleetgate.store.db import shown_url
+from fleetgate.store.errors import StoreError
 from fleetgate.store.fingerprints import FingerprintKeeper
 from fleetgate.store.fleet_file import (
     apply_summary,
@@ -132,7 +132,7 @@ class SpendSink(BatchSink):
         batch = dict(pending)
         try:
             await self.keys.add_spend(batch)
-        except (SQLAlchemyError, OSError) as exc:
+        except (StoreError, OSError) as exc:
             self.outage.failed(exc, "request-log rows and spend wait in memory")
             return
         self.outage.ok()
@@ -170,9 +170,7 @@ class ControlPlane:
             or storage.redis_namespace
         )
         self.db = open_database(self.url)
-        self.store_outage = Outage(
-            "the store", log, self.db.url.render_as_string(hide_password=True)
-        )
+        self.store_outage = Outage("the store", log, shown_url(self.db.url))
         self.config_store = ConfigStore(self.db)
         self.request_log = RequestLog(self.db, base.storage.log_buffer, self.store_outage)
         # who writes the log's rows: the request log itself, or its writer process
@@ -305,7 +303,7 @@ class ControlPlane:
         """Seed an empty store from the file; then, when the file owns the fleet
         (`storage.fleet_source`), apply it if it changed since it was last applied.
         Returns the new config version when the file was applied."""
-        store_url = self.db.url.render_as_string(hide_password=True)
+        store_url = shown_url(self.db.url)
         if await self.config_store.seed(self.base):
             log.info("seeded the store (%s) from the config file", store_url)
             return None
@@ -414,7 +412,7 @@ class ControlPlane:
             )
         except NoConfigFile as exc:
             log.error("reload refused: %s", exc)
-        except (SQLAlchemyError, OSError) as exc:
+        except (StoreError, OSError) as exc:
             self.store_outage.failed(exc)
             log.error("reload failed: the store cannot be reached (%s)", type(exc).__name__)
 
@@ -460,7 +458,7 @@ class ControlPlane:
             elif kind == "resync":  # back from a Redis outage: changes may have been missed
                 await self.reload_fleet(by="another replica")
                 await self.reload_keys()
-        except (SQLAlchemyError, OSError) as exc:  # the poll loop catches up once it is back
+        except (StoreError, OSError) as exc:  # the poll loop catches up once it is back
             self.store_outage.failed(exc)
 
     # ---- without (working) Redis: notice other processes' changes by polling -------------
@@ -475,7 +473,7 @@ class ControlPlane:
                 await self.reload_fleet(by="another replica")
                 if await self.config_store.counter(KEYS_VERSION) != self._keys_version:
                     await self.reload_keys()
-            except (SQLAlchemyError, OSError) as exc:
+            except (StoreError, OSError) as exc:
                 self.store_outage.failed(exc)
                 continue
             except Exception:
@@ -494,7 +492,7 @@ class ControlPlane:
                 gone = await self.purge_once()
                 if gone:
                     log.info("purged %d request-log rows past retention", gone)
-            except (SQLAlchemyError, OSError) as exc:
+            except (StoreError, OSError) as exc:
                 self.store_outage.failed(exc)
             except Exception:
                 log.exception("request-log purge failed; retrying later")
@@ -506,7 +504,7 @@ class ControlPlane:
             "version": __version__,
             "warnings": secret_warnings(self.fleet.config, self.admin_key),
             "config_version": self.fleet.version,
-            "database": self.db.dialect.name,
+            "database": self.db.dialect,
             "records_dropped": recorder.dropped,
             "records_buffered": recorder.buffered,
             "records_written": self.log_writer.written,

@@ -13,13 +13,11 @@ import logging
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, insert, select, update
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from fleetgate.context.calibration import CalibrationBook
-from fleetgate.store.db import Database
-from fleetgate.store.errors import StoreUnavailable
-from fleetgate.store.tables import store_meta
+from fleetgate.store.db import Conn, Database
+from fleetgate.store.errors import RowConflict, StoreError, StoreUnavailable
+from fleetgate.store.meta import get_meta, insert_meta, update_meta
 
 log = logging.getLogger("fleetgate.store")
 
@@ -42,20 +40,19 @@ class CalibrationStore:
         value = orjson.dumps(dumps).decode()
         try:
             await self.db.transaction(_save, self.key, value)
-        except IntegrityError:  # another replica inserted the row first
+        except RowConflict:  # another replica inserted the row first
             await self.db.transaction(_save, self.key, value)
 
 
-def _load(conn: Connection, key: str) -> dict[str, dict[str, Any]]:
-    row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == key)).first()
-    data = orjson.loads(row[0]) if row else {}
+def _load(conn: Conn, key: str) -> dict[str, dict[str, Any]]:
+    value = get_meta(conn, key)
+    data = orjson.loads(value) if value is not None else {}
     return data if isinstance(data, dict) else {}
 
 
-def _save(conn: Connection, key: str, value: str) -> None:
-    done = conn.execute(update(store_meta).where(store_meta.c.key == key).values(value=value))
-    if not done.rowcount:
-        conn.execute(insert(store_meta).values(key=key, value=value))
+def _save(conn: Conn, key: str, value: str) -> None:
+    if not update_meta(conn, key, value):
+        insert_meta(conn, key, value)
 
 
 class CalibrationKeeper:
@@ -78,7 +75,7 @@ class CalibrationKeeper:
             return
         try:
             await self.store.save(self.book.dumps())
-        except (StoreUnavailable, SQLAlchemyError, OSError) as exc:
+        except (StoreUnavailable, StoreError, OSError) as exc:
             log.info(
                 "calibration not saved (%s); next try in %.0f s", type(exc).__name__, SAVE_INTERVAL
             )

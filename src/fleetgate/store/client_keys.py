@@ -6,23 +6,15 @@ import os
 import time
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
-
 from fleetgate.auth.keys import ClientKey, hash_secret, new_secret
-from fleetgate.store.db import Database
-from fleetgate.store.tables import client_keys
+from fleetgate.store.db import Conn, Database, json_text
 
 EDITABLE = ("name", "allowed_models", "rpm", "tpm", "budget", "disabled")
 
 
-def _public(row: Any) -> dict[str, Any]:
-    data = dict(row._mapping)
-    data.pop("key_hash")
-    return data
-
-
-def _by_id(key_id: str) -> Any:
-    return select(client_keys).where(client_keys.c.id == key_id)
+def _public(row: dict[str, Any]) -> dict[str, Any]:
+    row.pop("key_hash")
+    return row
 
 
 class KeyStore:
@@ -72,51 +64,80 @@ class KeyStore:
         return await self.db.read(_active)
 
 
-def _insert(conn: Connection, row: dict[str, Any]) -> None:
-    conn.execute(insert(client_keys).values(**row))
+_COLUMNS = (
+    "id",
+    "name",
+    "key_hash",
+    "prefix",
+    "allowed_models",
+    "rpm",
+    "tpm",
+    "budget",
+    "spent",
+    "disabled",
+    "created_at",
+)
 
 
-def _list(conn: Connection) -> list[dict[str, Any]]:
-    rows = conn.execute(select(client_keys).order_by(client_keys.c.created_at))
-    return [_public(r) for r in rows]
+def _bound(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` as the statements bind them (the model list as JSON)."""
+    if "allowed_models" in values:
+        values = {**values, "allowed_models": json_text(values["allowed_models"])}
+    return values
 
 
-def _get(conn: Connection, key_id: str) -> dict[str, Any] | None:
-    row = conn.execute(_by_id(key_id)).first()
-    return _public(row) if row else None
+def _insert(conn: Conn, row: dict[str, Any]) -> None:
+    names = [c for c in _COLUMNS if c in row]
+    conn.execute(
+        f"INSERT INTO client_keys ({', '.join(names)}) "
+        f"VALUES ({', '.join(':' + n for n in names)})",
+        _bound(row),
+    )
 
 
-def _update(conn: Connection, key_id: str, values: dict[str, Any]) -> dict[str, Any] | None:
+def _list(conn: Conn) -> list[dict[str, Any]]:
+    return [_public(r) for r in conn.rows("SELECT * FROM client_keys ORDER BY created_at")]
+
+
+def _get(conn: Conn, key_id: str) -> dict[str, Any] | None:
+    rows = conn.rows("SELECT * FROM client_keys WHERE id = :id", {"id": key_id})
+    return _public(rows[0]) if rows else None
+
+
+def _update(conn: Conn, key_id: str, values: dict[str, Any]) -> dict[str, Any] | None:
     if values:
-        conn.execute(update(client_keys).where(client_keys.c.id == key_id).values(**values))
+        # the names come from EDITABLE, never from the request
+        sets = ", ".join(f"{name} = :{name}" for name in values if name in EDITABLE)
+        conn.execute(
+            f"UPDATE client_keys SET {sets} WHERE id = :key_id",
+            {**_bound(values), "key_id": key_id},
+        )
     return _get(conn, key_id)
 
 
-def _delete(conn: Connection, key_id: str) -> bool:
-    return bool(conn.execute(delete(client_keys).where(client_keys.c.id == key_id)).rowcount)
+def _delete(conn: Conn, key_id: str) -> bool:
+    return bool(conn.count("DELETE FROM client_keys WHERE id = :id", {"id": key_id}))
 
 
-def _add_spend(conn: Connection, spend: dict[str, float]) -> None:
+def _add_spend(conn: Conn, spend: dict[str, float]) -> None:
     for key_id, cost in spend.items():
         conn.execute(
-            update(client_keys)
-            .where(client_keys.c.id == key_id)
-            .values(spent=client_keys.c.spent + cost)
+            "UPDATE client_keys SET spent = spent + :cost WHERE id = :id",
+            {"cost": cost, "id": key_id},
         )
 
 
-def _active(conn: Connection) -> dict[str, ClientKey]:
-    rows = conn.execute(select(client_keys).where(client_keys.c.disabled.is_(False)))
+def _active(conn: Conn) -> dict[str, ClientKey]:
     out = {}
-    for r in rows:
-        allowed = r.allowed_models
-        out[r.key_hash] = ClientKey(
-            id=r.id,
-            name=r.name,
+    for r in conn.rows("SELECT * FROM client_keys WHERE disabled = :no", {"no": False}):
+        allowed = r["allowed_models"]
+        out[r["key_hash"]] = ClientKey(
+            id=r["id"],
+            name=r["name"],
             allowed_models=frozenset(m.lower() for m in allowed) if allowed is not None else None,
-            rpm=r.rpm,
-            tpm=r.tpm,
-            budget=r.budget,
-            spent=r.spent,
+            rpm=r["rpm"],
+            tpm=r["tpm"],
+            budget=r["budget"],
+            spent=r["spent"],
         )
     return out

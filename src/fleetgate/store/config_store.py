@@ -9,16 +9,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
-from sqlalchemy import Connection, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
 from fleetgate.config import FleetConfig, Problem, validate_config
 from fleetgate.config.loader import ConfigError
-from fleetgate.store.db import Database
+from fleetgate.store.db import Conn, Database, json_text
+from fleetgate.store.errors import RowConflict
 from fleetgate.store.fleet_file import changes, same
 from fleetgate.store.kinds import ENTITY_KINDS, Body, Entities
+from fleetgate.store.meta import get_meta, insert_meta, update_meta
 from fleetgate.store.secrets import secret_box
-from fleetgate.store.tables import config_entities, config_history, store_meta
 
 T = TypeVar("T")
 
@@ -80,7 +79,7 @@ class ConfigStore:
         """Fill an empty store from the config file; False when it was seeded before."""
         try:
             await self.db.transaction(_seed, entities_of(config))
-        except IntegrityError:
+        except RowConflict:
             return False  # another replica (or an earlier start) seeded it
         return True
 
@@ -136,44 +135,40 @@ class ConfigStore:
         return await self.db.transaction(_reseal)
 
 
-def _lock_config(conn: Connection) -> None:
+def _lock_config(conn: Conn) -> None:
     """Serialise config edits across processes before anything is read."""
-    if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CONFIG_LOCK})")
+    if conn.postgres:
+        conn.execute("SELECT pg_advisory_xact_lock(:k)", {"k": _CONFIG_LOCK})
         return
     # SQLite: a write first takes the database's write lock (a second editor waits here,
     # up to the busy timeout), and the reads after it see every edit committed before
     # it. Without it, two editors could both read, then the later one write back a stale
     # copy of an entity the earlier one had changed.
-    conn.execute(
-        update(store_meta).where(store_meta.c.key == _SEEDED).values(value=store_meta.c.value)
-    )
+    conn.execute('UPDATE store_meta SET value = value WHERE "key" = :key', {"key": _SEEDED})
 
 
-def _seed(conn: Connection, entities: Entities) -> None:
-    conn.execute(insert(store_meta).values(key=_SEEDED, value=str(time.time())))
-    conn.execute(insert(store_meta).values(key=_VERSION, value="1"))
+def _seed(conn: Conn, entities: Entities) -> None:
+    insert_meta(conn, _SEEDED, str(time.time()))
+    insert_meta(conn, _VERSION, "1")
     _write(conn, {}, entities)
     _record_file(conn, entities)
     seeded = {"type": "seeded", "message": "seeded from the config file"}
     _add_history(conn, 1, {}, entities, [seeded])
 
 
-def _last_file(conn: Connection) -> Entities | None:
-    row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == _FILE)).first()
-    return secret_box().open_all(orjson.loads(row[0])) if row else None
+def _last_file(conn: Conn) -> Entities | None:
+    value = get_meta(conn, _FILE)
+    return secret_box().open_all(orjson.loads(value)) if value is not None else None
 
 
-def _record_file(conn: Connection, entities: Entities) -> None:
+def _record_file(conn: Conn, entities: Entities) -> None:
     sealed = secret_box().seal_all(entities)
     value = orjson.dumps(sealed, option=orjson.OPT_SORT_KEYS).decode()
-    if conn.execute(select(store_meta.c.key).where(store_meta.c.key == _FILE)).first():
-        conn.execute(update(store_meta).where(store_meta.c.key == _FILE).values(value=value))
-    else:
-        conn.execute(insert(store_meta).values(key=_FILE, value=value))
+    if not update_meta(conn, _FILE, value):
+        insert_meta(conn, _FILE, value)
 
 
-def _apply_file(conn: Connection, file: Entities, check: Callable[[Entities], object]) -> FileApply:
+def _apply_file(conn: Conn, file: Entities, check: Callable[[Entities], object]) -> FileApply:
     _lock_config(conn)
     last = _last_file(conn)
     before = _load(conn)
@@ -191,29 +186,29 @@ def _apply_file(conn: Connection, file: Entities, check: Callable[[Entities], ob
     return FileApply("applied", version, before, last)
 
 
-def _counter(conn: Connection, name: str) -> int:
-    row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == name)).first()
-    return int(row[0]) if row else 0
+def _counter(conn: Conn, name: str) -> int:
+    value = get_meta(conn, name)
+    return int(value) if value is not None else 0
 
 
-def _bump(conn: Connection, name: str) -> int:
+def _bump(conn: Conn, name: str) -> int:
     _lock_config(conn)
     return _increment(conn, name)
 
 
-def _increment(conn: Connection, name: str) -> int:
+def _increment(conn: Conn, name: str) -> int:
     """Add one to a counter in store_meta (created at 1); the caller holds the config lock."""
-    row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == name)).first()
-    value = int(row[0]) + 1 if row else 1
-    if row:
-        conn.execute(update(store_meta).where(store_meta.c.key == name).values(value=str(value)))
+    old = get_meta(conn, name)
+    value = int(old) + 1 if old is not None else 1
+    if old is not None:
+        update_meta(conn, name, str(value))
     else:
-        conn.execute(insert(store_meta).values(key=name, value=str(value)))
+        insert_meta(conn, name, str(value))
     return value
 
 
 def _change(
-    conn: Connection,
+    conn: Conn,
     edit: Callable[[Entities], Entities],
     check: Callable[[Entities], T],
     events: list[dict[str, Any]],
@@ -229,7 +224,7 @@ def _change(
 
 
 def _add_history(
-    conn: Connection,
+    conn: Conn,
     version: int,
     before: Entities,
     after: Entities,
@@ -242,69 +237,63 @@ def _add_history(
         parts.append(f"and {len(touched) - _LISTED} more")
     parts.extend(e["message"] for e in events)
     conn.execute(
-        insert(config_history).values(
-            version=version,
-            time=time.time(),
-            summary="; ".join(parts) or "no entity changed",
-            changes=touched,
-            events=events,
-        )
+        "INSERT INTO config_history (version, time, summary, changes, events) "
+        "VALUES (:version, :time, :summary, :changes, :events)",
+        {
+            "version": version,
+            "time": time.time(),
+            "summary": "; ".join(parts) or "no entity changed",
+            "changes": json_text(touched),
+            "events": json_text(events),
+        },
     )
 
 
-def _history(conn: Connection, limit: int) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        select(config_history).order_by(config_history.c.version.desc()).limit(limit)
+def _history(conn: Conn, limit: int) -> list[dict[str, Any]]:
+    return conn.rows(
+        "SELECT * FROM config_history ORDER BY version DESC LIMIT :limit", {"limit": limit}
     )
-    return [dict(row._mapping) for row in rows]
 
 
-def _version(conn: Connection) -> int:
+def _version(conn: Conn) -> int:
     return _counter(conn, _VERSION)
 
 
-def _load(conn: Connection) -> Entities:
-    rows = conn.execute(
-        select(config_entities.c.kind, config_entities.c.body).order_by(
-            config_entities.c.kind, config_entities.c.position
-        )
-    )
+def _load(conn: Conn) -> Entities:
+    rows = conn.rows("SELECT kind, body FROM config_entities ORDER BY kind, position")
     out: Entities = {name: [] for name in ENTITY_KINDS}
     box = secret_box()
-    for kind, body in rows:
-        out.setdefault(kind, []).append(box.open(kind, body))
+    for row in rows:
+        kind = row["kind"]
+        out.setdefault(kind, []).append(box.open(kind, row["body"]))
     return out
 
 
-def _reseal(conn: Connection) -> int:
+def _reseal(conn: Conn) -> int:
     box = secret_box()
     if not box.enabled:
         return 0
     _lock_config(conn)
     resealed = 0
-    rows = conn.execute(
-        select(config_entities.c.id, config_entities.c.body).where(
-            config_entities.c.kind == "providers"
-        )
-    ).all()
-    for entity_id, body in rows:
+    rows = conn.rows("SELECT id, body FROM config_entities WHERE kind = 'providers'")
+    for row in rows:
+        body = row["body"]
         if box.stale("providers", body):
             sealed = box.seal("providers", box.open("providers", body))
             conn.execute(
-                update(config_entities)
-                .where(config_entities.c.kind == "providers", config_entities.c.id == entity_id)
-                .values(body=sealed)
+                "UPDATE config_entities SET body = :body WHERE kind = 'providers' AND id = :id",
+                {"body": json_text(sealed), "id": row["id"]},
             )
             resealed += 1
-    row = conn.execute(select(store_meta.c.value).where(store_meta.c.key == _FILE)).first()
-    if row is not None:
-        last = orjson.loads(row[0])
+    value = get_meta(conn, _FILE)
+    if value is not None:
+        last = orjson.loads(value)
         if any(box.stale("providers", body) for body in last.get("providers", [])):
             _record_file(conn, box.open_all(last))  # sealed afresh under the first key
     return resealed
 
 
-def _write(conn: Connection, before: Entities, after: Entities) -> None:
+def _write(conn: Conn, before: Entities, after: Entities) -> None:
     """Write the changed entities of `after` (plain; literal credentials sealed here)."""
     now = time.time()
     box = secret_box()
@@ -313,39 +302,34 @@ def _write(conn: Connection, before: Entities, after: Entities) -> None:
         old = {id_of(b): (i, b) for i, b in enumerate(before.get(name, []))}
         new_ids = [id_of(b) for b in after.get(name, [])]
         gone = [i for i in old if i not in set(new_ids)]
-        if gone:
+        for entity_id in gone:
             conn.execute(
-                delete(config_entities).where(
-                    config_entities.c.kind == name, config_entities.c.id.in_(gone)
-                )
+                "DELETE FROM config_entities WHERE kind = :kind AND id = :id",
+                {"kind": name, "id": entity_id},
             )
-        rows = conn.execute(
-            select(config_entities.c.id, config_entities.c.position).where(
-                config_entities.c.kind == name
+        positions = dict(
+            conn.tuples(
+                "SELECT id, position FROM config_entities WHERE kind = :kind", {"kind": name}
             )
         )
-        positions = dict(rows.all())
         next_position = max(positions.values(), default=-1) + 1
         for entity_id, body in zip(new_ids, after.get(name, []), strict=True):
             previous = old.get(entity_id)
             if previous is not None and previous[1] == body:
                 continue
             body = box.seal(name, body)
+            params = {"kind": name, "id": entity_id, "body": json_text(body), "now": now}
             if entity_id in positions:
                 conn.execute(
-                    update(config_entities)
-                    .where(config_entities.c.kind == name, config_entities.c.id == entity_id)
-                    .values(body=body, updated_at=now)
+                    "UPDATE config_entities SET body = :body, updated_at = :now "
+                    "WHERE kind = :kind AND id = :id",
+                    params,
                 )
             else:
                 conn.execute(
-                    insert(config_entities).values(
-                        kind=name,
-                        id=entity_id,
-                        position=next_position,
-                        body=body,
-                        updated_at=now,
-                    )
+                    "INSERT INTO config_entities (kind, id, position, body, updated_at) "
+                    "VALUES (:kind, :id, :position, :body, :now)",
+                    {**params, "position": next_position},
                 )
                 next_position += 1
 

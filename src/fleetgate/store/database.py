@@ -1,23 +1,28 @@
-"""Opening the store: the database URL, the engine, and migrations at start-up."""
+"""Opening the store: the database URL, the connections, and migrations at start-up.
+
+A new, empty store gets its tables from `schema.py`; only a store older than the schema
+imports SQLAlchemy and Alembic, to upgrade it (`with_sqlalchemy`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Connection, Engine, event, inspect, text
-from sqlalchemy import create_engine as _sa_create_engine
-from sqlalchemy.exc import SQLAlchemyError
-
-from fleetgate.store.db import Database
-from fleetgate.store.errors import StoreUnavailable
-from fleetgate.store.sqlite_setup import BUSY_TIMEOUT, register_adapters, set_pragmas
+from fleetgate.store.db import Conn, Database, is_memory, shown_url
+from fleetgate.store.errors import StoreError, StoreUnavailable
+from fleetgate.store.schema import SCHEMA_HEAD, VERSION_TABLE, create_statements
+from fleetgate.store.sqlite_setup import BUSY_TIMEOUT, register_adapters, set_pragmas, sqlite_path
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy import Connection, Engine
+
+T = TypeVar("T")
 
 DATA_DIR_ENV = "FLEETGATE_DATA_DIR"
 DATABASE_URL_ENV = "FLEETGATE_DATABASE_URL"
@@ -26,6 +31,8 @@ SQLITE_FILE = "fleetgate.db"
 # Any constant works; it only has to be the same in every replica.
 _MIGRATION_LOCK = 0x666C6565  # "flee"
 _MIGRATIONS = Path(__file__).with_name("migrations")
+
+__all__ = ["SCHEMA_HEAD", "Database", "migrate", "open_database"]
 
 
 def data_dir(configured: str | None = None) -> Path:
@@ -43,7 +50,7 @@ def database_url(
         return f"sqlite:///{(directory / SQLITE_FILE).resolve()}"
     # PostgreSQL URLs without a driver get the one this package ships with (psycopg 3), as
     # do URLs naming the async drivers of earlier versions; SQLite's driver is the standard
-    # library's sqlite3, SQLAlchemy's default
+    # library's sqlite3
     for prefix in ("postgresql://", "postgres://", "postgresql+asyncpg://"):
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url.removeprefix(prefix)
@@ -61,58 +68,77 @@ def database_url(
 
 def store_unavailable(db: Database, exc: Exception) -> StoreUnavailable:
     """A failure to reach or migrate the store, as one line an operator can act on."""
-    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-    where = db.url.render_as_string(hide_password=True)
+    reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
     return StoreUnavailable(
-        f"cannot open the store at {where}: {reason}. Check that the database is running "
-        f"and reachable, and storage.database_url / {DATABASE_URL_ENV}."
+        f"cannot open the store at {shown_url(db.url)}: {reason}. Check that the database "
+        f"is running and reachable, and storage.database_url / {DATABASE_URL_ENV}."
     )
 
 
 def open_database(url: str) -> Database:
     """The store at `url` (as `database_url` returns it), its work run in DB threads."""
-    return Database(create_engine(url))
+    return Database(url)
 
 
-def create_engine(url: str) -> Engine:
+def sqlalchemy_engine(url: str) -> Engine:
+    """A SQLAlchemy engine on the store at `url`, for Alembic (imported only here)."""
+    from sqlalchemy import create_engine, event
+
     if url.startswith("sqlite"):
         register_adapters()
-        engine = _sa_create_engine(url, connect_args={"timeout": BUSY_TIMEOUT})
+        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
             set_pragmas(dbapi_conn)
 
         return engine
-    return _sa_create_engine(url, pool_size=5, max_overflow=5, pool_pre_ping=True)
+    return create_engine(url)
 
 
-# The newest migration's revision. A store already there skips Alembic entirely (importing
-# and running it costs ~0.2 s of start-up); a test keeps this equal to Alembic's head.
-SCHEMA_HEAD = "0005"
+async def with_sqlalchemy(db: Database, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(connection, *args)` in one transaction of a SQLAlchemy engine on `db`'s store,
+    in a DB thread; the engine is gone after it. What the migrations run on."""
+    return await db.run(_with_engine, db.url, fn, args)
 
 
-def _upgrade(connection: Connection) -> None:
-    """A new, empty store gets the tables of tables.py and is stamped at SCHEMA_HEAD (the
+def _with_engine(url: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    engine = sqlalchemy_engine(url)
+    try:
+        with engine.begin() as connection:
+            return fn(connection, *args)
+    except SQLAlchemyError as exc:
+        raise StoreError(str(getattr(exc, "orig", None) or exc).strip()) from exc
+    finally:
+        engine.dispose()
+
+
+def table_names(conn: Conn) -> list[str]:
+    """The store's tables (PostgreSQL: in the connection's schema)."""
+    if conn.postgres:
+        sql = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+    else:
+        sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    return [row[0] for row in conn.tuples(sql)]
+
+
+def _create(conn: Conn) -> bool:
+    """A new, empty store gets the tables of `schema.py` and is stamped at SCHEMA_HEAD (the
     "create_all, then stamp head" way Alembic recommends for fresh databases; a test keeps
-    the migrations equal to tables.py). A store with tables is upgraded by Alembic."""
-    if not inspect(connection).get_table_names():
-        from fleetgate.store.tables import metadata
-
-        metadata.create_all(connection)
-        connection.execute(
-            text(
-                "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "
-                "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num))"
-            )
-        )
-        connection.execute(text("INSERT INTO alembic_version VALUES (:v)"), {"v": SCHEMA_HEAD})
-        return
-    alembic_upgrade(connection)
+    the migrations equal to it). False: the store has tables, Alembic upgrades it."""
+    if table_names(conn):
+        return False
+    for sql in create_statements(conn.dialect):
+        conn.execute(sql)
+    conn.execute(VERSION_TABLE)
+    conn.execute("INSERT INTO alembic_version VALUES (:v)", {"v": SCHEMA_HEAD})
+    return True
 
 
 def alembic_upgrade(connection: Connection, revision: str = "head") -> None:
-    """Run the migrations up to `revision` (imported only when a store needs it)."""
+    """Run the migrations up to `revision` on a SQLAlchemy connection (`with_sqlalchemy`)."""
     from alembic import command
 
     command.upgrade(alembic_config(connection), revision)
@@ -138,7 +164,7 @@ async def migrate(db: Database) -> None:
     """
     try:
         await _migrate(db)
-    except (SQLAlchemyError, OSError) as exc:
+    except (StoreError, OSError) as exc:
         raise store_unavailable(db, exc) from exc
 
 
@@ -146,26 +172,34 @@ async def _migrate(db: Database) -> None:
     if await _at_head(db):
         return
     if db.is_postgres:
-        await db.transaction(_upgrade_locked)
+        await db.run(_upgrade_postgres, db)
         return
-    path = db.url.database
-    if not path or path == ":memory:":
-        await db.transaction(_upgrade)
+    if is_memory(db.url):
+        if not await db.transaction(_create):
+            await with_sqlalchemy(db, alembic_upgrade)
         return
+    path = sqlite_path(db.url)
     async with _local_lock(path):
-        await db.run(_upgrade_sqlite, db.engine, path)
+        await db.run(_upgrade_sqlite, db, path)
 
 
-def _upgrade_locked(connection: Connection) -> None:
-    connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
-    _upgrade(connection)
+def _upgrade_postgres(db: Database) -> None:
+    """Under the advisory lock (held by this transaction): create a new store, or upgrade
+    an older one through Alembic on a connection of its own, before the lock goes."""
+    with db.connection() as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(:k)", {"k": _MIGRATION_LOCK})
+        if not _create(conn) and _revision(conn) != SCHEMA_HEAD:
+            _with_engine(db.url, alembic_upgrade, ())
 
 
-def _upgrade_sqlite(engine: Engine, path: str) -> None:
+def _upgrade_sqlite(db: Database, path: str) -> None:
     with open(path + ".migrate-lock", "a+") as lock_file:  # closing releases the flock
         fcntl.flock(lock_file, fcntl.LOCK_EX)
-        with engine.begin() as connection:
-            _upgrade(connection)
+        with db.connection() as conn:
+            created = _create(conn)
+            behind = not created and _revision(conn) != SCHEMA_HEAD
+        if behind:
+            _with_engine(db.url, alembic_upgrade, ())
 
 
 _LOCAL_LOCKS: dict[str, asyncio.Lock] = {}
@@ -179,7 +213,7 @@ def _local_lock(path: str) -> asyncio.Lock:
 async def _at_head(db: Database) -> bool:
     try:
         return await current_revision(db) == SCHEMA_HEAD
-    except Exception:  # no alembic_version table yet: a new store
+    except StoreError:  # no alembic_version table yet: a new store
         return False
 
 
@@ -187,9 +221,9 @@ async def current_revision(db: Database) -> str | None:
     return await db.read(_revision)
 
 
-def _revision(connection: Connection) -> str | None:
-    row = connection.execute(text("SELECT version_num FROM alembic_version")).first()
-    return row[0] if row else None
+def _revision(conn: Conn) -> str | None:
+    value = conn.value("SELECT version_num FROM alembic_version")
+    return None if value is None else str(value)
 
 
 async def prepare(url: str) -> None:

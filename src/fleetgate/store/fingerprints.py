@@ -12,13 +12,11 @@ import asyncio
 import logging
 import time
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from fleetgate.context.probes import VERSION
 from fleetgate.discovery.fingerprint import FingerprintCache, Probes, encode
 from fleetgate.store.calibration import CalibrationStore
 from fleetgate.store.db import Database
-from fleetgate.store.errors import StoreUnavailable
+from fleetgate.store.errors import StoreError, StoreUnavailable
 
 log = logging.getLogger("fleetgate.store")
 
@@ -35,7 +33,7 @@ class FingerprintKeeper:
     async def load(self) -> None:
         try:
             self.cache.load(await self.store.load())
-        except (StoreUnavailable, SQLAlchemyError, OSError) as exc:
+        except (StoreUnavailable, StoreError, OSError) as exc:
             log.info("tokenizer fingerprints not loaded (%s)", type(exc).__name__)
 
     def _on_new(self, identity: str, probes: Probes) -> None:
@@ -48,7 +46,7 @@ class FingerprintKeeper:
             stored = await self.store.load()  # another replica's may be there
             stored[identity] = {"probes": encode(probes), "version": VERSION, "at": time.time()}
             await self.store.save(stored)
-        except (StoreUnavailable, SQLAlchemyError, OSError) as exc:
+        except (StoreUnavailable, StoreError, OSError) as exc:
             log.info("tokenizer fingerprint not saved (%s)", type(exc).__name__)
 
     async def stop(self) -> None:

@@ -3,8 +3,8 @@ of a batch (only the columns some row fills) and PostgreSQL's COPY.
 
 Nothing here imports SQLAlchemy, asyncio or the records: the request log's writer process
 (`writer_child.py`) needs a database driver only (sqlite3, or psycopg). The serving
-process's `RequestLog` (`request_log.py`) runs the same statements through its SQLAlchemy
-engine.
+process's `RequestLog` (`request_log.py`) runs the same statements through its own
+connections (`db.py`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ COPY_SQL = f"COPY requests ({', '.join(COLUMNS)}) FROM STDIN"  # PostgreSQL's bu
 
 def placeholder(paramstyle: str) -> str:
     # Plain driver-level executemany: the log is the one bulk writer, and skipping
-    # SQLAlchemy's per-row parameter processing halves its CPU cost per row. The
+    # a statement layer's per-row parameter processing halves its CPU cost per row. The
     # placeholders are the driver's own: sqlite3's `?`, psycopg's `%s`.
     if paramstyle == "qmark":
         return "?"

@@ -14,15 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Select, and_, delete, or_, select
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError
-
 from fleetgate.outage import Outage
 from fleetgate.record.recorder import RequestRecord
-from fleetgate.store.db import Database
+from fleetgate.store.db import Conn, Database
+from fleetgate.store.errors import RowRejected, StoreError
 from fleetgate.store.log_rows import RowBatches, row_of
-from fleetgate.store.log_statements import COPY_SQL, bound, chunks, copy_rows, placeholder
-from fleetgate.store.tables import requests
+from fleetgate.store.log_statements import COLUMNS, COPY_SQL, bound, chunks, copy_rows, placeholder
+from fleetgate.store.sqlite_setup import SQLITE_PARAMSTYLE
 
 if TYPE_CHECKING:
     from fleetgate.store.log_statements import Row
@@ -31,7 +29,7 @@ log = logging.getLogger("fleetgate.record")
 
 # what the database says of a row it cannot hold (a value too long, a NUL in a string, a
 # missing value), as opposed to being unreachable: the row is at fault, not the database
-_ROW_REJECTED = (DataError, IntegrityError)
+_ROW_REJECTED = (RowRejected,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +62,11 @@ def parse_since(value: str) -> float:
 
 
 class RequestLog(RowBatches):
-    """A `RecordSink` writing through the store's SQLAlchemy engine (`RowBatches` says
-    what happens to rows while the database is unreachable, and to a row it refuses)."""
+    """A `RecordSink` writing through the store's connections (`RowBatches` says what
+    happens to rows while the database is unreachable, and to a row it refuses)."""
 
     REJECTED = _ROW_REJECTED
-    UNREACHABLE = (SQLAlchemyError, OSError)
+    UNREACHABLE = (StoreError, OSError)
 
     def __init__(
         self,
@@ -81,7 +79,7 @@ class RequestLog(RowBatches):
         self.db = db
         # PostgreSQL: COPY (a third of executemany's client CPU per row); SQLite: executemany
         # (for executemany: its placeholder; each batch's INSERT names the columns it fills)
-        self._insert = COPY_SQL if db.is_postgres else placeholder(db.dialect.paramstyle)
+        self._insert = COPY_SQL if db.is_postgres else placeholder(SQLITE_PARAMSTYLE)
         self._insert_rows = _copy_rows if db.is_postgres else _insert_rows
 
     def take(self, record: RequestRecord) -> None:
@@ -115,32 +113,37 @@ class RequestLog(RowBatches):
     ) -> Page:
         """Newest first; `cursor` continues after the last row of the previous page.
         `fallback`: only requests that fell back (true), or that did not (false)."""
-        query = select(*_LISTED)
+        where: list[str] = []
+        params: dict[str, Any] = {"limit": limit + 1}
         if fallback is not None:
-            count = requests.c.fallback_count
-            query = query.where(count > 0 if fallback else count == 0)
-        if model is not None:
-            query = query.where(requests.c.requested_model == model)
-        if key is not None:
-            query = query.where(requests.c.client_key_id == key)
-        if deployment is not None:
-            query = query.where(requests.c.deployment_id == deployment)
+            where.append("fallback_count > 0" if fallback else "fallback_count = 0")
+        for column, value in (
+            ("requested_model", model),
+            ("client_key_id", key),
+            ("deployment_id", deployment),
+        ):
+            if value is not None:
+                where.append(f"{column} = :{column}")
+                params[column] = value
         if status is not None:
             if status == "ok":
-                query = query.where(requests.c.status < 400)
+                where.append("status < 400")
             elif status == "error":
-                query = query.where(requests.c.status >= 400)
+                where.append("status >= 400")
             else:
-                query = query.where(requests.c.status == int(status))
+                where.append("status = :status")
+                params["status"] = int(status)
         if since is not None:
-            query = query.where(requests.c.time >= since)
+            where.append("time >= :since")
+            params["since"] = since
         if cursor is not None:
-            when, seq = decode_cursor(cursor)
-            query = query.where(
-                or_(requests.c.time < when, and_(requests.c.time == when, requests.c.seq < seq))
-            )
-        query = query.order_by(requests.c.time.desc(), requests.c.seq.desc()).limit(limit + 1)
-        rows = await self.db.read(_rows, query)
+            params["when"], params["seq"] = decode_cursor(cursor)
+            where.append("(time < :when OR (time = :when AND seq < :seq))")
+        sql = f"SELECT {_LISTED} FROM requests"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY time DESC, seq DESC LIMIT :limit"
+        rows = await self.db.read(_rows, sql, params)
         more = len(rows) > limit
         rows = rows[:limit]
         next_cursor = encode_cursor(rows[-1]["time"], rows[-1]["seq"]) if more else None
@@ -148,48 +151,40 @@ class RequestLog(RowBatches):
 
     async def get(self, request_id: str) -> dict[str, Any] | None:
         """The newest request with this id, with its attempts in order."""
-        query = (
-            select(requests)
-            .where(requests.c.request_id == request_id)
-            .order_by(requests.c.time.desc(), requests.c.seq.desc())
-            .limit(1)
+        sql = (
+            f"SELECT seq, {', '.join(COLUMNS)} FROM requests WHERE request_id = :id "
+            "ORDER BY time DESC, seq DESC LIMIT 1"
         )
-        rows = await self.db.read(_rows, query)
+        rows = await self.db.read(_rows, sql, {"id": request_id})
         return _public(rows[0]) if rows else None
 
 
-def _insert_rows(conn: Connection, mark: str, rows: list[Row], chunk: int) -> None:
+def _insert_rows(conn: Conn, mark: str, rows: list[Row], chunk: int) -> None:
     for piece in chunks(rows, chunk):
         if piece:  # (no INSERT names no column)
-            conn.exec_driver_sql(*bound(piece, mark))
+            conn.raw.executemany(*bound(piece, mark))
 
 
-def _copy_rows(conn: Connection, sql: str, rows: list[Row], chunk: int) -> None:
-    """The rows through psycopg's COPY, in the transaction of `conn`; a driver error comes
-    out as SQLAlchemy's class for it (DataError for a value too long, …), as from
-    `_insert_rows`."""
-    import psycopg
-
-    dbapi = conn.connection.dbapi_connection
-    assert dbapi is not None
-    try:
-        with dbapi.cursor() as cursor:
-            copy_rows(cursor, rows, chunk)
-    except psycopg.Error as exc:
-        raise DBAPIError.instance(sql, None, exc, psycopg.Error) from exc
+def _copy_rows(conn: Conn, _sql: str, rows: list[Row], chunk: int) -> None:
+    """The rows through psycopg's COPY, in the transaction of `conn`."""
+    with conn.raw.cursor() as cursor:
+        copy_rows(cursor, rows, chunk)
 
 
-def _purge_chunk(conn: Connection, older_than: float, chunk: int) -> int:
-    oldest = select(requests.c.seq).where(requests.c.time < older_than).limit(chunk)
-    return conn.execute(delete(requests).where(requests.c.seq.in_(oldest))).rowcount
+def _purge_chunk(conn: Conn, older_than: float, chunk: int) -> int:
+    return conn.count(
+        "DELETE FROM requests WHERE seq IN "
+        "(SELECT seq FROM requests WHERE time < :older LIMIT :chunk)",
+        {"older": older_than, "chunk": chunk},
+    )
 
 
-def _rows(conn: Connection, query: Select[Any]) -> list[dict[str, Any]]:
-    return [dict(r._mapping) for r in conn.execute(query)]
+def _rows(conn: Conn, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    return conn.rows(sql, params)
 
 
 # what a listing shows: everything but the attempts and notes (one request's view has them)
-_LISTED = tuple(c for c in requests.columns if c.name not in ("attempts", "notes"))
+_LISTED = ", ".join(("seq", *(c for c in COLUMNS if c not in ("attempts", "notes"))))
 
 
 def _public(row: dict[str, Any]) -> dict[str, Any]:

@@ -8,10 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Integer, case, cast, func, select, text
-
-from fleetgate.store.db import Database
-from fleetgate.store.tables import requests
+from fleetgate.store.db import Conn, Database
 
 NO_TIER = "none"  # requests no capacity tier served (refused, or every attempt failed)
 
@@ -34,17 +31,13 @@ class Window:
         return self.start + self.buckets * self.step
 
 
-def _bucket(conn: Connection, column: Any, window: Window) -> Any:
-    """The bucket index of a time: a non-negative quotient, so truncation is the floor
-    (SQLite's CAST truncates; PostgreSQL's rounds, hence floor() there)."""
-    quotient = (column - window.start) / window.step
-    if conn.dialect.name == "postgresql":
-        quotient = func.floor(quotient)
-    return cast(quotient, Integer)
-
-
-def _in_window(window: Window) -> Any:
-    return (requests.c.time >= window.start) & (requests.c.time < window.end)
+# The bucket index of a time: a non-negative quotient, so truncation is the floor
+# (SQLite's CAST truncates; PostgreSQL's rounds, hence floor() there).
+_BUCKET = {
+    "sqlite": "CAST((time - :start) / :step AS INTEGER)",
+    "postgresql": "CAST(FLOOR((time - :start) / :step) AS INTEGER)",
+}
+_IN_WINDOW = "time >= :start AND time < :end"
 
 
 # Attempts live inline as a JSON list; each dialect has its own way to expand one.
@@ -87,11 +80,10 @@ def _percentile(histogram: list[tuple[int, int, float]], share: float) -> float 
     return float(ordered[-1][2])
 
 
-def _stats(conn: Connection, window: Window) -> dict[str, Any]:
+def _stats(conn: Conn, window: Window) -> dict[str, Any]:
     size = window.buckets
     zeros = [0] * size
-    b = _bucket(conn, requests.c.time, window).label("b")
-    where = _in_window(window)
+    b = _BUCKET[conn.dialect]
     out: dict[str, Any] = {
         "start": window.start,
         "end": window.end,
@@ -101,40 +93,44 @@ def _stats(conn: Connection, window: Window) -> dict[str, Any]:
         "errors": list(zeros),
         "fallbacks": list(zeros),
     }
-    rows = conn.execute(
-        select(
-            b,
-            func.count(),
-            func.sum(case((requests.c.status >= 400, 1), else_=0)),
-            func.sum(case((requests.c.fallback_count > 0, 1), else_=0)),
-        )
-        .where(where)
-        .group_by(b)
+    params = {"start": window.start, "step": window.step, "end": window.end}
+    rows = conn.tuples(
+        f"SELECT {b} AS b, COUNT(*), "
+        "SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), "
+        "SUM(CASE WHEN fallback_count > 0 THEN 1 ELSE 0 END) "
+        f"FROM requests WHERE {_IN_WINDOW} GROUP BY b",
+        params,
     )
     for i, n, errors, fallbacks in rows:
         if 0 <= i < size:
             out["requests"][i], out["errors"][i], out["fallbacks"][i] = n, errors, fallbacks
 
     tiers: dict[str, list[int]] = {}
-    tier = func.coalesce(requests.c.context_tier, NO_TIER).label("tier")
-    for i, name, n in conn.execute(select(b, tier, func.count()).where(where).group_by(b, tier)):
+    grouped = conn.tuples(
+        f"SELECT {b} AS b, COALESCE(context_tier, :none) AS tier_name, COUNT(*) "
+        f"FROM requests WHERE {_IN_WINDOW} GROUP BY b, tier_name",
+        {**params, "none": NO_TIER},
+    )
+    for i, name, n in grouped:
         if 0 <= i < size:
             tiers.setdefault(name, list(zeros))[i] = n
     out["context_tiers"] = tiers
 
     deployments: dict[str, dict[str, list[int]]] = {}
-    params = {"start": window.start, "step": window.step, "end": window.end}
-    for i, dep, n, errors in conn.execute(text(_ATTEMPTS_SQL[conn.dialect.name]), params):
+    for i, dep, n, errors in conn.tuples(_ATTEMPTS_SQL[conn.dialect], params):
         if 0 <= i < size and dep is not None:
             entry = deployments.setdefault(dep, {"attempts": list(zeros), "errors": list(zeros)})
             entry["attempts"][i], entry["errors"][i] = n, errors
     out["deployments"] = deployments
 
-    ms = cast(requests.c.ttft * 1000, Integer).label("ms")
     histograms: list[list[tuple[int, int, float]]] = [[] for _ in range(size)]
-    answered = where & requests.c.ttft.is_not(None) & (requests.c.status < 400)
-    grouped = select(b, ms, func.count(), func.max(requests.c.ttft)).where(answered)
-    for i, value, n, top in conn.execute(grouped.group_by(b, ms)):
+    answered = conn.tuples(
+        f"SELECT {b} AS b, CAST(ttft * 1000 AS INTEGER) AS ms, COUNT(*), MAX(ttft) "
+        f"FROM requests WHERE {_IN_WINDOW} AND ttft IS NOT NULL AND status < 400 "
+        "GROUP BY b, ms",
+        params,
+    )
+    for i, value, n, top in answered:
         if 0 <= i < size:
             histograms[i].append((value, n, top))
     out["ttft_p50"] = [_percentile(h, 0.5) for h in histograms]

@@ -1,6 +1,6 @@
 """How every SQLite connection of the store is set up, whoever opens it: the serving
-process's SQLAlchemy engine (`database.py`) or the request log's writer process, which
-uses the driver alone (`driver_log.py`)."""
+process's connections (`db.py`), the engine that upgrades an older store
+(`database.py`), or the request log's writer process (`driver_log.py`)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def set_pragmas(conn: sqlite3.Connection, cache_kib: int = SQLITE_CACHE_KIB) -> 
 
 
 def sqlite_path(url: str) -> str:
-    """The file of a `sqlite:///PATH` URL (four slashes: an absolute path), as SQLAlchemy
+    """The file of a `sqlite:///PATH` URL (four slashes: an absolute path), as SQLAlchemy's URLs
     reads it."""
     rest = url.split("://", 1)[1]
     if not rest.startswith("/") or rest == "/":

@@ -1,0 +1,25 @@
+"""`store_meta`: the store's small facts, one text value per key (whether the YAML seeded
+the store, the config version, change counters, the calibration's and the fingerprints'
+JSON)."""
+
+from __future__ import annotations
+
+from fleetgate.store.db import Conn
+
+
+def get_meta(conn: Conn, key: str) -> str | None:
+    """The value of `key`; None when its row is not there."""
+    value = conn.value('SELECT value FROM store_meta WHERE "key" = :key', {"key": key})
+    return None if value is None else str(value)
+
+
+def insert_meta(conn: Conn, key: str, value: str) -> None:
+    """A new row (RowConflict when another writer made it first)."""
+    sql = 'INSERT INTO store_meta ("key", value) VALUES (:key, :value)'
+    conn.execute(sql, {"key": key, "value": value})
+
+
+def update_meta(conn: Conn, key: str, value: str) -> bool:
+    """Set the value of `key`; False when its row is not there."""
+    sql = 'UPDATE store_meta SET value = :value WHERE "key" = :key'
+    return bool(conn.count(sql, {"key": key, "value": value}))
