@@ -53,15 +53,23 @@ def is_memory(url: str) -> bool:
     return url.startswith("sqlite") and (":memory:" in url or url.rstrip("/") == "sqlite:")
 
 
+# a quoted string (left as it is), or a `:name` parameter (not a `::type` cast)
+_PARAMETER = re.compile(r"'(?:[^']|'')*'|(?<![:\w]):([A-Za-z_]\w*)")
+
+
 @functools.lru_cache(maxsize=256)
 def _pyformat(sql: str) -> str:
-    """`:name` as psycopg's `%(name)s` (a `::type` cast is left alone)."""
-    return re.sub(r"(?<![:\w]):([A-Za-z_]\w*)", r"%(\1)s", sql.replace("%", "%%"))
+    """`:name` as psycopg's `%(name)s`, and a literal `%` doubled (psycopg reads them in
+    quoted strings too)."""
+    return _PARAMETER.sub(
+        lambda m: m.group(0) if m.group(1) is None else f"%({m.group(1)})s",
+        sql.replace("%", "%%"),
+    )
 
 
 def json_text(value: Any) -> str | None:
     """A JSON column's value as a statement binds it (NULL for None)."""
-    return None if value is None else orjson.dumps(value).decode()
+    return None if value is None else orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 class Conn:
@@ -79,8 +87,8 @@ class Conn:
 
     def execute(self, sql: str, params: Params = ()) -> Any:
         """The driver's cursor of `sql` run with `params`."""
-        if self.postgres:
-            return self.raw.execute(_pyformat(sql), params or None)
+        if self.postgres:  # (a statement without parameters goes as it is written)
+            return self.raw.execute(_pyformat(sql), params) if params else self.raw.execute(sql)
         return self.raw.execute(sql, params)
 
     def rows(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
