@@ -9,7 +9,7 @@ import pytest
 
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.database import database_url, migrate, open_database
-from fleetgate.store.db import Conn, _pyformat, shown_url
+from fleetgate.store.db import Conn, _pyformat, json_text, shown_url
 from fleetgate.store.errors import RowConflict, RowRejected, StoreError
 
 
@@ -36,6 +36,21 @@ async def test_values_round_trip_and_errors_are_the_stores(db_url: str) -> None:
         # JSON and Boolean columns come back as such on both databases
         assert got["allowed_models"] == ["m", "n"] and got["disabled"] is False
         assert got["rpm"] == 5 and got["budget"] is None
+
+        # a JSON body with an integer beyond 64 bits (a schema-valid config value) is kept
+        # exactly
+        huge = {"max_concurrency": 2**64 + 1, "name": "p"}
+
+        def put(conn: Conn) -> None:
+            conn.execute(
+                "INSERT INTO config_entities (kind, id, position, body, updated_at) "
+                "VALUES ('providers', 'p', 0, :body, 0)",
+                {"body": json_text(huge)},
+            )
+
+        await db.transaction(put)
+        read = await db.read(lambda c: c.rows("SELECT body FROM config_entities"))
+        assert read == [{"body": huge}]
 
         def duplicate(conn: Conn) -> None:
             conn.execute("INSERT INTO store_meta (\"key\", value) VALUES ('k', '1'), ('k', '2')")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -68,8 +69,14 @@ def _pyformat(sql: str) -> str:
 
 
 def json_text(value: Any) -> str | None:
-    """A JSON column's value as a statement binds it (NULL for None)."""
-    return None if value is None else orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    """A JSON column's value as a statement binds it (NULL for None). An integer beyond 64
+    bits, which a config body may hold, goes through the standard library's encoder."""
+    if value is None:
+        return None
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"))
 
 
 class Conn:
@@ -96,7 +103,7 @@ class Conn:
         (SQLite hands both back as it stores them: text, 0 and 1)."""
         cursor = self.execute(sql, params)
         names = [d[0] for d in cursor.description]
-        json = [n in JSON_COLUMNS for n in names]
+        is_json = [n in JSON_COLUMNS for n in names]
         boolean = [n in BOOLEAN_COLUMNS for n in names]
         out = []
         for row in cursor.fetchall():
@@ -104,8 +111,8 @@ class Conn:
             for i, value in enumerate(values):
                 if value is None:
                     continue
-                if json[i] and isinstance(value, str):
-                    values[i] = orjson.loads(value)
+                if is_json[i] and isinstance(value, str):
+                    values[i] = json.loads(value)  # (exact beyond 64 bits, as psycopg's)
                 elif boolean[i] and not isinstance(value, bool):
                     values[i] = bool(value)
             out.append(dict(zip(names, values, strict=True)))
