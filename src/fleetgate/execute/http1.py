@@ -368,6 +368,7 @@ class _Connection(asyncio.Protocol):
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
+        del self.parser  # its callbacks are this connection's: a cycle for the collector
         self.closed = True
         self.pool.forget_idle(self)
         response = self._response

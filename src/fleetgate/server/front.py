@@ -106,10 +106,16 @@ class FrontProtocol(ConnectionGuard, asyncio.Protocol):
         if self._phase == BODY:  # (a body refused as too large is not waited for)
             log.debug("a client went away before its request's body arrived")
         self.waiting.clear()
-        current = self.current
+        # a request refers to its connection: the connection lets go of its requests (and of
+        # its parser, below), so nothing of it is left in a cycle for the collector
+        current, self.current, self.reading = self.current, None, None
         if current is not None and not current.complete:
             current.lost()
         self._wake_drain()
+        # the parser holds this protocol's callbacks: the two were a cycle, left with the
+        # transport to the collector (512 streams at once, each on a new connection: gen1
+        # passes of 34 ms, and the peak RSS a megabyte higher at each round)
+        del self.parser
 
     def eof_received(self) -> None:
         return None  # the connection closes (as uvicorn's does)
