@@ -61,7 +61,7 @@ class Call:
         self.conn = conn
         self.stream_id = stream_id
         self.metadata = metadata
-        self.handler: Handler = _Ignored()
+        self.handler: Handler = IGNORED
         self.done = False
         self._started = False
         self._buf = b""
@@ -111,7 +111,8 @@ class Call:
     def reset(self) -> None:
         if not self.done:
             self.done = True
-            self.handler.cancel()
+            handler, self.handler = self.handler, IGNORED
+            handler.cancel()
 
     # ---- the handler's side -----------------------------------------------------------
     def send(self, *messages: bytes) -> None:
@@ -129,6 +130,7 @@ class Call:
         if self.done:
             return
         self.done = True
+        self.handler = IGNORED  # (see `finish`)
         head = b"" if self._started else RESPONSE_HEADERS
         self._started = True
         self.conn.send_whole(self.stream_id, head, _framed(messages), TRAILERS_OK)
@@ -139,6 +141,10 @@ class Call:
         if self.done:
             return
         self.done = True
+        # a done call tells its handler nothing more: it lets go of it, and the two (each
+        # refers to the other) are freed with the stream, not left to the collector (a
+        # plain request's two calls: about a tenth of the picker's CPU)
+        self.handler = IGNORED
         if not self._started:  # trailers-only
             block = (
                 _OK_ONLY
@@ -159,6 +165,9 @@ class _Ignored:
 
     def cancel(self) -> None:
         pass
+
+
+IGNORED = _Ignored()  # the handler of a call before its method's, and once it is done
 
 
 # a method's handler, made for each call
