@@ -260,17 +260,20 @@ async def test_a_client_that_reads_slower_holds_the_stream_back() -> None:
 
 
 def test_a_connection_that_ends_leaves_nothing_for_the_collector(stack: Stack) -> None:
-    """A connection that ends, its answers whole or its client gone mid-stream, is freed by
-    reference counting, as are the upstream connections the pool closes: no protocol,
-    parser or request is left in a cycle. Under load, such cycles (one per connection)
-    were what the collector found: its passes of tens of milliseconds, and memory that
-    grew between them."""
+    """A connection that ends, its answers whole, refused or its client gone mid-stream, is
+    freed by reference counting, as are the upstream connections the pool closes: no
+    protocol, parser, request or refusal is left in a cycle. Under load, such cycles (one
+    per connection, or per refused request) were what the collector found: its passes of
+    tens of milliseconds, and memory that grew between them."""
     import gc
 
     import httptools
 
+    from fleetgate.errors import GatewayError
     from fleetgate.execute.http1 import _Connection
+    from fleetgate.pipeline.exchange import Exchange
     from fleetgate.server.front_request import FrontRequest
+    from fleetgate.testing.fake_engine import Fault
     from tests.harness import client_requests
 
     gateway_on_one_engine(stack)
@@ -282,6 +285,8 @@ def test_a_connection_that_ends_leaves_nothing_for_the_collector(stack: Stack) -
         _Connection,
         httptools.HttpRequestParser,
         httptools.HttpResponseParser,
+        GatewayError,
+        Exchange,
     )
     stream = orjson.dumps(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
@@ -300,6 +305,12 @@ def test_a_connection_that_ends_leaves_nothing_for_the_collector(stack: Stack) -
             wait_until(lambda n=n: len(client_requests(engine)) == n, 10, "request sent on")
             sock.close()
         engine.release()
+        engine.set_fault(Fault("status", status=503))
+        codes = []
+        for _ in range(3):  # the engine fails, then its circuit is open: no route
+            with httpx.Client(base_url=stack.url, timeout=10) as client:
+                codes.append(client.post("/v1/chat/completions", content=CHAT).json())
+        assert codes[-1]["error"]["code"] == "no_route"
         state = server.server_state
         wait_until(lambda: not (state.connections or state.tasks), 10, "connections ended")
         stack.stop_gateway()  # the pool closes its upstream connections

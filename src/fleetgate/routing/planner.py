@@ -110,8 +110,11 @@ def require_route(plan: RoutePlan, now: float | None = None) -> None:
         f"No deployment of {plan.requested_model!r} can serve this request: the "
         f"{plan.emptied_by or 'resolve'} filter removed the last candidate"
     )
-    error = GatewayError("no_route", f"{lead} ({reasons}).", headers=dict(plan.headers))
-    raise _comes_back(error, plan, now)
+    # (raised without a name: an exception held by a local of the frame its traceback holds
+    # is a cycle, left with the whole request to the cyclic collector)
+    raise _comes_back(
+        GatewayError("no_route", f"{lead} ({reasons}).", headers=dict(plan.headers)), plan, now
+    )
 
 
 def _comes_back(error: GatewayError, plan: RoutePlan, now: float) -> GatewayError:
