@@ -9,7 +9,7 @@ they become `%(name)s`.
 
 No SQLAlchemy here, nor anywhere the serving process goes (`database.py` imports it only
 to upgrade a store older than the schema): it was about 15 MB of the serving process's
-80 MB budget, and a sixth of its start.
+80 MB budget, and about a quarter of its start.
 """
 
 from __future__ import annotations
