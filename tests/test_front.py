@@ -305,6 +305,10 @@ def test_a_connection_that_ends_leaves_nothing_for_the_collector(stack: Stack) -
             wait_until(lambda n=n: len(client_requests(engine)) == n, 10, "request sent on")
             sock.close()
         engine.release()
+        engine.fail_next(Fault("break_stream"))  # an upstream stream that breaks
+        with httpx.Client(base_url=stack.url, timeout=10) as client:
+            broken = client.post("/v1/chat/completions", content=stream)
+            assert b"stream_interrupted" in broken.content
         engine.set_fault(Fault("status", status=503))
         codes = []
         for _ in range(3):  # the engine fails, then its circuit is open: no route

@@ -228,6 +228,14 @@ class UpstreamResponse:
         self._done = True
         self._wake()
 
+    def _raised(self) -> BaseException:
+        """The body's error, to raise: a new one of its class and message each time. The
+        one kept here never takes a traceback, whose frames (this response among their
+        locals) would make it a cycle with the whole stream for the collector."""
+        error = self._error
+        assert error is not None
+        return type(error)(*error.args) if isinstance(error, UpstreamIOError) else error
+
     def _fail(self, exc: BaseException) -> None:
         if not self._done and self._error is None:
             self._error = exc
@@ -256,7 +264,7 @@ class UpstreamResponse:
     async def read(self) -> bytes:
         while not self._done:
             if self._error is not None:
-                raise self._error
+                raise self._raised()
             await self._wait()
         self._release()  # all of it has come: the connection may serve another request
         chunks = self._take()
@@ -272,7 +280,7 @@ class UpstreamResponse:
                 chunks = self._take()
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
             if self._error is not None:
-                raise self._error
+                raise self._raised()
             if self._done:
                 self._release()
                 return b""
