@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from fleetgate.record.recorder import RequestRecord
-from fleetgate.store.database import database_url, open_database
+from fleetgate.store.database import database_url, migrate, open_database
 from fleetgate.store.request_log import RequestLog
 from fleetgate.testing import Fault
 from tests.admin.helpers import admin, options, two_tier_fleet
@@ -259,5 +259,26 @@ async def test_flushes_that_overlap_write_each_row_once(db_url: str) -> None:
         assert (log.written, log.pending) == (50, 0)
         rows = (await log.page(limit=100)).rows
         assert sorted(r["request_id"] for r in rows) == sorted(f"r{i}" for i in range(50))
+    finally:
+        await db.dispose()
+
+
+async def test_a_row_the_database_refuses_in_process_is_counted_and_the_others_written(
+    db_url: str,
+) -> None:
+    """Written by the serving process (`log_writer: thread`, or a writer that died): a row
+    that breaks a constraint is the row's fault, not the database's: it is dropped and
+    counted, and the rest of its batch is written."""
+    db = open_database(database_url(db_url))
+    try:
+        await migrate(db)
+        log = RequestLog(db)
+        now = time.time()
+        rows = [_record(i, now + i) for i in range(6)]
+        rows[2].requested_model = None  # type: ignore[assignment]  # a NOT NULL column
+        await log.write(rows)
+        assert (log.written, log.rejected, log.failures) == (5, 1, 0)
+        left = sorted(r["request_id"] for r in (await log.page(limit=50)).rows)
+        assert left == [f"r{i}" for i in range(6) if i != 2]
     finally:
         await db.dispose()

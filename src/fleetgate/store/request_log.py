@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from fleetgate.outage import Outage
 from fleetgate.record.recorder import RequestRecord
 from fleetgate.store.db import Conn, Database
-from fleetgate.store.errors import RowRejected, StoreError
+from fleetgate.store.errors import RowConflict, RowRejected, StoreError
 from fleetgate.store.log_rows import RowBatches, row_of
 from fleetgate.store.log_statements import COLUMNS, COPY_SQL, bound, chunks, copy_rows, placeholder
 from fleetgate.store.sqlite_setup import SQLITE_PARAMSTYLE
@@ -29,7 +29,7 @@ log = logging.getLogger("fleetgate.record")
 
 # what the database says of a row it cannot hold (a value too long, a NUL in a string, a
 # missing value), as opposed to being unreachable: the row is at fault, not the database
-_ROW_REJECTED = (RowRejected,)
+_ROW_REJECTED = (RowRejected, RowConflict)
 
 
 @dataclass(frozen=True, slots=True)

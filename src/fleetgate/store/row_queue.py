@@ -131,7 +131,7 @@ class RowQueue:
                 self.log.warning(
                     "request log: the database refused request %.128r (%s); row dropped",
                     batch[lo][0],
-                    type(getattr(exc, "orig", None) or exc).__name__,
+                    type(exc.__cause__ or exc).__name__,  # the driver's own error
                 )
             except self.UNREACHABLE as exc:
                 self._keep(exc)
