@@ -17,7 +17,6 @@ from fleetgate.commands.store import (
     existing_store_url,
     is_empty,
     load_optional,
-    shown_url,
     storage_of,
     store_url,
     with_store,
@@ -27,7 +26,7 @@ from fleetgate.control.plane import KEYS_VERSION, REDIS_URL_ENV
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore
 from fleetgate.store.database import migrate
-from fleetgate.store.db import Database
+from fleetgate.store.db import Database, shown_url
 from fleetgate.store.errors import StoreUnavailable
 
 

@@ -19,8 +19,7 @@ from fleetgate.store.database import (
     store_unavailable,
     table_names,
 )
-from fleetgate.store.db import Conn, Database
-from fleetgate.store.db import shown_url as _shown_url
+from fleetgate.store.db import Conn, Database, shown_url
 from fleetgate.store.errors import StoreError, StoreUnavailable
 from fleetgate.store.sqlite_setup import sqlite_path
 
@@ -57,13 +56,9 @@ def existing_store_url() -> str:
     return database_url()
 
 
-def shown_url(url: str) -> str:
-    """A store's URL as a command says it: without its password."""
-    return _shown_url(url)
-
-
 def shown(db: Database) -> str:
-    return _shown_url(db.url)
+    """A store's URL as a command says it: without its password."""
+    return shown_url(db.url)
 
 
 async def is_empty(db: Database) -> bool:

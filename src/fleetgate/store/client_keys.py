@@ -64,21 +64,6 @@ class KeyStore:
         return await self.db.read(_active)
 
 
-_COLUMNS = (
-    "id",
-    "name",
-    "key_hash",
-    "prefix",
-    "allowed_models",
-    "rpm",
-    "tpm",
-    "budget",
-    "spent",
-    "disabled",
-    "created_at",
-)
-
-
 def _bound(values: dict[str, Any]) -> dict[str, Any]:
     """`values` as the statements bind them (the model list as JSON)."""
     if "allowed_models" in values:
@@ -87,7 +72,7 @@ def _bound(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _insert(conn: Conn, row: dict[str, Any]) -> None:
-    names = [c for c in _COLUMNS if c in row]
+    names = list(row)  # `KeyStore.create`'s: every column of the table
     conn.execute(
         f"INSERT INTO client_keys ({', '.join(names)}) "
         f"VALUES ({', '.join(':' + n for n in names)})",

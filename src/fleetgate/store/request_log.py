@@ -143,7 +143,7 @@ class RequestLog(RowBatches):
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY time DESC, seq DESC LIMIT :limit"
-        rows = await self.db.read(_rows, sql, params)
+        rows = await self.db.read(Conn.rows, sql, params)
         more = len(rows) > limit
         rows = rows[:limit]
         next_cursor = encode_cursor(rows[-1]["time"], rows[-1]["seq"]) if more else None
@@ -155,7 +155,7 @@ class RequestLog(RowBatches):
             f"SELECT seq, {', '.join(COLUMNS)} FROM requests WHERE request_id = :id "
             "ORDER BY time DESC, seq DESC LIMIT 1"
         )
-        rows = await self.db.read(_rows, sql, {"id": request_id})
+        rows = await self.db.read(Conn.rows, sql, {"id": request_id})
         return _public(rows[0]) if rows else None
 
 
@@ -177,10 +177,6 @@ def _purge_chunk(conn: Conn, older_than: float, chunk: int) -> int:
         "(SELECT seq FROM requests WHERE time < :older LIMIT :chunk)",
         {"older": older_than, "chunk": chunk},
     )
-
-
-def _rows(conn: Conn, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    return conn.rows(sql, params)
 
 
 # what a listing shows: everything but the attempts and notes (one request's view has them)
