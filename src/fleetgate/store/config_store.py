@@ -302,10 +302,12 @@ def _write(conn: Conn, before: Entities, after: Entities) -> None:
         old = {id_of(b): (i, b) for i, b in enumerate(before.get(name, []))}
         new_ids = [id_of(b) for b in after.get(name, [])]
         gone = [i for i in old if i not in set(new_ids)]
-        for entity_id in gone:
+        if gone:  # one statement, as many as are gone
+            ids = {f"id{i}": entity_id for i, entity_id in enumerate(gone)}
             conn.execute(
-                "DELETE FROM config_entities WHERE kind = :kind AND id = :id",
-                {"kind": name, "id": entity_id},
+                f"DELETE FROM config_entities WHERE kind = :kind "
+                f"AND id IN ({', '.join(':' + k for k in ids)})",
+                {"kind": name, **ids},
             )
         positions = dict(
             conn.tuples(

@@ -43,7 +43,7 @@ _IN_WINDOW = "time >= :start AND time < :end"
 # Attempts live inline as a JSON list; each dialect has its own way to expand one.
 _ATTEMPTS_SQL = {
     "sqlite": (
-        "SELECT CAST((r.time - :start) / :step AS INTEGER) AS b, "
+        f"SELECT {_BUCKET['sqlite']} AS b, "
         "json_extract(a.value, '$.deployment_id') AS dep, COUNT(*) AS n, "
         "SUM(CASE WHEN json_extract(a.value, '$.error_class') IS NULL THEN 0 ELSE 1 END) AS e "
         "FROM requests r, json_each(r.attempts) a "
@@ -52,7 +52,7 @@ _ATTEMPTS_SQL = {
         "GROUP BY b, dep"
     ),
     "postgresql": (
-        "SELECT CAST(FLOOR((r.time - :start) / :step) AS INTEGER) AS b, "
+        f"SELECT {_BUCKET['postgresql']} AS b, "
         "a->>'deployment_id' AS dep, COUNT(*) AS n, "
         "SUM(CASE WHEN a->>'error_class' IS NULL THEN 0 ELSE 1 END) AS e "
         "FROM requests r, json_array_elements(r.attempts) a "
