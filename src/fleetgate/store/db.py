@@ -29,7 +29,7 @@ import orjson
 
 from fleetgate.store.errors import RowConflict, RowRejected, StoreError
 from fleetgate.store.schema import BOOLEAN_COLUMNS, JSON_COLUMNS
-from fleetgate.store.sqlite_setup import BUSY_TIMEOUT, register_adapters, set_pragmas
+from fleetgate.store.sqlite_setup import BUSY_TIMEOUT, register_adapters, set_pragmas, sqlite_path
 
 T = TypeVar("T")
 
@@ -145,8 +145,6 @@ class Database:
             self._conninfo = "postgresql://" + url.removeprefix(POSTGRES)
         else:
             import sqlite3
-
-            from fleetgate.store.sqlite_setup import sqlite_path
 
             register_adapters()
             self._driver = sqlite3
