@@ -22,7 +22,13 @@ to be at most (`u<.05`: the fit said "almost surely more") or over 95 % (`u>.95`
 surely fewer"). A band that tells its error holds each of `under` and `over` near 3 % and
 each tail near 5 %, on text unlike the answers as on the corpus.
 
-    python3 benchmarks/estimate_accuracy.py [MODEL.gguf ...] [--kinds] [--bands] [--cache DIR]
+With `--ceiling`, also the share the tally's fields reach at best: the fit taught every
+held-out corpus request's own count, then scored on them (`corpus: taught itself`, and per
+kind with `--kinds`). A target above it is out of the fit's reach on that vocabulary,
+whatever evidence comes.
+
+    python3 benchmarks/estimate_accuracy.py [MODEL.gguf ...] [--kinds] [--bands] [--ceiling]
+        [--cache DIR]
 
 With `--cache DIR` the engine's counts are kept (`DIR/<model>.json`, a few MB each) and a
 second run reads them instead of starting an engine: the tally and the fit are the code's
@@ -190,6 +196,35 @@ def measure(counted: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def ceiling(counted: dict[str, Any]) -> dict[str, Any]:
+    """What the tally's fields can reach at best: the fit on the fingerprint taught the
+    count of every held-out corpus request (in a shuffled order), then scored on those same
+    requests. No amount of answers does better on them, so a share under a target here
+    means the fields, not the fit or its evidence, fall short of it."""
+    probes = [(text_tally(t).counts, n) for t, n in counted["texts"]]
+    probes += [(chat_tally(c).counts, n) for c, n in counted["chats"] if n is not None]
+    held = [
+        (kind, tally_body(body, "chat.completions"), n)
+        for kind, body, n in counted["held"]
+        if n is not None
+    ]
+    fit = TokenizerFit(FAMILIES["generic"].weights)
+    fit.set_fingerprint("probes", probes)
+    taught = list(held)
+    random.Random(5).shuffle(taught)
+    for _, tally, tokens in taught:
+        fit.add(tally.counts, tokens)
+    fit.refit()
+    by_kind: dict[str, list[float]] = collections.defaultdict(list)
+    for kind, tally, n in held:
+        by_kind[kind].append(n / max(fit.tokens(tally.counts), 1))
+    ratios = [r for rs in by_kind.values() for r in rs]
+    return {
+        "corpus: taught itself": _share(ratios),
+        "kinds": {k: _share(v) for k, v in sorted(by_kind.items())},
+    }
+
+
 def band_check(fit: TokenizerFit, rows: list[Counted]) -> dict[str, float]:
     """How the fit's band and chance of fitting bear out on `rows` (see the module doc): the
     band as placement takes it (`need.bounds_function`: text the residuals say nothing of
@@ -233,13 +268,23 @@ def main() -> None:
     parser.add_argument("--kinds", action="store_true", help="per kind of corpus text too")
     parser.add_argument("--bands", action="store_true", help="how the band tells its error")
     parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="the fit taught the held-out corpus itself: what the tally's fields reach at best",
+    )
+    parser.add_argument(
         "--cache", type=Path, help="keep the engine's counts here; a second run asks no engine"
     )
     args = parser.parse_args()
     for model in args.models or [None]:
-        result = measure(cached_counts(model, args.cache))
+        counted = cached_counts(model, args.cache)
+        result = measure(counted)
         kinds = result.pop("kinds")
         bands = result.pop("bands")
+        if args.ceiling:
+            best = ceiling(counted)
+            kinds["taught itself"] = best.pop("kinds")
+            result.update(best)
         print(f"{model.name if model else 'build model'}: {json.dumps(result)}")
         if args.bands:
             for label, check in bands.items():
