@@ -147,22 +147,27 @@ def cached_counts(model: Path | None, cache: Path | None) -> dict[str, Any]:
     return counts
 
 
+def _probes(counted: dict[str, Any]) -> list[tuple[tuple[int, ...], int]]:
+    """The probe set's tallies and counts: the fingerprint."""
+    probes = [(text_tally(t).counts, n) for t, n in counted["texts"]]
+    probes += [(chat_tally(c).counts, n) for c, n in counted["chats"] if n is not None]
+    return probes
+
+
+def _tallied(rows: list[list[Any]]) -> list[Counted]:
+    """Counted requests' kinds, tallies and counts (a chat the template refused left out)."""
+    return [
+        (kind, tally_body(body, "chat.completions"), n) for kind, body, n in rows if n is not None
+    ]
+
+
 def measure(counted: dict[str, Any]) -> dict[str, Any]:
     """The share within [0.9, 1.1]: the generic table, the fit on the fingerprint, and after
     50 and 300 answers; every tally taken now, from what was counted."""
-    probes = [(text_tally(t).counts, n) for t, n in counted["texts"]]
-    probes += [(chat_tally(c).counts, n) for c, n in counted["chats"] if n is not None]
-
-    def tallied(rows: list[list[Any]]) -> list[Counted]:
-        return [
-            (kind, tally_body(body, "chat.completions"), n)
-            for kind, body, n in rows
-            if n is not None
-        ]
-
-    train = tallied(counted["train"])
-    held = tallied(counted["held"])
-    foreign = tallied(counted["foreign"])
+    probes = _probes(counted)
+    train = _tallied(counted["train"])
+    held = _tallied(counted["held"])
+    foreign = _tallied(counted["foreign"])
     random.Random(5).shuffle(train)
     sets = {"corpus": held, "foreign": foreign}
     generic = FAMILIES["generic"]
@@ -199,17 +204,11 @@ def measure(counted: dict[str, Any]) -> dict[str, Any]:
 def ceiling(counted: dict[str, Any]) -> dict[str, Any]:
     """What the tally's fields can reach at best: the fit on the fingerprint taught the
     count of every held-out corpus request (in a shuffled order), then scored on those same
-    requests. No amount of answers does better on them, so a share under a target here
-    means the fields, not the fit or its evidence, fall short of it."""
-    probes = [(text_tally(t).counts, n) for t, n in counted["texts"]]
-    probes += [(chat_tally(c).counts, n) for c, n in counted["chats"] if n is not None]
-    held = [
-        (kind, tally_body(body, "chat.completions"), n)
-        for kind, body, n in counted["held"]
-        if n is not None
-    ]
+    requests. Answers of other text teach it no better for them, so a share under a target
+    here means the fields, not the fit or its evidence, fall short of it."""
+    held = _tallied(counted["held"])
     fit = TokenizerFit(FAMILIES["generic"].weights)
-    fit.set_fingerprint("probes", probes)
+    fit.set_fingerprint("probes", _probes(counted))
     taught = list(held)
     random.Random(5).shuffle(taught)
     for _, tally, tokens in taught:
