@@ -17,7 +17,7 @@ import orjson
 from fleetgate.context.calibration import CalibrationBook
 from fleetgate.store.db import Conn, Database
 from fleetgate.store.errors import RowConflict, StoreError, StoreUnavailable
-from fleetgate.store.meta import get_meta, insert_meta, update_meta
+from fleetgate.store.meta import get_meta, put_meta
 
 log = logging.getLogger("fleetgate.store")
 
@@ -39,20 +39,15 @@ class CalibrationStore:
     async def save(self, dumps: dict[str, dict[str, Any]]) -> None:
         value = orjson.dumps(dumps).decode()
         try:
-            await self.db.transaction(_save, self.key, value)
+            await self.db.transaction(put_meta, self.key, value)
         except RowConflict:  # another replica inserted the row first
-            await self.db.transaction(_save, self.key, value)
+            await self.db.transaction(put_meta, self.key, value)
 
 
 def _load(conn: Conn, key: str) -> dict[str, dict[str, Any]]:
     value = get_meta(conn, key)
     data = orjson.loads(value) if value is not None else {}
     return data if isinstance(data, dict) else {}
-
-
-def _save(conn: Conn, key: str, value: str) -> None:
-    if not update_meta(conn, key, value):
-        insert_meta(conn, key, value)
 
 
 class CalibrationKeeper:

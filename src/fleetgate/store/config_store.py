@@ -16,7 +16,7 @@ from fleetgate.store.db import Conn, Database, json_text
 from fleetgate.store.errors import RowConflict
 from fleetgate.store.fleet_file import changes, same
 from fleetgate.store.kinds import ENTITY_KINDS, Body, Entities
-from fleetgate.store.meta import get_meta, insert_meta, update_meta
+from fleetgate.store.meta import get_meta, insert_meta, put_meta
 from fleetgate.store.secrets import secret_box
 
 T = TypeVar("T")
@@ -164,8 +164,7 @@ def _last_file(conn: Conn) -> Entities | None:
 def _record_file(conn: Conn, entities: Entities) -> None:
     sealed = secret_box().seal_all(entities)
     value = orjson.dumps(sealed, option=orjson.OPT_SORT_KEYS).decode()
-    if not update_meta(conn, _FILE, value):
-        insert_meta(conn, _FILE, value)
+    put_meta(conn, _FILE, value)
 
 
 def _apply_file(conn: Conn, file: Entities, check: Callable[[Entities], object]) -> FileApply:
@@ -200,10 +199,7 @@ def _increment(conn: Conn, name: str) -> int:
     """Add one to a counter in store_meta (created at 1); the caller holds the config lock."""
     old = get_meta(conn, name)
     value = int(old) + 1 if old is not None else 1
-    if old is not None:
-        update_meta(conn, name, str(value))
-    else:
-        insert_meta(conn, name, str(value))
+    put_meta(conn, name, str(value))
     return value
 
 

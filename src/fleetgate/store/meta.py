@@ -19,7 +19,9 @@ def insert_meta(conn: Conn, key: str, value: str) -> None:
     conn.execute(sql, {"key": key, "value": value})
 
 
-def update_meta(conn: Conn, key: str, value: str) -> bool:
-    """Set the value of `key`; False when its row is not there."""
+def put_meta(conn: Conn, key: str, value: str) -> None:
+    """Set the value of `key`, its row made when it is not there (RowConflict when another
+    writer made it meanwhile)."""
     sql = 'UPDATE store_meta SET value = :value WHERE "key" = :key'
-    return bool(conn.count(sql, {"key": key, "value": value}))
+    if not conn.count(sql, {"key": key, "value": value}):
+        insert_meta(conn, key, value)
