@@ -18,7 +18,6 @@ from fleetgate.gc_tuning import tune_gc
 from fleetgate.logs import DEFAULT_LEVEL, configure, fields
 from fleetgate.server.run import open_files_for_streams, server_for, uvicorn_kwargs
 from fleetgate.store.database import database_url, prepare
-from fleetgate.store.db import shown_url
 
 if TYPE_CHECKING:
     from fleetgate.control.plane import ControlOptions
@@ -71,7 +70,7 @@ def announce(gateway: Gateway, host: str, port: int, workers: int = 1) -> None:
                 f"http://{host}:{port}",
                 admin=bool(control is not None and control.admin_key),
                 auth=bool(control is not None and control.guard.enabled),
-                store=shown_url(control.db.url) if control else None,
+                store=control.db.shown_url if control else None,
                 redis=bool(control is not None and control.redis_url),
                 workers=workers,
             ),

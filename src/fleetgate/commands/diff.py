@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from fleetgate.commands.store import is_empty, shown, store_url, with_store
+from fleetgate.commands.store import is_empty, store_url, with_store
 from fleetgate.config import FleetConfig, load_config_file
 from fleetgate.store.config_store import ConfigStore, entities_of
 from fleetgate.store.db import Database
@@ -33,10 +33,10 @@ class StoreView:
 
 async def _read(db: Database) -> StoreView:
     if await is_empty(db):
-        return StoreView(shown(db), True, {}, None, 0)
+        return StoreView(db.shown_url, True, {}, None, 0)
     store = ConfigStore(db)
     return StoreView(
-        shown(db), False, await store.entities(), await store.last_file(), await store.version()
+        db.shown_url, False, await store.entities(), await store.last_file(), await store.version()
     )
 
 

@@ -19,7 +19,7 @@ from fleetgate.store.database import (
     store_unavailable,
     table_names,
 )
-from fleetgate.store.db import Conn, Database, shown_url
+from fleetgate.store.db import Conn, Database
 from fleetgate.store.errors import StoreError, StoreUnavailable
 from fleetgate.store.sqlite_setup import sqlite_path
 
@@ -54,11 +54,6 @@ def existing_store_url() -> str:
             f"set {DATABASE_URL_ENV} (or {DATA_DIR_ENV}) to the store the gateway uses."
         )
     return database_url()
-
-
-def shown(db: Database) -> str:
-    """A store's URL as a command says it: without its password."""
-    return shown_url(db.url)
 
 
 async def is_empty(db: Database) -> bool:

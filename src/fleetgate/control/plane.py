@@ -32,7 +32,6 @@ from fleetgate.store.calibration import CalibrationKeeper, CalibrationStore
 from fleetgate.store.client_keys import KeyStore
 from fleetgate.store.config_store import ConfigStore, compose_or_raise, entities_of
 from fleetgate.store.database import database_url, migrate, open_database
-from fleetgate.store.db import shown_url
 from fleetgate.store.errors import StoreError
 from fleetgate.store.fingerprints import FingerprintKeeper
 from fleetgate.store.fleet_file import (
@@ -170,7 +169,7 @@ class ControlPlane:
             or storage.redis_namespace
         )
         self.db = open_database(self.url)
-        self.store_outage = Outage("the store", log, shown_url(self.db.url))
+        self.store_outage = Outage("the store", log, self.db.shown_url)
         self.config_store = ConfigStore(self.db)
         self.request_log = RequestLog(self.db, base.storage.log_buffer, self.store_outage)
         # who writes the log's rows: the request log itself, or its writer process
@@ -303,7 +302,7 @@ class ControlPlane:
         """Seed an empty store from the file; then, when the file owns the fleet
         (`storage.fleet_source`), apply it if it changed since it was last applied.
         Returns the new config version when the file was applied."""
-        store_url = shown_url(self.db.url)
+        store_url = self.db.shown_url
         if await self.config_store.seed(self.base):
             log.info("seeded the store (%s) from the config file", store_url)
             return None

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from fleetgate.store.db import Conn, Database, is_memory, shown_url
+from fleetgate.store.db import Conn, Database, is_memory
 from fleetgate.store.errors import StoreError, StoreUnavailable
 from fleetgate.store.schema import SCHEMA_HEAD, VERSION_TABLE, create_statements
 from fleetgate.store.sqlite_setup import BUSY_TIMEOUT, register_adapters, set_pragmas, sqlite_path
+from fleetgate.store.store_url import POSTGRES_URL
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -53,10 +54,10 @@ def database_url(
     # library's sqlite3
     for prefix in ("postgresql://", "postgres://", "postgresql+asyncpg://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url.removeprefix(prefix)
+            return POSTGRES_URL + url.removeprefix(prefix)
     if url.startswith("sqlite+aiosqlite://"):
         return "sqlite://" + url.removeprefix("sqlite+aiosqlite://")
-    if not url.startswith(("sqlite://", "postgresql+psycopg://")):
+    if not url.startswith(("sqlite://", POSTGRES_URL)):
         scheme = url.partition("://")[0] or url
         raise StoreUnavailable(
             f"database URL {scheme}://…: fleetgate keeps its store in SQLite "
@@ -70,7 +71,7 @@ def store_unavailable(db: Database, exc: Exception) -> StoreUnavailable:
     """A failure to reach or migrate the store, as one line an operator can act on."""
     reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
     return StoreUnavailable(
-        f"cannot open the store at {shown_url(db.url)}: {reason}. Check that the database "
+        f"cannot open the store at {db.shown_url}: {reason}. Check that the database "
         f"is running and reachable, and storage.database_url / {DATABASE_URL_ENV}."
     )
 

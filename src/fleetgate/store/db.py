@@ -30,13 +30,13 @@ import orjson
 from fleetgate.store.errors import RowConflict, RowRejected, StoreError
 from fleetgate.store.schema import BOOLEAN_COLUMNS, JSON_COLUMNS
 from fleetgate.store.sqlite_setup import BUSY_TIMEOUT, register_adapters, set_pragmas, sqlite_path
+from fleetgate.store.store_url import is_postgres, psycopg_conninfo
 
 T = TypeVar("T")
 
 # Store work is a handful of concurrent operations at most (a log batch, a spend update,
 # the poll, an admin call); more threads would only hold more connections.
 WORKERS = 3
-POSTGRES = "postgresql+psycopg://"  # what `database.database_url` gives for PostgreSQL
 Params = Mapping[str, Any] | Sequence[Any]
 
 
@@ -135,14 +135,15 @@ class Conn:
 class Database:
     def __init__(self, url: str, workers: int = WORKERS) -> None:
         self.url = url
-        self.is_postgres = url.startswith(POSTGRES)
+        self.shown_url = shown_url(url)  # as logs and messages say it
+        self.is_postgres = is_postgres(url)
         self.dialect = "postgresql" if self.is_postgres else "sqlite"
         memory = is_memory(url)
         if self.is_postgres:
             import psycopg
 
             self._driver: Any = psycopg
-            self._conninfo = "postgresql://" + url.removeprefix(POSTGRES)
+            self._conninfo = psycopg_conninfo(url)
         else:
             import sqlite3
 

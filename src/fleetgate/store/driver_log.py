@@ -25,6 +25,7 @@ from fleetgate.store.sqlite_setup import (
     set_pragmas,
     sqlite_path,
 )
+from fleetgate.store.store_url import is_postgres, psycopg_conninfo
 
 # `typing` is for the type checker alone: the writer process holds none (`outage.py`)
 TYPE_CHECKING = False
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
     from fleetgate.outage import Log
     from fleetgate.store.log_statements import Row
 
-_PSYCOPG = "postgresql+psycopg://"  # what `database.database_url` gives for PostgreSQL
-
 
 class DriverLog(RowQueue):
     """A `RowQueue` written through the driver of the store at `url` (as
@@ -43,13 +42,13 @@ class DriverLog(RowQueue):
 
     def __init__(self, url: str, capacity: int, log: Log, yield_every: int = 0) -> None:
         super().__init__(capacity, None, yield_every, log)
-        self.postgres = url.startswith(_PSYCOPG)
+        self.postgres = is_postgres(url)
         if self.postgres:
             import psycopg
 
             self.REJECTED = (psycopg.DataError, psycopg.IntegrityError)
             self.UNREACHABLE = (psycopg.Error, OSError)
-            self._conninfo = "postgresql://" + url.removeprefix(_PSYCOPG)
+            self._conninfo = psycopg_conninfo(url)
         else:
             self.REJECTED = (sqlite3.DataError, sqlite3.IntegrityError)
             self.UNREACHABLE = (sqlite3.Error, OSError)
