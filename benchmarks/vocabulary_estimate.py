@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import operator
 import random
 import re
 import sys
@@ -55,11 +56,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # as a script, too
 
-from benchmarks.estimate_accuracy import _count_text, _post, cached_counts
+from benchmarks.estimate_accuracy import _count_text, _post, _share, cached_counts
 from fleetgate.context.families import FAMILIES
-from fleetgate.context.fit import PRIOR_SAMPLES, PROBE_ANSWERS, TEMPLATE_FIELDS, TEMPLATE_PULL
+from fleetgate.context.fit import (
+    PRIOR_SAMPLES,
+    PROBE_ANSWERS,
+    TEMPLATE_FIELDS,
+    TEMPLATE_PULL,
+    estimated_part,
+)
 from fleetgate.context.probes import chat_tally, text_tally
-from fleetgate.context.tally import N_FIELDS, TOKEN_IDS, _walk_body, tally_body
+from fleetgate.context.tally import N_FIELDS, _walk_body, tally_body
 from fleetgate.testing.llama import LlamaServer
 
 # a run of whitespace and what follows it up to the next: longest match stays inside one
@@ -218,23 +225,21 @@ def bpe(pieces: list[bytes], texts: list[str], engine: list[int]) -> dict[str, f
     encoding = tiktoken.Encoding(
         "harvest", pat_str=_BPE_RULES, mergeable_ranks=ranks, special_tokens={}
     )
-    ratios = [
-        n / max(len(encoding.encode_ordinary(t)), 1) for t, n in zip(texts, engine, strict=True)
-    ]
+    counts = [len(encoding.encode_ordinary(t)) for t in texts]
     text = " ".join(texts)[:10_000]
     encoding.encode_ordinary(text)
     started = time.process_time()
     for _ in range(100):
         encoding.encode_ordinary(text)
-    return {
-        "share": round(sum(0.9 <= r <= 1.1 for r in ratios) / len(ratios), 3),
-        "mean": round(sum(ratios) / len(ratios), 3),
-        "µs per 10 KB": round((time.process_time() - started) / 100 * 1e6),
-    }
+    cpu = round((time.process_time() - started) / 100 * 1e6)
+    return {**against(counts, engine), "µs per 10 KB": cpu}
 
 
-def _share(pairs: list[tuple[float, int]]) -> float:
-    return round(sum(0.9 <= n / max(e, 1.0) <= 1.1 for e, n in pairs) / len(pairs), 3)
+def against(counts: list[int], engine: list[int]) -> dict[str, float]:
+    """The share of `counts` whose engine's count is within [0.9, 1.1] of it, and the mean
+    ratio (the engine's over the count)."""
+    ratios = [n / max(c, 1) for c, n in zip(counts, engine, strict=True)]
+    return {"share": _share(ratios), "mean": round(sum(ratios) / len(ratios), 3)}
 
 
 def measure(model: Path | None, cache: Path | None, with_bpe: bool = False) -> dict[str, Any]:
@@ -259,19 +264,15 @@ def measure(model: Path | None, cache: Path | None, with_bpe: bool = False) -> d
         }
         if pieces_file is not None:
             pieces_file.write_text(json.dumps(kept))
-    match = LongestMatch([bytes.fromhex(p) for p in kept["pieces"]])
+    pieces = [bytes.fromhex(p) for p in kept["pieces"]]
+    match = LongestMatch(pieces)
     result: dict[str, Any] = {"harvest": kept["harvest"]}
     # the count alone, against the engine's count of the same text (no template)
     for name, rows in texts.items():
         engine = kept["alone"][name]
         for label, count in (("", match.count), (", split at whitespace", match.words)):
-            ratios = [n / max(count(t), 1) for t, n in zip(rows, engine, strict=True)]
-            result[f"longest match alone{label}, {name}"] = {
-                "share": round(sum(0.9 <= r <= 1.1 for r in ratios) / len(ratios), 3),
-                "mean": round(sum(ratios) / len(ratios), 3),
-            }
+            result[f"longest match alone{label}, {name}"] = against(list(map(count, rows)), engine)
     if with_bpe:
-        pieces = [bytes.fromhex(p) for p in kept["pieces"]]
         result["BPE by rank alone, held"] = bpe(pieces, texts["held"], kept["alone"]["held"])
 
     def rows_of(kind_rows: list[list[Any]]) -> list[Row]:
@@ -298,7 +299,7 @@ def measure(model: Path | None, cache: Path | None, with_bpe: bool = False) -> d
     )
 
     def vector(counts: tuple[int, ...], extra: int | None) -> tuple[float, ...]:
-        x = tuple(0 if i == TOKEN_IDS else c for i, c in enumerate(counts))
+        x = estimated_part(counts)
         return x if extra is None else (*x, extra)
 
     variants = {
@@ -317,15 +318,16 @@ def measure(model: Path | None, cache: Path | None, with_bpe: bool = False) -> d
     for label, (prior, x_of) in variants.items():
         shares = {}
         probe_rows = [(x_of(c, t), n, probe_weight) for c, t, n in probes]
+        train_rows = [(x_of(c, t), n, 1.0) for c, t, n in train[:300]]
+        scored = {
+            name: [(x_of(c, t), n) for c, t, n in rows]
+            for name, rows in (("corpus", held), ("foreign", foreign))
+        }
         for answers in (0, 50, 300):
-            rows = probe_rows + [(x_of(c, t), n, 1.0) for c, t, n in train[:answers]]
-            w = fitted(rows, prior)
-            for name, held_rows in (("corpus", held), ("foreign", foreign)):
-                pairs = [
-                    (sum(a * b for a, b in zip(w, x_of(c, t), strict=True)), n)
-                    for c, t, n in held_rows
-                ]
-                shares[f"{name} +{answers}"] = _share(pairs)
+            w = fitted(probe_rows + train_rows[:answers], prior)
+            for name, vectors in scored.items():
+                ratios = [n / max(sum(map(operator.mul, w, x)), 1.0) for x, n in vectors]
+                shares[f"{name} +{answers}"] = _share(ratios)
         result[label] = shares
     assert len(with_vocab_prior) == N_FIELDS + 1
     result["µs per 10 KB"] = cost(match, [t for _, t, _ in held])
